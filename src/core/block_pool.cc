@@ -1,0 +1,134 @@
+#include "core/block_pool.h"
+
+#include <algorithm>
+#include <cassert>
+#include <functional>
+
+namespace kvreplay {
+
+BlockPool::BlockPool(std::uint32_t total, AllocOrder order, std::uint32_t max_refcount)
+    : order_(order),
+      max_refcount_(max_refcount),
+      refcounts_(total, 0),
+      filled_(total, 0),
+      free_slots_(total, 0),
+      free_size_(total) {
+  assert(total < kInvalidBlock);
+  // Every order hands out 0, 1, 2, ... from a fresh pool. The lifo stack pops
+  // at the back, so it is stored reversed.
+  for (std::uint32_t i = 0; i < total; ++i) {
+    free_slots_[i] = order == AllocOrder::kLifo ? total - 1 - i : i;
+  }
+}
+
+BlockId BlockPool::pop_free() {
+  assert(free_size_ > 0);
+  BlockId b = kInvalidBlock;
+  switch (order_) {
+    case AllocOrder::kLifo: b = free_slots_[free_size_ - 1]; break;
+    case AllocOrder::kFifo:
+      b = free_slots_[free_head_];
+      free_head_ = free_head_ + 1 == total() ? 0 : free_head_ + 1;
+      break;
+    case AllocOrder::kLowest:
+      std::pop_heap(free_slots_.begin(), free_slots_.begin() + free_size_, std::greater<>{});
+      b = free_slots_[free_size_ - 1];
+      break;
+  }
+  --free_size_;
+  return b;
+}
+
+void BlockPool::push_free(BlockId b) {
+  assert(free_size_ < total());
+  switch (order_) {
+    case AllocOrder::kLifo: free_slots_[free_size_] = b; break;
+    case AllocOrder::kFifo: {
+      std::uint64_t tail = (std::uint64_t{free_head_} + free_size_) % total();
+      free_slots_[tail] = b;
+      break;
+    }
+    case AllocOrder::kLowest:
+      free_slots_[free_size_] = b;
+      std::push_heap(free_slots_.begin(), free_slots_.begin() + free_size_ + 1, std::greater<>{});
+      break;
+  }
+  ++free_size_;
+}
+
+CoreResult<BlockId> BlockPool::allocate() {
+  if (free_size_ == 0) return Unexpected{CoreError::kPoolExhausted};
+  BlockId b = pop_free();
+  refcounts_[b] = 1;
+  filled_[b] = 0;
+  ++allocations_;
+  return b;
+}
+
+CoreStatus BlockPool::allocate_n(std::uint32_t n, std::vector<BlockId>& out) {
+  if (n > free_size_) return Unexpected{CoreError::kPoolExhausted};
+  for (std::uint32_t i = 0; i < n; ++i) out.push_back(allocate().value());
+  return {};
+}
+
+CoreStatus BlockPool::retain(BlockId b) {
+  if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
+  if (refcounts_[b] == 0) return Unexpected{CoreError::kBlockNotLive};
+  if (refcounts_[b] >= max_refcount_) return Unexpected{CoreError::kRefcountOverflow};
+  ++refcounts_[b];
+  return {};
+}
+
+CoreStatus BlockPool::release(BlockId b) {
+  if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
+  if (refcounts_[b] == 0) return Unexpected{CoreError::kBlockNotLive};
+  if (--refcounts_[b] == 0) {
+    filled_total_ -= filled_[b];
+    filled_[b] = 0;
+    push_free(b);
+    ++frees_;
+  }
+  return {};
+}
+
+CoreResult<CopyOnWrite> BlockPool::writable(BlockId entry) {
+  if (entry == kInvalidBlock) {
+    auto fresh = allocate();
+    if (!fresh) return Unexpected{fresh.error()};
+    return CopyOnWrite::allocated(fresh.value());
+  }
+  if (entry >= total()) return Unexpected{CoreError::kBlockOutOfRange};
+  if (refcounts_[entry] == 0) return Unexpected{CoreError::kBlockNotLive};
+  if (refcounts_[entry] == 1) return CopyOnWrite::existing(entry);
+  auto destination = allocate();
+  if (!destination) return Unexpected{destination.error()};
+  set_filled(destination.value(), filled_[entry]);
+  --refcounts_[entry];  // shared, so it stays live
+  return CopyOnWrite::copy(entry, destination.value());
+}
+
+std::vector<BlockId> BlockPool::free_list() const {
+  std::vector<BlockId> out;
+  out.reserve(free_size_);
+  switch (order_) {
+    case AllocOrder::kLifo:
+      out.assign(free_slots_.rbegin() + (total() - free_size_), free_slots_.rend());
+      break;
+    case AllocOrder::kFifo:
+      for (std::uint32_t i = 0; i < free_size_; ++i) {
+        out.push_back(free_slots_[(std::uint64_t{free_head_} + i) % total()]);
+      }
+      break;
+    case AllocOrder::kLowest:
+      out.assign(free_slots_.begin(), free_slots_.begin() + free_size_);
+      std::sort(out.begin(), out.end());
+      break;
+  }
+  return out;
+}
+
+PoolSnapshot BlockPool::snapshot() const {
+  return PoolSnapshot{refcounts_, filled_, free_list(), allocations_, frees_};
+}
+
+}  // namespace kvreplay

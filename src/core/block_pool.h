@@ -1,0 +1,120 @@
+// BlockPool: reference-counted physical KV blocks and their free list.
+//
+// Invariants (checked independently by check_invariants in invariants.h):
+//   P1 refcount(b) == 0  <=>  b is on the free list, exactly once.
+//   P2 used_count() + free_count() == total().
+//   P3 filled(b) <= page_tokens of the owning config; a free block has filled 0.
+//
+// Every operation is failure-atomic: it either succeeds completely or returns
+// an error and leaves the pool exactly as it was.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "core/config.h"
+#include "core/error.h"
+
+namespace kvreplay {
+
+// What writable() did to make a table entry writable.
+struct CopyOnWrite {
+  enum class Kind : std::uint8_t {
+    kExisting,   // the caller holds the only reference: write in place
+    kAllocated,  // the entry was invalid: a fresh block was allocated
+    kCopy,       // the entry was shared: copy source -> destination, then write
+  };
+  Kind kind = Kind::kExisting;
+  BlockId block = kInvalidBlock;   // the block to write (destination for kCopy)
+  BlockId source = kInvalidBlock;  // kCopy only: the shared block to copy from
+
+  static CopyOnWrite existing(BlockId b) { return {Kind::kExisting, b, kInvalidBlock}; }
+  static CopyOnWrite allocated(BlockId b) { return {Kind::kAllocated, b, kInvalidBlock}; }
+  static CopyOnWrite copy(BlockId source, BlockId destination) {
+    return {Kind::kCopy, destination, source};
+  }
+  bool operator==(const CopyOnWrite&) const = default;
+};
+
+// Everything observable about a pool, for failure-atomicity tests and debugging.
+struct PoolSnapshot {
+  std::vector<std::uint32_t> refcounts;
+  std::vector<std::uint32_t> filled;
+  std::vector<BlockId> free_list;  // in allocation order
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  bool operator==(const PoolSnapshot&) const = default;
+};
+
+class BlockPool {
+ public:
+  static constexpr std::uint32_t kMaxRefcount = std::numeric_limits<std::uint32_t>::max();
+
+  // REQUIRES: total < kInvalidBlock. max_refcount bounds retain(); tests lower
+  // it to force a retain failure at a chosen point.
+  explicit BlockPool(std::uint32_t total, AllocOrder order = AllocOrder::kLifo,
+                     std::uint32_t max_refcount = kMaxRefcount);
+
+  // Takes a free block (refcount 1, filled 0). Error: kPoolExhausted.
+  CoreResult<BlockId> allocate();
+  // Takes n blocks or none. Error: kPoolExhausted (nothing taken).
+  CoreStatus allocate_n(std::uint32_t n, std::vector<BlockId>& out);
+  // REQUIRES b live. Errors: kBlockOutOfRange, kBlockNotLive, kRefcountOverflow.
+  CoreStatus retain(BlockId b);
+  // Drops one reference; at zero the block returns to the free list with filled 0.
+  // Errors: kBlockOutOfRange, kBlockNotLive (a double free is an error, never an underflow).
+  CoreStatus release(BlockId b);
+  // Makes a table entry writable. Existing(b) when the caller holds the only
+  // reference, Allocated(b) when entry == kInvalidBlock, Copy{source, destination}
+  // when shared: allocates the destination (filled copied from the source) and
+  // drops one reference of the source. Errors: kPoolExhausted, kBlockOutOfRange,
+  // kBlockNotLive.
+  CoreResult<CopyOnWrite> writable(BlockId entry);
+
+  // REQUIRES b live and n <= the config's page_tokens (the caller checks).
+  void set_filled(BlockId b, std::uint32_t n) {
+    filled_total_ += n;
+    filled_total_ -= filled_[b];
+    filled_[b] = n;
+  }
+
+  std::uint32_t total() const { return static_cast<std::uint32_t>(refcounts_.size()); }
+  std::uint32_t free_count() const { return free_size_; }
+  std::uint32_t used_count() const { return total() - free_size_; }
+  std::uint32_t refcount(BlockId b) const { return refcounts_[b]; }
+  std::uint32_t filled(BlockId b) const { return filled_[b]; }
+  bool is_live(BlockId b) const { return b < total() && refcounts_[b] > 0; }
+  AllocOrder order() const { return order_; }
+  std::uint32_t max_refcount() const { return max_refcount_; }
+  // Sum of filled(b) over all blocks (free blocks have filled 0).
+  std::uint64_t filled_total() const { return filled_total_; }
+  std::uint64_t allocations() const { return allocations_; }
+  std::uint64_t frees() const { return frees_; }
+
+  // The free list in allocation order (the next allocate() returns front()).
+  std::vector<BlockId> free_list() const;
+  PoolSnapshot snapshot() const;
+
+ private:
+  friend struct BlockPoolTestAccess;  // plants faults in tests
+
+  BlockId pop_free();  // REQUIRES free_size_ > 0
+  void push_free(BlockId b);
+
+  AllocOrder order_;
+  std::uint32_t max_refcount_;
+  std::vector<std::uint32_t> refcounts_;
+  std::vector<std::uint32_t> filled_;
+  // Free list storage, capacity total(). lifo: a stack in [0, size) popped at
+  // the back; fifo: a ring starting at free_head_; lowest: a min-heap in [0, size).
+  std::vector<BlockId> free_slots_;
+  std::uint32_t free_head_ = 0;
+  std::uint32_t free_size_ = 0;
+  std::uint64_t allocations_ = 0;
+  std::uint64_t frees_ = 0;
+  std::uint64_t filled_total_ = 0;
+};
+
+}  // namespace kvreplay

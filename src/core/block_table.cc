@@ -1,0 +1,139 @@
+#include "core/block_table.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace kvreplay {
+
+SequenceBlockTable::SequenceBlockTable(std::uint32_t capacity_pages, std::uint32_t page_tokens)
+    : capacity_pages_(capacity_pages), page_tokens_(page_tokens) {
+  assert(page_tokens >= 1);
+}
+
+bool SequenceBlockTable::empty() const {
+  return length_ == 0 && std::all_of(entries_.begin(), entries_.end(),
+                                     [](BlockId b) { return b == kInvalidBlock; });
+}
+
+std::optional<BlockId> SequenceBlockTable::get(std::uint32_t logical_page) const {
+  if (logical_page >= entries_.size() || entries_[logical_page] == kInvalidBlock) {
+    return std::nullopt;
+  }
+  return entries_[logical_page];
+}
+
+CoreResult<CopyOnWrite> SequenceBlockTable::ensure_writable(std::uint32_t logical_page,
+                                                            BlockPool& pool) {
+  if (logical_page >= capacity_pages_) return Unexpected{CoreError::kPageOutOfRange};
+  BlockId entry = logical_page < entries_.size() ? entries_[logical_page] : kInvalidBlock;
+  auto action = pool.writable(entry);
+  if (!action) return action;
+  // Growing the vector may throw bad_alloc; that is fatal, not a failure mode.
+  if (logical_page >= entries_.size()) entries_.resize(logical_page + 1, kInvalidBlock);
+  entries_[logical_page] = action.value().block;
+  return action;
+}
+
+CoreResult<AppendEffect> SequenceBlockTable::append(std::uint32_t tokens, BlockPool& pool) {
+  std::uint64_t new_length = std::uint64_t{length_} + tokens;
+  if (new_length > capacity_tokens()) return Unexpected{CoreError::kLengthExceeded};
+  AppendEffect effect;
+  if (tokens == 0) return effect;
+  const std::uint32_t first_page = length_ / page_tokens_;
+  const auto last_page = static_cast<std::uint32_t>((new_length - 1) / page_tokens_);
+  effect.first_page = first_page;
+
+  // Plan: count the blocks needed before touching anything. Pages that already
+  // hold a block (the partial last page) are written in place or copied.
+  std::uint32_t needed = 0;
+  for (std::uint32_t page = first_page; page <= last_page; ++page) {
+    BlockId b = page < entries_.size() ? entries_[page] : kInvalidBlock;
+    if (b == kInvalidBlock) {
+      ++needed;
+      continue;
+    }
+    if (b >= pool.total()) return Unexpected{CoreError::kBlockOutOfRange};
+    if (pool.refcount(b) == 0) return Unexpected{CoreError::kBlockNotLive};
+    if (pool.refcount(b) > 1) ++needed;
+  }
+  if (needed > pool.free_count()) return Unexpected{CoreError::kPoolExhausted};
+  if (entries_.size() < std::size_t{last_page} + 1) {
+    entries_.resize(std::size_t{last_page} + 1, kInvalidBlock);
+  }
+
+  // Commit: nothing below can fail.
+  for (std::uint32_t page = first_page; page <= last_page; ++page) {
+    CopyOnWrite action = pool.writable(entries_[page]).value();
+    if (action.kind == CopyOnWrite::Kind::kCopy) effect.copies.push_back(action);
+    if (action.kind == CopyOnWrite::Kind::kAllocated) ++effect.new_pages;
+    entries_[page] = action.block;
+    std::uint64_t page_end = std::uint64_t{page + 1} * page_tokens_;
+    std::uint64_t written_end = std::min(page_end, new_length);
+    pool.set_filled(action.block,
+                    static_cast<std::uint32_t>(written_end - std::uint64_t{page} * page_tokens_));
+  }
+  length_ = static_cast<std::uint32_t>(new_length);
+  return effect;
+}
+
+CoreStatus SequenceBlockTable::fork_into(SequenceBlockTable& target, BlockPool& pool) const {
+  if (capacity_pages_ != target.capacity_pages_ || page_tokens_ != target.page_tokens_) {
+    return Unexpected{CoreError::kSizeMismatch};
+  }
+  if (!target.empty()) return Unexpected{CoreError::kTargetNotEmpty};
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i] == kInvalidBlock) continue;
+    if (auto retained = pool.retain(entries_[i]); !retained) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (entries_[j] != kInvalidBlock) (void)pool.release(entries_[j]);
+      }
+      return retained;
+    }
+  }
+  target.entries_ = entries_;
+  target.length_ = length_;
+  return {};
+}
+
+CoreStatus SequenceBlockTable::install_shared_prefix(std::span<const BlockId> pages,
+                                                     std::uint32_t tokens, BlockPool& pool) {
+  if (pages.size() > capacity_pages_) return Unexpected{CoreError::kPageOutOfRange};
+  if (pages.size() != (std::uint64_t{tokens} + page_tokens_ - 1) / page_tokens_) {
+    return Unexpected{CoreError::kSizeMismatch};
+  }
+  if (!empty()) return Unexpected{CoreError::kTargetNotEmpty};
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    if (auto retained = pool.retain(pages[i]); !retained) {
+      for (std::size_t j = 0; j < i; ++j) (void)pool.release(pages[j]);
+      return retained;
+    }
+  }
+  entries_.assign(pages.begin(), pages.end());
+  length_ = tokens;
+  return {};
+}
+
+CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
+  // Validate: each block must be live with at least as many references as
+  // this table holds on it.
+  std::vector<BlockId> held;
+  held.reserve(entries_.size());
+  for (BlockId b : entries_) {
+    if (b == kInvalidBlock) continue;
+    if (b >= pool.total()) return Unexpected{CoreError::kBlockOutOfRange};
+    held.push_back(b);
+  }
+  std::sort(held.begin(), held.end());
+  for (std::size_t i = 0; i < held.size();) {
+    std::size_t j = i;
+    while (j < held.size() && held[j] == held[i]) ++j;
+    if (pool.refcount(held[i]) < j - i) return Unexpected{CoreError::kBlockNotLive};
+    i = j;
+  }
+  for (BlockId b : held) (void)pool.release(b);
+  entries_.clear();
+  length_ = 0;
+  return {};
+}
+
+}  // namespace kvreplay

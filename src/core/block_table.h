@@ -1,0 +1,89 @@
+// SequenceBlockTable: one sequence's logical pages -> physical blocks, and the
+// sequence's length in tokens.
+//
+// Contract:
+//   - capacity_pages() is fixed at construction; entries beyond entries().size()
+//     are kInvalidBlock (storage grows with the sequence, not with its capacity).
+//   - Tables built through append/fork/prefix hold valid entries for exactly the
+//     pages covering [0, length()) (invariant I3).
+//   - Every operation is failure-atomic: on error the table and the pool are
+//     exactly as before.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "core/config.h"
+#include "core/error.h"
+
+namespace kvreplay {
+
+// What an append did, for the data plane and the reports.
+struct AppendEffect {
+  // Copy-on-write copies made, in page order. At most one (the shared partial
+  // last page) for tables whose valid pages are exactly those below length().
+  std::vector<CopyOnWrite> copies;
+  std::uint32_t first_page = 0;  // first logical page written
+  std::uint32_t new_pages = 0;   // pages newly allocated (COW destination excluded)
+};
+
+class SequenceBlockTable {
+ public:
+  // REQUIRES: page_tokens >= 1.
+  SequenceBlockTable(std::uint32_t capacity_pages, std::uint32_t page_tokens);
+
+  std::uint32_t capacity_pages() const { return capacity_pages_; }
+  std::uint32_t page_tokens() const { return page_tokens_; }
+  std::uint64_t capacity_tokens() const { return std::uint64_t{capacity_pages_} * page_tokens_; }
+  std::uint32_t length() const { return length_; }
+  // Stored entries; logical pages past the end are kInvalidBlock.
+  std::span<const BlockId> entries() const { return entries_; }
+  bool empty() const;  // no valid entry and length 0
+
+  // The block of a logical page, or nullopt when the entry is invalid or out of range.
+  std::optional<BlockId> get(std::uint32_t logical_page) const;
+
+  // Makes one entry writable (copy-on-write when shared) and repoints it.
+  // Errors: kPageOutOfRange, and those of BlockPool::writable. Does not change length().
+  CoreResult<CopyOnWrite> ensure_writable(std::uint32_t logical_page, BlockPool& pool);
+
+  // Appends `tokens` tokens at position length(): a fresh block for each new
+  // page, copy-on-write of a shared partial last page, filled counts updated.
+  // Reserves every block it needs before changing anything.
+  // Errors: kLengthExceeded (past capacity_tokens()), kPoolExhausted, and stale-page
+  // errors of the partial last page.
+  CoreResult<AppendEffect> append(std::uint32_t tokens, BlockPool& pool);
+
+  // Makes `target` share every page of this table, with the same length.
+  // Retains each live page; on failure releases what it retained.
+  // Errors: kSizeMismatch (capacity or page size differ), kTargetNotEmpty, and
+  // those of BlockPool::retain.
+  CoreStatus fork_into(SequenceBlockTable& target, BlockPool& pool) const;
+
+  // Attaches prefix pages holding `tokens` tokens to this empty table: retains
+  // first, publishes after; rolls back on failure.
+  // Errors: kPageOutOfRange (more pages than capacity), kSizeMismatch (pages
+  // do not match ceil(tokens / page_tokens)), kTargetNotEmpty, and those of
+  // BlockPool::retain (a stale page).
+  CoreStatus install_shared_prefix(std::span<const BlockId> pages, std::uint32_t tokens,
+                                   BlockPool& pool);
+
+  // Releases every page and resets the length to 0. Validates first (every
+  // entry live, with enough references for its multiplicity), then releases.
+  CoreStatus release_all(BlockPool& pool);
+
+  bool operator==(const SequenceBlockTable&) const = default;
+
+ private:
+  friend struct BlockTableTestAccess;  // plants faults in tests
+
+  std::uint32_t capacity_pages_;
+  std::uint32_t page_tokens_;
+  std::uint32_t length_ = 0;
+  std::vector<BlockId> entries_;
+};
+
+}  // namespace kvreplay

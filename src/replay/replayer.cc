@@ -1,0 +1,404 @@
+#include "replay/replayer.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+namespace kvreplay {
+
+std::optional<CheckPolicy> CheckPolicy::parse(std::string_view text) {
+  if (text == "every") return CheckPolicy{Mode::kEvery, 1};
+  if (text == "end") return CheckPolicy{Mode::kEnd, 1};
+  if (text == "off") return CheckPolicy{Mode::kOff, 1};
+  std::uint64_t n = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc{} || ptr != text.data() + text.size() || n == 0) return std::nullopt;
+  if (n == 1) return CheckPolicy{Mode::kEvery, 1};
+  return CheckPolicy{Mode::kEveryN, n};
+}
+
+std::string CheckPolicy::name() const {
+  switch (mode) {
+    case Mode::kEvery: return "every";
+    case Mode::kEveryN: return std::to_string(every);
+    case Mode::kEnd: return "end";
+    case Mode::kOff: return "off";
+  }
+  return "?";
+}
+
+Replayer::Replayer(const RunConfig& config, CheckPolicy check, OomPolicy on_oom)
+    : config_(config),
+      check_(check),
+      on_oom_(on_oom),
+      pool_(config.kv.pool_blocks, config.alloc_order) {}
+
+SequenceBlockTable Replayer::new_table() const {
+  return SequenceBlockTable(config_.kv.pages_per_seq(), config_.kv.page_tokens);
+}
+
+InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::string& file) {
+  auto bad = [&](std::string_view field, std::string problem) {
+    return Unexpected{InputError{file, event.line, std::string(field), std::move(problem)}};
+  };
+  const std::uint32_t max_tokens = config_.kv.max_seq_tokens;
+  Step step = Step::kDone;
+  switch (event.op) {
+    case Op::kPrefix: {
+      if (prefixes_.contains(event.id) || skipped_prefixes_.contains(event.id)) {
+        return bad("id", fmt::format("prefix '{}' already exists", event.id));
+      }
+      if (event.tokens > max_tokens) {
+        return bad("tokens", fmt::format("{} exceeds max_seq_tokens {}", event.tokens, max_tokens));
+      }
+      step = prefix(event);
+      break;
+    }
+    case Op::kDropPrefix: {
+      auto it = prefixes_.find(event.id);
+      if (it == prefixes_.end()) {
+        if (skipped_prefixes_.erase(event.id) > 0) {
+          ++totals_.skipped_events;
+          break;
+        }
+        return bad("id", fmt::format("'{}' is not a live prefix", event.id));
+      }
+      std::uint32_t length = it->second.table.length();
+      std::size_t pages = it->second.table.entries().size();
+      step = release(it->second.table, event);
+      if (step == Step::kDone) {
+        state_.logical_tokens -= length;
+        state_.table_entries -= pages;
+        prefixes_.erase(it);
+      }
+      break;
+    }
+    case Op::kAdmit: {
+      if (sequences_.contains(event.seq) || skipped_sequences_.contains(event.seq)) {
+        return bad("seq", fmt::format("{} is already admitted", event.seq));
+      }
+      if (event.prompt > max_tokens) {
+        return bad("prompt", fmt::format("{} exceeds max_seq_tokens {}", event.prompt, max_tokens));
+      }
+      if (event.has_prefix) {
+        auto it = prefixes_.find(event.id);
+        if (it == prefixes_.end()) {
+          if (skipped_prefixes_.contains(event.id)) {
+            skipped_sequences_.insert(event.seq);
+            ++totals_.skipped_events;
+            break;
+          }
+          return bad("prefix", fmt::format("'{}' is not a live prefix", event.id));
+        }
+        if (event.prompt < it->second.table.length()) {
+          return bad("prompt", fmt::format("{} is shorter than its prefix '{}' ({} tokens)",
+                                           event.prompt, event.id, it->second.table.length()));
+        }
+      }
+      step = admit(event);
+      break;
+    }
+    case Op::kAppend: {
+      auto it = sequences_.find(event.seq);
+      if (it == sequences_.end()) {
+        if (skipped_sequences_.contains(event.seq)) {
+          ++totals_.skipped_events;
+          break;
+        }
+        return bad("seq", fmt::format("{} is not admitted", event.seq));
+      }
+      if (std::uint64_t{it->second.table.length()} + event.tokens > max_tokens) {
+        return bad("tokens", fmt::format("{} more tokens make seq {} {} tokens long, past "
+                                         "max_seq_tokens {}",
+                                         event.tokens, event.seq,
+                                         std::uint64_t{it->second.table.length()} + event.tokens,
+                                         max_tokens));
+      }
+      step = append_to(it->second, event.tokens, event);
+      break;
+    }
+    case Op::kDecode: {
+      // Validate the whole batch before any sequence advances.
+      bool any_skipped = false;
+      for (std::uint64_t seq : event.seqs) {
+        auto it = sequences_.find(seq);
+        if (it == sequences_.end()) {
+          if (skipped_sequences_.contains(seq)) {
+            any_skipped = true;
+            continue;
+          }
+          return bad("seqs", fmt::format("{} is not admitted", seq));
+        }
+        if (it->second.decode_stamp == event.index) {
+          return bad("seqs", fmt::format("{} appears twice", seq));
+        }
+        it->second.decode_stamp = event.index;
+        if (std::uint64_t{it->second.table.length()} + event.tokens > max_tokens) {
+          return bad("tokens", fmt::format("{} more tokens make seq {} {} tokens long, past "
+                                           "max_seq_tokens {}",
+                                           event.tokens, seq,
+                                           std::uint64_t{it->second.table.length()} + event.tokens,
+                                           max_tokens));
+        }
+      }
+      if (any_skipped) ++totals_.skipped_events;
+      for (std::uint64_t seq : event.seqs) {
+        auto it = sequences_.find(seq);
+        if (it == sequences_.end()) continue;
+        Step one = append_to(it->second, event.tokens, event);
+        if (one == Step::kViolation) {
+          step = one;
+          break;
+        }
+        if (one == Step::kOom) {
+          step = one;
+          if (on_oom_ == OomPolicy::kFail) break;
+        }
+      }
+      break;
+    }
+    case Op::kFork: {
+      if (sequences_.contains(event.child) || skipped_sequences_.contains(event.child)) {
+        return bad("child", fmt::format("{} is already admitted", event.child));
+      }
+      if (!sequences_.contains(event.seq)) {
+        if (skipped_sequences_.contains(event.seq)) {
+          skipped_sequences_.insert(event.child);
+          ++totals_.skipped_events;
+          break;
+        }
+        return bad("seq", fmt::format("{} is not admitted", event.seq));
+      }
+      step = fork(event);
+      break;
+    }
+    case Op::kFree: {
+      auto it = sequences_.find(event.seq);
+      if (it == sequences_.end()) {
+        if (skipped_sequences_.erase(event.seq) > 0) {
+          ++totals_.skipped_events;
+          break;
+        }
+        return bad("seq", fmt::format("{} is not admitted", event.seq));
+      }
+      std::uint32_t length = it->second.table.length();
+      std::size_t pages = it->second.table.entries().size();
+      step = release(it->second.table, event);
+      if (step == Step::kDone) {
+        state_.logical_tokens -= length;
+        state_.table_entries -= pages;
+        sequences_.erase(it);
+      }
+      break;
+    }
+    case Op::kCheck: break;
+  }
+
+  record(event);
+  if (step == Step::kViolation) return Outcome::kViolation;
+  bool due = false;
+  switch (check_.mode) {
+    case CheckPolicy::Mode::kEvery: due = true; break;
+    case CheckPolicy::Mode::kEveryN: due = event.index % check_.every == 0; break;
+    case CheckPolicy::Mode::kEnd: break;
+    case CheckPolicy::Mode::kOff: break;
+  }
+  if (event.op == Op::kCheck && check_.mode != CheckPolicy::Mode::kOff) due = true;
+  if (due && !run_check(&event)) return Outcome::kViolation;
+  return step == Step::kOom ? Outcome::kOom : Outcome::kApplied;
+}
+
+Replayer::Step Replayer::prefix(const Event& event) {
+  Prefix record{new_table(), fmt::format("prefix '{}'", event.id)};
+  auto appended = record.table.append(event.tokens, pool_);
+  if (!appended) {
+    if (appended.error() != CoreError::kPoolExhausted) {
+      return core_failure(event, appended.error(), "prefix");
+    }
+    skipped_prefixes_.insert(event.id);
+    return oom(event);
+  }
+  totals_.tokens_appended += event.tokens;
+  state_.logical_tokens += event.tokens;
+  state_.table_entries += record.table.entries().size();
+  prefixes_.emplace(event.id, std::move(record));
+  return Step::kDone;
+}
+
+Replayer::Step Replayer::admit(const Event& event) {
+  Sequence record{new_table(), fmt::format("seq {}", event.seq), 0};
+  std::uint32_t shared_tokens = 0;
+  if (event.has_prefix) {
+    const Prefix& shared = prefixes_.at(event.id);
+    shared_tokens = shared.table.length();
+    auto installed =
+        record.table.install_shared_prefix(shared.table.entries(), shared_tokens, pool_);
+    if (!installed) return core_failure(event, installed.error(), "install_shared_prefix");
+  }
+  std::uint32_t fresh = event.prompt - shared_tokens;
+  auto appended = record.table.append(fresh, pool_);
+  if (!appended) {
+    // Undo the install: release_all drops exactly the references it retained.
+    if (auto undone = record.table.release_all(pool_); !undone) {
+      return core_failure(event, undone.error(), "release_all");
+    }
+    if (appended.error() != CoreError::kPoolExhausted) {
+      return core_failure(event, appended.error(), "append");
+    }
+    skipped_sequences_.insert(event.seq);
+    return oom(event);
+  }
+  if (event.has_prefix) {
+    ++totals_.prefix_installs;
+    totals_.shared_pages_installed += prefixes_.at(event.id).table.entries().size();
+  }
+  totals_.tokens_appended += fresh;
+  state_.logical_tokens += event.prompt;
+  state_.table_entries += record.table.entries().size();
+  // The copy check (I4/I5) runs on the sequence's table once it is in place.
+  auto [it, inserted] = sequences_.emplace(event.seq, std::move(record));
+  (void)inserted;
+  for (const CopyOnWrite& copy : appended.value().copies) {
+    ++totals_.cow_copies;
+    totals_.cow_bytes += std::uint64_t{pool_.filled(copy.source)} * config_.kv.bytes_per_token();
+  }
+  if (check_.mode != CheckPolicy::Mode::kOff) {
+    for (const CopyOnWrite& copy : appended.value().copies) {
+      if (!pool_.is_live(copy.source)) {
+        violation_ = Violation{
+            event.index, event.line, "I5",
+            fmt::format("seq {}: copy source block {} is not live", event.seq, copy.source)};
+        return Step::kViolation;
+      }
+    }
+    auto entries = it->second.table.entries();
+    for (std::size_t page = appended.value().first_page; fresh > 0 && page < entries.size();
+         ++page) {
+      if (pool_.refcount(entries[page]) != 1) {
+        violation_ =
+            Violation{event.index, event.line, "I4",
+                      fmt::format("seq {} page {}: write into block {} with refcount {}", event.seq,
+                                  page, entries[page], pool_.refcount(entries[page]))};
+        return Step::kViolation;
+      }
+    }
+  }
+  return Step::kDone;
+}
+
+Replayer::Step Replayer::append_to(Sequence& sequence, std::uint32_t tokens, const Event& event) {
+  std::size_t pages_before = sequence.table.entries().size();
+  auto appended = sequence.table.append(tokens, pool_);
+  if (!appended) {
+    if (appended.error() != CoreError::kPoolExhausted) {
+      return core_failure(event, appended.error(), sequence.label);
+    }
+    return oom(event);
+  }
+  totals_.tokens_appended += tokens;
+  state_.logical_tokens += tokens;
+  state_.table_entries += sequence.table.entries().size() - pages_before;
+  for (const CopyOnWrite& copy : appended.value().copies) {
+    ++totals_.cow_copies;
+    totals_.cow_bytes += std::uint64_t{pool_.filled(copy.source)} * config_.kv.bytes_per_token();
+    if (check_.mode != CheckPolicy::Mode::kOff && !pool_.is_live(copy.source)) {
+      violation_ = Violation{
+          event.index, event.line, "I5",
+          fmt::format("{}: copy source block {} is not live", sequence.label, copy.source)};
+      return Step::kViolation;
+    }
+  }
+  if (check_.mode != CheckPolicy::Mode::kOff) {
+    auto entries = sequence.table.entries();
+    for (std::size_t page = appended.value().first_page; page < entries.size(); ++page) {
+      if (pool_.refcount(entries[page]) != 1) {
+        violation_ = Violation{
+            event.index, event.line, "I4",
+            fmt::format("{} page {}: write into block {} with refcount {}", sequence.label, page,
+                        entries[page], pool_.refcount(entries[page]))};
+        return Step::kViolation;
+      }
+    }
+  }
+  return Step::kDone;
+}
+
+Replayer::Step Replayer::fork(const Event& event) {
+  const Sequence& parent = sequences_.at(event.seq);
+  Sequence child{new_table(), fmt::format("seq {}", event.child), 0};
+  if (auto forked = parent.table.fork_into(child.table, pool_); !forked) {
+    return core_failure(event, forked.error(), "fork_into");
+  }
+  ++totals_.forks;
+  state_.logical_tokens += child.table.length();
+  state_.table_entries += child.table.entries().size();
+  sequences_.emplace(event.child, std::move(child));
+  return Step::kDone;
+}
+
+Replayer::Step Replayer::release(SequenceBlockTable& table, const Event& event) {
+  if (auto released = table.release_all(pool_); !released) {
+    return core_failure(event, released.error(), "release_all");
+  }
+  return Step::kDone;
+}
+
+Replayer::Step Replayer::oom(const Event& event) {
+  ++totals_.oom_events;
+  if (!totals_.oom_first_event) totals_.oom_first_event = event.index;
+  return Step::kOom;
+}
+
+Replayer::Step Replayer::core_failure(const Event& event, CoreError error, std::string_view what) {
+  // A stale page or refcount overflow here means the state is already corrupt.
+  violation_ = Violation{event.index, event.line, "I1", fmt::format("{} failed: {}", what, error)};
+  return Step::kViolation;
+}
+
+void Replayer::record(const Event& event) {
+  (void)event;
+  ++totals_.events;
+  const std::uint64_t page_tokens = config_.kv.page_tokens;
+  state_.used = pool_.used_count();
+  state_.physical_tokens = pool_.filled_total();
+  state_.waste_slots = std::uint64_t{state_.used} * page_tokens - state_.physical_tokens;
+  state_.waste_ratio = state_.used == 0
+                           ? 0.0
+                           : static_cast<double>(state_.waste_slots) /
+                                 static_cast<double>(std::uint64_t{state_.used} * page_tokens);
+  state_.live_sequences = sequences_.size();
+  if (state_.used > 0) {
+    totals_.waste_ratio_sum += state_.waste_ratio;
+    ++totals_.waste_ratio_events;
+    totals_.waste_ratio_max = std::max(totals_.waste_ratio_max, state_.waste_ratio);
+  }
+  if (state_.used > totals_.peak_used) {
+    totals_.peak_used = state_.used;
+    totals_.waste_ratio_at_peak = state_.waste_ratio;
+    totals_.waste_slots_at_peak = state_.waste_slots;
+    totals_.saved_blocks_at_peak =
+        static_cast<std::int64_t>(state_.table_entries) - static_cast<std::int64_t>(state_.used);
+  }
+  totals_.peak_logical = std::max(totals_.peak_logical, state_.logical_tokens);
+  totals_.peak_physical = std::max(totals_.peak_physical, state_.physical_tokens);
+}
+
+bool Replayer::run_check(const Event* event) {
+  table_refs_.clear();
+  for (const auto& [id, sequence] : sequences_)
+    table_refs_.push_back({&sequence.table, sequence.label});
+  for (const auto& [id, shared] : prefixes_) table_refs_.push_back({&shared.table, shared.label});
+  ++totals_.checks;
+  auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_);
+  if (!found) return true;
+  violation_ = Violation{event ? event->index : 0, event ? event->line : 0, found->invariant,
+                         found->message};
+  return false;
+}
+
+Replayer::Outcome Replayer::finish() {
+  if (check_.mode == CheckPolicy::Mode::kOff) return Outcome::kApplied;
+  return run_check(nullptr) ? Outcome::kApplied : Outcome::kViolation;
+}
+
+}  // namespace kvreplay

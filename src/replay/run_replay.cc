@@ -1,0 +1,147 @@
+#include "replay/run_replay.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+
+#include "report/report.h"
+#include "trace/kvtrace_reader.h"
+
+namespace kvreplay {
+
+namespace {
+
+int input_failure(const InputError& error) {
+  fmt::print(stderr, "{}\n", error.to_string());
+  return kExitInput;
+}
+
+struct ReplayRun {
+  RunStatus status = RunStatus::kOk;
+  std::unique_ptr<Replayer> replayer;
+  std::string format;
+  double wall_seconds = 0.0;
+};
+
+// Runs the whole trace. `on_event` sees every applied event (for the timeline).
+template <class OnEvent>
+InputResult<ReplayRun> replay_trace(const std::string& path, const ConfigOverrides& overrides,
+                                    CheckPolicy check, OomPolicy on_oom, OnEvent&& on_event) {
+  auto start = std::chrono::steady_clock::now();
+  auto opened = KvTraceReader::open(path);
+  if (!opened) return Unexpected{opened.error()};
+  KvTraceReader& reader = *opened.value();
+  auto config = resolve_run_config(reader.header().config, overrides, reader.name(),
+                                   reader.header().config_line);
+  if (!config) return Unexpected{config.error()};
+  ReplayRun run;
+  run.replayer = std::make_unique<Replayer>(config.value(), check, on_oom);
+  Event event;
+  for (;;) {
+    auto more = reader.next(event);
+    if (!more) return Unexpected{more.error()};
+    if (!more.value()) break;
+    auto outcome = run.replayer->apply(event, reader.name());
+    if (!outcome) return Unexpected{outcome.error()};
+    on_event(event, *run.replayer);
+    if (outcome.value() == Replayer::Outcome::kViolation) {
+      run.status = RunStatus::kViolation;
+      break;
+    }
+    if (outcome.value() == Replayer::Outcome::kOom && on_oom == OomPolicy::kFail) {
+      run.status = RunStatus::kOom;
+      break;
+    }
+  }
+  if (run.status == RunStatus::kOk && run.replayer->finish() == Replayer::Outcome::kViolation) {
+    run.status = RunStatus::kViolation;
+  }
+  run.format = std::string(reader.format_name());
+  run.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return run;
+}
+
+int exit_code(RunStatus status) {
+  switch (status) {
+    case RunStatus::kOk: return kExitOk;
+    case RunStatus::kOom: return kExitOom;
+    case RunStatus::kViolation: return kExitCheckFailed;
+  }
+  return kExitCheckFailed;
+}
+
+}  // namespace
+
+int run_replay(const ReplayRequest& request) {
+  std::unique_ptr<TimelineWriter> timeline;
+  if (!request.timeline_path.empty()) {
+    auto opened = TimelineWriter::open(request.timeline_path);
+    if (!opened) {
+      fmt::print(stderr, "kvreplay: cannot write the timeline: {}\n", opened.error());
+      return kExitInput;
+    }
+    timeline = std::move(opened).value();
+  }
+  auto run = replay_trace(request.trace_path, request.overrides, request.check, request.on_oom,
+                          [&](const Event& event, const Replayer& replayer) {
+                            if (timeline) timeline->row(event, replayer);
+                          });
+  if (!run) return input_failure(run.error());  // the timeline's temp file is removed
+  ReplayReportInput input{
+      TraceInfo{request.trace_path, run.value().format, run.value().replayer->totals().events},
+      run.value().status, run.value().replayer.get(), run.value().wall_seconds};
+  if (timeline) {
+    if (auto closed = timeline->close(); !closed) {
+      fmt::print(stderr, "kvreplay: cannot write the timeline: {}\n", closed.error());
+      return kExitInput;
+    }
+  }
+  if (!request.report_path.empty()) {
+    std::string text = replay_report(input).dump(2) + "\n";
+    if (auto written = write_file_atomically(request.report_path, text); !written) {
+      fmt::print(stderr, "kvreplay: cannot write the report: {}\n", written.error());
+      return kExitInput;
+    }
+  }
+  if (!request.quiet) fmt::print("{}", replay_summary(input));
+  if (const auto& v = run.value().replayer->violation()) {
+    if (v->event == 0) {
+      fmt::print(stderr, "{}: invariant {} violated at the end of the trace: {}\n",
+                 input.trace.path, v->invariant, v->message);
+    } else {
+      fmt::print(stderr, "{}:{}: invariant {} violated at event {}: {}\n", input.trace.path,
+                 v->line, v->invariant, v->event, v->message);
+    }
+  }
+  if (run.value().status == RunStatus::kOom) {
+    fmt::print(stderr,
+               "{}: pool exhausted at event {} (--on-oom fail); rerun with --on-oom skip "
+               "or a larger --kv-memory / --pool-blocks\n",
+               input.trace.path, *run.value().replayer->totals().oom_first_event);
+  }
+  return exit_code(run.value().status);
+}
+
+int run_validate(const std::string& trace_path, const ConfigOverrides& overrides) {
+  auto run = replay_trace(trace_path, overrides, CheckPolicy{CheckPolicy::Mode::kEnd, 1},
+                          OomPolicy::kSkip, [](const Event&, const Replayer&) {});
+  if (!run) return input_failure(run.error());
+  const Replayer& replayer = *run.value().replayer;
+  std::string name = trace_path == "-" ? "<stdin>" : trace_path;
+  if (run.value().status == RunStatus::kViolation) {
+    fmt::print(stderr, "{}: invariant {} violated: {}\n", name, replayer.violation()->invariant,
+               replayer.violation()->message);
+    return kExitCheckFailed;
+  }
+  fmt::print("{}: valid {}, {} events", name, run.value().format, replayer.totals().events);
+  if (replayer.totals().oom_events > 0) {
+    fmt::print(" ({} operations would exhaust the pool of {} blocks)", replayer.totals().oom_events,
+               replayer.pool().total());
+  }
+  fmt::print("\n");
+  return kExitOk;
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,202 @@
+#include "report/report.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kvreplay {
+
+std::string_view to_string(RunStatus status) {
+  switch (status) {
+    case RunStatus::kOk: return "ok";
+    case RunStatus::kOom: return "oom";
+    case RunStatus::kViolation: return "violation";
+  }
+  return "?";
+}
+
+nlohmann::json replay_report(const ReplayReportInput& input) {
+  const Replayer& replayer = *input.replayer;
+  const ReplayTotals& totals = replayer.totals();
+  const ReplayState& state = replayer.state();
+  const BlockPool& pool = replayer.pool();
+  nlohmann::json report;
+  report["kvreplay_report"] = 1;
+  report["trace"] = {
+      {"path", input.trace.path}, {"format", input.trace.format}, {"events", input.trace.events}};
+  report["config"] = replayer.config().to_json();
+  report["status"] = std::string(to_string(input.status));
+  report["blocks"] = {{"total", pool.total()},
+                      {"peak_used", totals.peak_used},
+                      {"final_used", state.used},
+                      {"allocations", pool.allocations()},
+                      {"frees", pool.frees()}};
+  report["tokens"] = {{"appended", totals.tokens_appended},
+                      {"peak_logical", totals.peak_logical},
+                      {"peak_physical", totals.peak_physical}};
+  report["fragmentation"] = {{"waste_ratio_at_peak", totals.waste_ratio_at_peak},
+                             {"waste_ratio_mean", totals.waste_ratio_mean()},
+                             {"waste_ratio_max", totals.waste_ratio_max},
+                             {"waste_slots_at_peak", totals.waste_slots_at_peak}};
+  report["sharing"] = {{"forks", totals.forks},
+                       {"prefix_installs", totals.prefix_installs},
+                       {"shared_pages_installed", totals.shared_pages_installed},
+                       {"saved_blocks_at_peak", totals.saved_blocks_at_peak}};
+  report["cow"] = {{"copies", totals.cow_copies}, {"bytes", totals.cow_bytes}};
+  nlohmann::json violations = nlohmann::json::array();
+  if (const auto& v = replayer.violation()) {
+    violations.push_back(
+        {{"event", v->event == 0 ? nlohmann::json(nullptr) : nlohmann::json(v->event)},
+         {"line", v->line == 0 ? nlohmann::json(nullptr) : nlohmann::json(v->line)},
+         {"invariant", v->invariant},
+         {"message", v->message}});
+  }
+  report["invariants"] = {{"mode", replayer.check_policy().name()},
+                          {"checks", totals.checks},
+                          {"violations", std::move(violations)}};
+  report["oom"] = {{"events", totals.oom_events},
+                   {"first_event", totals.oom_first_event ? nlohmann::json(*totals.oom_first_event)
+                                                          : nlohmann::json(nullptr)}};
+  report["timing"] = {{"wall_seconds", input.wall_seconds}, {"kernels", nlohmann::json::object()}};
+  return report;
+}
+
+namespace {
+
+std::string bytes_text(std::uint64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, kUnits[unit]);
+}
+
+std::string percent(double ratio) {
+  return fmt::format("{:.2f}%", ratio * 100.0);
+}
+
+}  // namespace
+
+std::string replay_summary(const ReplayReportInput& input) {
+  const Replayer& replayer = *input.replayer;
+  const ReplayTotals& totals = replayer.totals();
+  const ReplayState& state = replayer.state();
+  const BlockPool& pool = replayer.pool();
+  const RunConfig& config = replayer.config();
+  std::string out;
+  auto line = [&out](std::string_view label, const std::string& value) {
+    out += fmt::format("  {:<26} {}\n", label, value);
+  };
+  out += fmt::format("kvreplay: {} ({}, {} events) -> {}\n", input.trace.path, input.trace.format,
+                     input.trace.events, to_string(input.status));
+  out += fmt::format("config: {} {}, page {} tokens, {} blocks of {} ({} pool), alloc {}\n",
+                     config.model.empty() ? fmt::format("{}x{}x{}", config.kv.layers,
+                                                        config.kv.kv_heads, config.kv.head_dim)
+                                          : config.model,
+                     to_string(config.kv.dtype), config.kv.page_tokens, config.kv.pool_blocks,
+                     bytes_text(config.kv.block_bytes()), bytes_text(config.kv.pool_bytes()),
+                     to_string(config.alloc_order));
+  out += "blocks\n";
+  line("peak used", fmt::format("{} of {} ({})", totals.peak_used, pool.total(),
+                                percent(static_cast<double>(totals.peak_used) / pool.total())));
+  line("final used", std::to_string(state.used));
+  line("allocations / frees", fmt::format("{} / {}", pool.allocations(), pool.frees()));
+  out += "waste (unfilled slots of used blocks)\n";
+  line("at peak", fmt::format("{} ({} slots)", percent(totals.waste_ratio_at_peak),
+                              totals.waste_slots_at_peak));
+  line("mean / max",
+       fmt::format("{} / {}", percent(totals.waste_ratio_mean()), percent(totals.waste_ratio_max)));
+  out += "tokens\n";
+  line("appended", std::to_string(totals.tokens_appended));
+  line("peak logical / physical",
+       fmt::format("{} / {}", totals.peak_logical, totals.peak_physical));
+  out += "sharing\n";
+  line("forks", std::to_string(totals.forks));
+  line("prefix installs (pages)",
+       fmt::format("{} ({})", totals.prefix_installs, totals.shared_pages_installed));
+  line("blocks saved at peak", std::to_string(totals.saved_blocks_at_peak));
+  out += "copy-on-write\n";
+  line("copies", fmt::format("{} ({})", totals.cow_copies, bytes_text(totals.cow_bytes)));
+  out += "invariants\n";
+  line("mode / checks", fmt::format("{} / {}", replayer.check_policy().name(), totals.checks));
+  if (const auto& v = replayer.violation()) {
+    line("violation", v->event == 0 ? fmt::format("{} at the end: {}", v->invariant, v->message)
+                                    : fmt::format("{} at event {} (line {}): {}", v->invariant,
+                                                  v->event, v->line, v->message));
+  } else {
+    line("violations", "none");
+  }
+  out += "pool exhaustion\n";
+  line("failed operations",
+       totals.oom_events == 0
+           ? std::string("none")
+           : fmt::format("{} (first at event {})", totals.oom_events, *totals.oom_first_event));
+  if (totals.skipped_events > 0) line("skipped events", std::to_string(totals.skipped_events));
+  return out;
+}
+
+Result<void, std::string> write_file_atomically(const std::string& path, const std::string& text) {
+  std::string temp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* file = std::fopen(temp.c_str(), "wb");
+  if (file == nullptr) return Unexpected{fmt::format("{}: {}", path, std::strerror(errno))};
+  bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  ok = std::fclose(file) == 0 && ok;
+  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::string why = std::strerror(errno);
+    std::remove(temp.c_str());
+    return Unexpected{fmt::format("{}: {}", path, why)};
+  }
+  return {};
+}
+
+Result<std::unique_ptr<TimelineWriter>, std::string> TimelineWriter::open(const std::string& path) {
+  std::string temp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* file = std::fopen(temp.c_str(), "wb");
+  if (file == nullptr) return Unexpected{fmt::format("{}: {}", path, std::strerror(errno))};
+  std::unique_ptr<TimelineWriter> writer(new TimelineWriter(file, path, temp));
+  writer->buffer_ =
+      "event,line,op,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
+      "physical_tokens,live_seqs,cow_copies,allocations,frees\n";
+  return writer;
+}
+
+TimelineWriter::~TimelineWriter() {
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    std::remove(temp_path_.c_str());
+  }
+}
+
+void TimelineWriter::row(const Event& event, const Replayer& replayer) {
+  const ReplayState& s = replayer.state();
+  const BlockPool& pool = replayer.pool();
+  fmt::format_to(
+      std::back_inserter(buffer_), "{},{},{},{},{},{},{},{:.6f},{},{},{},{},{},{}\n", event.index,
+      event.line, to_string(event.op), event.has_t ? fmt::format("{}", event.t) : std::string(),
+      s.used, pool.free_count(), s.waste_slots, s.waste_ratio, s.logical_tokens, s.physical_tokens,
+      s.live_sequences, replayer.cow_copies(), pool.allocations(), pool.frees());
+  if (buffer_.size() > (1u << 16)) {
+    std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
+    buffer_.clear();
+  }
+}
+
+Result<void, std::string> TimelineWriter::close() {
+  bool ok = std::fwrite(buffer_.data(), 1, buffer_.size(), file_) == buffer_.size();
+  buffer_.clear();
+  ok = std::fclose(file_) == 0 && ok;
+  file_ = nullptr;
+  if (!ok || std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    std::string why = std::strerror(errno);
+    std::remove(temp_path_.c_str());
+    return Unexpected{fmt::format("{}: {}", path_, why)};
+  }
+  return {};
+}
+
+}  // namespace kvreplay

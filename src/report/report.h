@@ -1,0 +1,64 @@
+// Reports of a replay: the JSON report (SPEC 4, deterministic apart from
+// "timing"), the text summary, and the per-event timeline CSV.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "core/result.h"
+#include "replay/replayer.h"
+#include "trace/kvtrace_reader.h"
+
+namespace kvreplay {
+
+enum class RunStatus : std::uint8_t { kOk, kOom, kViolation };
+std::string_view to_string(RunStatus status);
+
+struct TraceInfo {
+  std::string path;
+  std::string format;
+  std::uint64_t events = 0;
+};
+
+struct ReplayReportInput {
+  TraceInfo trace;
+  RunStatus status = RunStatus::kOk;
+  const Replayer* replayer = nullptr;
+  double wall_seconds = 0.0;
+};
+
+// The v1 report object. Keys are sorted, so dump() is byte-identical for the
+// same inputs apart from timing.wall_seconds.
+nlohmann::json replay_report(const ReplayReportInput& input);
+
+// The human summary printed on stdout.
+std::string replay_summary(const ReplayReportInput& input);
+
+// Writes `text` to `path` through a temporary file and a rename, so a reader
+// never sees half a file. Error: why it could not be written.
+Result<void, std::string> write_file_atomically(const std::string& path, const std::string& text);
+
+// One CSV row per event: written as the replay goes, so memory stays flat.
+class TimelineWriter {
+ public:
+  static Result<std::unique_ptr<TimelineWriter>, std::string> open(const std::string& path);
+  ~TimelineWriter();
+  TimelineWriter(const TimelineWriter&) = delete;
+  TimelineWriter& operator=(const TimelineWriter&) = delete;
+
+  void row(const Event& event, const Replayer& replayer);
+  // Flushes and moves the file into place. Error: an I/O failure.
+  Result<void, std::string> close();
+
+ private:
+  TimelineWriter(std::FILE* file, std::string path, std::string temp_path)
+      : file_(file), path_(std::move(path)), temp_path_(std::move(temp_path)) {}
+  std::FILE* file_;
+  std::string path_;
+  std::string temp_path_;
+  std::string buffer_;
+};
+
+}  // namespace kvreplay

@@ -1,0 +1,73 @@
+#include "trace/byte_source.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kvreplay {
+
+namespace {
+constexpr std::size_t kChunk = 1 << 16;
+}
+
+Result<std::unique_ptr<ByteSource>, std::string> ByteSource::open(const std::string& path) {
+  int fd = path == "-" ? dup(STDIN_FILENO) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Unexpected{std::string(std::strerror(errno))};
+  // Peek at the magic bytes only for regular files; zlib handles both anyway.
+  std::unique_ptr<ByteSource> source(new ByteSource());
+  source->gz_ = gzdopen(fd, "rb");
+  if (source->gz_ == nullptr) {
+    ::close(fd);
+    return Unexpected{std::string("cannot allocate a reader")};
+  }
+  gzbuffer(source->gz_, kChunk);
+  source->data_.resize(kChunk);
+  return source;
+}
+
+std::unique_ptr<ByteSource> ByteSource::from_string(std::string data) {
+  std::unique_ptr<ByteSource> source(new ByteSource());
+  source->memory_ = true;
+  source->data_.assign(data.begin(), data.end());
+  source->size_ = source->data_.size();
+  return source;
+}
+
+ByteSource::~ByteSource() {
+  if (gz_ != nullptr) gzclose(gz_);
+}
+
+bool ByteSource::refill() {
+  if (memory_ || gz_ == nullptr || !error_.empty()) return false;
+  // Keep unread bytes, then read more after them.
+  std::size_t unread = size_ - start_;
+  if (start_ > 0 && unread > 0) std::memmove(data_.data(), data_.data() + start_, unread);
+  start_ = 0;
+  size_ = unread;
+  if (data_.size() - size_ < kChunk) data_.resize(size_ + kChunk);
+  int got = gzread(gz_, data_.data() + size_, static_cast<unsigned>(data_.size() - size_));
+  if (got < 0) {
+    int code = 0;
+    const char* message = gzerror(gz_, &code);
+    error_ = code == Z_ERRNO ? std::string(std::strerror(errno))
+                             : std::string("corrupt gzip data: ") + message;
+    return false;
+  }
+  if (got == 0) {
+    int code = 0;
+    const char* message = gzerror(gz_, &code);
+    if (code == Z_BUF_ERROR) {
+      error_ = "truncated gzip data";
+    } else if (code != Z_OK && code != Z_STREAM_END) {
+      error_ = std::string("corrupt gzip data: ") + message;
+    }
+    return false;
+  }
+  compressed_ = compressed_ || gzdirect(gz_) == 0;
+  size_ += static_cast<std::size_t>(got);
+  return true;
+}
+
+}  // namespace kvreplay
