@@ -34,17 +34,15 @@ CoreResult<CopyOnWrite> SequenceBlockTable::ensure_writable(std::uint32_t logica
   return action;
 }
 
-CoreResult<AppendEffect> SequenceBlockTable::append(std::uint32_t tokens, BlockPool& pool) {
+CoreResult<std::uint32_t> SequenceBlockTable::blocks_needed(std::uint32_t tokens,
+                                                            const BlockPool& pool) const {
   std::uint64_t new_length = std::uint64_t{length_} + tokens;
   if (new_length > capacity_tokens()) return Unexpected{CoreError::kLengthExceeded};
-  AppendEffect effect;
-  if (tokens == 0) return effect;
+  if (tokens == 0) return 0u;
   const std::uint32_t first_page = length_ / page_tokens_;
   const auto last_page = static_cast<std::uint32_t>((new_length - 1) / page_tokens_);
-  effect.first_page = first_page;
-
-  // Plan: count the blocks needed before touching anything. Pages that already
-  // hold a block (the partial last page) are written in place or copied.
+  // Pages that already hold a block (the partial last page) are written in
+  // place, or copied when shared; every other page needs a fresh block.
   std::uint32_t needed = 0;
   for (std::uint32_t page = first_page; page <= last_page; ++page) {
     BlockId b = page < entries_.size() ? entries_[page] : kInvalidBlock;
@@ -56,6 +54,33 @@ CoreResult<AppendEffect> SequenceBlockTable::append(std::uint32_t tokens, BlockP
     if (pool.refcount(b) == 0) return Unexpected{CoreError::kBlockNotLive};
     if (pool.refcount(b) > 1) ++needed;
   }
+  return needed;
+}
+
+CoreResult<AppendEffect> SequenceBlockTable::append(std::uint32_t tokens, BlockPool& pool) {
+  std::uint64_t new_length = std::uint64_t{length_} + tokens;
+  if (new_length > capacity_tokens()) return Unexpected{CoreError::kLengthExceeded};
+  AppendEffect effect;
+  if (tokens == 0) return effect;
+  const std::uint32_t first_page = length_ / page_tokens_;
+  // Fast path (most decode steps): the tokens fit in a partial last page that
+  // this table holds alone, so they are written in place.
+  if (const std::uint32_t offset = length_ % page_tokens_;
+      offset != 0 && tokens <= page_tokens_ - offset && first_page < entries_.size()) {
+    BlockId b = entries_[first_page];
+    if (b < pool.total() && pool.refcount(b) == 1) {
+      effect.first_page = first_page;
+      pool.set_filled(b, offset + tokens);
+      length_ += tokens;
+      return effect;
+    }
+  }
+  const auto last_page = static_cast<std::uint32_t>((new_length - 1) / page_tokens_);
+  effect.first_page = first_page;
+
+  auto planned = blocks_needed(tokens, pool);
+  if (!planned) return Unexpected{planned.error()};
+  const std::uint32_t needed = planned.value();
   if (needed > pool.free_count()) return Unexpected{CoreError::kPoolExhausted};
   if (entries_.size() < std::size_t{last_page} + 1) {
     entries_.resize(std::size_t{last_page} + 1, kInvalidBlock);

@@ -56,6 +56,9 @@ class SequenceBlockTable {
   // Errors: kLengthExceeded (past capacity_tokens()), kPoolExhausted, and stale-page
   // errors of the partial last page.
   CoreResult<AppendEffect> append(std::uint32_t tokens, BlockPool& pool);
+  // The free blocks append(tokens) would take. Errors: those of append, bar
+  // kPoolExhausted.
+  CoreResult<std::uint32_t> blocks_needed(std::uint32_t tokens, const BlockPool& pool) const;
 
   // Makes `target` share every page of this table, with the same length.
   // Retains each live page; on failure releases what it retained.
@@ -72,7 +75,9 @@ class SequenceBlockTable {
                                    BlockPool& pool);
 
   // Releases every page and resets the length to 0. Validates first (every
-  // entry live, with enough references for its multiplicity), then releases.
+  // entry live, with enough references for its multiplicity), then releases
+  // in ascending block-id order, which fixes the free-list order (and so the
+  // deterministic reports) under lifo and fifo.
   CoreStatus release_all(BlockPool& pool);
 
   bool operator==(const SequenceBlockTable&) const = default;

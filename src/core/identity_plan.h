@@ -1,8 +1,8 @@
 // The identity block-table plan: layout [layer][logical_page] -> physical_page
 // with entry i = i. With identity pages a paged arena of layers * pages_per_seq
 // blocks, each [page_tokens][K|V][kv_heads][head_dim], is byte-for-byte a dense
-// [layer][token][K|V][kv_heads][head_dim] arena: the basis of differential
-// kernel tests.
+// [layer][token][K|V][kv_heads][head_dim] arena whose layers are padded to
+// pages_per_seq * page_tokens tokens: the basis of differential kernel tests.
 #pragma once
 
 #include <cstdint>

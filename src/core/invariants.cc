@@ -109,7 +109,9 @@ std::optional<InvariantViolation> InvariantChecker::check(const BlockPool& pool,
       return violation("I3", fmt::format("{}: length {} > capacity {} tokens", ref.label,
                                          table.length(), table.capacity_tokens()));
     }
-    const std::uint64_t covering = (std::uint64_t{table.length()} + page_tokens - 1) / page_tokens;
+    // Each table is measured in its own page size.
+    const std::uint64_t table_page = table.page_tokens();
+    const std::uint64_t covering = (std::uint64_t{table.length()} + table_page - 1) / table_page;
     auto entries = table.entries();
     for (std::size_t page = 0; page < std::max<std::uint64_t>(covering, entries.size()); ++page) {
       BlockId b = page < entries.size() ? entries[page] : kInvalidBlock;
@@ -125,7 +127,7 @@ std::optional<InvariantViolation> InvariantChecker::check(const BlockPool& pool,
                                            page, table.length()));
       }
       std::uint64_t tokens_here =
-          std::min<std::uint64_t>(page_tokens, table.length() - page * std::uint64_t{page_tokens});
+          std::min<std::uint64_t>(table_page, table.length() - page * table_page);
       if (pool.filled(b) < tokens_here) {
         return violation("I3", fmt::format("{} page {} -> block {}: filled {} < {} tokens written",
                                            ref.label, page, b, pool.filled(b), tokens_here));
