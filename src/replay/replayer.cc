@@ -119,12 +119,14 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
     }
     case Op::kDecode: {
       // Validate the whole batch before any sequence advances.
-      bool any_skipped = false;
+      std::unordered_set<std::uint64_t> skipped;  // listed skipped sequences (no stamp)
       for (std::uint64_t seq : event.seqs) {
         auto it = sequences_.find(seq);
         if (it == sequences_.end()) {
           if (skipped_sequences_.contains(seq)) {
-            any_skipped = true;
+            if (!skipped.insert(seq).second) {
+              return bad("seqs", fmt::format("{} appears twice", seq));
+            }
             continue;
           }
           return bad("seqs", fmt::format("{} is not admitted", seq));
@@ -141,7 +143,7 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
                                            max_tokens));
         }
       }
-      if (any_skipped) ++totals_.skipped_events;
+      if (!skipped.empty()) ++totals_.skipped_events;
       for (std::uint64_t seq : event.seqs) {
         auto it = sequences_.find(seq);
         if (it == sequences_.end()) continue;
@@ -355,32 +357,35 @@ Replayer::Step Replayer::core_failure(const Event& event, CoreError error, std::
   return Step::kViolation;
 }
 
+void record_event(ReplayState& state, ReplayTotals& totals, std::uint32_t used,
+                  std::uint64_t physical_tokens, std::uint32_t page_tokens) {
+  ++totals.events;
+  const std::uint64_t slots = std::uint64_t{used} * page_tokens;
+  state.used = used;
+  state.physical_tokens = physical_tokens;
+  state.waste_slots = slots - physical_tokens;
+  state.waste_ratio =
+      used == 0 ? 0.0 : static_cast<double>(state.waste_slots) / static_cast<double>(slots);
+  if (used > 0) {
+    totals.waste_ratio_sum += state.waste_ratio;
+    ++totals.waste_ratio_events;
+    totals.waste_ratio_max = std::max(totals.waste_ratio_max, state.waste_ratio);
+  }
+  if (used > totals.peak_used) {
+    totals.peak_used = used;
+    totals.waste_ratio_at_peak = state.waste_ratio;
+    totals.waste_slots_at_peak = state.waste_slots;
+    totals.saved_blocks_at_peak =
+        static_cast<std::int64_t>(state.table_entries) - static_cast<std::int64_t>(used);
+  }
+  totals.peak_logical = std::max(totals.peak_logical, state.logical_tokens);
+  totals.peak_physical = std::max(totals.peak_physical, state.physical_tokens);
+}
+
 void Replayer::record(const Event& event) {
   (void)event;
-  ++totals_.events;
-  const std::uint64_t page_tokens = config_.kv.page_tokens;
-  state_.used = pool_.used_count();
-  state_.physical_tokens = pool_.filled_total();
-  state_.waste_slots = std::uint64_t{state_.used} * page_tokens - state_.physical_tokens;
-  state_.waste_ratio = state_.used == 0
-                           ? 0.0
-                           : static_cast<double>(state_.waste_slots) /
-                                 static_cast<double>(std::uint64_t{state_.used} * page_tokens);
   state_.live_sequences = sequences_.size();
-  if (state_.used > 0) {
-    totals_.waste_ratio_sum += state_.waste_ratio;
-    ++totals_.waste_ratio_events;
-    totals_.waste_ratio_max = std::max(totals_.waste_ratio_max, state_.waste_ratio);
-  }
-  if (state_.used > totals_.peak_used) {
-    totals_.peak_used = state_.used;
-    totals_.waste_ratio_at_peak = state_.waste_ratio;
-    totals_.waste_slots_at_peak = state_.waste_slots;
-    totals_.saved_blocks_at_peak =
-        static_cast<std::int64_t>(state_.table_entries) - static_cast<std::int64_t>(state_.used);
-  }
-  totals_.peak_logical = std::max(totals_.peak_logical, state_.logical_tokens);
-  totals_.peak_physical = std::max(totals_.peak_physical, state_.physical_tokens);
+  record_event(state_, totals_, pool_.used_count(), pool_.filled_total(), config_.kv.page_tokens);
 }
 
 bool Replayer::run_check(const Event* event) {

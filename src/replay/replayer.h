@@ -87,6 +87,11 @@ struct ReplayTotals {
   }
 };
 
+// Updates `state` (used, physical, waste) from the pool-level figures already
+// set in it, then folds the event into `totals`. Shared by replay and simulate.
+void record_event(ReplayState& state, ReplayTotals& totals, std::uint32_t used,
+                  std::uint64_t physical_tokens, std::uint32_t page_tokens);
+
 class Replayer {
  public:
   enum class Outcome : std::uint8_t { kApplied, kOom, kViolation };

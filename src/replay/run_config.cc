@@ -48,6 +48,16 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
         from_cli ? "command line" : file, from_cli ? 0 : line,
         from_cli ? fmt::format("--{}", key) : fmt::format("config.{}", key), std::move(problem)}};
   };
+  // A problem PagedKvConfig::validate() found: it names the key it starts with
+  // ("page_tokens must be >= 1"), or the config as a whole for a derived figure
+  // ("bytes_per_token overflows 64 bits").
+  auto invalid = [&](const std::string& problem) {
+    std::string key = problem.substr(0, problem.find(' '));
+    for (std::string_view candidate : kKeys) {
+      if (candidate == key) return fail(key, false, problem);
+    }
+    return Unexpected{InputError{file, line, "config", problem}};
+  };
   for (const auto& [key, value] : header.items()) {
     bool known = false;
     for (std::string_view candidate : kKeys) known = known || candidate == key;
@@ -189,7 +199,7 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
     if (!bytes)
       return fail(pool_from_cli ? "kv-memory" : "kv_memory", pool_from_cli, bytes.error());
     run.kv.pool_blocks = 1;  // placeholder so the geometry validates
-    if (auto problem = run.kv.validate()) return fail("model", false, *problem);
+    if (auto problem = run.kv.validate()) return invalid(*problem);
     auto blocks = pool_blocks_for_memory(run.kv, bytes.value());
     if (!blocks)
       return fail(pool_from_cli ? "kv-memory" : "kv_memory", pool_from_cli, blocks.error());
@@ -199,11 +209,7 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
     return fail("pool_blocks", false,
                 "missing: give pool_blocks or kv_memory (or --pool-blocks / --kv-memory)");
   }
-  if (auto problem = run.kv.validate()) {
-    // Name the key the problem starts with, e.g. "page_tokens must be >= 1".
-    std::string key = problem->substr(0, problem->find(' '));
-    return fail(key, false, *problem);
-  }
+  if (auto problem = run.kv.validate()) return invalid(*problem);
   return run;
 }
 

@@ -17,22 +17,36 @@ std::string_view to_string(RunStatus status) {
   return "?";
 }
 
-nlohmann::json replay_report(const ReplayReportInput& input) {
+ReportSource report_source(const ReplayReportInput& input) {
   const Replayer& replayer = *input.replayer;
-  const ReplayTotals& totals = replayer.totals();
-  const ReplayState& state = replayer.state();
-  const BlockPool& pool = replayer.pool();
+  return ReportSource{input.trace,
+                      input.status,
+                      &replayer.config(),
+                      &replayer.totals(),
+                      &replayer.state(),
+                      replayer.pool().total(),
+                      replayer.pool().allocations(),
+                      replayer.pool().frees(),
+                      replayer.check_policy().name(),
+                      &replayer.violation(),
+                      input.wall_seconds};
+}
+
+nlohmann::json base_report(const ReportSource& source) {
+  const ReplayTotals& totals = *source.totals;
+  const ReplayState& state = *source.state;
   nlohmann::json report;
   report["kvreplay_report"] = 1;
-  report["trace"] = {
-      {"path", input.trace.path}, {"format", input.trace.format}, {"events", input.trace.events}};
-  report["config"] = replayer.config().to_json();
-  report["status"] = std::string(to_string(input.status));
-  report["blocks"] = {{"total", pool.total()},
+  report["trace"] = {{"path", source.trace.path},
+                     {"format", source.trace.format},
+                     {"events", source.trace.events}};
+  report["config"] = source.config->to_json();
+  report["status"] = std::string(to_string(source.status));
+  report["blocks"] = {{"total", source.pool_total},
                       {"peak_used", totals.peak_used},
                       {"final_used", state.used},
-                      {"allocations", pool.allocations()},
-                      {"frees", pool.frees()}};
+                      {"allocations", source.allocations},
+                      {"frees", source.frees}};
   report["tokens"] = {{"appended", totals.tokens_appended},
                       {"peak_logical", totals.peak_logical},
                       {"peak_physical", totals.peak_physical}};
@@ -46,24 +60,26 @@ nlohmann::json replay_report(const ReplayReportInput& input) {
                        {"saved_blocks_at_peak", totals.saved_blocks_at_peak}};
   report["cow"] = {{"copies", totals.cow_copies}, {"bytes", totals.cow_bytes}};
   nlohmann::json violations = nlohmann::json::array();
-  if (const auto& v = replayer.violation()) {
+  if (const auto& v = *source.violation) {
     violations.push_back(
         {{"event", v->event == 0 ? nlohmann::json(nullptr) : nlohmann::json(v->event)},
          {"line", v->line == 0 ? nlohmann::json(nullptr) : nlohmann::json(v->line)},
          {"invariant", v->invariant},
          {"message", v->message}});
   }
-  report["invariants"] = {{"mode", replayer.check_policy().name()},
+  report["invariants"] = {{"mode", source.check_mode},
                           {"checks", totals.checks},
                           {"violations", std::move(violations)}};
   report["oom"] = {{"events", totals.oom_events},
                    {"first_event", totals.oom_first_event ? nlohmann::json(*totals.oom_first_event)
                                                           : nlohmann::json(nullptr)}};
-  report["timing"] = {{"wall_seconds", input.wall_seconds}, {"kernels", nlohmann::json::object()}};
+  report["timing"] = {{"wall_seconds", source.wall_seconds}, {"kernels", nlohmann::json::object()}};
   return report;
 }
 
-namespace {
+nlohmann::json replay_report(const ReplayReportInput& input) {
+  return base_report(report_source(input));
+}
 
 std::string bytes_text(std::uint64_t bytes) {
   constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -76,18 +92,18 @@ std::string bytes_text(std::uint64_t bytes) {
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, kUnits[unit]);
 }
 
+namespace {
+
 std::string percent(double ratio) {
   return fmt::format("{:.2f}%", ratio * 100.0);
 }
 
 }  // namespace
 
-std::string replay_summary(const ReplayReportInput& input) {
-  const Replayer& replayer = *input.replayer;
-  const ReplayTotals& totals = replayer.totals();
-  const ReplayState& state = replayer.state();
-  const BlockPool& pool = replayer.pool();
-  const RunConfig& config = replayer.config();
+std::string base_summary(const ReportSource& input) {
+  const ReplayTotals& totals = *input.totals;
+  const ReplayState& state = *input.state;
+  const RunConfig& config = *input.config;
   std::string out;
   auto line = [&out](std::string_view label, const std::string& value) {
     out += fmt::format("  {:<26} {}\n", label, value);
@@ -102,10 +118,10 @@ std::string replay_summary(const ReplayReportInput& input) {
                      bytes_text(config.kv.block_bytes()), bytes_text(config.kv.pool_bytes()),
                      to_string(config.alloc_order));
   out += "blocks\n";
-  line("peak used", fmt::format("{} of {} ({})", totals.peak_used, pool.total(),
-                                percent(static_cast<double>(totals.peak_used) / pool.total())));
+  line("peak used", fmt::format("{} of {} ({})", totals.peak_used, input.pool_total,
+                                percent(static_cast<double>(totals.peak_used) / input.pool_total)));
   line("final used", std::to_string(state.used));
-  line("allocations / frees", fmt::format("{} / {}", pool.allocations(), pool.frees()));
+  line("allocations / frees", fmt::format("{} / {}", input.allocations, input.frees));
   out += "waste (unfilled slots of used blocks)\n";
   line("at peak", fmt::format("{} ({} slots)", percent(totals.waste_ratio_at_peak),
                               totals.waste_slots_at_peak));
@@ -123,8 +139,8 @@ std::string replay_summary(const ReplayReportInput& input) {
   out += "copy-on-write\n";
   line("copies", fmt::format("{} ({})", totals.cow_copies, bytes_text(totals.cow_bytes)));
   out += "invariants\n";
-  line("mode / checks", fmt::format("{} / {}", replayer.check_policy().name(), totals.checks));
-  if (const auto& v = replayer.violation()) {
+  line("mode / checks", fmt::format("{} / {}", input.check_mode, totals.checks));
+  if (const auto& v = *input.violation) {
     line("violation", v->event == 0 ? fmt::format("{} at the end: {}", v->invariant, v->message)
                                     : fmt::format("{} at event {} (line {}): {}", v->invariant,
                                                   v->event, v->line, v->message));
@@ -138,6 +154,10 @@ std::string replay_summary(const ReplayReportInput& input) {
            : fmt::format("{} (first at event {})", totals.oom_events, *totals.oom_first_event));
   if (totals.skipped_events > 0) line("skipped events", std::to_string(totals.skipped_events));
   return out;
+}
+
+std::string replay_summary(const ReplayReportInput& input) {
+  return base_summary(report_source(input));
 }
 
 Result<void, std::string> write_file_atomically(const std::string& path, const std::string& text) {

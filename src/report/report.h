@@ -29,12 +29,34 @@ struct ReplayReportInput {
   double wall_seconds = 0.0;
 };
 
+// What the v1 report's common sections are made of, for replay and simulate.
+struct ReportSource {
+  TraceInfo trace;
+  RunStatus status = RunStatus::kOk;
+  const RunConfig* config = nullptr;
+  const ReplayTotals* totals = nullptr;
+  const ReplayState* state = nullptr;
+  std::uint32_t pool_total = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::string check_mode;
+  const std::optional<Violation>* violation = nullptr;
+  double wall_seconds = 0.0;
+};
+
+ReportSource report_source(const ReplayReportInput& input);
+
 // The v1 report object. Keys are sorted, so dump() is byte-identical for the
 // same inputs apart from timing.wall_seconds.
+nlohmann::json base_report(const ReportSource& source);
 nlohmann::json replay_report(const ReplayReportInput& input);
 
-// The human summary printed on stdout.
+// The human summary printed on stdout (its common sections).
+std::string base_summary(const ReportSource& source);
 std::string replay_summary(const ReplayReportInput& input);
+
+// "12.3 MiB", "512 B".
+std::string bytes_text(std::uint64_t bytes);
 
 // Writes `text` to `path` through a temporary file and a rename, so a reader
 // never sees half a file. Error: why it could not be written.

@@ -10,7 +10,16 @@ namespace kvreplay {
 
 namespace {
 constexpr std::size_t kChunk = 1 << 16;
+
+// zlib's message, without the "<fd:3>: " it puts before it.
+std::string corrupt_gzip(const char* message) {
+  std::string text = message != nullptr ? message : "unknown error";
+  if (text.rfind("<fd:", 0) == 0) {
+    if (auto colon = text.find(": "); colon != std::string::npos) text.erase(0, colon + 2);
+  }
+  return "corrupt gzip data: " + text;
 }
+}  // namespace
 
 Result<std::unique_ptr<ByteSource>, std::string> ByteSource::open(const std::string& path) {
   int fd = path == "-" ? dup(STDIN_FILENO) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -51,8 +60,7 @@ bool ByteSource::refill() {
   if (got < 0) {
     int code = 0;
     const char* message = gzerror(gz_, &code);
-    error_ = code == Z_ERRNO ? std::string(std::strerror(errno))
-                             : std::string("corrupt gzip data: ") + message;
+    error_ = code == Z_ERRNO ? std::string(std::strerror(errno)) : corrupt_gzip(message);
     return false;
   }
   if (got == 0) {
@@ -61,7 +69,7 @@ bool ByteSource::refill() {
     if (code == Z_BUF_ERROR) {
       error_ = "truncated gzip data";
     } else if (code != Z_OK && code != Z_STREAM_END) {
-      error_ = std::string("corrupt gzip data: ") + message;
+      error_ = corrupt_gzip(message);
     }
     return false;
   }

@@ -16,9 +16,28 @@ struct InputError {
   std::string field;       // the field at fault, or "json" for syntax errors
   std::string problem;
 
+  // One line: control characters the input put into a field or problem (a key
+  // or id with an escaped newline, say) are written as escapes.
   std::string to_string() const {
-    if (line == 0) return fmt::format("{}: {}: {}", file, field, problem);
-    return fmt::format("{}:{}: {}: {}", file, line, field, problem);
+    std::string text = line == 0 ? fmt::format("{}: {}: {}", file, field, problem)
+                                 : fmt::format("{}:{}: {}: {}", file, line, field, problem);
+    std::string out;
+    out.reserve(text.size());
+    for (char c : text) {
+      auto byte = static_cast<unsigned char>(c);
+      if (c == '\n') {
+        out += "\\n";
+      } else if (c == '\r') {
+        out += "\\r";
+      } else if (c == '\t') {
+        out += "\\t";
+      } else if (byte < 0x20 || byte == 0x7F) {
+        out += fmt::format("\\x{:02x}", byte);
+      } else {
+        out.push_back(c);
+      }
+    }
+    return out;
   }
 };
 

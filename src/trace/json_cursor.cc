@@ -30,19 +30,26 @@ void append_utf8(std::string& out, std::uint32_t code) {
 
 bool JsonCursor::refill() {
   source_.advance_to(pos_);
-  if (!source_.refill()) return false;
+  bool more = source_.refill();
+  // Resynchronise even when nothing more came: the source has compacted its
+  // buffer, so the old positions are stale (a second refill at the end of the
+  // input would otherwise hand it a position past its data).
   pos_ = source_.begin();
   end_ = source_.end();
-  return pos_ != end_;
+  return more && pos_ != end_;
 }
 
 int JsonCursor::peek() {
   for (;;) {
+    // Newlines count once something follows them, so that a problem at the
+    // end of the input names the last line with content, not the one after it.
     if (pos_ == end_ && !refill()) return -1;
     char c = *pos_;
     if (c == '\n') {
-      ++line_;
+      ++pending_lines_;
     } else if (c != ' ' && c != '\t' && c != '\r') {
+      line_ += pending_lines_;
+      pending_lines_ = 0;
       return static_cast<unsigned char>(c);
     }
     ++pos_;
@@ -55,6 +62,16 @@ int JsonCursor::peek_in_line() {
     char c = *pos_;
     if (c != ' ' && c != '\t' && c != '\r') return static_cast<unsigned char>(c);
     ++pos_;
+  }
+}
+
+void JsonCursor::skip_byte_order_mark() {
+  // The first refill holds the first 64 KiB (or all) of the input, so a BOM is
+  // never split across reads here.
+  if (pos_ == end_ && !refill()) return;
+  if (end_ - pos_ >= 3 && static_cast<unsigned char>(pos_[0]) == 0xEF &&
+      static_cast<unsigned char>(pos_[1]) == 0xBB && static_cast<unsigned char>(pos_[2]) == 0xBF) {
+    pos_ += 3;
   }
 }
 
@@ -124,6 +141,10 @@ Result<void, std::string> JsonCursor::read_string(std::string& out) {
         }
         default: return Problem{"bad escape in string"};
       }
+      continue;
+    }
+    if (c < 0x80) {  // plain byte read across a buffer refill
+      out.push_back(static_cast<char>(c));
       continue;
     }
     // c >= 0x80: validate one UTF-8 sequence.
@@ -213,13 +234,33 @@ Result<void, std::string> JsonCursor::read_literal(std::string_view word) {
 }
 
 Result<void, std::string> JsonCursor::read_value(nlohmann::json& out, int depth) {
+  std::size_t budget = kMaxValue;
+  return parse_value(&out, depth, budget);
+}
+
+Result<void, std::string> JsonCursor::skip_value(int depth) {
+  std::size_t budget = 0;  // unused: nothing is kept
+  return parse_value(nullptr, depth, budget);
+}
+
+Result<void, std::string> JsonCursor::parse_value(nlohmann::json* out, int depth,
+                                                  std::size_t& budget) {
   if (depth >= kMaxDepth) return Problem{fmt::format("nested deeper than {} levels", kMaxDepth)};
+  // What a kept value costs, roughly its size in memory; skipped values cost nothing.
+  auto spend = [&](std::size_t bytes) {
+    if (out == nullptr) return true;
+    if (bytes > budget) return false;
+    budget -= bytes;
+    return true;
+  };
+  auto too_large = [] { return Problem{fmt::format("value larger than {} bytes", kMaxValue)}; };
   int c = peek();
   std::string text;
   switch (c) {
     case '{': {
       skip();
-      out = nlohmann::json::object();
+      if (out != nullptr) *out = nlohmann::json::object();
+      if (!spend(sizeof(nlohmann::json))) return too_large();
       if (peek() == '}') {
         skip();
         return {};
@@ -230,46 +271,62 @@ Result<void, std::string> JsonCursor::read_value(nlohmann::json& out, int depth)
         if (auto r = read_string(key); !r) return r;
         if (peek() != ':') return Problem{fmt::format("expected ':', got {}", describe_next())};
         skip();
-        if (out.contains(key)) return Problem{fmt::format("duplicate key '{}'", key)};
-        if (auto r = read_value(out[key], depth + 1); !r) return r;
+        if (!spend(key.size())) return too_large();
+        if (out != nullptr && out->contains(key))
+          return Problem{fmt::format("duplicate key '{}'", key)};
+        if (auto r = parse_value(out != nullptr ? &(*out)[key] : nullptr, depth + 1, budget); !r)
+          return r;
         int next = peek();
         if (next < 0) return Problem{"unexpected end of input"};
+        if (next != ',' && next != '}')
+          return Problem{fmt::format("expected ',' or '}}' in object, got {}", describe_next())};
         skip();
         if (next == '}') return {};
-        if (next != ',') return Problem{"expected ',' or '}' in object"};
       }
     }
     case '[': {
       skip();
-      out = nlohmann::json::array();
+      if (out != nullptr) *out = nlohmann::json::array();
+      if (!spend(sizeof(nlohmann::json))) return too_large();
       if (peek() == ']') {
         skip();
         return {};
       }
       for (;;) {
         nlohmann::json element;
-        if (auto r = read_value(element, depth + 1); !r) return r;
-        out.push_back(std::move(element));
+        if (auto r = parse_value(out != nullptr ? &element : nullptr, depth + 1, budget); !r)
+          return r;
+        if (out != nullptr) out->push_back(std::move(element));
         int next = peek();
         if (next < 0) return Problem{"unexpected end of input"};
+        if (next != ',' && next != ']')
+          return Problem{fmt::format("expected ',' or ']' in array, got {}", describe_next())};
         skip();
         if (next == ']') return {};
-        if (next != ',') return Problem{"expected ',' or ']' in array"};
       }
     }
     case '"':
       if (auto r = read_string(text); !r) return r;
-      out = text;
+      if (!spend(sizeof(nlohmann::json) + text.size())) return too_large();
+      if (out != nullptr) *out = text;
       return {};
-    case 't': out = true; return read_literal("true");
-    case 'f': out = false; return read_literal("false");
-    case 'n': out = nullptr; return read_literal("null");
+    case 't':
+      if (out != nullptr) *out = true;
+      return read_literal("true");
+    case 'f':
+      if (out != nullptr) *out = false;
+      return read_literal("false");
+    case 'n':
+      if (out != nullptr) *out = nullptr;
+      return read_literal("null");
     case -1: return Problem{"unexpected end of input"};
     default:
       if (c == '-' || (c >= '0' && c <= '9')) {
         if (auto r = read_number(text); !r) return r;
+        if (out == nullptr) return {};
+        if (!spend(sizeof(nlohmann::json))) return too_large();
         try {
-          out = nlohmann::json::parse(text);  // grammar already checked
+          *out = nlohmann::json::parse(text);  // grammar already checked
         } catch (const nlohmann::json::exception&) {
           return Problem{fmt::format("number {} is out of range", text)};
         }
@@ -277,11 +334,6 @@ Result<void, std::string> JsonCursor::read_value(nlohmann::json& out, int depth)
       }
       return Problem{fmt::format("unexpected {}", describe_next())};
   }
-}
-
-Result<void, std::string> JsonCursor::skip_value(int depth) {
-  nlohmann::json ignored;
-  return read_value(ignored, depth);
 }
 
 }  // namespace kvreplay

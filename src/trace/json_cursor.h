@@ -2,6 +2,7 @@
 //
 // Reads one token at a time, so memory stays bounded however long the input
 // or a line is: strings are capped (kMaxString), nesting is capped (kMaxDepth),
+// values read whole are capped (kMaxValue), skipped values are not kept,
 // strings must be valid UTF-8, and numbers are returned as their text.
 // It counts lines as it goes, so callers can name the line of a problem.
 // Errors are returned as a problem string; the caller adds file, line, field.
@@ -23,6 +24,7 @@ class JsonCursor {
   static constexpr std::size_t kMaxString = 4096;
   static constexpr std::size_t kMaxNumber = 64;
   static constexpr int kMaxDepth = 64;
+  static constexpr std::size_t kMaxValue = 1 << 20;
 
   explicit JsonCursor(ByteSource& source) : source_(source) {
     pos_ = source.begin();
@@ -34,8 +36,12 @@ class JsonCursor {
   int peek();
   // Like peek, but stops at a newline (returns '\n' without consuming it).
   int peek_in_line();
+  // At the start of the input: skips a UTF-8 byte order mark, if there is one.
+  void skip_byte_order_mark();
   // Consumes the byte peek() returned.
   void skip() { ++pos_; }
+  // The line of the byte peek() returned (at the end of input: the last line
+  // with content, as trailing newlines are not counted).
   std::uint64_t line() const { return line_; }
   // Set when the source failed (I/O, corrupt or truncated gzip).
   const std::string& source_error() const { return source_.error(); }
@@ -44,9 +50,10 @@ class JsonCursor {
   Result<void, std::string> read_string(std::string& out);
   // Reads a number's text (JSON grammar checked) into `out`.
   Result<void, std::string> read_number(std::string& out);
-  // Reads any value into a json document (for small objects such as config).
+  // Reads any value into a json document (for small objects such as config;
+  // at most kMaxValue bytes of it, roughly as it is held in memory).
   Result<void, std::string> read_value(nlohmann::json& out, int depth = 0);
-  // Skips any value.
+  // Skips any value (checking its grammar), keeping nothing, however large.
   Result<void, std::string> skip_value(int depth = 0);
   // Describes the next token for messages: "'x'", "end of input".
   std::string describe_next();
@@ -59,11 +66,14 @@ class JsonCursor {
   }
   bool refill();
   Result<void, std::string> read_literal(std::string_view word);
+  // read_value (out set; `budget` bytes left) or skip_value (out null).
+  Result<void, std::string> parse_value(nlohmann::json* out, int depth, std::size_t& budget);
 
   ByteSource& source_;
   const char* pos_ = nullptr;
   const char* end_ = nullptr;
   std::uint64_t line_ = 1;
+  std::uint64_t pending_lines_ = 0;  // newlines skipped since the last token
 };
 
 }  // namespace kvreplay

@@ -64,6 +64,23 @@ std::string fields_of(std::uint32_t mask) {
   return out.empty() ? "no fields" : out;
 }
 
+// Names the next value for "expected X, got Y" messages: its kind, or the
+// offending byte when it cannot start a value.
+std::string describe_value(JsonCursor& cursor) {
+  int c = cursor.peek();
+  switch (c) {
+    case '"': return "a string";
+    case '[': return "an array";
+    case '{': return "an object";
+    case 't':
+    case 'f': return "a boolean";
+    case 'n': return "null";
+    default:
+      if (c == '-' || (c >= '0' && c <= '9')) return "a number";
+      return cursor.describe_next();
+  }
+}
+
 }  // namespace
 
 std::string_view to_string(Op op) {
@@ -112,10 +129,14 @@ InputError KvTraceReader::cursor_error(std::string_view field, const std::string
 }
 
 InputStatus KvTraceReader::read_header() {
+  cursor_.skip_byte_order_mark();  // as editors on Windows write; RFC 8259 lets parsers skip it
   int c = cursor_.peek();
   if (c < 0) {
     if (!cursor_.source_error().empty()) return Unexpected{error("file", cursor_.source_error())};
     return Unexpected{error("json", "empty input: a kvtrace starts with {\"kvtrace\": 1, ...}")};
+  }
+  if (c == 0xFE || c == 0xFF) {
+    return Unexpected{error("json", "the input looks like UTF-16 or UTF-32; a kvtrace is UTF-8")};
   }
   if (c != '{') {
     return Unexpected{
@@ -140,6 +161,7 @@ InputStatus KvTraceReader::read_header() {
           cursor_error(key_, fmt::format("expected ':', got {}", cursor_.describe_next()))};
     }
     cursor_.skip();
+    bool first_key = first;
     first = false;
     if (key_ == "kvtrace") {
       if (saw_version_) return Unexpected{error(key_, "duplicate key")};
@@ -162,7 +184,7 @@ InputStatus KvTraceReader::read_header() {
       header_.config_line = cursor_.line();
       if (cursor_.peek() != '{') {
         return Unexpected{
-            error("config", fmt::format("expected an object, got {}", cursor_.describe_next()))};
+            error("config", fmt::format("expected an object, got {}", describe_value(cursor_)))};
       }
       if (auto r = cursor_.read_value(header_.config); !r)
         return Unexpected{cursor_error("config", r.error())};
@@ -177,7 +199,7 @@ InputStatus KvTraceReader::read_header() {
       }
       if (cursor_.peek() != '[') {
         return Unexpected{
-            error("events", fmt::format("expected an array, got {}", cursor_.describe_next()))};
+            error("events", fmt::format("expected an array, got {}", describe_value(cursor_)))};
       }
       cursor_.skip();
       form_ = Form::kDocument;
@@ -186,6 +208,10 @@ InputStatus KvTraceReader::read_header() {
         return read_document_tail();
       }
       return {};
+    } else if (key_ == "op" && first_key) {
+      return Unexpected{error("kvtrace",
+                              "missing: the trace starts with an event, not the header "
+                              "{\"kvtrace\": 1, \"config\": {...}}")};
     } else {
       return Unexpected{error(key_, "unknown header key (expected kvtrace, config, meta, events)")};
     }
@@ -301,13 +327,8 @@ InputResult<std::uint64_t> KvTraceReader::read_uint(std::string_view field, std:
                                                     std::uint64_t max) {
   int c = cursor_.peek();
   if (c != '-' && (c < '0' || c > '9')) {
-    std::string_view got = c == '"'   ? "a string"
-                           : c == '[' ? "an array"
-                           : c == '{' ? "an object"
-                                      : "";
     return Unexpected{
-        error(field, fmt::format("expected an integer, got {}",
-                                 got.empty() ? cursor_.describe_next() : std::string(got)))};
+        error(field, fmt::format("expected an integer, got {}", describe_value(cursor_)))};
   }
   if (auto r = cursor_.read_number(scalar_); !r) return Unexpected{cursor_error(field, r.error())};
   if (scalar_.find_first_of(".eE") != std::string::npos) {
@@ -364,7 +385,7 @@ InputStatus KvTraceReader::read_event(Event& event) {
       case kFieldOp: {
         if (cursor_.peek() != '"') {
           return Unexpected{
-              error("op", fmt::format("expected a string, got {}", cursor_.describe_next()))};
+              error("op", fmt::format("expected a string, got {}", describe_value(cursor_)))};
         }
         if (auto r = cursor_.read_string(scalar_); !r)
           return Unexpected{cursor_error("op", r.error())};
@@ -383,7 +404,7 @@ InputStatus KvTraceReader::read_event(Event& event) {
         int c = cursor_.peek();
         if (c != '-' && (c < '0' || c > '9')) {
           return Unexpected{
-              error("t", fmt::format("expected a number, got {}", cursor_.describe_next()))};
+              error("t", fmt::format("expected a number, got {}", describe_value(cursor_)))};
         }
         if (auto r = cursor_.read_number(scalar_); !r)
           return Unexpected{cursor_error("t", r.error())};
@@ -415,7 +436,7 @@ InputStatus KvTraceReader::read_event(Event& event) {
       case kFieldPrefix: {
         if (cursor_.peek() != '"') {
           return Unexpected{
-              error(key_, fmt::format("expected a string, got {}", cursor_.describe_next()))};
+              error(key_, fmt::format("expected a string, got {}", describe_value(cursor_)))};
         }
         if (auto r = cursor_.read_string(event.id); !r)
           return Unexpected{cursor_error(key_, r.error())};
@@ -426,7 +447,7 @@ InputStatus KvTraceReader::read_event(Event& event) {
       case kFieldSeqs: {
         if (cursor_.peek() != '[') {
           return Unexpected{
-              error("seqs", fmt::format("expected an array, got {}", cursor_.describe_next()))};
+              error("seqs", fmt::format("expected an array, got {}", describe_value(cursor_)))};
         }
         cursor_.skip();
         if (cursor_.peek() == ']') return Unexpected{error("seqs", "must not be empty")};
@@ -439,9 +460,12 @@ InputStatus KvTraceReader::read_event(Event& event) {
           event.seqs.push_back(value.value());
           int sep = cursor_.peek();
           if (sep < 0) return Unexpected{cursor_error("seqs", "unexpected end of input")};
+          if (sep != ',' && sep != ']') {
+            return Unexpected{
+                error("seqs", fmt::format("expected ',' or ']', got {}", cursor_.describe_next()))};
+          }
           cursor_.skip();
           if (sep == ']') break;
-          if (sep != ',') return Unexpected{error("seqs", "expected ',' or ']'")};
         }
         break;
       }
@@ -449,9 +473,12 @@ InputStatus KvTraceReader::read_event(Event& event) {
     }
     int sep = cursor_.peek();
     if (sep < 0) return Unexpected{cursor_error("json", "unexpected end of input inside an event")};
+    if (sep != ',' && sep != '}') {
+      return Unexpected{error("json", fmt::format("expected ',' or '}}' in the event, got {}",
+                                                  cursor_.describe_next()))};
+    }
     cursor_.skip();
     if (sep == '}') break;
-    if (sep != ',') return Unexpected{error("json", "expected ',' or '}' in the event")};
   }
   if (info == nullptr) return Unexpected{error_at(line, "op", "missing")};
   event.op = info->op;

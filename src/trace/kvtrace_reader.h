@@ -7,6 +7,7 @@
 //   Document:    {"kvtrace": 1, "config": {...}, "events": [{...}, ...]}
 //                "config" must come before "events" (the events are streamed);
 //                "kvtrace" may come anywhere.
+// A UTF-8 byte order mark at the start is skipped; UTF-16/32 is refused.
 // The header may also carry "meta" (any value, ignored). Events:
 //   prefix      id (string), tokens (int >= 1)
 //   drop_prefix id
