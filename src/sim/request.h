@@ -1,0 +1,34 @@
+// Request: one record of a request trace (SPEC 2.2), whatever its format.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvreplay {
+
+enum class RequestFormat : std::uint8_t { kNative, kMooncake, kAzure, kBurstGpt };
+
+std::string_view to_string(RequestFormat format);  // "native", "mooncake", "azure", "burstgpt"
+std::optional<RequestFormat> parse_request_format(std::string_view name);
+
+struct Request {
+  std::uint64_t line = 0;   // where the record starts in its file
+  double arrival = 0.0;     // seconds from the trace's time origin
+  std::string id;           // native: the "id" value as JSON text; others: the line number
+  std::uint32_t prompt = 0;  // prompt tokens (prefix included)
+  std::uint32_t output = 0;  // tokens to generate (>= 1)
+  std::uint32_t n = 1;       // parallel samples: n - 1 forks after prefill
+  // A named shared prefix (native only): the first prefix_tokens tokens of the
+  // prompt are identical across requests naming the same prefix.
+  std::string prefix;
+  std::uint32_t prefix_tokens = 0;
+  // Content hashes of the prompt, one per hash_block_tokens tokens (the last may
+  // be partial): equal ids mean an identical prefix up to and including that block.
+  std::vector<std::uint64_t> hash_ids;
+  std::uint32_t hash_block_tokens = 512;
+};
+
+}  // namespace kvreplay

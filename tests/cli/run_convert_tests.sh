@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# kvreplay convert from the command line:
+#   - every file in tests/cli/bad_requests/ must fail with exit code 2, exactly the
+#     stderr line given in expected.txt (FILENAME<TAB>EXPECTED_STDERR, the file named
+#     as passed from that directory), and no output file (or temporary) left behind;
+#   - the real Mooncake trace (../shared/traces, when present) converts to 12,031
+#     records, reads the same from stdin and gzip, and converts again byte-identically.
+# Usage: run_convert_tests.sh KVREPLAY_BINARY REPO_ROOT
+set -uo pipefail
+bin=$(realpath "$1")
+root=$(realpath "$2")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL: $*"
+}
+
+# Bad input: exit 2, one exact line on stderr, nothing left in the output folder.
+cd "$root/tests/cli/bad_requests" || exit 1
+while IFS=$'\t' read -r file expected; do
+  [[ -z $file ]] && continue
+  out="$tmp/bad/out.jsonl"
+  rm -rf "$tmp/bad" && mkdir -p "$tmp/bad"
+  stderr=$("$bin" convert "$file" -o "$out" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -ne 2 ]]; then
+    fail "$file: exit code $rc, expected 2"
+  elif [[ $stderr != "$expected" ]]; then
+    fail "$file: stderr"$'\n'"  got:      $stderr"$'\n'"  expected: $expected"
+  elif [[ -n $(ls -A "$tmp/bad") ]]; then
+    fail "$file: left $(ls -A "$tmp/bad") behind"
+  else
+    ok
+  fi
+done <expected.txt
+# Every corpus file has an expectation.
+for file in *; do
+  [[ $file == expected.txt ]] && continue
+  grep -q "^$file"$'\t' expected.txt || fail "$file: not in expected.txt"
+done
+
+# Bad input on stdin is named <stdin>.
+stderr=$("$bin" convert - <azure_zero_generated.csv 2>&1 >/dev/null)
+rc=$?
+if [[ $rc -eq 2 && $stderr == "<stdin>:3: GeneratedTokens: 0 (must be >= 1)" ]]; then ok; else
+  fail "stdin: exit $rc, stderr '$stderr'"
+fi
+
+# Usage errors: exit 2.
+"$bin" convert >/dev/null 2>&1
+rc=$?
+if [[ $rc -eq 2 ]]; then ok; else fail "no INPUT: exit $rc, expected 2"; fi
+"$bin" convert empty.jsonl --format csv >/dev/null 2>&1
+rc=$?
+if [[ $rc -eq 2 ]]; then ok; else fail "--format csv: exit $rc, expected 2"; fi
+if "$bin" convert --help | grep -q "Example"; then ok; else fail "convert --help shows no example"; fi
+
+# A device is written in place, never replaced by a renamed temporary file.
+printf '{"arrival": 0, "prompt": 1, "output": 1}\n' >"$tmp/one.jsonl"
+if "$bin" convert "$tmp/one.jsonl" -o /dev/null >/dev/null && [[ -c /dev/null ]] &&
+  [[ -z $(ls /dev/null.tmp.* 2>/dev/null) ]]; then ok; else fail "-o /dev/null"; fi
+
+# The real Mooncake trace.
+mooncake="$root/../shared/traces/mooncake/conversation_trace.jsonl"
+if [[ -f $mooncake ]]; then
+  summary=$("$bin" convert "$mooncake" -o "$tmp/mooncake.jsonl")
+  rc=$?
+  if [[ $rc -eq 0 && $summary == "converted 12031 requests (mooncake -> native) to $tmp/mooncake.jsonl" ]]
+  then ok; else fail "mooncake: exit $rc, '$summary'"; fi
+  lines=$(wc -l <"$tmp/mooncake.jsonl")
+  if [[ $lines -eq 12031 ]]; then ok; else fail "mooncake: $lines lines, expected 12031"; fi
+  if command -v jq >/dev/null; then
+    count=$(jq -s 'length' "$tmp/mooncake.jsonl")
+    if [[ $count -eq 12031 ]]; then ok; else fail "mooncake: jq counts $count records"; fi
+    mean=$(jq -s 'map(.prompt) | add / length | floor' "$tmp/mooncake.jsonl")
+    if [[ $mean -eq 12035 ]]; then ok; else fail "mooncake: mean prompt $mean, expected 12035"; fi
+  fi
+  "$bin" convert "$tmp/mooncake.jsonl" -o "$tmp/again.jsonl" >/dev/null
+  if cmp -s "$tmp/mooncake.jsonl" "$tmp/again.jsonl"; then ok; else
+    fail "mooncake: converting the native output again changed it"
+  fi
+  gzip -c "$mooncake" >"$tmp/mooncake.jsonl.gz"
+  if "$bin" convert - <"$tmp/mooncake.jsonl.gz" | cmp -s - "$tmp/mooncake.jsonl"; then ok; else
+    fail "mooncake: gzip on stdin converts differently"
+  fi
+else
+  echo "skipped: $mooncake is absent"
+fi
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
