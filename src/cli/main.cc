@@ -4,12 +4,15 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "gpu/device.h"
 #include "replay/run_replay.h"
+#include "sim/convert.h"
+#include "sim/run_simulate.h"
 
 namespace {
 
@@ -35,46 +38,45 @@ struct ConfigOptions {
                 max_seq_tokens = 0;
   std::vector<CLI::Option*> options;
 
-  void add_to(CLI::App& app) {
+  // `swept`: plan sweeps --model, --page-tokens and --kv-memory itself (and
+  // sizes pools by memory only), so those options are left out.
+  void add_to(CLI::App& app, bool swept = false) {
     auto positive = CLI::Range(1u, 0xFFFFFFFFu);
     std::string models;
     for (const auto& preset : kvreplay::model_presets()) {
       models += models.empty() ? "" : ", ";
       models += preset.name;
     }
-    options = {
-        app.add_option("--model", model, "model preset: " + models)->group("Configuration"),
-        app.add_option("--layers", layers, "layers (overrides the model)")
-            ->check(positive)
-            ->group("Configuration"),
-        app.add_option("--kv-heads", kv_heads, "KV heads (overrides the model)")
-            ->check(positive)
-            ->group("Configuration"),
-        app.add_option("--head-dim", head_dim, "head dimension (overrides the model)")
-            ->check(positive)
-            ->group("Configuration"),
-        app.add_option("--dtype", dtype, "fp32, fp16, bf16 (default) or fp8")
-            ->group("Configuration"),
-        app.add_option("--page-tokens", page_tokens, "tokens per page (block); default 16")
-            ->check(positive)
-            ->group("Configuration"),
-        app.add_option("--pool-blocks", pool_blocks, "pool size in blocks")
-            ->check(CLI::Range(1u, 0xFFFFFFFEu))
-            ->group("Configuration"),
-        app.add_option("--kv-memory", kv_memory, "pool size in memory: 80GiB, 512MiB, or bytes")
-            ->group("Configuration"),
-        app.add_option("--max-seq-tokens", max_seq_tokens, "longest sequence; default 32768")
-            ->check(positive)
-            ->group("Configuration"),
-        app.add_option("--alloc-order", alloc_order,
-                       "free-block order: lifo (default), fifo, lowest")
-            ->group("Configuration"),
-    };
+    auto group = [](CLI::Option* option) { return option->group("Configuration"); };
+    options.assign(10, nullptr);
+    if (!swept) options[0] = group(app.add_option("--model", model, "model preset: " + models));
+    options[1] =
+        group(app.add_option("--layers", layers, "layers (overrides the model)")->check(positive));
+    options[2] = group(
+        app.add_option("--kv-heads", kv_heads, "KV heads (overrides the model)")->check(positive));
+    options[3] =
+        group(app.add_option("--head-dim", head_dim, "head dimension (overrides the model)")
+                  ->check(positive));
+    options[4] = group(app.add_option("--dtype", dtype, "fp32, fp16, bf16 (default) or fp8"));
+    if (!swept) {
+      options[5] =
+          group(app.add_option("--page-tokens", page_tokens, "tokens per page (block); default 16")
+                    ->check(positive));
+      options[6] = group(app.add_option("--pool-blocks", pool_blocks, "pool size in blocks")
+                             ->check(CLI::Range(1u, 0xFFFFFFFEu)));
+      options[7] = group(
+          app.add_option("--kv-memory", kv_memory, "pool size in memory: 80GiB, 512MiB, or bytes"));
+    }
+    options[8] =
+        group(app.add_option("--max-seq-tokens", max_seq_tokens, "longest sequence; default 32768")
+                  ->check(positive));
+    options[9] = group(app.add_option("--alloc-order", alloc_order,
+                                      "free-block order: lifo (default), fifo, lowest"));
   }
 
   ConfigOverrides overrides() const {
     ConfigOverrides out;
-    auto given = [this](std::size_t i) { return options[i]->count() > 0; };
+    auto given = [this](std::size_t i) { return options[i] != nullptr && options[i]->count() > 0; };
     if (given(0)) out.model = model;
     if (given(1)) out.layers = layers;
     if (given(2)) out.kv_heads = kv_heads;
@@ -96,6 +98,74 @@ const CLI::Validator kCheckValidator(
                  : "must be every, end, off or a positive integer N";
     },
     "every|N|end|off");
+
+// Options shared by simulate and plan.
+struct SimOptionsCli {
+  std::string format, allocator = "paged", evict = "lru", check = "end";
+  bool no_prefix_cache = false;
+  kvreplay::SimOptions defaults;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--format", format,
+                   "request format: native, mooncake, azure, burstgpt (default: by content)")
+        ->group("Simulation");
+    app.add_option("--allocator", allocator,
+                   "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
+        ->check(CLI::IsMember({"paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"}))
+        ->group("Simulation");
+    app.add_option("--evict", evict, "prefix-cache eviction: lru (default), fifo, lfu")
+        ->check(CLI::IsMember({"lru", "fifo", "lfu"}))
+        ->group("Simulation");
+    app.add_flag("--no-prefix-cache", no_prefix_cache, "disable prefix caching")
+        ->group("Simulation");
+    app.add_option("--max-seqs", defaults.max_seqs, "most sequences running at once (default 256)")
+        ->check(CLI::Range(1u, 1u << 20))
+        ->group("Simulation");
+    app.add_option("--max-batched-tokens", defaults.max_batched_tokens,
+                   "token budget per step, chunked prefill (default 8192)")
+        ->check(CLI::Range(1u, 1u << 30))
+        ->group("Simulation");
+    app.add_option("--watermark", defaults.watermark,
+                   "fraction of blocks kept free at admission (default 0.01)")
+        ->check(CLI::Range(0.0, 0.5))
+        ->group("Simulation");
+    app.add_option("--step-ms", defaults.cost.step_ms, "cost model: fixed ms per step (default 5)")
+        ->check(CLI::Range(0.0, 1e6))
+        ->group("Cost model");
+    app.add_option("--prefill-token-ms", defaults.cost.prefill_token_ms,
+                   "cost model: ms per prompt token computed (default 0.025)")
+        ->check(CLI::Range(0.0, 1e6))
+        ->group("Cost model");
+    app.add_option("--decode-seq-ms", defaults.cost.decode_seq_ms,
+                   "cost model: ms per sequence decoded (default 0.01)")
+        ->check(CLI::Range(0.0, 1e6))
+        ->group("Cost model");
+    app.add_option("--kv-bandwidth-gbps", defaults.cost.kv_bandwidth_gbps,
+                   "cost model: GB/s at which attention reads KV (default 3000)")
+        ->check(CLI::Range(1e-3, 1e9))
+        ->group("Cost model");
+    app.add_option("--check", check,
+                   "invariant checks: every step, every N steps, at the end (default), or off")
+        ->check(kCheckValidator);
+  }
+
+  // Fills `out`; returns a problem for a bad value.
+  std::optional<std::string> resolve(kvreplay::SimOptions& out,
+                                     std::optional<kvreplay::RequestFormat>& out_format) const {
+    out = defaults;
+    out.allocator = *kvreplay::parse_allocator(allocator);
+    out.evict = *kvreplay::parse_evict_policy(evict);
+    out.prefix_cache = !no_prefix_cache;
+    out.check = *kvreplay::CheckPolicy::parse(check);
+    if (!format.empty()) {
+      out_format = kvreplay::parse_request_format(format);
+      if (!out_format)
+        return fmt::format(
+            "--format: unknown format '{}' (expected native, mooncake, azure, burstgpt)", format);
+    }
+    return std::nullopt;
+  }
+};
 
 }  // namespace
 
@@ -146,6 +216,76 @@ int main(int argc, char** argv) {
   validate_config.add_to(*validate_cmd);
   validate_cmd->footer("Example:\n  kvreplay validate traces/fork_cow.jsonl");
 
+  // convert
+  std::string convert_input, convert_format, convert_output = "-";
+  CLI::App* convert_cmd = app.add_subcommand(
+      "convert",
+      "convert a request trace (native, Mooncake, Azure, BurstGPT) to native JSON Lines");
+  convert_cmd
+      ->add_option("INPUT", convert_input,
+                   "request trace (format told by content, gzip too; - for stdin)")
+      ->required();
+  convert_cmd
+      ->add_option("--format", convert_format,
+                   "read as this format instead of telling it by content")
+      ->check(CLI::IsMember({"native", "mooncake", "azure", "burstgpt"}));
+  convert_cmd->add_option("-o,--output", convert_output,
+                          "write here (atomically; default - for stdout)");
+  convert_cmd->footer(
+      "Example:\n"
+      "  kvreplay convert ../shared/traces/mooncake/conversation_trace.jsonl -o requests.jsonl\n"
+      "  kvreplay convert AzureLLMInferenceTrace_conv.csv | head");
+
+  // simulate
+  kvreplay::SimulateRequest simulate;
+  ConfigOptions simulate_config;
+  SimOptionsCli simulate_options;
+  CLI::App* simulate_cmd = app.add_subcommand(
+      "simulate",
+      "schedule a request trace (native, Mooncake, Azure, BurstGPT) over the real pool");
+  simulate_cmd->add_option("REQUESTS", simulate.trace_path, "request trace (- for stdin)")
+      ->required();
+  simulate_config.add_to(*simulate_cmd);
+  simulate_options.add_to(*simulate_cmd);
+  simulate_cmd->add_option("--report", simulate.report_path, "write the JSON report here");
+  simulate_cmd->add_option("--timeline", simulate.timeline_path, "write one CSV row per step here");
+  simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "print no summary");
+  simulate_cmd->footer(
+      "Examples:\n"
+      "  kvreplay simulate ../shared/traces/mooncake/conversation_trace.jsonl --kv-memory 40GiB\n"
+      "  kvreplay simulate azure.csv --kv-memory 16GiB --allocator contiguous-max --report "
+      "base.json");
+
+  // plan
+  kvreplay::PlanRequest plan;
+  ConfigOptions plan_config;
+  SimOptionsCli plan_options;
+  bool plan_no_search = false;
+  CLI::App* plan_cmd = app.add_subcommand(
+      "plan",
+      "sweep models, KV memory and page sizes over a request trace; find the smallest KV memory");
+  plan_cmd->add_option("REQUESTS", plan.trace_path, "request trace")->required();
+  plan_config.add_to(*plan_cmd, /*swept=*/true);
+  plan_options.add_to(*plan_cmd);
+  plan_cmd->add_option("--model", plan.models, "models to sweep (comma-separated)")
+      ->delimiter(',')
+      ->default_str("llama-3-8b");
+  plan_cmd
+      ->add_option("--kv-memory", plan.kv_memories, "KV memory sizes to sweep (comma-separated)")
+      ->delimiter(',')
+      ->required();
+  plan_cmd->add_option("--page-tokens", plan.page_tokens, "page sizes to sweep (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::Range(1u, 0xFFFFFFFFu));
+  plan_cmd->add_option("--report", plan.report_path, "write the sweep as JSON here");
+  plan_cmd->add_option("-j,--jobs", plan.jobs, "parallel simulations (default: one per core)");
+  plan_cmd->add_flag("--no-search", plan_no_search, "skip the search for the smallest KV memory");
+  plan_cmd->add_flag("-q,--quiet", plan.quiet, "print no table");
+  plan_cmd->footer(
+      "Example:\n"
+      "  kvreplay plan ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv \\\n"
+      "      --model llama-3-8b,llama-3-70b --kv-memory 8GiB,16GiB,40GiB --page-tokens 16,32");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -158,8 +298,32 @@ int main(int argc, char** argv) {
     replay.on_oom = replay_oom == "skip" ? kvreplay::OomPolicy::kSkip : kvreplay::OomPolicy::kFail;
     return kvreplay::run_replay(replay);
   }
+  if (simulate_cmd->parsed()) {
+    simulate.overrides = simulate_config.overrides();
+    if (auto problem = simulate_options.resolve(simulate.options, simulate.format)) {
+      fmt::print(stderr, "command line: {}\n", *problem);
+      return kvreplay::kExitInput;
+    }
+    return kvreplay::run_simulate(simulate);
+  }
+  if (plan_cmd->parsed()) {
+    plan.overrides = plan_config.overrides();
+    if (plan.models.empty()) plan.models = {"llama-3-8b"};
+    if (plan.page_tokens.empty()) plan.page_tokens = {16};
+    plan.search_min = !plan_no_search;
+    if (auto problem = plan_options.resolve(plan.options, plan.format)) {
+      fmt::print(stderr, "command line: {}\n", *problem);
+      return kvreplay::kExitInput;
+    }
+    return kvreplay::run_plan(plan);
+  }
   if (validate_cmd->parsed()) {
     return kvreplay::run_validate(validate_path, validate_config.overrides());
+  }
+  if (convert_cmd->parsed()) {
+    std::optional<kvreplay::RequestFormat> format;
+    if (!convert_format.empty()) format = kvreplay::parse_request_format(convert_format);
+    return kvreplay::run_convert(convert_input, format, convert_output);
   }
   fmt::print("{}", app.help());
   return kvreplay::kExitOk;

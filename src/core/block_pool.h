@@ -73,6 +73,13 @@ class BlockPool {
   // kBlockNotLive.
   CoreResult<CopyOnWrite> writable(BlockId entry);
 
+  // Moves b's refcount by delta without touching the free list. Only for
+  // validation passes that restore every change before returning (release_all).
+  // REQUIRES b < total() and the result stays within [0, max_refcount()].
+  void adjust_refcount_unchecked(BlockId b, int delta) {
+    refcounts_[b] = static_cast<std::uint32_t>(static_cast<std::int64_t>(refcounts_[b]) + delta);
+  }
+
   // REQUIRES b live and n <= the config's page_tokens (the caller checks).
   void set_filled(BlockId b, std::uint32_t n) {
     filled_total_ += n;

@@ -139,23 +139,30 @@ CoreStatus SequenceBlockTable::install_shared_prefix(std::span<const BlockId> pa
 }
 
 CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
-  // Validate: each block must be live with at least as many references as
-  // this table holds on it.
-  std::vector<BlockId> held;
-  held.reserve(entries_.size());
-  for (BlockId b : entries_) {
+  // Validate with tentative decrements, undone before anything is freed: each
+  // block must hold at least as many references as this table has entries on it.
+  std::size_t checked = 0;
+  CoreStatus status;
+  for (; checked < entries_.size(); ++checked) {
+    BlockId b = entries_[checked];
     if (b == kInvalidBlock) continue;
-    if (b >= pool.total()) return Unexpected{CoreError::kBlockOutOfRange};
-    held.push_back(b);
+    if (b >= pool.total()) {
+      status = Unexpected{CoreError::kBlockOutOfRange};
+      break;
+    }
+    if (pool.refcount(b) == 0) {
+      status = Unexpected{CoreError::kBlockNotLive};
+      break;
+    }
+    pool.adjust_refcount_unchecked(b, -1);
   }
-  std::sort(held.begin(), held.end());
-  for (std::size_t i = 0; i < held.size();) {
-    std::size_t j = i;
-    while (j < held.size() && held[j] == held[i]) ++j;
-    if (pool.refcount(held[i]) < j - i) return Unexpected{CoreError::kBlockNotLive};
-    i = j;
+  for (std::size_t i = 0; i < checked; ++i) {
+    if (entries_[i] != kInvalidBlock) pool.adjust_refcount_unchecked(entries_[i], +1);
   }
-  for (BlockId b : held) (void)pool.release(b);
+  if (!status) return status;
+  for (BlockId b : entries_) {
+    if (b != kInvalidBlock) (void)pool.release(b);
+  }
   entries_.clear();
   length_ = 0;
   return {};

@@ -76,8 +76,7 @@ class SequenceBlockTable {
 
   // Releases every page and resets the length to 0. Validates first (every
   // entry live, with enough references for its multiplicity), then releases
-  // in ascending block-id order, which fixes the free-list order (and so the
-  // deterministic reports) under lifo and fifo.
+  // in page order, which fixes the free-list order under lifo and fifo.
   CoreStatus release_all(BlockPool& pool);
 
   bool operator==(const SequenceBlockTable&) const = default;

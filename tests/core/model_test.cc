@@ -116,12 +116,10 @@ class Reference {
   }
 
   // Drops a table; blocks left without references return to the free list in
-  // ascending block order (release_all releases its sorted entries).
+  // page order (release_all releases its entries first to last).
   void release(std::map<int, ModelTable>& tables, int id) {
     std::vector<BlockId> pages = tables.at(id).pages;
     tables.erase(id);
-    std::sort(pages.begin(), pages.end());
-    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
     const std::vector<std::uint32_t> rc = refcounts();
     for (BlockId b : pages) {
       if (rc[b] == 0) give(b);

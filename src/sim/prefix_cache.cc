@@ -1,0 +1,175 @@
+#include "sim/prefix_cache.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace kvreplay {
+
+std::string_view to_string(EvictPolicy policy) {
+  switch (policy) {
+    case EvictPolicy::kLru: return "lru";
+    case EvictPolicy::kFifo: return "fifo";
+    case EvictPolicy::kLfu: return "lfu";
+  }
+  return "?";
+}
+
+std::optional<EvictPolicy> parse_evict_policy(std::string_view name) {
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    if (to_string(policy) == name) return policy;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+std::uint64_t mix(const PageKey& key) {
+  std::uint64_t x =
+      key.chain * 0x9E3779B97F4A7C15ull ^ (std::uint64_t{key.offset} << 32 | key.offset);
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return x;
+}
+
+}  // namespace
+
+PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks)
+    : policy_(policy), entries_(pool_blocks) {
+  // At most pool_blocks keys are live: keep the index at most half full.
+  std::size_t capacity = 16;
+  while (capacity < std::size_t{pool_blocks} * 2) capacity <<= 1;
+  slot_keys_.resize(capacity);
+  slot_blocks_.assign(capacity, kInvalidBlock);
+}
+
+std::size_t PrefixCache::slot_of(const PageKey& key) const {
+  const std::size_t mask = slot_blocks_.size() - 1;
+  std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
+  while (slot_blocks_[slot] != kInvalidBlock && !(slot_keys_[slot] == key))
+    slot = (slot + 1) & mask;
+  return slot;
+}
+
+void PrefixCache::index_insert(const PageKey& key, BlockId b) {
+  std::size_t slot = slot_of(key);
+  slot_keys_[slot] = key;
+  slot_blocks_[slot] = b;
+  ++size_;
+}
+
+void PrefixCache::index_erase(const PageKey& key) {
+  const std::size_t mask = slot_blocks_.size() - 1;
+  std::size_t hole = slot_of(key);
+  if (slot_blocks_[hole] == kInvalidBlock) return;
+  slot_blocks_[hole] = kInvalidBlock;
+  --size_;
+  // Backward-shift: move later entries of the probe run into the hole.
+  for (std::size_t next = (hole + 1) & mask; slot_blocks_[next] != kInvalidBlock;
+       next = (next + 1) & mask) {
+    std::size_t home = static_cast<std::size_t>(mix(slot_keys_[next])) & mask;
+    // Move it if its home is not in the cyclic range (hole, next].
+    bool stays = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next);
+    if (stays) continue;
+    slot_keys_[hole] = slot_keys_[next];
+    slot_blocks_[hole] = slot_blocks_[next];
+    slot_blocks_[next] = kInvalidBlock;
+    hole = next;
+  }
+}
+
+std::optional<BlockId> PrefixCache::find(const PageKey& key) const {
+  BlockId b = slot_blocks_[slot_of(key)];
+  if (b == kInvalidBlock) return std::nullopt;
+  return b;
+}
+
+void PrefixCache::make_evictable(BlockId b) {
+  Entry& entry = entries_[b];
+  if (!entry.evictable) ++evictable_count_;
+  entry.evictable = true;
+  ++entry.version;
+  Candidate candidate{0, 0, b, entry.version};
+  switch (policy_) {
+    case EvictPolicy::kLru: candidate.first = entry.last_use; break;
+    case EvictPolicy::kFifo: candidate.first = entry.inserted; break;
+    case EvictPolicy::kLfu:
+      candidate.first = entry.hits;
+      candidate.second = entry.last_use;
+      break;
+  }
+  if (policy_ == EvictPolicy::kLru) {
+    queue_.push_back(candidate);
+    return;
+  }
+  heap_.push_back(candidate);
+  std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+}
+
+void PrefixCache::make_unevictable(BlockId b) {
+  Entry& entry = entries_[b];
+  if (entry.evictable) --evictable_count_;
+  entry.evictable = false;
+  ++entry.version;  // its heap candidate goes stale
+}
+
+void PrefixCache::touch(BlockId b, std::uint64_t tick) {
+  Entry& entry = entries_[b];
+  if (!entry.cached) return;
+  make_unevictable(b);
+  ++entry.hits;
+  entry.last_use = tick;
+}
+
+CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,
+                                     std::uint64_t tick) {
+  if (entries_[b].cached || find(key)) return false;
+  if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
+  index_insert(key, b);
+  Entry& entry = entries_[b];
+  entry.key = key;
+  entry.inserted = entry.last_use = tick;
+  entry.hits = 0;
+  entry.cached = true;
+  entry.evictable = false;
+  ++entry.version;
+  return true;
+}
+
+void PrefixCache::released(BlockId b, const BlockPool& pool, std::uint64_t tick) {
+  Entry& entry = entries_[b];
+  if (!entry.cached || pool.refcount(b) != 1) return;
+  entry.last_use = tick;
+  make_evictable(b);
+}
+
+bool PrefixCache::evict_one(BlockPool& pool) {
+  while (!heap_.empty() || !queue_.empty()) {
+    Candidate candidate{};
+    if (policy_ == EvictPolicy::kLru) {
+      candidate = queue_.front();
+      queue_.pop_front();
+    } else {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
+      candidate = heap_.back();
+      heap_.pop_back();
+    }
+    Entry& entry = entries_[candidate.block];
+    if (!entry.cached || !entry.evictable || entry.version != candidate.version) continue;
+    make_unevictable(candidate.block);
+    entry.cached = false;
+    index_erase(entry.key);
+    (void)pool.release(candidate.block);  // held by the cache alone: frees it
+    ++evictions_;
+    return true;
+  }
+  return false;
+}
+
+void PrefixCache::holds(std::vector<BlockId>& out) const {
+  for (BlockId b = 0; b < entries_.size(); ++b) {
+    if (entries_[b].cached) out.push_back(b);
+  }
+}
+
+}  // namespace kvreplay

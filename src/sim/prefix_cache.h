@@ -1,0 +1,109 @@
+// PrefixCache: vLLM-v1-style reuse of full KV pages whose content hash chain
+// matches, over the real BlockPool.
+//
+// Contract:
+//   - The cache holds one pool reference on every cached block (an I1 "hold").
+//     A cached block that no sequence uses (refcount 1: only the cache's) is
+//     evictable; evict_one() drops the cache's reference, returning the block to
+//     the free list, in --evict order: lru (least recently used first), fifo
+//     (least recently cached first) or lfu (fewest hits first, then lru). Under
+//     lru, blocks released together go in release order (the simulator releases
+//     a sequence's pages last to first, so its tail is evicted before its
+//     prefix); under fifo and lfu ties go to the lower block id.
+//   - Keys identify content, not position: a page ending at token E inside hash
+//     block k (tokens [k*B, (k+1)*B)) has key (hash_ids[k], E - k*B). Equal hash
+//     ids mean an identical prefix up to and including that block, so any page
+//     size works, whether or not it divides B.
+//   - Memory: O(pool blocks) for the per-block entries plus the key index.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "core/block_pool.h"
+
+namespace kvreplay {
+
+enum class EvictPolicy : std::uint8_t { kLru, kFifo, kLfu };
+std::string_view to_string(EvictPolicy policy);
+std::optional<EvictPolicy> parse_evict_policy(std::string_view name);
+
+struct PageKey {
+  std::uint64_t chain = 0;   // the hash id of the block holding the page's last token
+  std::uint32_t offset = 0;  // the page's end, in tokens from the start of that block
+  bool operator==(const PageKey&) const = default;
+};
+
+class PrefixCache {
+ public:
+  PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks);
+
+  std::optional<BlockId> find(const PageKey& key) const;
+  // Whether block b is still cached under key (cheaper than find).
+  bool cached_as(BlockId b, const PageKey& key) const {
+    return b < entries_.size() && entries_[b].cached && entries_[b].key == key;
+  }
+  // A sequence is about to retain cached block b (a hit): it stops being evictable.
+  void touch(BlockId b, std::uint64_t tick);
+  // Caches block b (held by a sequence) under key; the cache retains it.
+  // Returns false, doing nothing, when the key is already cached or the
+  // block already belongs to the cache. Error: that of BlockPool::retain.
+  CoreResult<bool> insert(const PageKey& key, BlockId b, BlockPool& pool, std::uint64_t tick);
+  // After a sequence released block b: if b is cached and only the cache holds
+  // it now, it becomes evictable.
+  void released(BlockId b, const BlockPool& pool, std::uint64_t tick);
+  // Evicts one evictable block. Returns false when none is evictable.
+  bool evict_one(BlockPool& pool);
+  // Blocks that evict_one() could free.
+  std::uint32_t evictable() const { return evictable_count_; }
+  std::uint64_t evictions() const { return evictions_; }
+  std::size_t size() const { return size_; }
+  // Every block the cache holds a reference on (for the invariant checker).
+  void holds(std::vector<BlockId>& out) const;
+
+ private:
+  struct Entry {
+    PageKey key;
+    std::uint64_t inserted = 0;
+    std::uint64_t last_use = 0;
+    std::uint64_t hits = 0;
+    std::uint32_t version = 0;  // bumped whenever the block's evictable rank changes
+    bool cached = false;
+    bool evictable = false;
+  };
+  // A candidate for eviction; stale when its version no longer matches.
+  struct Candidate {
+    std::uint64_t first;
+    std::uint64_t second;
+    BlockId block;
+    std::uint32_t version;
+    // Heap order: the smallest rank is evicted first.
+    bool operator>(const Candidate& other) const {
+      if (first != other.first) return first > other.first;
+      if (second != other.second) return second > other.second;
+      return block > other.block;
+    }
+  };
+  void make_evictable(BlockId b);
+  void make_unevictable(BlockId b);
+  // Open-addressing key index (linear probing, backward-shift deletion).
+  std::size_t slot_of(const PageKey& key) const;
+  void index_insert(const PageKey& key, BlockId b);
+  void index_erase(const PageKey& key);
+
+  EvictPolicy policy_;
+  std::vector<Entry> entries_;   // by block id
+  std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
+  // lru: candidates in the order they became evictable (ranks only grow), with stale ones.
+  std::deque<Candidate> queue_;
+  std::uint32_t evictable_count_ = 0;
+  std::vector<PageKey> slot_keys_;
+  std::vector<BlockId> slot_blocks_;  // kInvalidBlock: empty slot
+  std::size_t size_ = 0;
+  std::uint64_t evictions_ = 0;
+};
+
+}  // namespace kvreplay

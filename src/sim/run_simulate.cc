@@ -1,0 +1,420 @@
+#include "sim/run_simulate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include <unistd.h>
+
+#include "replay/run_replay.h"
+#include "report/report.h"
+#include "sim/request_reader.h"
+
+namespace kvreplay {
+
+namespace {
+
+nlohmann::json options_json(const SimOptions& options) {
+  return {{"allocator", std::string(to_string(options.allocator))},
+          {"prefix_cache", options.prefix_cache && options.allocator == AllocatorKind::kPaged},
+          {"evict", std::string(to_string(options.evict))},
+          {"max_seqs", options.max_seqs},
+          {"max_batched_tokens", options.max_batched_tokens},
+          {"watermark", options.watermark},
+          {"cost",
+           {{"step_ms", options.cost.step_ms},
+            {"prefill_token_ms", options.cost.prefill_token_ms},
+            {"decode_seq_ms", options.cost.decode_seq_ms},
+            {"kv_bandwidth_gbps", options.cost.kv_bandwidth_gbps}}}};
+}
+
+}  // namespace
+
+InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!overrides.model && !overrides.layers && !overrides.kv_heads && !overrides.head_dim) {
+    header["model"] = "llama-3-8b";
+  }
+  if (!overrides.pool_blocks && !overrides.kv_memory) {
+    return Unexpected{InputError{"command line", 0, "--kv-memory",
+                                 "missing: give --kv-memory (e.g. 40GiB) or --pool-blocks"}};
+  }
+  return resolve_run_config(header, overrides, "command line", 0);
+}
+
+InputResult<SimulationResult> simulate_file(const std::string& path,
+                                            std::optional<RequestFormat> format,
+                                            const RunConfig& config, const SimOptions& options,
+                                            const std::string& timeline_path) {
+  auto start = std::chrono::steady_clock::now();
+  auto opened = RequestReader::open(path, format);
+  if (!opened) return Unexpected{opened.error()};
+  RequestReader& reader = *opened.value();
+  Simulator sim(config, options);
+
+  std::FILE* timeline = nullptr;
+  std::string timeline_temp;
+  if (!timeline_path.empty()) {
+    timeline_temp = timeline_path + ".tmp." + std::to_string(::getpid());
+    timeline = std::fopen(timeline_temp.c_str(), "wb");
+    if (timeline == nullptr) {
+      return Unexpected{InputError{timeline_path, 0, "--timeline", "cannot be written"}};
+    }
+    std::fputs(
+        "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
+        "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished\n",
+        timeline);
+    sim.on_step = [timeline](const Simulator& s) {
+      const ReplayState& st = s.state();
+      fmt::print(timeline, "{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{}\n", s.sim_totals().steps,
+                 s.now(), st.used, s.config().kv.pool_blocks - st.used, st.waste_slots,
+                 st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
+                 s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(),
+                 s.sim_totals().finished);
+    };
+  }
+  auto abandon_timeline = [&] {
+    if (timeline != nullptr) {
+      std::fclose(timeline);
+      std::remove(timeline_temp.c_str());
+    }
+  };
+
+  Request request;
+  bool violated = false;
+  double last_arrival = 0.0;
+  for (;;) {
+    auto more = reader.next(request);
+    if (!more) {
+      abandon_timeline();
+      return Unexpected{more.error()};
+    }
+    if (!more.value()) break;
+    last_arrival = request.arrival;
+    if (!sim.run_until(request.arrival)) {
+      violated = true;
+      break;
+    }
+    sim.submit(std::move(request));
+    request = Request{};
+  }
+  (void)last_arrival;
+  if (!violated && !sim.run_until(std::numeric_limits<double>::infinity())) violated = true;
+  if (!violated && !sim.finish()) violated = true;
+  if (timeline != nullptr) {
+    bool ok = std::fclose(timeline) == 0;
+    if (!ok || std::rename(timeline_temp.c_str(), timeline_path.c_str()) != 0) {
+      std::remove(timeline_temp.c_str());
+      return Unexpected{InputError{timeline_path, 0, "--timeline", "cannot be written"}};
+    }
+  }
+
+  const SimTotals& st = sim.sim_totals();
+  ReportSource source{
+      TraceInfo{path, std::string(to_string(reader.format())), st.requests + reader.skipped()},
+      violated ? RunStatus::kViolation : RunStatus::kOk,
+      &sim.config(),
+      &sim.totals(),
+      &sim.state(),
+      sim.pool().total(),
+      sim.pool().allocations(),
+      sim.pool().frees(),
+      options.check.name(),
+      &sim.violation(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  if (options.allocator != AllocatorKind::kPaged) {
+    // The baselines reserve regions instead of taking blocks.
+    source.allocations = 0;
+    source.frees = 0;
+  }
+  SimulationResult result;
+  result.violated = violated;
+  result.report = base_report(source);
+  result.report["config"]["simulation"] = options_json(options);
+  result.report["requests"] = {{"total", st.requests + reader.skipped()},
+                               {"finished", st.finished},
+                               {"skipped", st.skipped + reader.skipped()}};
+  const double hit_rate = st.query_tokens == 0 ? 0.0
+                                               : static_cast<double>(st.hit_tokens) /
+                                                     static_cast<double>(st.query_tokens);
+  const double per_request =
+      st.hit_rate_requests == 0 ? 0.0 : st.hit_rate_sum / static_cast<double>(st.hit_rate_requests);
+  result.report["prefix_cache"] = {{"query_tokens", st.query_tokens},
+                                   {"hit_tokens", st.hit_tokens},
+                                   {"hit_rate", hit_rate},
+                                   {"hit_rate_per_request", per_request},
+                                   {"hit_blocks", st.hit_blocks},
+                                   {"evictions", sim.evictions()}};
+  const double seconds = st.virtual_seconds;
+  result.report["scheduler"] = {
+      {"steps", st.steps},
+      {"preemptions", st.preemptions},
+      {"max_running", st.max_running},
+      {"virtual_seconds", seconds},
+      {"output_tokens", st.output_tokens},
+      {"prompt_tokens_computed", st.prompt_tokens_computed},
+      {"output_tokens_per_second",
+       seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0},
+      {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
+  std::string summary = base_summary(source);
+  auto line = [&summary](std::string_view label, const std::string& value) {
+    summary += fmt::format("  {:<26} {}\n", label, value);
+  };
+  summary += fmt::format("simulation ({}, prefix cache {})\n", to_string(options.allocator),
+                         options.prefix_cache && options.allocator == AllocatorKind::kPaged
+                             ? fmt::format("on, evict {}", to_string(options.evict))
+                             : std::string("off"));
+  line("requests", fmt::format("{} total, {} finished, {} skipped", st.requests + reader.skipped(),
+                               st.finished, st.skipped + reader.skipped()));
+  line("prefix-cache hit rate",
+       fmt::format("{:.4f} of prompt tokens ({:.4f} per request)", hit_rate, per_request));
+  line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
+  line("steps / preemptions", fmt::format("{} / {}", st.steps, st.preemptions));
+  line("max running sequences", std::to_string(st.max_running));
+  line("virtual time",
+       fmt::format("{:.1f} s ({:.1f} output tokens/s)", seconds,
+                   seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0));
+  result.summary = std::move(summary);
+  return result;
+}
+
+int run_simulate(const SimulateRequest& request) {
+  auto config = resolve_sim_config(request.overrides);
+  if (!config) {
+    fmt::print(stderr, "{}\n", config.error().to_string());
+    return kExitInput;
+  }
+  auto result = simulate_file(request.trace_path, request.format, config.value(), request.options,
+                              request.timeline_path);
+  if (!result) {
+    fmt::print(stderr, "{}\n", result.error().to_string());
+    return kExitInput;
+  }
+  if (!request.report_path.empty()) {
+    if (auto written =
+            write_file_atomically(request.report_path, result.value().report.dump(2) + "\n");
+        !written) {
+      fmt::print(stderr, "kvreplay: cannot write the report: {}\n", written.error());
+      return kExitInput;
+    }
+  }
+  if (!request.quiet) fmt::print("{}", result.value().summary);
+  if (result.value().violated) {
+    const auto& violations = result.value().report["invariants"]["violations"];
+    fmt::print(stderr, "{}: invariant violated: {}\n", request.trace_path,
+               violations.empty() ? std::string("?") : violations[0]["message"].get<std::string>());
+    return kExitCheckFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace kvreplay
+
+namespace kvreplay {
+
+namespace {
+
+struct PlanCell {
+  std::string model;
+  std::string kv_memory;
+  std::uint32_t page_tokens = 0;
+  RunConfig config;
+  std::optional<SimulationResult> result;
+  std::optional<InputError> error;
+};
+
+struct MinSearch {
+  std::string model;
+  std::uint32_t page_tokens = 0;
+  RunConfig config;                     // geometry; pool_blocks is searched
+  std::optional<std::uint32_t> blocks;  // smallest pool with no preemption and nothing skipped
+  std::uint32_t probes = 0;
+  std::optional<InputError> error;
+};
+
+// Runs `count` jobs on up to `jobs` threads; job i writes only its own slot.
+void parallel_for(std::size_t count, unsigned jobs, const std::function<void(std::size_t)>& job) {
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < count; i = next++) job(i);
+  };
+  std::vector<std::thread> threads;
+  unsigned n = std::max(1u, std::min<unsigned>(jobs, static_cast<unsigned>(count)));
+  for (unsigned t = 1; t < n; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& thread : threads) thread.join();
+}
+
+bool serves_without_preemption(const SimulationResult& result) {
+  return result.report["scheduler"]["preemptions"].get<std::uint64_t>() == 0 &&
+         result.report["requests"]["skipped"].get<std::uint64_t>() == 0 && !result.violated;
+}
+
+}  // namespace
+
+int run_plan(const PlanRequest& request) {
+  unsigned jobs =
+      request.jobs != 0 ? request.jobs : std::max(1u, std::thread::hardware_concurrency());
+  SimOptions options = request.options;
+  options.check = CheckPolicy{CheckPolicy::Mode::kOff, 1};  // sweeps trust the checked engine
+
+  std::vector<PlanCell> cells;
+  for (const std::string& model : request.models) {
+    for (std::uint32_t page : request.page_tokens) {
+      for (const std::string& memory : request.kv_memories) {
+        ConfigOverrides overrides = request.overrides;
+        overrides.model = model;
+        overrides.page_tokens = page;
+        overrides.kv_memory = memory;
+        overrides.pool_blocks.reset();
+        auto config = resolve_sim_config(overrides);
+        if (!config) {
+          fmt::print(stderr, "{}\n", config.error().to_string());
+          return kExitInput;
+        }
+        cells.push_back(PlanCell{model, memory, page, config.value(), std::nullopt, std::nullopt});
+      }
+    }
+  }
+  parallel_for(cells.size(), jobs, [&](std::size_t i) {
+    auto result = simulate_file(request.trace_path, request.format, cells[i].config, options, "");
+    if (result) {
+      cells[i].result = std::move(result).value();
+    } else {
+      cells[i].error = result.error();
+    }
+  });
+  for (const PlanCell& cell : cells) {
+    if (cell.error) {
+      fmt::print(stderr, "{}\n", cell.error->to_string());
+      return kExitInput;
+    }
+  }
+
+  // The smallest pool with no preemption, per model and page size: a binary
+  // search over pool_blocks (assuming more memory never adds preemptions).
+  std::vector<MinSearch> searches;
+  if (request.search_min) {
+    for (const PlanCell& cell : cells) {
+      bool seen = false;
+      for (const MinSearch& s : searches)
+        seen = seen || (s.model == cell.model && s.page_tokens == cell.page_tokens);
+      if (!seen)
+        searches.push_back(
+            MinSearch{cell.model, cell.page_tokens, cell.config, std::nullopt, 0, std::nullopt});
+    }
+    parallel_for(searches.size(), jobs, [&](std::size_t i) {
+      MinSearch& search = searches[i];
+      auto probe = [&](std::uint32_t blocks) -> std::optional<bool> {
+        RunConfig config = search.config;
+        config.kv.pool_blocks = blocks;
+        config.kv_memory.reset();
+        ++search.probes;
+        auto result = simulate_file(request.trace_path, request.format, config, options, "");
+        if (!result) {
+          search.error = result.error();
+          return std::nullopt;
+        }
+        return serves_without_preemption(result.value());
+      };
+      std::uint64_t high = search.config.kv.pool_blocks;
+      for (;;) {
+        auto ok = probe(static_cast<std::uint32_t>(high));
+        if (!ok) return;
+        if (*ok) break;
+        if (high >= (kInvalidBlock - 1) / 2) return;  // not found
+        high *= 2;
+      }
+      std::uint64_t low = 0;  // fails (or untested 0)
+      while (high - low > 1) {
+        std::uint64_t mid = low + (high - low) / 2;
+        auto ok = probe(static_cast<std::uint32_t>(mid));
+        if (!ok) return;
+        (*ok ? high : low) = mid;
+      }
+      search.blocks = static_cast<std::uint32_t>(high);
+    });
+    for (const MinSearch& search : searches) {
+      if (search.error) {
+        fmt::print(stderr, "{}\n", search.error->to_string());
+        return kExitInput;
+      }
+    }
+  }
+
+  nlohmann::json plan;
+  plan["kvreplay_plan"] = 1;
+  plan["trace"] = {{"path", request.trace_path}};
+  if (!cells.empty()) {
+    plan["trace"]["format"] = cells[0].result->report["trace"]["format"];
+    plan["trace"]["requests"] = cells[0].result->report["requests"]["total"];
+  }
+  plan["simulation"] = options_json(options);
+  nlohmann::json rows = nlohmann::json::array();
+  std::string table = fmt::format(
+      "{:<12} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10}\n", "model", "page",
+      "kv_memory", "blocks", "peak", "waste", "preempt", "hit_rate", "finished", "out_tok/s");
+  for (const PlanCell& cell : cells) {
+    const nlohmann::json& r = cell.result->report;
+    nlohmann::json row = {{"model", cell.model},
+                          {"page_tokens", cell.page_tokens},
+                          {"kv_memory", cell.kv_memory},
+                          {"kv_memory_bytes", cell.config.kv_memory.value_or(0)},
+                          {"pool_blocks", cell.config.kv.pool_blocks},
+                          {"peak_used", r["blocks"]["peak_used"]},
+                          {"waste_ratio_mean", r["fragmentation"]["waste_ratio_mean"]},
+                          {"waste_ratio_at_peak", r["fragmentation"]["waste_ratio_at_peak"]},
+                          {"preemptions", r["scheduler"]["preemptions"]},
+                          {"hit_rate", r["prefix_cache"]["hit_rate"]},
+                          {"finished", r["requests"]["finished"]},
+                          {"skipped", r["requests"]["skipped"]},
+                          {"output_tokens_per_second", r["scheduler"]["output_tokens_per_second"]},
+                          {"virtual_seconds", r["scheduler"]["virtual_seconds"]}};
+    table += fmt::format(
+        "{:<12} {:>6} {:>10} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>10.1f}\n", cell.model,
+        cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
+        r["blocks"]["peak_used"].get<std::uint64_t>(),
+        r["fragmentation"]["waste_ratio_mean"].get<double>() * 100.0,
+        r["scheduler"]["preemptions"].get<std::uint64_t>(),
+        r["prefix_cache"]["hit_rate"].get<double>(), r["requests"]["finished"].get<std::uint64_t>(),
+        r["scheduler"]["output_tokens_per_second"].get<double>());
+    rows.push_back(std::move(row));
+  }
+  plan["cells"] = std::move(rows);
+  nlohmann::json minimum = nlohmann::json::array();
+  if (request.search_min) {
+    table += "\nsmallest KV memory with no preemption (every request served):\n";
+    for (const MinSearch& search : searches) {
+      std::uint64_t bytes = search.blocks ? *search.blocks * search.config.kv.block_bytes() : 0;
+      minimum.push_back(
+          {{"model", search.model},
+           {"page_tokens", search.page_tokens},
+           {"pool_blocks",
+            search.blocks ? nlohmann::json(*search.blocks) : nlohmann::json(nullptr)},
+           {"kv_memory_bytes", search.blocks ? nlohmann::json(bytes) : nlohmann::json(nullptr)},
+           {"probes", search.probes}});
+      table += search.blocks ? fmt::format("  {:<12} page {:>4}: {} blocks = {} ({} simulations)\n",
+                                           search.model, search.page_tokens, *search.blocks,
+                                           bytes_text(bytes), search.probes)
+                             : fmt::format("  {:<12} page {:>4}: not found below 2^31 blocks\n",
+                                           search.model, search.page_tokens);
+    }
+  }
+  plan["min_kv_memory"] = std::move(minimum);
+  if (!request.report_path.empty()) {
+    if (auto written = write_file_atomically(request.report_path, plan.dump(2) + "\n"); !written) {
+      fmt::print(stderr, "kvreplay: cannot write the plan: {}\n", written.error());
+      return kExitInput;
+    }
+  }
+  if (!request.quiet) fmt::print("{}", table);
+  return kExitOk;
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,62 @@
+// The `simulate` and `plan` subcommands: request trace -> Simulator -> reports.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "replay/run_config.h"
+#include "sim/request.h"
+#include "sim/simulator.h"
+#include "trace/input_error.h"
+
+namespace kvreplay {
+
+struct SimulateRequest {
+  std::string trace_path;
+  std::optional<RequestFormat> format;
+  ConfigOverrides overrides;
+  SimOptions options;
+  std::string report_path;
+  std::string timeline_path;
+  bool quiet = false;
+};
+
+// One finished simulation: its report and summary.
+struct SimulationResult {
+  bool violated = false;
+  nlohmann::json report;
+  std::string summary;
+};
+
+// Reads the whole trace through a Simulator. `timeline_path` may be empty.
+InputResult<SimulationResult> simulate_file(const std::string& path,
+                                            std::optional<RequestFormat> format,
+                                            const RunConfig& config, const SimOptions& options,
+                                            const std::string& timeline_path);
+
+// Resolves the configuration of a request-trace run: command-line options
+// only, llama-3-8b when no geometry is given; a pool size is required.
+InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides);
+
+int run_simulate(const SimulateRequest& request);
+
+struct PlanRequest {
+  std::string trace_path;
+  std::optional<RequestFormat> format;
+  std::vector<std::string> models;
+  std::vector<std::string> kv_memories;
+  std::vector<std::uint32_t> page_tokens;
+  ConfigOverrides overrides;  // everything else
+  SimOptions options;
+  std::string report_path;  // the sweep as JSON
+  unsigned jobs = 0;        // 0: one per core
+  bool search_min = true;   // find the smallest KV memory with no preemption
+  bool quiet = false;
+};
+
+int run_plan(const PlanRequest& request);
+
+}  // namespace kvreplay
