@@ -63,17 +63,9 @@ CoreResult<AppendEffect> SequenceBlockTable::append(std::uint32_t tokens, BlockP
   AppendEffect effect;
   if (tokens == 0) return effect;
   const std::uint32_t first_page = length_ / page_tokens_;
-  // Fast path (most decode steps): the tokens fit in a partial last page that
-  // this table holds alone, so they are written in place.
-  if (const std::uint32_t offset = length_ % page_tokens_;
-      offset != 0 && tokens <= page_tokens_ - offset && first_page < entries_.size()) {
-    BlockId b = entries_[first_page];
-    if (b < pool.total() && pool.refcount(b) == 1) {
-      effect.first_page = first_page;
-      pool.set_filled(b, offset + tokens);
-      length_ += tokens;
-      return effect;
-    }
+  if (append_in_place(tokens, pool)) {
+    effect.first_page = first_page;
+    return effect;
   }
   const auto last_page = static_cast<std::uint32_t>((new_length - 1) / page_tokens_);
   effect.first_page = first_page;

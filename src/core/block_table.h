@@ -56,6 +56,22 @@ class SequenceBlockTable {
   // Errors: kLengthExceeded (past capacity_tokens()), kPoolExhausted, and stale-page
   // errors of the partial last page.
   CoreResult<AppendEffect> append(std::uint32_t tokens, BlockPool& pool);
+  // The common decode step, inline: when `tokens` fit in a partial last page
+  // that this table holds alone, writes them in place and returns true (the
+  // same effect as append with no new page and no copy); otherwise changes
+  // nothing and returns false.
+  bool append_in_place(std::uint32_t tokens, BlockPool& pool) {
+    const std::uint32_t offset = length_ % page_tokens_;
+    const std::uint32_t page = length_ / page_tokens_;
+    if (offset == 0 || tokens == 0 || tokens > page_tokens_ - offset || page >= entries_.size()) {
+      return false;
+    }
+    const BlockId b = entries_[page];
+    if (b >= pool.total() || pool.refcount(b) != 1) return false;
+    pool.set_filled(b, offset + tokens);
+    length_ += tokens;
+    return true;
+  }
   // The free blocks append(tokens) would take. Errors: those of append, bar
   // kPoolExhausted.
   CoreResult<std::uint32_t> blocks_needed(std::uint32_t tokens, const BlockPool& pool) const;

@@ -120,6 +120,7 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
     case Op::kDecode: {
       // Validate the whole batch before any sequence advances.
       std::unordered_set<std::uint64_t> skipped;  // listed skipped sequences (no stamp)
+      decode_batch_.clear();
       for (std::uint64_t seq : event.seqs) {
         auto it = sequences_.find(seq);
         if (it == sequences_.end()) {
@@ -135,6 +136,7 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
           return bad("seqs", fmt::format("{} appears twice", seq));
         }
         it->second.decode_stamp = event.index;
+        decode_batch_.push_back(&it->second);
         if (std::uint64_t{it->second.table.length()} + event.tokens > max_tokens) {
           return bad("tokens", fmt::format("{} more tokens make seq {} {} tokens long, past "
                                            "max_seq_tokens {}",
@@ -144,10 +146,8 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
         }
       }
       if (!skipped.empty()) ++totals_.skipped_events;
-      for (std::uint64_t seq : event.seqs) {
-        auto it = sequences_.find(seq);
-        if (it == sequences_.end()) continue;
-        Step one = append_to(it->second, event.tokens, event);
+      for (Sequence* sequence : decode_batch_) {
+        Step one = append_to(*sequence, event.tokens, event);
         if (one == Step::kViolation) {
           step = one;
           break;
@@ -289,6 +289,13 @@ Replayer::Step Replayer::admit(const Event& event) {
 }
 
 Replayer::Step Replayer::append_to(Sequence& sequence, std::uint32_t tokens, const Event& event) {
+  // The common decode step: in place in an exclusively held partial page (I4
+  // holds by construction: the fast path requires refcount 1).
+  if (sequence.table.append_in_place(tokens, pool_)) {
+    totals_.tokens_appended += tokens;
+    state_.logical_tokens += tokens;
+    return Step::kDone;
+  }
   std::size_t pages_before = sequence.table.entries().size();
   auto appended = sequence.table.append(tokens, pool_);
   if (!appended) {

@@ -139,7 +139,8 @@ class Replayer {
   OomPolicy on_oom_;
   BlockPool pool_;
   InvariantChecker checker_;
-  std::vector<TableRef> table_refs_;  // scratch for checks
+  std::vector<TableRef> table_refs_;     // scratch for checks
+  std::vector<Sequence*> decode_batch_;  // scratch: the live sequences of a decode
   std::unordered_map<std::uint64_t, Sequence> sequences_;
   std::unordered_map<std::string, Prefix> prefixes_;
   std::unordered_set<std::uint64_t> skipped_sequences_;

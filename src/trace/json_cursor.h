@@ -50,6 +50,23 @@ class JsonCursor {
   Result<void, std::string> read_string(std::string& out);
   // Reads a number's text (JSON grammar checked) into `out`.
   Result<void, std::string> read_number(std::string& out);
+  // Fast path for the common case, after peek(): a plain non-negative integer
+  // of at most 19 digits, wholly inside the buffer and followed by a byte that
+  // cannot continue a number. Consumes it and returns its value; otherwise
+  // consumes nothing and returns false (read_number then decides).
+  bool read_plain_uint(std::uint64_t& value) {
+    const char* p = pos_;
+    if (p == end_ || *p < '0' || *p > '9') return false;
+    if (*p == '0' && p + 1 != end_ && p[1] >= '0' && p[1] <= '9') return false;
+    std::uint64_t v = 0;
+    const char* limit = p + 19 < end_ ? p + 19 : end_;
+    while (p != limit && *p >= '0' && *p <= '9')
+      v = v * 10 + static_cast<std::uint64_t>(*p++ - '0');
+    if (p == end_ || (*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E') return false;
+    pos_ = p;
+    value = v;
+    return true;
+  }
   // Reads any value into a json document (for small objects such as config;
   // at most kMaxValue bytes of it, roughly as it is held in memory).
   Result<void, std::string> read_value(nlohmann::json& out, int depth = 0);

@@ -325,6 +325,12 @@ InputResult<bool> KvTraceReader::next(Event& event) {
 
 InputResult<std::uint64_t> KvTraceReader::read_uint(std::string_view field, std::uint64_t min,
                                                     std::uint64_t max) {
+  if (std::uint64_t fast = 0; cursor_.peek() >= 0 && cursor_.read_plain_uint(fast)) {
+    if (fast > max)
+      return Unexpected{error(field, fmt::format("{} is too large (at most {})", fast, max))};
+    if (fast < min) return Unexpected{error(field, fmt::format("{} must be >= {}", fast, min))};
+    return fast;
+  }
   int c = cursor_.peek();
   if (c != '-' && (c < '0' || c > '9')) {
     return Unexpected{
