@@ -209,6 +209,14 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
     return fail("pool_blocks", false,
                 "missing: give pool_blocks or kv_memory (or --pool-blocks / --kv-memory)");
   }
+  if (run.kv.pool_blocks > kMaxSupportedPoolBlocks) {
+    return fail(pool_from_cli ? (cli.pool_blocks ? "pool-blocks" : "kv-memory")
+                              : (pool_blocks ? "pool_blocks" : "kv_memory"),
+                pool_from_cli,
+                fmt::format("a pool of {} blocks is more than kvreplay keeps in memory (at most "
+                            "{} blocks, 12 bytes each); use a larger page_tokens",
+                            run.kv.pool_blocks, kMaxSupportedPoolBlocks));
+  }
   if (auto problem = run.kv.validate()) return invalid(*problem);
   return run;
 }

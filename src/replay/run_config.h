@@ -27,6 +27,11 @@ struct ConfigOverrides {
   std::optional<std::string> alloc_order;
 };
 
+// The largest pool a run accepts. The pool keeps a refcount, a filled count and
+// a free-list slot per block up front (12 bytes), so 2^28 blocks is 3 GiB of
+// bookkeeping; SPEC's bound (below 2^32-1) would be 48 GiB.
+inline constexpr std::uint32_t kMaxSupportedPoolBlocks = 1u << 28;
+
 struct RunConfig {
   PagedKvConfig kv;
   AllocOrder alloc_order = AllocOrder::kLifo;

@@ -35,12 +35,29 @@ std::uint64_t mix(const PageKey& key) {
 }  // namespace
 
 PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks)
-    : policy_(policy), entries_(pool_blocks) {
-  // At most pool_blocks keys are live: keep the index at most half full.
-  std::size_t capacity = 16;
-  while (capacity < std::size_t{pool_blocks} * 2) capacity <<= 1;
-  slot_keys_.resize(capacity);
-  slot_blocks_.assign(capacity, kInvalidBlock);
+    : policy_(policy), pool_blocks_(pool_blocks) {
+  // Both tables grow with what is cached, not with the pool.
+  slot_keys_.resize(1024);
+  slot_blocks_.assign(1024, kInvalidBlock);
+}
+
+PrefixCache::Entry& PrefixCache::entry_of(BlockId b) {
+  if (b >= entries_.size()) {
+    entries_.resize(
+        std::min<std::size_t>(pool_blocks_, std::max<std::size_t>(b + 1, entries_.size() * 2)));
+  }
+  return entries_[b];
+}
+
+void PrefixCache::grow_index() {
+  std::vector<PageKey> keys(slot_keys_.size() * 2);
+  std::vector<BlockId> blocks(slot_blocks_.size() * 2, kInvalidBlock);
+  keys.swap(slot_keys_);
+  blocks.swap(slot_blocks_);
+  size_ = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i] != kInvalidBlock) index_insert(keys[i], blocks[i]);
+  }
 }
 
 std::size_t PrefixCache::slot_of(const PageKey& key) const {
@@ -52,6 +69,7 @@ std::size_t PrefixCache::slot_of(const PageKey& key) const {
 }
 
 void PrefixCache::index_insert(const PageKey& key, BlockId b) {
+  if ((size_ + 1) * 2 > slot_blocks_.size()) grow_index();  // at most half full
   std::size_t slot = slot_of(key);
   slot_keys_[slot] = key;
   slot_blocks_[slot] = b;
@@ -85,7 +103,7 @@ std::optional<BlockId> PrefixCache::find(const PageKey& key) const {
 }
 
 void PrefixCache::make_evictable(BlockId b) {
-  Entry& entry = entries_[b];
+  Entry& entry = entry_of(b);
   if (!entry.evictable) ++evictable_count_;
   entry.evictable = true;
   ++entry.version;
@@ -107,14 +125,14 @@ void PrefixCache::make_evictable(BlockId b) {
 }
 
 void PrefixCache::make_unevictable(BlockId b) {
-  Entry& entry = entries_[b];
+  Entry& entry = entry_of(b);
   if (entry.evictable) --evictable_count_;
   entry.evictable = false;
   ++entry.version;  // its heap candidate goes stale
 }
 
 void PrefixCache::touch(BlockId b, std::uint64_t tick) {
-  Entry& entry = entries_[b];
+  Entry& entry = entry_of(b);
   if (!entry.cached) return;
   make_unevictable(b);
   ++entry.hits;
@@ -123,21 +141,21 @@ void PrefixCache::touch(BlockId b, std::uint64_t tick) {
 
 CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,
                                      std::uint64_t tick) {
-  if (entries_[b].cached || find(key)) return false;
+  if (entry_of(b).cached || find(key)) return false;
   if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
   index_insert(key, b);
-  Entry& entry = entries_[b];
-  entry.key = key;
-  entry.inserted = entry.last_use = tick;
-  entry.hits = 0;
-  entry.cached = true;
-  entry.evictable = false;
-  ++entry.version;
+  Entry& cached = entry_of(b);
+  cached.key = key;
+  cached.inserted = cached.last_use = tick;
+  cached.hits = 0;
+  cached.cached = true;
+  cached.evictable = false;
+  ++cached.version;
   return true;
 }
 
 void PrefixCache::released(BlockId b, const BlockPool& pool, std::uint64_t tick) {
-  Entry& entry = entries_[b];
+  Entry& entry = entry_of(b);
   if (!entry.cached || pool.refcount(b) != 1) return;
   entry.last_use = tick;
   make_evictable(b);

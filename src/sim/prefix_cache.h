@@ -14,7 +14,7 @@
 //     block k (tokens [k*B, (k+1)*B)) has key (hash_ids[k], E - k*B). Equal hash
 //     ids mean an identical prefix up to and including that block, so any page
 //     size works, whether or not it divides B.
-//   - Memory: O(pool blocks) for the per-block entries plus the key index.
+//   - Memory grows with the blocks ever cached, not with the pool's size.
 #pragma once
 
 #include <cstdint>
@@ -87,6 +87,8 @@ class PrefixCache {
       return block > other.block;
     }
   };
+  Entry& entry_of(BlockId b);  // grows entries_ as needed
+  void grow_index();
   void make_evictable(BlockId b);
   void make_unevictable(BlockId b);
   // Open-addressing key index (linear probing, backward-shift deletion).
@@ -95,7 +97,8 @@ class PrefixCache {
   void index_erase(const PageKey& key);
 
   EvictPolicy policy_;
-  std::vector<Entry> entries_;   // by block id
+  std::uint32_t pool_blocks_;
+  std::vector<Entry> entries_;   // by block id, grown on demand
   std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
   // lru: candidates in the order they became evictable (ranks only grow), with stale ones.
   std::deque<Candidate> queue_;
