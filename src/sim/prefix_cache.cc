@@ -24,11 +24,13 @@ std::optional<EvictPolicy> parse_evict_policy(std::string_view name) {
 namespace {
 
 std::uint64_t mix(const PageKey& key) {
-  std::uint64_t x =
-      key.chain * 0x9E3779B97F4A7C15ull ^ (std::uint64_t{key.offset} << 32 | key.offset);
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
+  // murmur3's 64-bit finaliser over the chain id and the offset.
+  std::uint64_t x = key.chain ^ (std::uint64_t{key.offset} * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ull;
+  x ^= x >> 33;
   return x;
 }
 
@@ -37,8 +39,7 @@ std::uint64_t mix(const PageKey& key) {
 PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks)
     : policy_(policy), pool_blocks_(pool_blocks) {
   // Both tables grow with what is cached, not with the pool.
-  slot_keys_.resize(1024);
-  slot_blocks_.assign(1024, kInvalidBlock);
+  slots_.resize(1024);
 }
 
 PrefixCache::Entry& PrefixCache::entry_of(BlockId b) {
@@ -50,54 +51,52 @@ PrefixCache::Entry& PrefixCache::entry_of(BlockId b) {
 }
 
 void PrefixCache::grow_index() {
-  std::vector<PageKey> keys(slot_keys_.size() * 2);
-  std::vector<BlockId> blocks(slot_blocks_.size() * 2, kInvalidBlock);
-  keys.swap(slot_keys_);
-  blocks.swap(slot_blocks_);
+  std::vector<Slot> old(slots_.size() * 2);
+  old.swap(slots_);
   size_ = 0;
-  for (std::size_t i = 0; i < blocks.size(); ++i) {
-    if (blocks[i] != kInvalidBlock) index_insert(keys[i], blocks[i]);
+  for (const Slot& slot : old) {
+    if (slot.block != kInvalidBlock) index_insert(PageKey{slot.chain, slot.offset}, slot.block);
   }
 }
 
 std::size_t PrefixCache::slot_of(const PageKey& key) const {
-  const std::size_t mask = slot_blocks_.size() - 1;
+  const std::size_t mask = slots_.size() - 1;
   std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
-  while (slot_blocks_[slot] != kInvalidBlock && !(slot_keys_[slot] == key))
+  while (slots_[slot].block != kInvalidBlock &&
+         (slots_[slot].chain != key.chain || slots_[slot].offset != key.offset)) {
     slot = (slot + 1) & mask;
+  }
   return slot;
 }
 
 void PrefixCache::index_insert(const PageKey& key, BlockId b) {
-  if ((size_ + 1) * 2 > slot_blocks_.size()) grow_index();  // at most half full
-  std::size_t slot = slot_of(key);
-  slot_keys_[slot] = key;
-  slot_blocks_[slot] = b;
+  if ((size_ + 1) * 2 > slots_.size()) grow_index();  // at most half full
+  slots_[slot_of(key)] = Slot{key.chain, key.offset, b};
   ++size_;
 }
 
 void PrefixCache::index_erase(const PageKey& key) {
-  const std::size_t mask = slot_blocks_.size() - 1;
+  const std::size_t mask = slots_.size() - 1;
   std::size_t hole = slot_of(key);
-  if (slot_blocks_[hole] == kInvalidBlock) return;
-  slot_blocks_[hole] = kInvalidBlock;
+  if (slots_[hole].block == kInvalidBlock) return;
+  slots_[hole].block = kInvalidBlock;
   --size_;
   // Backward-shift: move later entries of the probe run into the hole.
-  for (std::size_t next = (hole + 1) & mask; slot_blocks_[next] != kInvalidBlock;
+  for (std::size_t next = (hole + 1) & mask; slots_[next].block != kInvalidBlock;
        next = (next + 1) & mask) {
-    std::size_t home = static_cast<std::size_t>(mix(slot_keys_[next])) & mask;
+    std::size_t home =
+        static_cast<std::size_t>(mix(PageKey{slots_[next].chain, slots_[next].offset})) & mask;
     // Move it if its home is not in the cyclic range (hole, next].
     bool stays = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next);
     if (stays) continue;
-    slot_keys_[hole] = slot_keys_[next];
-    slot_blocks_[hole] = slot_blocks_[next];
-    slot_blocks_[next] = kInvalidBlock;
+    slots_[hole] = slots_[next];
+    slots_[next].block = kInvalidBlock;
     hole = next;
   }
 }
 
 std::optional<BlockId> PrefixCache::find(const PageKey& key) const {
-  BlockId b = slot_blocks_[slot_of(key)];
+  BlockId b = slots_[slot_of(key)].block;
   if (b == kInvalidBlock) return std::nullopt;
   return b;
 }

@@ -103,8 +103,14 @@ class PrefixCache {
   // lru: candidates in the order they became evictable (ranks only grow), with stale ones.
   std::deque<Candidate> queue_;
   std::uint32_t evictable_count_ = 0;
-  std::vector<PageKey> slot_keys_;
-  std::vector<BlockId> slot_blocks_;  // kInvalidBlock: empty slot
+  // One slot per cache line share: key and block together, so a probe costs
+  // one memory access.
+  struct Slot {
+    std::uint64_t chain = 0;
+    std::uint32_t offset = 0;
+    BlockId block = kInvalidBlock;  // kInvalidBlock: empty
+  };
+  std::vector<Slot> slots_;
   std::size_t size_ = 0;
   std::uint64_t evictions_ = 0;
 };

@@ -251,3 +251,25 @@ TEST_CASE("simulator: Mooncake slice under memory pressure keeps every invariant
             report["requests"]["skipped"].get<std::uint64_t>() ==
         12031);
 }
+
+TEST_CASE("simulator: Mooncake LRU block hit ratio matches the published 0.21 at 10k and 0.33 at 30k blocks") {
+  auto path = shared_trace("mooncake/conversation_trace.jsonl");
+  if (!std::filesystem::exists(path)) {
+    WARN("skipped: " << path << " is absent");
+    return;
+  }
+  // 288,500 hash blocks of 512 tokens in the whole trace.
+  for (auto [blocks, expected] : {std::pair{10000u, 0.21}, std::pair{30000u, 0.33}}) {
+    RunConfig config = tiny_config(blocks, 512);
+    config.kv.max_seq_tokens = 131072;
+    SimOptions options;
+    options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
+    auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, "");
+    REQUIRE(result);
+    const auto& report = result.value().report;
+    INFO("pool of " << blocks << " blocks: " << report["prefix_cache"].dump());
+    CHECK(report["prefix_cache"]["hit_blocks"].get<double>() / 288500.0 ==
+          Approx(expected).margin(0.015));
+    CHECK(report["prefix_cache"]["evictions"].get<std::uint64_t>() > 0);
+  }
+}
