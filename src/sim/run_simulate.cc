@@ -88,7 +88,6 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
 
   Request request;
   bool violated = false;
-  double last_arrival = 0.0;
   for (;;) {
     auto more = reader.next(request);
     if (!more) {
@@ -96,7 +95,6 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       return Unexpected{more.error()};
     }
     if (!more.value()) break;
-    last_arrival = request.arrival;
     if (!sim.run_until(request.arrival)) {
       violated = true;
       break;
@@ -104,9 +102,13 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
     sim.submit(std::move(request));
     request = Request{};
   }
-  (void)last_arrival;
   if (!violated && !sim.run_until(std::numeric_limits<double>::infinity())) violated = true;
   if (!violated && !sim.finish()) violated = true;
+  auto sha256 = reader.content_sha256();  // the whole trace's, even after a violation
+  if (!sha256) {
+    abandon_timeline();
+    return Unexpected{sha256.error()};
+  }
   if (timeline != nullptr) {
     bool ok = std::fclose(timeline) == 0;
     if (!ok || std::rename(timeline_temp.c_str(), timeline_path.c_str()) != 0) {
@@ -117,7 +119,8 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
 
   const SimTotals& st = sim.sim_totals();
   ReportSource source{
-      TraceInfo{path, std::string(to_string(reader.format())), st.requests + reader.skipped()},
+      TraceInfo{path, std::string(to_string(reader.format())), st.requests + reader.skipped(),
+                std::move(sha256).value()},
       violated ? RunStatus::kViolation : RunStatus::kOk,
       &sim.config(),
       &sim.totals(),
@@ -354,6 +357,7 @@ int run_plan(const PlanRequest& request) {
   if (!cells.empty()) {
     plan["trace"]["format"] = cells[0].result->report["trace"]["format"];
     plan["trace"]["requests"] = cells[0].result->report["requests"]["total"];
+    plan["trace"]["sha256"] = cells[0].result->report["trace"]["sha256"];
   }
   plan["simulation"] = options_json(options);
   nlohmann::json rows = nlohmann::json::array();

@@ -297,9 +297,7 @@ bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t in
     step_prefill_tokens_ += chunk;
     sim_.prompt_tokens_computed += chunk;
     step_context_tokens_ += flight.prefilled;
-    if (!paged() || !options_.prefix_cache) {
-      // nothing to cache
-    } else {
+    if (paged() && options_.prefix_cache) {
       offer_to_cache(flight);
       if (violation_) return false;
     }

@@ -182,7 +182,6 @@ class Simulator {
   std::optional<Violation> violation_;
   std::vector<TableRef> table_refs_;
   std::vector<BlockId> holds_;
-  std::string label_scratch_;
   // Per step, for the cost model.
   std::uint64_t step_prefill_tokens_ = 0;
   std::uint64_t step_decode_seqs_ = 0;
