@@ -38,8 +38,10 @@ struct Seq {
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "kvtrace_gen: %s\nusage: kvtrace_gen --events N [--seed S] [--live L] "
-                       "[--batch B] [--prefixes P] [--page-tokens T] [--check-every N]\n", why);
+  std::fprintf(stderr,
+               "kvtrace_gen: %s\nusage: kvtrace_gen --events N [--seed S] [--live L] "
+               "[--batch B] [--prefixes P] [--page-tokens T] [--check-every N]\n",
+               why);
   std::exit(2);
 }
 
@@ -51,14 +53,22 @@ int main(int argc, char** argv) {
     std::string flag = argv[i];
     if (i + 1 >= argc) usage("missing value");
     std::uint64_t value = std::strtoull(argv[++i], nullptr, 10);
-    if (flag == "--events") o.events = value;
-    else if (flag == "--seed") o.seed = value;
-    else if (flag == "--live") o.live = static_cast<std::uint32_t>(value);
-    else if (flag == "--batch") o.batch = static_cast<std::uint32_t>(value);
-    else if (flag == "--prefixes") o.prefixes = static_cast<std::uint32_t>(value);
-    else if (flag == "--page-tokens") o.page_tokens = static_cast<std::uint32_t>(value);
-    else if (flag == "--check-every") o.check_every = value;
-    else usage("unknown flag");
+    if (flag == "--events")
+      o.events = value;
+    else if (flag == "--seed")
+      o.seed = value;
+    else if (flag == "--live")
+      o.live = static_cast<std::uint32_t>(value);
+    else if (flag == "--batch")
+      o.batch = static_cast<std::uint32_t>(value);
+    else if (flag == "--prefixes")
+      o.prefixes = static_cast<std::uint32_t>(value);
+    else if (flag == "--page-tokens")
+      o.page_tokens = static_cast<std::uint32_t>(value);
+    else if (flag == "--check-every")
+      o.check_every = value;
+    else
+      usage("unknown flag");
   }
   if (o.live == 0 || o.batch == 0 || o.page_tokens == 0) usage("values must be >= 1");
   constexpr std::uint32_t kMaxTokens = 8192;
@@ -71,9 +81,10 @@ int main(int argc, char** argv) {
   };
   static char out_buffer[1 << 20];  // outlives main: stdout is flushed at exit
   std::setvbuf(stdout, out_buffer, _IOFBF, sizeof out_buffer);
-  std::printf("{\"kvtrace\": 1, \"config\": {\"model\": \"llama-3-8b\", \"page_tokens\": %u, "
-              "\"pool_blocks\": %llu, \"max_seq_tokens\": %u}}\n",
-              o.page_tokens, static_cast<unsigned long long>(pool), kMaxTokens);
+  std::printf(
+      "{\"kvtrace\": 1, \"config\": {\"model\": \"llama-3-8b\", \"page_tokens\": %u, "
+      "\"pool_blocks\": %llu, \"max_seq_tokens\": %u}}\n",
+      o.page_tokens, static_cast<unsigned long long>(pool), kMaxTokens);
 
   std::vector<Seq> seqs;
   std::vector<std::uint32_t> prefix_tokens(o.prefixes, 0);
@@ -103,9 +114,10 @@ int main(int argc, char** argv) {
         std::uint32_t p = uniform(0, o.prefixes - 1);
         prompt += prefix_tokens[p];
         std::uint32_t first = std::min(prompt, prefix_tokens[p] + uniform(0, 512));
-        std::printf("{\"op\": \"admit\", \"seq\": %llu, \"prompt\": %u, \"prefix\": \"sys%u.%u\", "
-                    "\"t\": %.3f}\n",
-                    static_cast<unsigned long long>(s.id), first, p, prefix_generation[p], t);
+        std::printf(
+            "{\"op\": \"admit\", \"seq\": %llu, \"prompt\": %u, \"prefix\": \"sys%u.%u\", "
+            "\"t\": %.3f}\n",
+            static_cast<unsigned long long>(s.id), first, p, prefix_generation[p], t);
         s.length = first;
         s.prefill_left = prompt - first;
       } else {
@@ -120,8 +132,8 @@ int main(int argc, char** argv) {
     } else if (roll < 25 && !seqs.empty()) {
       // Chunked prefill of one sequence (or a speculative append).
       Seq& s = seqs[uniform(0, static_cast<std::uint32_t>(seqs.size() - 1))];
-      std::uint32_t chunk = s.prefill_left > 0 ? std::min(s.prefill_left, uniform(64, 512))
-                                               : uniform(1, 4);
+      std::uint32_t chunk =
+          s.prefill_left > 0 ? std::min(s.prefill_left, uniform(64, 512)) : uniform(1, 4);
       chunk = std::min(chunk, s.target - s.length);
       if (chunk == 0) {
         std::printf("{\"op\": \"free\", \"seq\": %llu}\n", static_cast<unsigned long long>(s.id));

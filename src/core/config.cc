@@ -179,8 +179,8 @@ Result<std::uint64_t, std::string> parse_memory_size(std::string_view text) {
       denominator *= 10;
     }
     // numerator, denominator <= 10^9, so neither product below overflows.
-    std::uint64_t part = *scale / denominator * numerator +
-                         *scale % denominator * numerator / denominator;
+    std::uint64_t part =
+        *scale / denominator * numerator + *scale % denominator * numerator / denominator;
     if (*bytes + part < *bytes) return Error{fmt::format("'{}' is too large", text)};
     *bytes += part;
   }

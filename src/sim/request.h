@@ -15,9 +15,9 @@ std::string_view to_string(RequestFormat format);  // "native", "mooncake", "azu
 std::optional<RequestFormat> parse_request_format(std::string_view name);
 
 struct Request {
-  std::uint64_t line = 0;   // where the record starts in its file
-  double arrival = 0.0;     // seconds from the trace's time origin
-  std::string id;           // native: the "id" value as JSON text; others: the line number
+  std::uint64_t line = 0;    // where the record starts in its file
+  double arrival = 0.0;      // seconds from the trace's time origin
+  std::string id;            // native: the "id" value as JSON text; others: the line number
   std::uint32_t prompt = 0;  // prompt tokens (prefix included)
   std::uint32_t output = 0;  // tokens to generate (>= 1)
   std::uint32_t n = 1;       // parallel samples: n - 1 forks after prefill

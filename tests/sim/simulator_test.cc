@@ -75,7 +75,8 @@ TEST_CASE("simulator: one request prefills, decodes and frees every block") {
   CHECK(sim.sim_totals().preemptions == 0);
 }
 
-TEST_CASE("simulator: n > 1 forks after prefill and copies the shared partial page once per branch") {
+TEST_CASE(
+    "simulator: n > 1 forks after prefill and copies the shared partial page once per branch") {
   Simulator sim(tiny_config(32), checked_options());
   run_all(sim, {request(0.0, 10, 3, 3)});
   CHECK(sim.totals().forks == 2);
@@ -165,7 +166,7 @@ TEST_CASE("simulator: contiguous baselines reserve whole regions and waste what 
     options.allocator = kind;
     Simulator sim(tiny_config(256), options);
     run_all(sim, {request(0.0, 10, 7)});  // final KV length 16
-    const std::uint64_t reserved = kind == AllocatorKind::kContiguousMax ? 256
+    const std::uint64_t reserved = kind == AllocatorKind::kContiguousMax    ? 256
                                    : kind == AllocatorKind::kContiguousPow2 ? 16
                                                                             : 16;
     CHECK(sim.totals().peak_used == reserved / 4);
@@ -182,7 +183,8 @@ TEST_CASE("simulator: contiguous baselines reserve whole regions and waste what 
 
 TEST_CASE("simulator: paged waste is below contiguous waste on the same trace") {
   std::vector<Request> requests;
-  for (int i = 0; i < 40; ++i) requests.push_back(request(i * 0.01, 5 + (i * 7) % 40, 3 + (i * 13) % 50));
+  for (int i = 0; i < 40; ++i)
+    requests.push_back(request(i * 0.01, 5 + (i * 7) % 40, 3 + (i * 13) % 50));
   double waste[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
     SimOptions options = checked_options();
@@ -252,7 +254,9 @@ TEST_CASE("simulator: Mooncake slice under memory pressure keeps every invariant
         12031);
 }
 
-TEST_CASE("simulator: Mooncake LRU block hit ratio matches the published 0.21 at 10k and 0.33 at 30k blocks") {
+TEST_CASE(
+    "simulator: Mooncake LRU block hit ratio matches the published 0.21 at 10k and 0.33 at 30k "
+    "blocks") {
   auto path = shared_trace("mooncake/conversation_trace.jsonl");
   if (!std::filesystem::exists(path)) {
     WARN("skipped: " << path << " is absent");
