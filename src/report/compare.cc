@@ -1,0 +1,535 @@
+#include "report/compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "replay/run_replay.h"
+#include "report/terminal.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr Threshold absolute(double value) {
+  return Threshold{Threshold::Kind::kAbsolute, value};
+}
+constexpr Threshold relative(double fraction) {
+  return Threshold{Threshold::Kind::kRelative, fraction};
+}
+constexpr std::optional<Threshold> kInformational = std::nullopt;
+
+// The defaults (README "Comparing reports"). Reports are deterministic, so a
+// threshold is not a noise margin: it is how much worse a change may make a
+// metric before a gate fails. Ratios get absolute slack (0.001 = 0.1 point),
+// counts relative slack (1% of the base); oom.events may not grow at all.
+constexpr std::array<CompareMetric, 22> kMetrics = {{
+    {"blocks.peak_used", false, relative(0.01)},
+    {"blocks.final_used", false, kInformational},
+    {"blocks.allocations", false, kInformational},
+    {"fragmentation.waste_ratio_mean", false, absolute(0.001)},
+    {"fragmentation.waste_ratio_at_peak", false, absolute(0.001)},
+    {"fragmentation.waste_ratio_max", false, absolute(0.001)},
+    {"fragmentation.waste_slots_at_peak", false, kInformational},
+    {"tokens.peak_physical", false, kInformational},
+    {"sharing.saved_blocks_at_peak", true, kInformational},
+    {"cow.copies", false, relative(0.01)},
+    {"cow.bytes", false, kInformational},
+    {"oom.events", false, absolute(0)},
+    {"requests.finished", true, kInformational},
+    {"requests.skipped", false, kInformational},
+    {"prefix_cache.hit_rate", true, absolute(0.001)},
+    {"prefix_cache.hit_blocks", true, kInformational},
+    {"prefix_cache.evictions", false, kInformational},
+    {"scheduler.preemptions", false, relative(0.01)},
+    {"scheduler.steps", false, kInformational},
+    {"scheduler.virtual_seconds", false, kInformational},
+    {"scheduler.output_tokens_per_second", true, kInformational},
+    {"scheduler.requests_per_second", true, kInformational},
+}};
+
+const CompareMetric* find_metric(std::string_view path) {
+  for (const CompareMetric& metric : kMetrics) {
+    if (metric.path == path) return &metric;
+  }
+  return nullptr;
+}
+
+std::string_view leaf(std::string_view path) {
+  auto dot = path.rfind('.');
+  return dot == std::string_view::npos ? path : path.substr(dot + 1);
+}
+
+// A metric path from a user's name: the full path, or an unambiguous last part.
+Result<std::string, std::string> resolve_name(std::string_view name) {
+  if (find_metric(name) != nullptr) return std::string(name);
+  const CompareMetric* found = nullptr;
+  for (const CompareMetric& metric : kMetrics) {
+    if (leaf(metric.path) != name) continue;
+    if (found != nullptr) {
+      return Unexpected{fmt::format("'{}' is ambiguous ({} or {}): give the full name", name,
+                                    found->path, metric.path)};
+    }
+    found = &metric;
+  }
+  if (found != nullptr) return std::string(found->path);
+  if (name == "status" || name == "violations" || name == "invariants.violations") {
+    return Unexpected{fmt::format("'{}' is always checked and has no threshold", name)};
+  }
+  std::string known;
+  for (const CompareMetric& metric : kMetrics) {
+    known += known.empty() ? "" : ", ";
+    known += metric.path;
+  }
+  return Unexpected{fmt::format("unknown metric '{}' (known: {})", name, known)};
+}
+
+const nlohmann::json* at_path(const nlohmann::json& report, std::string_view path) {
+  const nlohmann::json* node = &report;
+  while (!path.empty()) {
+    auto dot = path.find('.');
+    std::string key(path.substr(0, dot));
+    if (!node->is_object()) return nullptr;
+    auto it = node->find(key);
+    if (it == node->end()) return nullptr;
+    node = &*it;
+    path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
+  }
+  return node;
+}
+
+// A count that may be written as a number or as a list of items.
+std::optional<std::uint64_t> count_at(const nlohmann::json& report, std::string_view path) {
+  const nlohmann::json* node = at_path(report, path);
+  if (node == nullptr) return std::nullopt;
+  if (node->is_array()) return node->size();
+  if (node->is_number_unsigned()) return node->get<std::uint64_t>();
+  if (node->is_number_integer())
+    return static_cast<std::uint64_t>(std::max<std::int64_t>(0, *node));
+  return std::nullopt;
+}
+
+struct Number {
+  double value = 0.0;
+  bool integer = false;  // then `exact` holds it
+  std::int64_t exact = 0;
+  std::string text;
+};
+
+std::optional<Number> number_at(const nlohmann::json& report, std::string_view path) {
+  const nlohmann::json* node = at_path(report, path);
+  if (node == nullptr || !node->is_number()) return std::nullopt;
+  Number out;
+  out.value = node->get<double>();
+  if (node->is_number_unsigned()) {
+    out.integer = node->get<std::uint64_t>() <= std::uint64_t{INT64_MAX};
+    out.exact = out.integer ? node->get<std::int64_t>() : 0;
+  } else if (node->is_number_integer()) {
+    out.integer = true;
+    out.exact = node->get<std::int64_t>();
+  }
+  out.text = node->is_number_integer() ? node->dump() : fmt::format("{:.6f}", out.value);
+  return out;
+}
+
+// now - base, exactly for integers (counts are far below 2^62).
+double difference(const Number& base, const Number& now) {
+  if (base.integer && now.integer) return static_cast<double>(now.exact - base.exact);
+  return now.value - base.value;
+}
+
+std::string change_text(const Number& base, const Number& now) {
+  double diff = difference(base, now);
+  if (diff == 0.0) return "";
+  std::string text = base.integer && now.integer ? fmt::format("{:+}", now.exact - base.exact)
+                                                 : fmt::format("{:+.6f}", diff);
+  if (base.value != 0.0) text += fmt::format(" ({:+.2f}%)", diff / std::fabs(base.value) * 100.0);
+  return text;
+}
+
+// Flattens a config object into "a.b" -> compact JSON text.
+void flatten(const nlohmann::json& node, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (node.is_object() && !node.empty()) {
+    for (const auto& [key, value] : node.items()) {
+      flatten(value, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  out[prefix] = node.dump();
+}
+
+std::vector<std::string> config_changes(const nlohmann::json& base, const nlohmann::json& now) {
+  std::map<std::string, std::string> before, after;
+  if (const nlohmann::json* config = at_path(base, "config")) flatten(*config, "", before);
+  if (const nlohmann::json* config = at_path(now, "config")) flatten(*config, "", after);
+  std::map<std::string, std::string> keys;
+  for (const auto& [key, value] : before) keys[key];
+  for (const auto& [key, value] : after) keys[key];
+  std::vector<std::string> changes;
+  for (const auto& [key, unused] : keys) {
+    auto b = before.find(key);
+    auto a = after.find(key);
+    std::string from = b == before.end() ? "(absent)" : b->second;
+    std::string to = a == after.end() ? "(absent)" : a->second;
+    if (from != to) changes.push_back(fmt::format("{}: {} -> {}", key, from, to));
+  }
+  return changes;
+}
+
+// The identity checks: both are reports of one version, of the same trace.
+Result<void, std::string> check_comparable(const nlohmann::json& base, const nlohmann::json& now,
+                                           std::string_view base_name, std::string_view new_name) {
+  for (auto [report, name] : {std::pair{&base, base_name}, std::pair{&now, new_name}}) {
+    if (!report->is_object()) return Unexpected{fmt::format("{}: not a JSON object", name)};
+    if (!report->contains("kvreplay_report")) {
+      if (report->contains("kvreplay_plan")) {
+        return Unexpected{fmt::format(
+            "{}: a plan (kvreplay_plan), not a report: compare replay or simulate reports", name)};
+      }
+      return Unexpected{fmt::format("{}: not a kvreplay report (no kvreplay_report key)", name)};
+    }
+  }
+  if (base["kvreplay_report"] != now["kvreplay_report"]) {
+    return Unexpected{fmt::format(
+        "{} and {} are reports of different versions (kvreplay_report {} and {}): make both "
+        "with the same kvreplay",
+        base_name, new_name, base["kvreplay_report"].dump(), now["kvreplay_report"].dump())};
+  }
+  for (auto [report, name] : {std::pair{&base, base_name}, std::pair{&now, new_name}}) {
+    const nlohmann::json* hash = at_path(*report, "trace.sha256");
+    if (hash == nullptr || !hash->is_string() || hash->get<std::string>().size() != 64) {
+      return Unexpected{fmt::format(
+          "{}: no trace.sha256 (a report of an older kvreplay?): reports are matched by their "
+          "trace's content hash; replay the trace again to get one",
+          name)};
+    }
+  }
+  const std::string base_hash = base["trace"]["sha256"].get<std::string>();
+  const std::string new_hash = now["trace"]["sha256"].get<std::string>();
+  if (base_hash != new_hash) {
+    auto path_of = [](const nlohmann::json& report) {
+      const nlohmann::json* path = at_path(report, "trace.path");
+      return path != nullptr && path->is_string() ? path->get<std::string>() : std::string("?");
+    };
+    return Unexpected{fmt::format(
+        "{} and {} are reports of different traces: trace.sha256 {}... ({}) and {}... ({})",
+        base_name, new_name, base_hash.substr(0, 16), path_of(base), new_hash.substr(0, 16),
+        path_of(now))};
+  }
+  return {};
+}
+
+std::string kind_of(const nlohmann::json& report) {
+  return report.contains("scheduler") || report.contains("requests") ? "simulate" : "replay";
+}
+
+// An always-checked count: any in NEW is a regression.
+void add_always_row(Comparison& out, std::string_view path, std::optional<std::uint64_t> base,
+                    std::uint64_t now, const std::string& detail) {
+  CompareRow row;
+  row.metric = std::string(path);
+  row.base = base ? std::to_string(*base) : std::string("-");
+  row.now = std::to_string(now);
+  row.threshold = "always";
+  if (now > 0) {
+    row.verdict = CompareRow::Verdict::kRegressed;
+    if (base && *base != now)
+      row.change = fmt::format("{:+}", static_cast<double>(now) - static_cast<double>(*base));
+    out.regressions.push_back(fmt::format("{}: {} in NEW{}", path, now, detail));
+  } else {
+    row.verdict = base && *base > 0 ? CompareRow::Verdict::kBetter : CompareRow::Verdict::kSame;
+    if (base && *base > 0) row.change = fmt::format("-{}", *base);
+  }
+  out.rows.push_back(std::move(row));
+}
+
+}  // namespace
+
+Result<Threshold, std::string> Threshold::parse(std::string_view text) {
+  if (text == "off" || text == "none") return Threshold{Kind::kOff, 0.0};
+  bool percent = !text.empty() && text.back() == '%';
+  std::string_view digits = percent ? text.substr(0, text.size() - 1) : text;
+  double value = 0.0;
+  auto [end, code] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (digits.empty() || code != std::errc() || end != digits.data() + digits.size() ||
+      !std::isfinite(value) || value < 0.0) {
+    return Unexpected{
+        fmt::format("'{}' is not a threshold: expected a number >= 0 (absolute, e.g. 0.005), a "
+                    "percentage (relative to the base, e.g. 2%) or off",
+                    text)};
+  }
+  return percent ? Threshold{Kind::kRelative, value / 100.0} : Threshold{Kind::kAbsolute, value};
+}
+
+std::string Threshold::to_string() const {
+  switch (kind) {
+    case Kind::kOff: return "off";
+    case Kind::kRelative: return fmt::format("{:g}%", value * 100.0);
+    case Kind::kAbsolute: return fmt::format("{:g}", value);
+  }
+  return "?";
+}
+
+std::span<const CompareMetric> compare_metrics() {
+  return kMetrics;
+}
+
+Thresholds::Thresholds() {
+  for (const CompareMetric& metric : kMetrics) {
+    if (metric.gate) by_path_[std::string(metric.path)] = *metric.gate;
+  }
+}
+
+Result<void, std::string> Thresholds::set(std::string_view assignment) {
+  auto equals = assignment.find('=');
+  if (equals == std::string_view::npos) {
+    return Unexpected{fmt::format("'{}': expected NAME=VALUE (e.g. peak_used=2%)", assignment)};
+  }
+  auto path = resolve_name(assignment.substr(0, equals));
+  if (!path) return Unexpected{path.error()};
+  auto threshold = Threshold::parse(assignment.substr(equals + 1));
+  if (!threshold) return Unexpected{fmt::format("{}: {}", path.value(), threshold.error())};
+  by_path_[path.value()] = threshold.value();
+  return {};
+}
+
+Result<void, std::string> Thresholds::set_all(const nlohmann::json& object) {
+  if (!object.is_object()) {
+    return Unexpected{std::string(
+        "expected an object of thresholds, e.g. {\"waste_ratio_mean\": 0.005, \"peak_used\": "
+        "\"2%\"}")};
+  }
+  for (const auto& [key, value] : object.items()) {
+    std::string text;
+    if (value.is_number()) {
+      text = value.dump();
+    } else if (value.is_string()) {
+      text = value.get<std::string>();
+    } else {
+      return Unexpected{
+          fmt::format("{}: expected a number or a string such as \"2%\" or \"off\"", key)};
+    }
+    if (auto done = set(key + "=" + text); !done) {
+      return Unexpected{fmt::format("{}: {}", key, done.error())};
+    }
+  }
+  return {};
+}
+
+std::optional<Threshold> Thresholds::find(std::string_view path) const {
+  auto it = by_path_.find(path);
+  if (it == by_path_.end() || it->second.kind == Threshold::Kind::kOff) return std::nullopt;
+  return it->second;
+}
+
+Result<Comparison, std::string> compare_reports(const nlohmann::json& base,
+                                                const nlohmann::json& now,
+                                                const Thresholds& thresholds,
+                                                std::string_view base_name,
+                                                std::string_view new_name) {
+  if (auto ok = check_comparable(base, now, base_name, new_name); !ok) {
+    return Unexpected{ok.error()};
+  }
+  Comparison out;
+  out.kind = kind_of(base);
+  out.sha256 = base["trace"]["sha256"].get<std::string>();
+  auto path_of = [](const nlohmann::json& report) {
+    const nlohmann::json* path = at_path(report, "trace.path");
+    return path != nullptr && path->is_string() ? path->get<std::string>() : std::string();
+  };
+  out.base_trace_path = path_of(base);
+  out.new_trace_path = path_of(now);
+  out.config_changes = config_changes(base, now);
+
+  // status: leaving "ok" is a regression.
+  const nlohmann::json* base_status = at_path(base, "status");
+  const nlohmann::json* new_status = at_path(now, "status");
+  if (base_status != nullptr && new_status != nullptr && base_status->is_string() &&
+      new_status->is_string()) {
+    CompareRow row;
+    row.metric = "status";
+    row.base = base_status->get<std::string>();
+    row.now = new_status->get<std::string>();
+    row.threshold = "always";
+    if (row.base == row.now) {
+      row.verdict = CompareRow::Verdict::kSame;
+    } else if (row.base == "ok") {
+      row.verdict = CompareRow::Verdict::kRegressed;
+      out.regressions.push_back(fmt::format("status: {} -> {}", row.base, row.now));
+    } else {
+      row.verdict = row.now == "ok" ? CompareRow::Verdict::kBetter : CompareRow::Verdict::kWorse;
+    }
+    out.rows.push_back(std::move(row));
+  }
+
+  // Invariant violations in NEW always fail.
+  if (auto new_violations = count_at(now, "invariants.violations")) {
+    std::string detail;
+    const nlohmann::json* list = at_path(now, "invariants.violations");
+    if (list->is_array() && !list->empty() && (*list)[0].is_object()) {
+      const nlohmann::json& first = (*list)[0];
+      std::string invariant = first.value("invariant", std::string("?"));
+      std::string message = first.value("message", std::string());
+      detail = fmt::format(" (first: {} {}{})", invariant,
+                           first.contains("event") && first["event"].is_number()
+                               ? fmt::format("at event {}", first["event"].dump())
+                               : std::string("at the end"),
+                           message.empty() ? std::string() : ": " + message);
+    }
+    add_always_row(out, "invariants.violations", count_at(base, "invariants.violations"),
+                   *new_violations, detail);
+  }
+
+  for (const CompareMetric& metric : kMetrics) {
+    auto b = number_at(base, metric.path);
+    auto n = number_at(now, metric.path);
+    if (!b || !n) continue;  // e.g. simulate-only keys in replay reports
+    CompareRow row;
+    row.metric = std::string(metric.path);
+    row.base = b->text;
+    row.now = n->text;
+    row.change = change_text(*b, *n);
+    std::optional<Threshold> gate = thresholds.find(metric.path);
+    row.threshold = gate ? gate->to_string() : std::string();
+    const double worse_by = metric.higher_is_better ? -difference(*b, *n) : difference(*b, *n);
+    // Floating-point reports: differences below rounding are not changes.
+    const double epsilon = b->integer && n->integer
+                               ? 0.0
+                               : 1e-12 * std::max({1.0, std::fabs(b->value), std::fabs(n->value)});
+    if (std::fabs(worse_by) <= epsilon) {
+      row.verdict = CompareRow::Verdict::kSame;
+    } else if (worse_by < 0) {
+      row.verdict = CompareRow::Verdict::kBetter;
+    } else if (!gate) {
+      row.verdict = CompareRow::Verdict::kWorse;
+    } else {
+      const double allowed = gate->kind == Threshold::Kind::kRelative
+                                 ? gate->value * std::fabs(b->value)
+                                 : gate->value;
+      if (worse_by > allowed + epsilon) {
+        row.verdict = CompareRow::Verdict::kRegressed;
+        out.regressions.push_back(fmt::format("{}: {} -> {} ({}; threshold {})", row.metric,
+                                              row.base, row.now, row.change, row.threshold));
+      } else {
+        row.verdict = CompareRow::Verdict::kWithin;
+      }
+    }
+    out.rows.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::string comparison_text(const Comparison& comparison, std::string_view base_name,
+                            std::string_view new_name, bool color) {
+  const Paint paint{color};
+  std::string out;
+  out += fmt::format("compare {} -> {}: {} reports of one trace (sha256 {}...)\n", base_name,
+                     new_name, comparison.kind, comparison.sha256.substr(0, 16));
+  if (comparison.base_trace_path == comparison.new_trace_path) {
+    out += fmt::format("trace: {}\n", comparison.base_trace_path);
+  } else {
+    out += fmt::format("trace: {} -> {}\n", comparison.base_trace_path, comparison.new_trace_path);
+  }
+  for (const std::string& change : comparison.config_changes) {
+    out += fmt::format("config: {}\n", change);
+  }
+  out += paint.bold(fmt::format("{:<35} {:>14} {:>14} {:>22} {:>9}  {}", "metric", "base", "new",
+                                "change", "threshold", "verdict")) +
+         "\n";
+  for (const CompareRow& row : comparison.rows) {
+    std::string verdict;
+    switch (row.verdict) {
+      case CompareRow::Verdict::kSame: verdict = "="; break;
+      case CompareRow::Verdict::kBetter: verdict = paint.green("better"); break;
+      case CompareRow::Verdict::kWorse: verdict = paint.dim("worse (not gated)"); break;
+      case CompareRow::Verdict::kWithin: verdict = paint.yellow("worse, within threshold"); break;
+      case CompareRow::Verdict::kRegressed: verdict = paint.red("REGRESSED"); break;
+    }
+    out += fmt::format("{:<35} {:>14} {:>14} {:>22} {:>9}  {}\n", row.metric, row.base, row.now,
+                       row.change, row.threshold.empty() ? "-" : row.threshold, verdict);
+  }
+  if (comparison.regressed()) {
+    std::string names;
+    for (const CompareRow& row : comparison.rows) {
+      if (row.verdict != CompareRow::Verdict::kRegressed) continue;
+      names += names.empty() ? "" : ", ";
+      names += row.metric;
+    }
+    out += paint.red(fmt::format("regression: {} of {} metrics ({})", comparison.regressions.size(),
+                                 comparison.rows.size(), names)) +
+           "\n";
+  } else {
+    out += paint.green(fmt::format("no regression ({} metrics)", comparison.rows.size())) + "\n";
+  }
+  return out;
+}
+
+namespace {
+
+// Reads and parses a JSON file. Error: one line naming the file.
+Result<nlohmann::json, std::string> read_json(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return Unexpected{fmt::format("{}: cannot open: {}", path, std::strerror(errno))};
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!file.good() && !file.eof()) return Unexpected{fmt::format("{}: cannot read", path)};
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& error) {
+    std::string what = error.what();
+    if (auto bracket = what.find("] ");
+        what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) {
+      what.erase(0, bracket + 2);
+    }
+    return Unexpected{fmt::format("{}: not valid JSON: {}", path, what)};
+  }
+}
+
+}  // namespace
+
+int run_compare(const CompareRequest& request) {
+  auto refuse = [](const std::string& why) {
+    fmt::print(stderr, "kvreplay compare: {}\n", why);
+    return kExitInput;
+  };
+  Thresholds thresholds;
+  if (!request.thresholds_file.empty()) {
+    auto object = read_json(request.thresholds_file);
+    if (!object) return refuse(object.error());
+    if (auto set = thresholds.set_all(object.value()); !set) {
+      return refuse(fmt::format("{}: {}", request.thresholds_file, set.error()));
+    }
+  }
+  for (const std::string& assignment : request.thresholds) {
+    if (auto set = thresholds.set(assignment); !set) {
+      return refuse(fmt::format("--threshold: {}", set.error()));
+    }
+  }
+  auto base = read_json(request.base_path);
+  if (!base) return refuse(base.error());
+  auto now = read_json(request.new_path);
+  if (!now) return refuse(now.error());
+  auto comparison =
+      compare_reports(base.value(), now.value(), thresholds, request.base_path, request.new_path);
+  if (!comparison) return refuse(comparison.error());
+  if (!request.quiet) {
+    fmt::print("{}", comparison_text(comparison.value(), request.base_path, request.new_path,
+                                     color_enabled(stdout)));
+    std::fflush(stdout);
+  }
+  for (const std::string& regression : comparison.value().regressions) {
+    fmt::print(stderr, "kvreplay compare: regression: {}\n", regression);
+  }
+  return comparison.value().regressed() ? kExitCheckFailed : kExitOk;
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# `kvreplay compare` and scripts/gate from the command line (README "Comparing
+# reports" and "Regression gate"): exit codes 0 / 1 / 2, refusals of reports of
+# other traces or versions, thresholds from flags and files, replay and simulate
+# reports, trace.sha256 equal for a file, its gzip copy and standard input, and
+# the gate's update / compare / regression / missing-baseline paths.
+#
+# Usage: run_compare_tests.sh KVREPLAY_BINARY REPO_ROOT
+set -uo pipefail
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 KVREPLAY_BINARY REPO_ROOT" >&2
+  exit 2
+fi
+kvreplay=$1
+root=$2
+[[ $kvreplay == /* ]] || kvreplay=$PWD/$kvreplay
+[[ $root == /* ]] || root=$PWD/$root
+for tool in jq gzip; do
+  command -v "$tool" >/dev/null || { echo "run_compare_tests.sh: '$tool' is required" >&2; exit 2; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-compare.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+cd "$root" || exit 2
+
+passed=0
+failed=0
+problems=()
+check() {  # check CONDITION_TEXT WHAT
+  if ! eval "$1"; then problems+=("$2"); fi
+}
+finish() {  # finish NAME
+  if ((${#problems[@]} == 0)); then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $1"
+    local p
+    for p in "${problems[@]}"; do echo "    $p"; done
+  fi
+  problems=()
+}
+run() {  # run ARGS...: sets rc; stdout and stderr in $work/out, $work/err
+  "$kvreplay" "$@" >"$work/out" 2>"$work/err"
+  rc=$?
+}
+out_has() { grep -qF -- "$1" "$work/out"; }
+err_has() { grep -qF -- "$1" "$work/err"; }
+err_text() { head -c 600 "$work/err" | tr '\n' '|'; }
+
+r=$work/reports
+mkdir -p "$r"
+"$kvreplay" replay traces/quickstart.jsonl -q --report "$r/quick.json"
+"$kvreplay" replay traces/quickstart.jsonl -q --alloc-order fifo --report "$r/quick_fifo.json"
+"$kvreplay" replay - -q --report "$r/quick_stdin.json" <traces/quickstart.jsonl
+gzip -c traces/quickstart.jsonl >"$work/quick.jsonl.gz"
+"$kvreplay" replay "$work/quick.jsonl.gz" -q --report "$r/quick_gz.json"
+"$kvreplay" replay traces/fork_cow.jsonl -q --report "$r/fork.json"
+"$kvreplay" replay traces/oom.jsonl -q --on-oom skip --pool-blocks 64 --report "$r/oom_big.json"
+"$kvreplay" replay traces/oom.jsonl -q --on-oom skip --report "$r/oom_skip.json"
+"$kvreplay" replay traces/oom.jsonl -q --on-oom fail --pool-blocks 64 --report "$r/oom_fail_ok.json"
+"$kvreplay" replay traces/oom.jsonl -q --on-oom fail --report "$r/oom_fail.json" 2>/dev/null
+
+# --- trace.sha256: the content, not the path or the compression
+sha=$(sha256sum traces/quickstart.jsonl | cut -d' ' -f1)
+for report in quick quick_stdin quick_gz quick_fifo; do
+  check "[[ \$(jq -r .trace.sha256 '$r/$report.json') == '$sha' ]]" \
+    "$report.json: trace.sha256 $(jq -r .trace.sha256 "$r/$report.json") is not sha256sum's $sha"
+done
+check "[[ \$(jq -r .trace.sha256 '$r/oom_fail.json') == \$(sha256sum traces/oom.jsonl | cut -d' ' -f1) ]]" \
+  "a replay stopped by --on-oom fail hashes only part of its trace"
+# The rest is read even after the replay stopped: a truncated gzip tail is an input error.
+{ cat traces/oom.jsonl; for i in $(seq 20000); do echo '{"op": "check"}'; done; } |
+  gzip -c >"$work/oom_tail.gz"
+head -c "$(($(stat -c %s "$work/oom_tail.gz") - 30))" "$work/oom_tail.gz" >"$work/oom_cut.gz"
+run replay "$work/oom_cut.gz" -q --report "$r/cut.json"
+check '[[ $rc -eq 2 && ! -e $r/cut.json ]] && err_has "oom_cut.gz: file: truncated gzip data"' \
+  "a truncated gzip after the oom point: exit $rc, $(err_text)"
+finish "trace.sha256 is the hash of the decompressed trace"
+
+# --- the same trace, another alloc order: no regression, the config change listed
+run compare "$r/quick.json" "$r/quick_fifo.json"
+check '[[ $rc -eq 0 ]]' "exit $rc, expected 0: $(err_text)"
+check 'out_has "config: alloc_order: \"lifo\" -> \"fifo\""' "no config change line"
+check 'out_has "no regression ("' "no verdict line"
+check 'out_has "blocks.peak_used"' "no peak_used row"
+check '[[ ! -s $work/err ]]' "stderr: $(err_text)"
+cp "$work/out" "$work/first"
+run compare "$r/quick.json" "$r/quick_fifo.json"
+check 'cmp -s "$work/first" "$work/out"' "two runs printed different tables"
+check '! grep -q $'"'"'\033'"'"' "$work/out"' "escape codes in a pipe"
+finish "compare: same trace, other alloc order"
+
+# --- stdin and gzip reports compare with the file's
+for other in quick_stdin quick_gz; do
+  run compare "$r/quick.json" "$r/$other.json"
+  check '[[ $rc -eq 0 ]]' "$other: exit $rc, expected 0: $(err_text)"
+done
+finish "compare: stdin and gzip reports are of the same trace"
+
+# --- regressions: exit 1, one stderr line each
+run compare "$r/oom_big.json" "$r/oom_skip.json"
+check '[[ $rc -eq 1 ]]' "oom.events up: exit $rc, expected 1"
+check 'err_has "kvreplay compare: regression: oom.events: 0 -> 3"' "stderr: $(err_text)"
+check 'out_has "REGRESSED"' "no REGRESSED in the table"
+run compare "$r/oom_fail_ok.json" "$r/oom_fail.json"
+check '[[ $rc -eq 1 ]]' "status ok -> oom: exit $rc, expected 1"
+check 'err_has "regression: status: ok -> oom"' "stderr: $(err_text)"
+jq '.cow.copies += 5' "$r/quick.json" >"$r/quick_more_cow.json"
+run compare "$r/quick_more_cow.json" "$r/quick.json"
+check '[[ $rc -eq 0 ]]' "an improvement: exit $rc, expected 0"
+check 'out_has "better"' "no 'better' verdict"
+finish "compare: regressions exit 1"
+
+# --- thresholds: flags, a file, the flag winning, bad ones
+jq '.fragmentation.waste_ratio_mean += 0.003' "$r/quick.json" >"$r/quick_waste.json"
+run compare "$r/quick.json" "$r/quick_waste.json"
+check '[[ $rc -eq 1 ]]' "waste +0.003 with the default 0.001: exit $rc, expected 1"
+run compare "$r/quick.json" "$r/quick_waste.json" --threshold waste_ratio_mean=0.005
+check '[[ $rc -eq 0 ]]' "--threshold waste_ratio_mean=0.005: exit $rc, expected 0"
+echo '{"fragmentation.waste_ratio_mean": 0.005, "peak_used": "2%"}' >"$work/thresholds.json"
+run compare "$r/quick.json" "$r/quick_waste.json" --thresholds "$work/thresholds.json"
+check '[[ $rc -eq 0 ]]' "--thresholds FILE: exit $rc, expected 0"
+check 'out_has "2%"' "the file's peak_used=2% is not shown"
+run compare "$r/quick.json" "$r/quick_waste.json" --thresholds "$work/thresholds.json" \
+  --threshold waste_ratio_mean=0.001
+check '[[ $rc -eq 1 ]]' "--threshold over --thresholds: exit $rc, expected 1"
+jq '.blocks.peak_used += 1' "$r/quick.json" >"$r/quick_peak.json"  # 56 -> 57: +1.8%
+run compare "$r/quick.json" "$r/quick_peak.json"
+check '[[ $rc -eq 1 ]]' "peak_used +1.8% with the default 1%: exit $rc, expected 1"
+run compare "$r/quick.json" "$r/quick_peak.json" --threshold peak_used=2%
+check '[[ $rc -eq 0 ]]' "peak_used=2%: exit $rc, expected 0"
+run compare "$r/quick.json" "$r/quick_peak.json" --threshold peak_used=off
+check '[[ $rc -eq 0 ]]' "peak_used=off: exit $rc, expected 0"
+run compare "$r/quick.json" "$r/quick.json" --threshold peak_used=lots
+check '[[ $rc -eq 2 ]] && err_has "is not a threshold"' "a bad value: exit $rc, $(err_text)"
+run compare "$r/quick.json" "$r/quick.json" --threshold nonsense=1
+check '[[ $rc -eq 2 ]] && err_has "unknown metric '"'"'nonsense'"'"'"' "an unknown metric: exit $rc"
+run compare "$r/quick.json" "$r/quick.json" --threshold status=1
+check '[[ $rc -eq 2 ]]' "status has no threshold: exit $rc"
+echo '{"peak_used": true}' >"$work/bad_thresholds.json"
+run compare "$r/quick.json" "$r/quick.json" --thresholds "$work/bad_thresholds.json"
+check '[[ $rc -eq 2 ]] && err_has "bad_thresholds.json: peak_used:"' "a bad file: exit $rc, $(err_text)"
+finish "compare: thresholds"
+
+# --- violations always fail
+jq '.status = "violation" | .invariants.violations = [{"event": 3, "line": 4, "invariant": "I1",
+    "message": "planted"}]' "$r/quick.json" >"$r/quick_violation.json"
+run compare "$r/quick.json" "$r/quick_violation.json" --threshold peak_used=off
+check '[[ $rc -eq 1 ]]' "a violation: exit $rc, expected 1"
+check 'err_has "regression: invariants.violations: 1 in NEW (first: I1 at event 3: planted)"' \
+  "stderr: $(err_text)"
+finish "compare: a violation always fails"
+
+# --- refusals: exit 2, one clear line
+run compare "$r/quick.json" "$r/fork.json"
+check '[[ $rc -eq 2 ]]' "other trace: exit $rc, expected 2"
+check 'err_has "are reports of different traces: trace.sha256"' "stderr: $(err_text)"
+check '[[ ! -s $work/out ]]' "a table for incomparable reports"
+cp "$r/fork.json" "$work/quick_named.json"  # a different trace under a familiar path
+jq '.trace.path = "traces/quickstart.jsonl"' "$r/fork.json" >"$work/fork_renamed.json"
+run compare "$r/quick.json" "$work/fork_renamed.json"
+check '[[ $rc -eq 2 ]]' "the same path, other content: exit $rc, expected 2"
+jq '.kvreplay_report = 2' "$r/quick.json" >"$work/v2.json"
+run compare "$r/quick.json" "$work/v2.json"
+check '[[ $rc -eq 2 ]] && err_has "reports of different versions (kvreplay_report 1 and 2)"' \
+  "other version: exit $rc, $(err_text)"
+jq 'del(.trace.sha256)' "$r/quick.json" >"$work/old.json"
+run compare "$work/old.json" "$r/quick.json"
+check '[[ $rc -eq 2 ]] && err_has "old.json: no trace.sha256"' "no hash: exit $rc, $(err_text)"
+run compare "$r/quick.json" "$work/missing.json"
+check '[[ $rc -eq 2 ]] && err_has "missing.json: cannot open"' "missing file: exit $rc, $(err_text)"
+echo '{"kvreplay_report": 1,' >"$work/broken.json"
+run compare "$r/quick.json" "$work/broken.json"
+check '[[ $rc -eq 2 ]] && err_has "broken.json: not valid JSON"' "broken JSON: exit $rc, $(err_text)"
+run compare "$r/quick.json"
+check '[[ $rc -eq 2 ]]' "one argument: exit $rc, expected 2"
+finish "compare: refusals"
+
+# --- --quiet: no table, the verdict in the exit code and on stderr
+run compare "$r/quick.json" "$r/quick_fifo.json" --quiet
+check '[[ $rc -eq 0 && ! -s $work/out && ! -s $work/err ]]' "quiet, no regression: exit $rc"
+run compare "$r/oom_big.json" "$r/oom_skip.json" -q
+check '[[ $rc -eq 1 && ! -s $work/out ]] && err_has "regression: oom.events"' "quiet, regression: exit $rc"
+finish "compare: --quiet"
+
+# --- simulate reports: simulation metrics compared, stdin equal to the file
+awk 'BEGIN { for (i = 0; i < 200; i++)
+  printf "{\"arrival\": %.3f, \"prompt\": %d, \"output\": %d, \"prefix\": \"sys\", \"prefix_tokens\": 64}\n",
+         i * 0.01, 64 + (i * 37) % 200, 8 + (i * 11) % 40 }' >"$work/requests.jsonl"
+"$kvreplay" simulate "$work/requests.jsonl" --kv-memory 1GiB -q --report "$r/sim.json"
+"$kvreplay" simulate - --kv-memory 1GiB -q --report "$r/sim_stdin.json" <"$work/requests.jsonl"
+"$kvreplay" simulate "$work/requests.jsonl" --kv-memory 24MiB -q --report "$r/sim_small.json"
+run compare "$r/sim.json" "$r/sim_stdin.json"
+check '[[ $rc -eq 0 ]]' "simulate, stdin vs file: exit $rc: $(err_text)"
+check 'out_has "simulate reports of one trace"' "kind not named"
+check 'out_has "prefix_cache.hit_rate" && out_has "scheduler.preemptions"' "simulation rows missing"
+run compare "$r/sim.json" "$r/sim_small.json"
+check '[[ $rc -eq 1 ]] && err_has "regression: scheduler.preemptions: "' \
+  "a smaller pool preempts: exit $rc, $(err_text)"
+check 'out_has "config: kv_memory: "' "kv_memory change not listed"
+run compare "$r/sim.json" "$r/quick.json"
+check '[[ $rc -eq 2 ]]' "simulate vs replay report of other traces: exit $rc"
+finish "compare: simulate reports"
+
+# --- the gate: update, compare, regressions, a missing baseline
+gate() {  # gate ARGS...: sets rc; output in $work/out
+  "$root/scripts/gate" --kvreplay "$kvreplay" "$@" >"$work/out" 2>"$work/err"
+  rc=$?
+}
+gate --update --baselines "$work/base"
+check '[[ $rc -eq 0 ]]' "--update: exit $rc: $(err_text)"
+for name in fork_cow prefix_partial prefix_drop oom_fail oom_skip document quickstart; do
+  check '[[ -s $work/base/'"$name"'.json ]]' "no baseline $name.json"
+done
+check '! grep -q "\"timing\"" "$work"/base/*.json' "baselines keep the timing object"
+check 'jq -e . "$work/base/quickstart.json" >/dev/null' "a baseline is not valid JSON"
+cp -r "$work/base" "$work/base_first"
+gate --update --baselines "$work/base"
+check 'diff -r "$work/base_first" "$work/base" >/dev/null' "baselines differ between two updates"
+gate --baselines "$work/base"
+check '[[ $rc -eq 0 ]] && out_has "gate: 7 cases: 7 passed, 0 regressed, 0 errors"' \
+  "gate: exit $rc, $(tail -n 1 "$work/out")"
+gate --baselines "$work/base" --replay-args "--alloc-order lowest" --quiet
+check '[[ $rc -eq 0 ]]' "gate, another alloc order: exit $rc"
+check '[[ $(wc -l <"$work/out") -eq 1 ]]' "--quiet printed more than the last line"
+jq '.blocks.peak_used -= 5' "$work/base/quickstart.json" >"$work/q.json" &&
+  mv "$work/q.json" "$work/base/quickstart.json"
+gate --baselines "$work/base"
+check '[[ $rc -eq 1 ]] && out_has "REGRESSED quickstart" && out_has "1 regressed"' \
+  "a planted regression: exit $rc, $(tail -n 1 "$work/out")"
+gate --baselines "$work/base" --threshold peak_used=20%
+check '[[ $rc -eq 0 ]]' "--threshold passed through: exit $rc"
+rm "$work/base/document.json"
+gate --baselines "$work/base" --threshold peak_used=20%
+check '[[ $rc -eq 2 ]] && err_has "ERROR document: no baseline"' "a missing baseline: exit $rc"
+printf 'sim simulate %s --kv-memory 64MiB\n' "$work/requests.jsonl" >"$work/manifest"
+gate --manifest "$work/manifest" --traces "" --update --baselines "$work/sim_base"
+check '[[ $rc -eq 0 && -s $work/sim_base/sim.json ]]' "simulate case --update: exit $rc, $(err_text)"
+gate --manifest "$work/manifest" --traces "" --baselines "$work/sim_base" \
+  --simulate-args "--evict lfu"
+check '[[ $rc -eq 0 || $rc -eq 1 ]] && out_has "config: simulation.evict: \"lru\" -> \"lfu\""' \
+  "simulate case with --simulate-args: exit $rc"
+printf 'bad replay\n' >"$work/bad_manifest"
+gate --manifest "$work/bad_manifest" --baselines "$work/base"
+check '[[ $rc -eq 2 ]] && err_has "bad_manifest:1: expected NAME replay|simulate TRACE"' \
+  "a bad manifest line: exit $rc, $(err_text)"
+gate --baselines "$work/base" --bogus
+check '[[ $rc -eq 2 ]]' "an unknown option: exit $rc"
+finish "scripts/gate"
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
