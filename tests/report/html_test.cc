@@ -1,0 +1,144 @@
+// The HTML report: TimelineSampler's bounded downsampling (min and max kept
+// exactly), and the page's determinism, escaping and self-containment. The
+// drawing itself is checked in a real browser by run_html_browser_test.sh.
+#include "report/html.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace {
+
+using kvreplay::TimelinePoint;
+using kvreplay::TimelineSampler;
+
+TimelinePoint point(std::uint64_t i) {
+  // A sawtooth with spikes, so that min and max differ within buckets.
+  double used = static_cast<double>((i * 7919) % 1000) + (i % 997 == 0 ? 5000.0 : 0.0);
+  return TimelinePoint{i + 1,
+                       used,
+                       static_cast<double>(i % 100) / 100.0,
+                       static_cast<double>(i * 3),
+                       static_cast<double>(i * 2),
+                       static_cast<double>(i / 10)};
+}
+
+nlohmann::json small_report(const std::string& path) {
+  return {
+      {"kvreplay_report", 1},
+      {"trace", {{"path", path}, {"format", "kvtrace-jsonl"}, {"events", 3}}},
+      {"status", "ok"},
+      {"blocks", {{"total", 8}, {"peak_used", 3}, {"final_used", 0}}},
+      {"fragmentation", {{"waste_ratio_at_peak", 0.25}, {"waste_ratio_mean", 0.125}}},
+      {"cow", {{"copies", 1}, {"bytes", 64}}},
+      {"invariants", {{"mode", "every"}, {"checks", 3}, {"violations", nlohmann::json::array()}}},
+      {"oom", {{"events", 0}, {"first_event", nullptr}}},
+      {"timing", {{"wall_seconds", 1.234567}, {"kernels", nlohmann::json::object()}}}};
+}
+
+TimelineSampler three_points() {
+  TimelineSampler sampler;
+  for (std::uint64_t i = 0; i < 3; ++i) sampler.add(point(i));
+  return sampler;
+}
+
+}  // namespace
+
+TEST_CASE("html: the sampler keeps one bucket per point until it is full") {
+  TimelineSampler sampler(8);
+  for (std::uint64_t i = 0; i < 8; ++i) sampler.add(point(i));
+  CHECK(sampler.buckets() == 8);
+  CHECK(sampler.per_bucket() == 1);
+  nlohmann::json json = sampler.to_json();
+  CHECK(json["x"] == nlohmann::json({1, 2, 3, 4, 5, 6, 7, 8}));
+  CHECK(json["used_blocks"]["min"] == json["used_blocks"]["max"]);
+}
+
+TEST_CASE("html: the sampler stays bounded and keeps every extreme") {
+  for (std::uint64_t total : {9u, 100u, 1000u, 4097u, 100000u}) {
+    TimelineSampler sampler(16);
+    double lo = 1e300, hi = -1e300;
+    for (std::uint64_t i = 0; i < total; ++i) {
+      sampler.add(point(i));
+      lo = std::min(lo, point(i).used_blocks);
+      hi = std::max(hi, point(i).used_blocks);
+      REQUIRE(sampler.buckets() <= 16);
+    }
+    CAPTURE(total);
+    CHECK(sampler.points() == total);
+    CHECK(sampler.buckets() >= 8);
+    // Full buckets cover per_bucket points each; the last may be partial.
+    CHECK((sampler.buckets() - 1) * sampler.per_bucket() < total);
+    CHECK(sampler.buckets() * sampler.per_bucket() >= total);
+    nlohmann::json json = sampler.to_json();
+    std::vector<double> mins = json["used_blocks"]["min"], maxs = json["used_blocks"]["max"];
+    CHECK(*std::min_element(mins.begin(), mins.end()) == lo);
+    CHECK(*std::max_element(maxs.begin(), maxs.end()) == hi);
+    std::vector<std::uint64_t> xs = json["x"];
+    CHECK(std::is_sorted(xs.begin(), xs.end()));
+    CHECK(xs.back() == total);
+    CHECK(json["cow_copies"]["last"].back() == (total - 1) / 10);
+  }
+}
+
+TEST_CASE("html: a run page is deterministic, self-contained and escapes its input") {
+  const std::string hostile = "t</script><script>alert(1)</script>&\"'\xff.jsonl";
+  std::string page = kvreplay::render_run_html(small_report(hostile), three_points(), "event");
+  CHECK(page == kvreplay::render_run_html(small_report(hostile), three_points(), "event"));
+  CHECK(page.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(page.find("<script>alert") == std::string::npos);
+  CHECK(page.find("</script><script>alert") == std::string::npos);
+  CHECK(page.find("http") == std::string::npos);
+  CHECK(page.find("src=") == std::string::npos);
+  CHECK(page.find("1.234567") == std::string::npos);  // timing is left out
+  CHECK(page.find("id=\"kvreplay-data\"") != std::string::npos);
+  CHECK(page.find("data-drawn") != std::string::npos);
+  CHECK(page.find("waste_ratio_at_peak") != std::string::npos);
+  CHECK(page.find('\xff') == std::string::npos);  // a non-UTF-8 byte becomes U+FFFD
+  CHECK(page.find("\xef\xbf\xbd.jsonl") != std::string::npos);
+}
+
+TEST_CASE("html: a plan page lists every configuration") {
+  nlohmann::json plan = {{"kvreplay_plan", 1},
+                         {"trace", {{"path", "r.jsonl"}, {"format", "native"}, {"requests", 10}}},
+                         {"simulation", {{"allocator", "paged"}}},
+                         {"cells",
+                          {{{"model", "llama-3-8b"},
+                            {"page_tokens", 16},
+                            {"kv_memory", "1GiB"},
+                            {"kv_memory_bytes", 1073741824},
+                            {"pool_blocks", 512},
+                            {"peak_used", 500},
+                            {"waste_ratio_mean", 0.01},
+                            {"preemptions", 3},
+                            {"hit_rate", 0.5},
+                            {"finished", 10},
+                            {"skipped", 0},
+                            {"output_tokens_per_second", 123.5}},
+                           {{"model", "llama-3-8b"},
+                            {"page_tokens", 16},
+                            {"kv_memory", "2GiB"},
+                            {"kv_memory_bytes", 2147483648},
+                            {"pool_blocks", 1024},
+                            {"peak_used", 700},
+                            {"waste_ratio_mean", 0.01},
+                            {"preemptions", 0},
+                            {"hit_rate", 0.5},
+                            {"finished", 10},
+                            {"skipped", 0},
+                            {"output_tokens_per_second", 150.25}}}},
+                         {"min_kv_memory",
+                          {{{"model", "llama-3-8b"},
+                            {"page_tokens", 16},
+                            {"pool_blocks", 600},
+                            {"kv_memory_bytes", 1258291200},
+                            {"probes", 9}}}}};
+  std::string page = kvreplay::render_plan_html(plan);
+  CHECK(page == kvreplay::render_plan_html(plan));
+  CHECK(page.find("<td>1GiB</td>") != std::string::npos);
+  CHECK(page.find("<td>2GiB</td>") != std::string::npos);
+  CHECK(page.find("<td>1258291200</td>") != std::string::npos);
+  CHECK(page.find("http") == std::string::npos);
+}
