@@ -6,10 +6,15 @@
 // (append), decoded in batches of up to --batch sequences (decode), sometimes
 // forked for parallel samples, and freed when they reach their output length.
 // Prefixes are rotated now and then (drop_prefix + prefix). The pool is sized
-// so that the trace never exhausts it.
+// so that the trace never exhausts it, unless --pool-blocks sets it (smaller:
+// replay with --on-oom skip; soak runs use a small pool so that --check every,
+// O(pool blocks) per check, stays fast). --max-tokens bounds every sequence
+// (prompts, prefixes and outputs scale down with it).
 //
 // Usage: kvtrace_gen --events 5000000 [--seed 1] [--live 256] [--batch 32]
 //                    [--prefixes 8] [--page-tokens 16] [--check-every 0]
+//                    [--max-tokens 8192] [--pool-blocks N]
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +33,8 @@ struct Options {
   std::uint32_t prefixes = 8;
   std::uint32_t page_tokens = 16;
   std::uint64_t check_every = 0;  // emit a check event every N events (0: never)
+  std::uint32_t max_tokens = 8192;
+  std::uint64_t pool_blocks = 0;  // 0: large enough never to be exhausted
 };
 
 struct Seq {
@@ -40,7 +47,8 @@ struct Seq {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "kvtrace_gen: %s\nusage: kvtrace_gen --events N [--seed S] [--live L] "
-               "[--batch B] [--prefixes P] [--page-tokens T] [--check-every N]\n",
+               "[--batch B] [--prefixes P] [--page-tokens T] [--check-every N] "
+               "[--max-tokens M] [--pool-blocks N]\n",
                why);
   std::exit(2);
 }
@@ -67,14 +75,31 @@ int main(int argc, char** argv) {
       o.page_tokens = static_cast<std::uint32_t>(value);
     else if (flag == "--check-every")
       o.check_every = value;
+    else if (flag == "--max-tokens")
+      o.max_tokens = static_cast<std::uint32_t>(value);
+    else if (flag == "--pool-blocks")
+      o.pool_blocks = value;
     else
       usage("unknown flag");
   }
   if (o.live == 0 || o.batch == 0 || o.page_tokens == 0) usage("values must be >= 1");
-  constexpr std::uint32_t kMaxTokens = 8192;
-  const std::uint64_t pages_per_seq = (kMaxTokens + o.page_tokens - 1) / o.page_tokens;
-  // Enough for every live sequence at full length (forks included) plus the prefixes.
-  const std::uint64_t pool = (o.live + 1) * (pages_per_seq + 1) + (o.prefixes + 1) * 256 + 64;
+  if (o.max_tokens < 64 || o.max_tokens > (1u << 24)) usage("--max-tokens must be 64..2^24");
+  const std::uint32_t max_tokens = o.max_tokens;
+  // Sizes scale with --max-tokens (these are the default's, 8192): a prompt
+  // part of at most 3000 (M/2), a prefix of 100..2000 (M/4) and an output of at
+  // most 600 (M/4) tokens.
+  const std::uint32_t max_prompt = std::min<std::uint32_t>(3000, max_tokens / 2);
+  const std::uint32_t max_prefix = std::min<std::uint32_t>(2000, max_tokens / 4);
+  const std::uint32_t min_prefix = std::min<std::uint32_t>(100, max_prefix);
+  const std::uint32_t max_output = std::min<std::uint32_t>(600, max_tokens / 4);
+  const std::uint64_t pages_per_seq = (max_tokens + o.page_tokens - 1) / o.page_tokens;
+  const std::uint64_t prefix_pages = (max_prefix + o.page_tokens - 1) / o.page_tokens;
+  // Enough for every live sequence at full length (forks included) plus the
+  // prefixes (256 blocks each at the default --max-tokens, as before).
+  const std::uint64_t prefix_allowance = std::max<std::uint64_t>(prefix_pages + 1, max_tokens / 32);
+  const std::uint64_t pool = o.pool_blocks != 0 ? o.pool_blocks
+                                                : (o.live + 1) * (pages_per_seq + 1) +
+                                                      (o.prefixes + 1) * prefix_allowance + 64;
   std::mt19937_64 rng(o.seed);
   auto uniform = [&rng](std::uint32_t lo, std::uint32_t hi) {
     return std::uniform_int_distribution<std::uint32_t>(lo, hi)(rng);
@@ -84,7 +109,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"kvtrace\": 1, \"config\": {\"model\": \"llama-3-8b\", \"page_tokens\": %u, "
       "\"pool_blocks\": %llu, \"max_seq_tokens\": %u}}\n",
-      o.page_tokens, static_cast<unsigned long long>(pool), kMaxTokens);
+      o.page_tokens, static_cast<unsigned long long>(pool), max_tokens);
 
   std::vector<Seq> seqs;
   std::vector<std::uint32_t> prefix_tokens(o.prefixes, 0);
@@ -93,7 +118,7 @@ int main(int argc, char** argv) {
   std::uint64_t written = 0;
   double t = 0.0;
   auto emit_prefix = [&](std::uint32_t p) {
-    prefix_tokens[p] = uniform(100, 2000);
+    prefix_tokens[p] = uniform(min_prefix, max_prefix);
     std::printf("{\"op\": \"prefix\", \"id\": \"sys%u.%u\", \"tokens\": %u}\n", p,
                 prefix_generation[p], prefix_tokens[p]);
     ++written;
@@ -108,7 +133,7 @@ int main(int argc, char** argv) {
     } else if (seqs.size() < o.live && (roll < 10 || seqs.empty())) {
       // Admit: prompt includes the prefix when there is one.
       Seq s{next_id++, 0, 0, 0};
-      std::uint32_t prompt = uniform(16, 3000);
+      std::uint32_t prompt = uniform(16, max_prompt);
       bool with_prefix = o.prefixes > 0 && uniform(0, 2) == 0;
       if (with_prefix) {
         std::uint32_t p = uniform(0, o.prefixes - 1);
@@ -127,7 +152,8 @@ int main(int argc, char** argv) {
         s.length = first;
         s.prefill_left = prompt - first;
       }
-      s.target = std::min<std::uint32_t>(kMaxTokens, s.length + s.prefill_left + uniform(1, 600));
+      s.target =
+          std::min<std::uint32_t>(max_tokens, s.length + s.prefill_left + uniform(1, max_output));
       seqs.push_back(s);
     } else if (roll < 25 && !seqs.empty()) {
       // Chunked prefill of one sequence (or a speculative append).

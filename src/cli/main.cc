@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "core/config.h"
+#include "dataplane/kernel_bench.h"
 #include "gpu/device.h"
 #include "replay/run_replay.h"
+#include "report/compare.h"
 #include "sim/convert.h"
 #include "sim/run_simulate.h"
 
@@ -167,6 +169,107 @@ struct SimOptionsCli {
   }
 };
 
+// replay's data-plane options (SPEC 5; README "Data plane").
+struct DataPlaneCli {
+  std::string backend = "none", arena_limit;
+
+  void add_to(CLI::App& app, kvreplay::DataPlaneRequest& request) {
+    app.add_option("--backend", backend,
+                   "none (default: metadata only), cpu (a KV arena in host memory) or cuda")
+        ->check(CLI::IsMember({"none", "cpu", "cuda"}))
+        ->group("Data plane");
+    app.add_flag("--verify", request.options.verify,
+                 "compare every live sequence's bytes with what it wrote or inherited, at every "
+                 "check event, every event --check checks, and the end (exit 1 on a mismatch)")
+        ->group("Data plane");
+    app.add_flag("--attention", request.options.attention,
+                 "run paged decode attention (every layer) at every decode event")
+        ->group("Data plane");
+    app.add_option("--arena-limit", arena_limit,
+                   "largest arena to allocate (default 4GiB on cpu; on cuda the device's free "
+                   "memory less 1 GiB)")
+        ->group("Data plane");
+  }
+
+  std::optional<std::string> resolve(kvreplay::DataPlaneRequest& request) const {
+    request.backend = *kvreplay::parse_backend(backend);
+    if (request.backend == kvreplay::BackendKind::kNone) {
+      if (request.options.verify) return "--verify: needs --backend cpu or --backend cuda";
+      if (request.options.attention) return "--attention: needs --backend cpu or --backend cuda";
+    }
+    if (!arena_limit.empty()) {
+      auto bytes = kvreplay::parse_memory_size(arena_limit);
+      if (!bytes) return fmt::format("--arena-limit: {}", bytes.error());
+      request.arena_limit = bytes.value();
+    }
+    return std::nullopt;
+  }
+};
+
+// The `kernels` subcommand's options.
+struct KernelsCli {
+  kvreplay::KernelBenchRequest request;
+  std::string backend = "cuda", model = "llama-3-8b", dtype = "bf16", arena_limit;
+  std::uint32_t kv_heads = 0, head_dim = 0;
+  CLI::App* command = nullptr;
+
+  void add_to(CLI::App& app) {
+    command = app.add_subcommand(
+        "kernels",
+        "time the data-plane kernels against the device copy roof, on paged and identity tables");
+    command->add_option("--backend", backend, "cuda (default) or cpu")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    command->add_option("--model", model, "geometry of one layer: a model preset (llama-3-8b)");
+    command->add_option("--kv-heads", kv_heads, "KV heads (overrides the model)")
+        ->check(CLI::Range(1u, 0xFFFFFFFFu));
+    command->add_option("--head-dim", head_dim, "head dimension (overrides the model)")
+        ->check(CLI::Range(1u, 0xFFFFFFFFu));
+    command->add_option("--dtype", dtype, "fp32, fp16, bf16 (default) or fp8")
+        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "fp8"}));
+    command->add_option("--group", request.group, "query heads per KV head (default 4)")
+        ->check(CLI::Range(1u, 1024u));
+    command->add_option("--batch", request.batches, "batch sizes (default 1,8,32,128; cpu 1,8,32)")
+        ->delimiter(',')
+        ->check(CLI::Range(1u, 1u << 20));
+    command
+        ->add_option("--context", request.contexts,
+                     "context lengths (default 512,4096,16384; cpu 256,1024)")
+        ->delimiter(',')
+        ->check(CLI::Range(1u, 1u << 24));
+    command->add_option("--page-tokens", request.page_tokens, "page sizes (default 16,64; cpu 16)")
+        ->delimiter(',')
+        ->check(CLI::Range(1u, 1u << 16));
+    command->add_option("--iters", request.iterations, "timed launches per point (default 20)")
+        ->check(CLI::Range(1, 100000));
+    command->add_option("--warmup", request.warmup, "untimed launches first (default 3)")
+        ->check(CLI::Range(0, 100000));
+    command->add_option("--arena-limit", arena_limit, "largest arena of a sweep point");
+    command->add_option("--seed", request.seed, "seed of the fragmenting trace (default 1)");
+    command->add_option("--report", request.report_path, "write the results as JSON here");
+    command->add_flag("-q,--quiet", request.quiet, "print no table");
+    command->footer(
+        "Examples:\n"
+        "  kvreplay kernels --report kernels.json\n"
+        "  kvreplay kernels --batch 8,64 --context 2048,32768 --page-tokens 16 --dtype fp16\n"
+        "  kvreplay kernels --backend cpu --batch 1,4 --context 256 --iters 5");
+  }
+
+  std::optional<std::string> resolve() {
+    request.backend = *kvreplay::parse_backend(backend);
+    auto preset = kvreplay::find_model_preset(model);
+    if (!preset) return fmt::format("--model: unknown model '{}'", model);
+    request.kv_heads = kv_heads != 0 ? kv_heads : preset->kv_heads;
+    request.head_dim = head_dim != 0 ? head_dim : preset->head_dim;
+    request.dtype = *kvreplay::parse_dtype(dtype);
+    if (!arena_limit.empty()) {
+      auto bytes = kvreplay::parse_memory_size(arena_limit);
+      if (!bytes) return fmt::format("--arena-limit: {}", bytes.error());
+      request.arena_limit = bytes.value();
+    }
+    return std::nullopt;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,6 +278,7 @@ int main(int argc, char** argv) {
   app.footer(
       "Examples:\n"
       "  kvreplay replay traces/fork_cow.jsonl\n"
+      "  kvreplay compare base.json new.json\n"
       "  kvreplay replay --help\n"
       "Exit codes: 0 ok, 1 a check failed, 2 usage or input error, 3 pool exhausted.");
   app.require_subcommand(0, 1);
@@ -201,10 +305,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fail", "skip"}));
   replay_cmd->add_option("--report", replay.report_path, "write the JSON report here");
   replay_cmd->add_option("--timeline", replay.timeline_path, "write one CSV row per event here");
+  replay_cmd->add_option("--html", replay.html_path,
+                         "write a self-contained HTML page (summary and charts) here");
   replay_cmd->add_flag("-q,--quiet", replay.quiet, "print no summary");
+  DataPlaneCli replay_dataplane;
+  replay_dataplane.add_to(*replay_cmd, replay.dataplane);
   replay_cmd->footer(
       "Example:\n"
       "  kvreplay replay traces/prefix_partial.jsonl --check every --report out.json\n"
+      "  kvreplay replay traces/fork_cow.jsonl --backend cpu --verify\n"
       "  zcat big.jsonl.gz | kvreplay replay - --kv-memory 8GiB --on-oom skip --check off");
 
   // validate
@@ -249,6 +358,8 @@ int main(int argc, char** argv) {
   simulate_options.add_to(*simulate_cmd);
   simulate_cmd->add_option("--report", simulate.report_path, "write the JSON report here");
   simulate_cmd->add_option("--timeline", simulate.timeline_path, "write one CSV row per step here");
+  simulate_cmd->add_option("--html", simulate.html_path,
+                           "write a self-contained HTML page (summary and charts) here");
   simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "print no summary");
   simulate_cmd->footer(
       "Examples:\n"
@@ -278,6 +389,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(1u, 0xFFFFFFFFu));
   plan_cmd->add_option("--report", plan.report_path, "write the sweep as JSON here");
+  plan_cmd->add_option("--html", plan.html_path, "write the sweep as a self-contained HTML page");
   plan_cmd->add_option("-j,--jobs", plan.jobs, "parallel simulations (default: one per core)");
   plan_cmd->add_flag("--no-search", plan_no_search, "skip the search for the smallest KV memory");
   plan_cmd->add_flag("-q,--quiet", plan.quiet, "print no table");
@@ -285,6 +397,36 @@ int main(int argc, char** argv) {
       "Example:\n"
       "  kvreplay plan ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv \\\n"
       "      --model llama-3-8b,llama-3-70b --kv-memory 8GiB,16GiB,40GiB --page-tokens 16,32");
+
+  // compare
+  kvreplay::CompareRequest compare;
+  CLI::App* compare_cmd = app.add_subcommand(
+      "compare", "compare two reports of the same trace metric by metric (exit 1 on a regression)");
+  compare_cmd->add_option("BASE", compare.base_path, "the baseline report (JSON)")->required();
+  compare_cmd->add_option("NEW", compare.new_path, "the report to check (JSON)")->required();
+  compare_cmd->add_option("--threshold", compare.thresholds,
+                          "NAME=VALUE, repeatable: 0.005 absolute, 2% relative to the base, or "
+                          "off (NAME: a metric or its last part, e.g. peak_used)");
+  compare_cmd->add_option("--thresholds", compare.thresholds_file,
+                          "a JSON object of thresholds, e.g. {\"peak_used\": \"2%\"} "
+                          "(--threshold wins)");
+  compare_cmd->add_flag("-q,--quiet", compare.quiet,
+                        "print no table (regressions still go to stderr)");
+  compare_cmd->footer(
+      "Examples:\n"
+      "  kvreplay replay traces/quickstart.jsonl --report base.json --quiet\n"
+      "  kvreplay replay traces/quickstart.jsonl --alloc-order fifo --report new.json --quiet\n"
+      "  kvreplay compare base.json new.json --threshold peak_used=2% --threshold "
+      "waste_ratio_mean=0.005\n"
+      "Defaults: waste ratios +0.001 (absolute), peak_used / cow.copies / preemptions +1%, "
+      "hit_rate -0.001,\n"
+      "oom.events any increase; an invariant violation (or --verify mismatch) or leaving "
+      "status ok always fails.\n"
+      "Exit codes: 0 no regression, 1 a regression, 2 unreadable or incomparable reports.");
+
+  // kernels
+  KernelsCli kernels;
+  kernels.add_to(app);
 
   try {
     app.parse(argc, argv);
@@ -296,6 +438,10 @@ int main(int argc, char** argv) {
     replay.overrides = replay_config.overrides();
     replay.check = *kvreplay::CheckPolicy::parse(replay_check);
     replay.on_oom = replay_oom == "skip" ? kvreplay::OomPolicy::kSkip : kvreplay::OomPolicy::kFail;
+    if (auto problem = replay_dataplane.resolve(replay.dataplane)) {
+      fmt::print(stderr, "command line: {}\n", *problem);
+      return kvreplay::kExitInput;
+    }
     return kvreplay::run_replay(replay);
   }
   if (simulate_cmd->parsed()) {
@@ -324,6 +470,14 @@ int main(int argc, char** argv) {
     std::optional<kvreplay::RequestFormat> format;
     if (!convert_format.empty()) format = kvreplay::parse_request_format(convert_format);
     return kvreplay::run_convert(convert_input, format, convert_output);
+  }
+  if (compare_cmd->parsed()) return kvreplay::run_compare(compare);
+  if (kernels.command->parsed()) {
+    if (auto problem = kernels.resolve()) {
+      fmt::print(stderr, "command line: {}\n", *problem);
+      return kvreplay::kExitInput;
+    }
+    return kvreplay::run_kernels(kernels.request);
   }
   fmt::print("{}", app.help());
   return kvreplay::kExitOk;

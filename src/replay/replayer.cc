@@ -69,6 +69,7 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
       if (step == Step::kDone) {
         state_.logical_tokens -= length;
         state_.table_entries -= pages;
+        if (observer_) observer_->on_release(TableKey::prefix_of(event.id), event);
         prefixes_.erase(it);
       }
       break;
@@ -189,6 +190,7 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
       if (step == Step::kDone) {
         state_.logical_tokens -= length;
         state_.table_entries -= pages;
+        if (observer_) observer_->on_release(TableKey::sequence(event.seq), event);
         sequences_.erase(it);
       }
       break;
@@ -196,6 +198,7 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
     case Op::kCheck: break;
   }
 
+  if (observer_ && step != Step::kViolation) observer_->on_event_end(event);
   record(event);
   if (step == Step::kViolation) return Outcome::kViolation;
   bool due = false;
@@ -207,6 +210,9 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
   }
   if (event.op == Op::kCheck && check_.mode != CheckPolicy::Mode::kOff) due = true;
   if (due && !run_check(&event)) return Outcome::kViolation;
+  if (observer_ && (due || event.op == Op::kCheck) && !run_observer_checkpoint(&event)) {
+    return Outcome::kViolation;
+  }
   return step == Step::kOom ? Outcome::kOom : Outcome::kApplied;
 }
 
@@ -223,12 +229,18 @@ Replayer::Step Replayer::prefix(const Event& event) {
   totals_.tokens_appended += event.tokens;
   state_.logical_tokens += event.tokens;
   state_.table_entries += record.table.entries().size();
-  prefixes_.emplace(event.id, std::move(record));
+  auto [it, inserted] = prefixes_.emplace(event.id, std::move(record));
+  (void)inserted;
+  if (observer_) {
+    const TableKey key = TableKey::prefix_of(event.id);
+    observer_->on_create(key, nullptr, it->second.table, event);
+    observer_->on_write(key, it->second.table, 0, appended.value().copies, event);
+  }
   return Step::kDone;
 }
 
 Replayer::Step Replayer::admit(const Event& event) {
-  Sequence record{new_table(), fmt::format("seq {}", event.seq), 0};
+  Sequence record{new_table(), fmt::format("seq {}", event.seq), 0, event.seq};
   std::uint32_t shared_tokens = 0;
   if (event.has_prefix) {
     const Prefix& shared = prefixes_.at(event.id);
@@ -285,15 +297,25 @@ Replayer::Step Replayer::admit(const Event& event) {
       }
     }
   }
+  if (observer_) {
+    const TableKey key = TableKey::sequence(event.seq);
+    const TableKey source = TableKey::prefix_of(event.id);
+    observer_->on_create(key, event.has_prefix ? &source : nullptr, it->second.table, event);
+    observer_->on_write(key, it->second.table, shared_tokens, appended.value().copies, event);
+  }
   return Step::kDone;
 }
 
 Replayer::Step Replayer::append_to(Sequence& sequence, std::uint32_t tokens, const Event& event) {
+  const std::uint32_t old_length = sequence.table.length();
   // The common decode step: in place in an exclusively held partial page (I4
   // holds by construction: the fast path requires refcount 1).
   if (sequence.table.append_in_place(tokens, pool_)) {
     totals_.tokens_appended += tokens;
     state_.logical_tokens += tokens;
+    if (observer_) {
+      observer_->on_write(TableKey::sequence(sequence.id), sequence.table, old_length, {}, event);
+    }
     return Step::kDone;
   }
   std::size_t pages_before = sequence.table.entries().size();
@@ -329,19 +351,28 @@ Replayer::Step Replayer::append_to(Sequence& sequence, std::uint32_t tokens, con
       }
     }
   }
+  if (observer_) {
+    observer_->on_write(TableKey::sequence(sequence.id), sequence.table, old_length,
+                        appended.value().copies, event);
+  }
   return Step::kDone;
 }
 
 Replayer::Step Replayer::fork(const Event& event) {
   const Sequence& parent = sequences_.at(event.seq);
-  Sequence child{new_table(), fmt::format("seq {}", event.child), 0};
+  Sequence child{new_table(), fmt::format("seq {}", event.child), 0, event.child};
   if (auto forked = parent.table.fork_into(child.table, pool_); !forked) {
     return core_failure(event, forked.error(), "fork_into");
   }
   ++totals_.forks;
   state_.logical_tokens += child.table.length();
   state_.table_entries += child.table.entries().size();
-  sequences_.emplace(event.child, std::move(child));
+  auto [it, inserted] = sequences_.emplace(event.child, std::move(child));
+  (void)inserted;
+  if (observer_) {
+    const TableKey parent_key = TableKey::sequence(event.seq);
+    observer_->on_create(TableKey::sequence(event.child), &parent_key, it->second.table, event);
+  }
   return Step::kDone;
 }
 
@@ -408,9 +439,24 @@ bool Replayer::run_check(const Event* event) {
   return false;
 }
 
+bool Replayer::run_observer_checkpoint(const Event* event) {
+  live_tables_.clear();
+  for (const auto& [id, sequence] : sequences_) {
+    live_tables_.push_back({TableKey::sequence(id), &sequence.table});
+  }
+  for (const auto& [id, shared] : prefixes_) {
+    live_tables_.push_back({TableKey::prefix_of(id), &shared.table});
+  }
+  auto found = observer_->on_checkpoint(live_tables_, event);
+  if (!found) return true;
+  violation_ = std::move(*found);
+  return false;
+}
+
 Replayer::Outcome Replayer::finish() {
-  if (check_.mode == CheckPolicy::Mode::kOff) return Outcome::kApplied;
-  return run_check(nullptr) ? Outcome::kApplied : Outcome::kViolation;
+  if (check_.mode != CheckPolicy::Mode::kOff && !run_check(nullptr)) return Outcome::kViolation;
+  if (observer_ && !run_observer_checkpoint(nullptr)) return Outcome::kViolation;
+  return Outcome::kApplied;
 }
 
 }  // namespace kvreplay

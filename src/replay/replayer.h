@@ -12,6 +12,9 @@
 //   - Invariant checks (I1-I3 by recount, I4 on every write, I5 on every copy)
 //     run as the CheckPolicy says; the first violation is kept and apply()
 //     reports kViolation, after which the caller stops.
+//   - An observer (set_observer, replay_observer.h) is told of every successful
+//     operation and asked to verify at `check` events and in finish(); what it
+//     finds is a violation like any other. Without one nothing else changes.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +27,7 @@
 #include "core/block_pool.h"
 #include "core/block_table.h"
 #include "core/invariants.h"
+#include "replay/replay_observer.h"
 #include "replay/run_config.h"
 #include "trace/kvtrace_reader.h"
 
@@ -40,13 +44,6 @@ struct CheckPolicy {
 };
 
 enum class OomPolicy : std::uint8_t { kFail, kSkip };
-
-struct Violation {
-  std::uint64_t event = 0;  // 1-based event index; 0 for the end-of-trace check
-  std::uint64_t line = 0;
-  std::string invariant;
-  std::string message;
-};
 
 // Figures after the most recent event.
 struct ReplayState {
@@ -100,8 +97,12 @@ class Replayer {
 
   // Applies one event (see the contract above). `file` names the trace in errors.
   InputResult<Outcome> apply(const Event& event, const std::string& file);
-  // The end-of-trace check (unless the policy is off). Returns kViolation on failure.
+  // The end-of-trace check (unless the policy is off), then the observer's
+  // checkpoint. Returns kViolation on failure.
   Outcome finish();
+  // The observer of every successful operation (nullptr: none). Not owned; it
+  // must outlive the Replayer's use of it. Set it before the first event.
+  void set_observer(ReplayObserver* observer) { observer_ = observer; }
 
   const ReplayState& state() const { return state_; }
   const ReplayTotals& totals() const { return totals_; }
@@ -116,6 +117,7 @@ class Replayer {
     SequenceBlockTable table;
     std::string label;
     std::uint64_t decode_stamp = 0;  // last decode event that listed it
+    std::uint64_t id = 0;            // its seq id, for the observer
   };
   struct Prefix {
     SequenceBlockTable table;
@@ -131,6 +133,7 @@ class Replayer {
   Step oom(const Event& event);
   Step core_failure(const Event& event, CoreError error, std::string_view what);
   bool run_check(const Event* event);
+  bool run_observer_checkpoint(const Event* event);
   void record(const Event& event);
   SequenceBlockTable new_table() const;
 
@@ -148,6 +151,8 @@ class Replayer {
   ReplayState state_;
   ReplayTotals totals_;
   std::optional<Violation> violation_;
+  ReplayObserver* observer_ = nullptr;
+  std::vector<LiveTable> live_tables_;  // scratch for observer checkpoints
 };
 
 }  // namespace kvreplay

@@ -4,8 +4,11 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
+#include "report/html.h"
 #include "report/report.h"
+#include "report/terminal.h"
 #include "trace/kvtrace_reader.h"
 
 namespace kvreplay {
@@ -17,17 +20,28 @@ int input_failure(const InputError& error) {
   return kExitInput;
 }
 
+void show_progress(ProgressLine& progress, std::string_view command, std::uint64_t events) {
+  const double seconds = progress.elapsed_seconds();
+  progress.draw(fmt::format(
+      "{}: {} events ({} events/s)", command, grouped(events),
+      grouped(seconds > 0 ? static_cast<std::uint64_t>(static_cast<double>(events) / seconds)
+                          : 0)));
+}
+
 struct ReplayRun {
   RunStatus status = RunStatus::kOk;
+  std::unique_ptr<DataPlane> dataplane;  // observes the replayer (--backend cpu|cuda)
   std::unique_ptr<Replayer> replayer;
   std::string format;
+  std::string sha256;
   double wall_seconds = 0.0;
 };
 
 // Runs the whole trace. `on_event` sees every applied event (for the timeline).
 template <class OnEvent>
 InputResult<ReplayRun> replay_trace(const std::string& path, const ConfigOverrides& overrides,
-                                    CheckPolicy check, OomPolicy on_oom, OnEvent&& on_event) {
+                                    CheckPolicy check, OomPolicy on_oom,
+                                    const DataPlaneRequest& dataplane, OnEvent&& on_event) {
   auto start = std::chrono::steady_clock::now();
   auto opened = KvTraceReader::open(path);
   if (!opened) return Unexpected{opened.error()};
@@ -37,27 +51,51 @@ InputResult<ReplayRun> replay_trace(const std::string& path, const ConfigOverrid
   if (!config) return Unexpected{config.error()};
   ReplayRun run;
   run.replayer = std::make_unique<Replayer>(config.value(), check, on_oom);
-  Event event;
-  for (;;) {
-    auto more = reader.next(event);
-    if (!more) return Unexpected{more.error()};
-    if (!more.value()) break;
-    auto outcome = run.replayer->apply(event, reader.name());
-    if (!outcome) return Unexpected{outcome.error()};
-    on_event(event, *run.replayer);
-    if (outcome.value() == Replayer::Outcome::kViolation) {
-      run.status = RunStatus::kViolation;
-      break;
+  if (dataplane.backend != BackendKind::kNone) {
+    auto backend = make_backend(dataplane.backend, config.value().kv, dataplane.arena_limit);
+    if (!backend) {
+      return Unexpected{
+          InputError{"command line", 0, "--backend",
+                     fmt::format("{}: {}", to_string(dataplane.backend), backend.error())}};
     }
-    if (outcome.value() == Replayer::Outcome::kOom && on_oom == OomPolicy::kFail) {
-      run.status = RunStatus::kOom;
-      break;
-    }
+    run.dataplane = std::make_unique<DataPlane>(std::move(backend).value(), dataplane.options,
+                                                dataplane.faults);
+    run.replayer->set_observer(run.dataplane.get());
   }
-  if (run.status == RunStatus::kOk && run.replayer->finish() == Replayer::Outcome::kViolation) {
-    run.status = RunStatus::kViolation;
+  Event event;
+  try {
+    for (;;) {
+      auto more = reader.next(event);
+      if (!more) return Unexpected{more.error()};
+      if (!more.value()) break;
+      auto outcome = run.replayer->apply(event, reader.name());
+      if (!outcome) return Unexpected{outcome.error()};
+      on_event(event, *run.replayer);
+      if (outcome.value() == Replayer::Outcome::kViolation) {
+        run.status = RunStatus::kViolation;
+        break;
+      }
+      if (outcome.value() == Replayer::Outcome::kOom && on_oom == OomPolicy::kFail) {
+        run.status = RunStatus::kOom;
+        break;
+      }
+    }
+    if (run.status == RunStatus::kOk && run.replayer->finish() == Replayer::Outcome::kViolation) {
+      run.status = RunStatus::kViolation;
+    }
+    if (run.dataplane) run.dataplane->backend().synchronize();
+  } catch (const BackendError& error) {
+    // A device failure: neither bad input nor a check that failed, but the run
+    // cannot go on (exit code 2, like a backend that cannot start).
+    return Unexpected{
+        InputError{reader.name(), event.line, "--backend",
+                   fmt::format("{}: {}", to_string(dataplane.backend), error.what())}};
   }
   run.format = std::string(reader.format_name());
+  // The whole trace's hash, even when the replay stopped early (oom, violation).
+  auto sha256 = reader.content_sha256();
+  if (!sha256) return Unexpected{sha256.error()};
+  run.sha256 = std::move(sha256).value();
   run.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return run;
@@ -84,14 +122,25 @@ int run_replay(const ReplayRequest& request) {
     }
     timeline = std::move(opened).value();
   }
-  auto run = replay_trace(request.trace_path, request.overrides, request.check, request.on_oom,
-                          [&](const Event& event, const Replayer& replayer) {
-                            if (timeline) timeline->row(event, replayer);
-                          });
+  std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
+  if (!request.html_path.empty()) sampler.emplace();
+  auto progress = ProgressLine::for_stderr(!request.quiet, 1024);
+  auto run = replay_trace(
+      request.trace_path, request.overrides, request.check, request.on_oom, request.dataplane,
+      [&](const Event& event, const Replayer& replayer) {
+        if (timeline) timeline->row(event, replayer);
+        if (sampler) {
+          sampler->add(timeline_point(event.index, replayer.state(), replayer.cow_copies()));
+        }
+        if (progress && progress->due()) {
+          show_progress(*progress, "replay", event.index);
+        }
+      });
+  if (progress) progress->clear();
   if (!run) return input_failure(run.error());  // the timeline's temp file is removed
-  ReplayReportInput input{
-      TraceInfo{request.trace_path, run.value().format, run.value().replayer->totals().events},
-      run.value().status, run.value().replayer.get(), run.value().wall_seconds};
+  ReplayReportInput input{TraceInfo{request.trace_path, run.value().format,
+                                    run.value().replayer->totals().events, run.value().sha256},
+                          run.value().status, run.value().replayer.get(), run.value().wall_seconds};
   if (timeline) {
     if (auto closed = timeline->close(); !closed) {
       fmt::print(stderr, "kvreplay: cannot write the timeline: {}\n", closed.error());
@@ -99,13 +148,28 @@ int run_replay(const ReplayRequest& request) {
     }
   }
   if (!request.report_path.empty()) {
-    std::string text = replay_report(input).dump(2) + "\n";
+    nlohmann::json report = replay_report(input);
+    if (const auto& dataplane = run.value().dataplane) {
+      report["timing"]["kernels"] = dataplane->kernels_json();
+    }
+    // A file name is not always UTF-8: its invalid bytes become U+FFFD in JSON.
+    std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     if (auto written = write_file_atomically(request.report_path, text); !written) {
       fmt::print(stderr, "kvreplay: cannot write the report: {}\n", written.error());
       return kExitInput;
     }
   }
-  if (!request.quiet) fmt::print("{}", replay_summary(input));
+  if (sampler) {
+    std::string html = render_run_html(replay_report(input), *sampler, "event");
+    if (auto written = write_file_atomically(request.html_path, html); !written) {
+      fmt::print(stderr, "kvreplay: cannot write the HTML report: {}\n", written.error());
+      return kExitInput;
+    }
+  }
+  if (!request.quiet) fmt::print("{}", replay_summary(input, color_enabled(stdout)));
+  if (!request.quiet && run.value().dataplane) {
+    fmt::print("{}", run.value().dataplane->summary_text());
+  }
   if (const auto& v = run.value().replayer->violation()) {
     if (v->event == 0) {
       fmt::print(stderr, "{}: invariant {} violated at the end of the trace: {}\n",
@@ -125,8 +189,15 @@ int run_replay(const ReplayRequest& request) {
 }
 
 int run_validate(const std::string& trace_path, const ConfigOverrides& overrides) {
-  auto run = replay_trace(trace_path, overrides, CheckPolicy{CheckPolicy::Mode::kEnd, 1},
-                          OomPolicy::kSkip, [](const Event&, const Replayer&) {});
+  auto progress = ProgressLine::for_stderr(true, 1024);
+  auto run =
+      replay_trace(trace_path, overrides, CheckPolicy{CheckPolicy::Mode::kEnd, 1}, OomPolicy::kSkip,
+                   DataPlaneRequest{}, [&](const Event& event, const Replayer&) {
+                     if (progress && progress->due()) {
+                       show_progress(*progress, "validate", event.index);
+                     }
+                   });
+  if (progress) progress->clear();
   if (!run) return input_failure(run.error());
   const Replayer& replayer = *run.value().replayer;
   std::string name = trace_path == "-" ? "<stdin>" : trace_path;

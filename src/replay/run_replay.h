@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "dataplane/backend.h"
+#include "dataplane/data_plane.h"
 #include "replay/replayer.h"
 #include "replay/run_config.h"
 
@@ -14,6 +16,14 @@ inline constexpr int kExitCheckFailed = 1;
 inline constexpr int kExitInput = 2;
 inline constexpr int kExitOom = 3;
 
+// The data plane of a replay (SPEC 5; README "Data plane").
+struct DataPlaneRequest {
+  BackendKind backend = BackendKind::kNone;  // --backend: none keeps metadata only
+  DataPlaneOptions options;                  // --verify, --attention
+  std::optional<std::uint64_t> arena_limit;  // --arena-limit (default: see make_backend)
+  DataPlaneFaults faults;                    // planted faults: tests only, never the CLI
+};
+
 struct ReplayRequest {
   std::string trace_path;
   ConfigOverrides overrides;
@@ -21,7 +31,9 @@ struct ReplayRequest {
   OomPolicy on_oom = OomPolicy::kFail;
   std::string report_path;    // empty: none
   std::string timeline_path;  // empty: none
-  bool quiet = false;         // no summary on stdout
+  std::string html_path;      // empty: none
+  bool quiet = false;         // no summary on stdout, no progress line on stderr
+  DataPlaneRequest dataplane;
 };
 
 // Replays a trace; prints the summary, writes the report and timeline.

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "report/terminal.h"
+
 namespace kvreplay {
 
 std::string_view to_string(RunStatus status) {
@@ -39,7 +41,8 @@ nlohmann::json base_report(const ReportSource& source) {
   report["kvreplay_report"] = 1;
   report["trace"] = {{"path", source.trace.path},
                      {"format", source.trace.format},
-                     {"events", source.trace.events}};
+                     {"events", source.trace.events},
+                     {"sha256", source.trace.sha256}};
   report["config"] = source.config->to_json();
   report["status"] = std::string(to_string(source.status));
   report["blocks"] = {{"total", source.pool_total},
@@ -100,16 +103,21 @@ std::string percent(double ratio) {
 
 }  // namespace
 
-std::string base_summary(const ReportSource& input) {
+std::string base_summary(const ReportSource& input, bool color) {
   const ReplayTotals& totals = *input.totals;
   const ReplayState& state = *input.state;
   const RunConfig& config = *input.config;
+  const Paint paint{color};
   std::string out;
   auto line = [&out](std::string_view label, const std::string& value) {
     out += fmt::format("  {:<26} {}\n", label, value);
   };
+  const std::string status(to_string(input.status));
   out += fmt::format("kvreplay: {} ({}, {} events) -> {}\n", input.trace.path, input.trace.format,
-                     input.trace.events, to_string(input.status));
+                     input.trace.events,
+                     input.status == RunStatus::kOk    ? paint.green(status)
+                     : input.status == RunStatus::kOom ? paint.yellow(status)
+                                                       : paint.red(status));
   out += fmt::format("config: {} {}, page {} tokens, {} blocks of {} ({} pool), alloc {}\n",
                      config.model.empty() ? fmt::format("{}x{}x{}", config.kv.layers,
                                                         config.kv.kv_heads, config.kv.head_dim)
@@ -117,37 +125,38 @@ std::string base_summary(const ReportSource& input) {
                      to_string(config.kv.dtype), config.kv.page_tokens, config.kv.pool_blocks,
                      bytes_text(config.kv.block_bytes()), bytes_text(config.kv.pool_bytes()),
                      to_string(config.alloc_order));
-  out += "blocks\n";
+  out += paint.bold("blocks") + "\n";
   line("peak used", fmt::format("{} of {} ({})", totals.peak_used, input.pool_total,
                                 percent(static_cast<double>(totals.peak_used) / input.pool_total)));
   line("final used", std::to_string(state.used));
   line("allocations / frees", fmt::format("{} / {}", input.allocations, input.frees));
-  out += "waste (unfilled slots of used blocks)\n";
+  out += paint.bold("waste (unfilled slots of used blocks)") + "\n";
   line("at peak", fmt::format("{} ({} slots)", percent(totals.waste_ratio_at_peak),
                               totals.waste_slots_at_peak));
   line("mean / max",
        fmt::format("{} / {}", percent(totals.waste_ratio_mean()), percent(totals.waste_ratio_max)));
-  out += "tokens\n";
+  out += paint.bold("tokens") + "\n";
   line("appended", std::to_string(totals.tokens_appended));
   line("peak logical / physical",
        fmt::format("{} / {}", totals.peak_logical, totals.peak_physical));
-  out += "sharing\n";
+  out += paint.bold("sharing") + "\n";
   line("forks", std::to_string(totals.forks));
   line("prefix installs (pages)",
        fmt::format("{} ({})", totals.prefix_installs, totals.shared_pages_installed));
   line("blocks saved at peak", std::to_string(totals.saved_blocks_at_peak));
-  out += "copy-on-write\n";
+  out += paint.bold("copy-on-write") + "\n";
   line("copies", fmt::format("{} ({})", totals.cow_copies, bytes_text(totals.cow_bytes)));
-  out += "invariants\n";
+  out += paint.bold("invariants") + "\n";
   line("mode / checks", fmt::format("{} / {}", input.check_mode, totals.checks));
   if (const auto& v = *input.violation) {
-    line("violation", v->event == 0 ? fmt::format("{} at the end: {}", v->invariant, v->message)
-                                    : fmt::format("{} at event {} (line {}): {}", v->invariant,
-                                                  v->event, v->line, v->message));
+    line("violation",
+         paint.red(v->event == 0 ? fmt::format("{} at the end: {}", v->invariant, v->message)
+                                 : fmt::format("{} at event {} (line {}): {}", v->invariant,
+                                               v->event, v->line, v->message)));
   } else {
     line("violations", "none");
   }
-  out += "pool exhaustion\n";
+  out += paint.bold("pool exhaustion") + "\n";
   line("failed operations",
        totals.oom_events == 0
            ? std::string("none")
@@ -156,8 +165,8 @@ std::string base_summary(const ReportSource& input) {
   return out;
 }
 
-std::string replay_summary(const ReplayReportInput& input) {
-  return base_summary(report_source(input));
+std::string replay_summary(const ReplayReportInput& input, bool color) {
+  return base_summary(report_source(input), color);
 }
 
 Result<void, std::string> write_file_atomically(const std::string& path, const std::string& text) {

@@ -20,6 +20,7 @@ struct TraceInfo {
   std::string path;
   std::string format;
   std::uint64_t events = 0;
+  std::string sha256 = {};  // of the decompressed trace bytes (ByteSource::content_sha256)
 };
 
 struct ReplayReportInput {
@@ -51,9 +52,10 @@ ReportSource report_source(const ReplayReportInput& input);
 nlohmann::json base_report(const ReportSource& source);
 nlohmann::json replay_report(const ReplayReportInput& input);
 
-// The human summary printed on stdout (its common sections).
-std::string base_summary(const ReportSource& source);
-std::string replay_summary(const ReplayReportInput& input);
+// The human summary printed on stdout (its common sections); `color`: ANSI
+// styling, for a terminal only (color_enabled in report/terminal.h).
+std::string base_summary(const ReportSource& source, bool color = false);
+std::string replay_summary(const ReplayReportInput& input, bool color = false);
 
 // "12.3 MiB", "512 B".
 std::string bytes_text(std::uint64_t bytes);

@@ -1106,6 +1106,12 @@ std::uint64_t RequestReader::skipped() const {
   return impl_->skipped;
 }
 
+InputResult<std::string> RequestReader::content_sha256() {
+  auto digest = impl_->source->content_sha256();
+  if (!digest) return Unexpected{InputError{impl_->name, 0, "file", digest.error()}};
+  return std::move(digest).value();
+}
+
 InputResult<bool> RequestReader::next(Request& out) {
   if (impl_->cursor) return impl_->next_json(out);
   return impl_->next_csv(out);

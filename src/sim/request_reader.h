@@ -97,6 +97,11 @@ class RequestReader {
   // Records read but not returned (BurstGPT failed requests).
   std::uint64_t skipped() const;
 
+  // SHA-256 (hex) of the whole trace's bytes, decompressed (ByteSource::content_sha256):
+  // reads and hashes whatever next() has not consumed. Call it once, after the
+  // last next(); the reader cannot be used afterwards.
+  InputResult<std::string> content_sha256();
+
  private:
   struct Impl;
   explicit RequestReader(std::unique_ptr<Impl> impl);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <unistd.h>
@@ -51,7 +52,9 @@ InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
 InputResult<SimulationResult> simulate_file(const std::string& path,
                                             std::optional<RequestFormat> format,
                                             const RunConfig& config, const SimOptions& options,
-                                            const std::string& timeline_path) {
+                                            const std::string& timeline_path,
+                                            TimelineSampler* sampler,
+                                            const SimulateTerminal& terminal) {
   auto start = std::chrono::steady_clock::now();
   auto opened = RequestReader::open(path, format);
   if (!opened) return Unexpected{opened.error()};
@@ -77,6 +80,22 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
                  st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
                  s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(),
                  s.sim_totals().finished);
+    };
+  }
+  if (sampler != nullptr) {
+    sim.on_step = [sampler, timeline_row = std::move(sim.on_step)](const Simulator& s) {
+      if (timeline_row) timeline_row(s);
+      sampler->add(timeline_point(s.sim_totals().steps, s.state(), s.totals().cow_copies));
+    };
+  }
+  if (terminal.progress != nullptr) {
+    sim.on_step = [progress = terminal.progress,
+                   previous = std::move(sim.on_step)](const Simulator& s) {
+      if (previous) previous(s);
+      if (!progress->due()) return;
+      const SimTotals& totals = s.sim_totals();
+      progress->draw(fmt::format("simulate: {} requests, {} finished, virtual time {:.1f} s",
+                                 grouped(totals.requests), grouped(totals.finished), s.now()));
     };
   }
   auto abandon_timeline = [&] {
@@ -142,7 +161,8 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   result.report["config"]["simulation"] = options_json(options);
   result.report["requests"] = {{"total", st.requests + reader.skipped()},
                                {"finished", st.finished},
-                               {"skipped", st.skipped + reader.skipped()}};
+                               {"skipped", st.skipped + reader.skipped()},
+                               {"skipped_pool_too_small", st.skipped - st.skipped_too_long}};
   const double hit_rate = st.query_tokens == 0 ? 0.0
                                                : static_cast<double>(st.hit_tokens) /
                                                      static_cast<double>(st.query_tokens);
@@ -165,11 +185,12 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       {"output_tokens_per_second",
        seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0},
       {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
-  std::string summary = base_summary(source);
+  std::string summary = base_summary(source, terminal.color);
   auto line = [&summary](std::string_view label, const std::string& value) {
     summary += fmt::format("  {:<26} {}\n", label, value);
   };
-  summary += fmt::format("simulation ({}, prefix cache {})\n", to_string(options.allocator),
+  summary += fmt::format("{} ({}, prefix cache {})\n", Paint{terminal.color}.bold("simulation"),
+                         to_string(options.allocator),
                          options.prefix_cache && options.allocator == AllocatorKind::kPaged
                              ? fmt::format("on, evict {}", to_string(options.evict))
                              : std::string("off"));
@@ -193,17 +214,29 @@ int run_simulate(const SimulateRequest& request) {
     fmt::print(stderr, "{}\n", config.error().to_string());
     return kExitInput;
   }
+  std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
+  if (!request.html_path.empty()) sampler.emplace();
+  auto progress = ProgressLine::for_stderr(!request.quiet, 16);
   auto result = simulate_file(request.trace_path, request.format, config.value(), request.options,
-                              request.timeline_path);
+                              request.timeline_path, sampler ? &*sampler : nullptr,
+                              SimulateTerminal{progress.get(), color_enabled(stdout)});
+  if (progress) progress->clear();
   if (!result) {
     fmt::print(stderr, "{}\n", result.error().to_string());
     return kExitInput;
   }
   if (!request.report_path.empty()) {
-    if (auto written =
-            write_file_atomically(request.report_path, result.value().report.dump(2) + "\n");
-        !written) {
+    std::string text =
+        result.value().report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    if (auto written = write_file_atomically(request.report_path, text); !written) {
       fmt::print(stderr, "kvreplay: cannot write the report: {}\n", written.error());
+      return kExitInput;
+    }
+  }
+  if (sampler) {
+    std::string html = render_run_html(result.value().report, *sampler, "step");
+    if (auto written = write_file_atomically(request.html_path, html); !written) {
+      fmt::print(stderr, "kvreplay: cannot write the HTML report: {}\n", written.error());
       return kExitInput;
     }
   }
@@ -255,8 +288,11 @@ void parallel_for(std::size_t count, unsigned jobs, const std::function<void(std
 }
 
 bool serves_without_preemption(const SimulationResult& result) {
+  // Requests longer than max_seq_tokens (and failed BurstGPT rows) are skipped
+  // whatever the pool; every other request must be served.
   return result.report["scheduler"]["preemptions"].get<std::uint64_t>() == 0 &&
-         result.report["requests"]["skipped"].get<std::uint64_t>() == 0 && !result.violated;
+         result.report["requests"]["skipped_pool_too_small"].get<std::uint64_t>() == 0 &&
+         !result.violated;
 }
 
 }  // namespace
@@ -285,14 +321,29 @@ int run_plan(const PlanRequest& request) {
       }
     }
   }
+  // Progress: simulations finished, from whichever thread finishes one.
+  auto progress = ProgressLine::for_stderr(!request.quiet, 1);
+  std::mutex progress_mutex;
+  std::uint64_t simulations_done = 0;
+  auto count_simulation = [&] {
+    if (!progress) return;
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    ++simulations_done;
+    if (progress->due()) {
+      progress->draw(fmt::format("plan: {} simulations done ({} cells in the sweep)",
+                                 simulations_done, cells.size()));
+    }
+  };
   parallel_for(cells.size(), jobs, [&](std::size_t i) {
     auto result = simulate_file(request.trace_path, request.format, cells[i].config, options, "");
+    count_simulation();
     if (result) {
       cells[i].result = std::move(result).value();
     } else {
       cells[i].error = result.error();
     }
   });
+  if (progress) progress->clear();
   for (const PlanCell& cell : cells) {
     if (cell.error) {
       fmt::print(stderr, "{}\n", cell.error->to_string());
@@ -320,6 +371,7 @@ int run_plan(const PlanRequest& request) {
         config.kv_memory.reset();
         ++search.probes;
         auto result = simulate_file(request.trace_path, request.format, config, options, "");
+        count_simulation();
         if (!result) {
           search.error = result.error();
           return std::nullopt;
@@ -331,7 +383,7 @@ int run_plan(const PlanRequest& request) {
         auto ok = probe(static_cast<std::uint32_t>(high));
         if (!ok) return;
         if (*ok) break;
-        if (high >= (kInvalidBlock - 1) / 2) return;  // not found
+        if (high * 2 > kMaxSupportedPoolBlocks) return;  // not found
         high *= 2;
       }
       std::uint64_t low = 0;  // fails (or untested 0)
@@ -343,6 +395,7 @@ int run_plan(const PlanRequest& request) {
       }
       search.blocks = static_cast<std::uint32_t>(high);
     });
+    if (progress) progress->clear();
     for (const MinSearch& search : searches) {
       if (search.error) {
         fmt::print(stderr, "{}\n", search.error->to_string());
@@ -412,8 +465,15 @@ int run_plan(const PlanRequest& request) {
   }
   plan["min_kv_memory"] = std::move(minimum);
   if (!request.report_path.empty()) {
-    if (auto written = write_file_atomically(request.report_path, plan.dump(2) + "\n"); !written) {
+    std::string text = plan.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    if (auto written = write_file_atomically(request.report_path, text); !written) {
       fmt::print(stderr, "kvreplay: cannot write the plan: {}\n", written.error());
+      return kExitInput;
+    }
+  }
+  if (!request.html_path.empty()) {
+    if (auto written = write_file_atomically(request.html_path, render_plan_html(plan)); !written) {
+      fmt::print(stderr, "kvreplay: cannot write the HTML report: {}\n", written.error());
       return kExitInput;
     }
   }

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "replay/run_config.h"
+#include "report/html.h"
+#include "report/terminal.h"
 #include "sim/request.h"
 #include "sim/simulator.h"
 #include "trace/input_error.h"
@@ -21,7 +23,8 @@ struct SimulateRequest {
   SimOptions options;
   std::string report_path;
   std::string timeline_path;
-  bool quiet = false;
+  std::string html_path;  // empty: none
+  bool quiet = false;     // no summary on stdout, no progress line on stderr
 };
 
 // One finished simulation: its report and summary.
@@ -31,11 +34,21 @@ struct SimulationResult {
   std::string summary;
 };
 
-// Reads the whole trace through a Simulator. `timeline_path` may be empty.
+// Terminal extras of an interactive run: a progress line (report/terminal.h)
+// and ANSI colour in the summary.
+struct SimulateTerminal {
+  ProgressLine* progress = nullptr;
+  bool color = false;
+};
+
+// Reads the whole trace through a Simulator. `timeline_path` may be empty;
+// `sampler`, when given, sees every step (for the HTML report).
 InputResult<SimulationResult> simulate_file(const std::string& path,
                                             std::optional<RequestFormat> format,
                                             const RunConfig& config, const SimOptions& options,
-                                            const std::string& timeline_path);
+                                            const std::string& timeline_path,
+                                            TimelineSampler* sampler = nullptr,
+                                            const SimulateTerminal& terminal = {});
 
 // Resolves the configuration of a request-trace run: command-line options
 // only, llama-3-8b when no geometry is given; a pool size is required.
@@ -52,6 +65,7 @@ struct PlanRequest {
   ConfigOverrides overrides;  // everything else
   SimOptions options;
   std::string report_path;  // the sweep as JSON
+  std::string html_path;    // the sweep as an HTML page
   unsigned jobs = 0;        // 0: one per core
   bool search_min = true;   // find the smallest KV memory with no preemption
   bool quiet = false;

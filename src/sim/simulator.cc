@@ -89,6 +89,9 @@ void Simulator::submit(Request request) {
   ++sim_.requests;
   if (!fits_ever(request)) {
     ++sim_.skipped;
+    if (std::uint64_t{request.prompt} + request.output - 1 > config_.kv.max_seq_tokens) {
+      ++sim_.skipped_too_long;
+    }
     return;
   }
   arriving_.push_back(std::move(request));

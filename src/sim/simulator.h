@@ -74,6 +74,7 @@ struct SimTotals {
   std::uint64_t requests = 0;
   std::uint64_t finished = 0;
   std::uint64_t skipped = 0;
+  std::uint64_t skipped_too_long = 0;  // of those, longer than max_seq_tokens (no pool helps)
   std::uint64_t steps = 0;
   std::uint64_t preemptions = 0;
   std::uint64_t max_running = 0;  // samples running at once

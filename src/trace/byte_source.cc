@@ -41,6 +41,7 @@ std::unique_ptr<ByteSource> ByteSource::from_string(std::string data) {
   source->memory_ = true;
   source->data_.assign(data.begin(), data.end());
   source->size_ = source->data_.size();
+  source->hash_.update(source->data_.data(), source->size_);
   return source;
 }
 
@@ -74,8 +75,18 @@ bool ByteSource::refill() {
     return false;
   }
   compressed_ = compressed_ || gzdirect(gz_) == 0;
+  hash_.update(data_.data() + size_, static_cast<std::size_t>(got));
   size_ += static_cast<std::size_t>(got);
   return true;
+}
+
+Result<std::string, std::string> ByteSource::content_sha256() {
+  for (;;) {
+    start_ = size_;  // nothing left to keep: the caller is done parsing
+    if (!refill()) break;
+  }
+  if (!error_.empty()) return Unexpected{error_};
+  return hash_.hex_digest();
 }
 
 }  // namespace kvreplay

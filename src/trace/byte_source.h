@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "trace/sha256.h"
 
 namespace kvreplay {
 
@@ -34,6 +35,15 @@ class ByteSource {
   const std::string& error() const { return error_; }
   bool compressed() const { return compressed_; }
 
+  // SHA-256 (hex) of every byte of the input as it is read, after gzip
+  // decompression: a file, its gzip copy and the same bytes on standard input
+  // hash the same. Every byte is hashed once, as refill() produces it; what
+  // the caller has not read yet (a replay stopped early) is read and hashed
+  // here, so the digest always covers the whole input. Call it once, when done
+  // with the source: it leaves the source at its end.
+  // Error: why the rest of the input could not be read (error() is set too).
+  Result<std::string, std::string> content_sha256();
+
  private:
   ByteSource() = default;
 
@@ -44,6 +54,7 @@ class ByteSource {
   std::size_t start_ = 0;
   std::size_t size_ = 0;
   std::string error_;
+  Sha256 hash_;  // of data_[0, size_) and everything read before it
 };
 
 }  // namespace kvreplay

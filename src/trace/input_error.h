@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/result.h"
 
@@ -17,10 +18,12 @@ struct InputError {
   std::string problem;
 
   // One line: control characters the input put into a field or problem (a key
-  // or id with an escaped newline, say) are written as escapes.
+  // or id with an escaped newline, say) are written as escapes. A field named
+  // by the empty key "" is written as "" (not as nothing between the colons).
   std::string to_string() const {
-    std::string text = line == 0 ? fmt::format("{}: {}: {}", file, field, problem)
-                                 : fmt::format("{}:{}: {}: {}", file, line, field, problem);
+    std::string_view shown = field.empty() ? std::string_view("\"\"") : std::string_view(field);
+    std::string text = line == 0 ? fmt::format("{}: {}: {}", file, shown, problem)
+                                 : fmt::format("{}:{}: {}: {}", file, line, shown, problem);
     std::string out;
     out.reserve(text.size());
     for (char c : text) {

@@ -110,6 +110,12 @@ InputResult<std::unique_ptr<KvTraceReader>> KvTraceReader::from_string(std::stri
   return reader;
 }
 
+InputResult<std::string> KvTraceReader::content_sha256() {
+  auto digest = source_->content_sha256();
+  if (!digest) return Unexpected{error_at(0, "file", digest.error())};
+  return std::move(digest).value();
+}
+
 std::string_view KvTraceReader::format_name() const {
   return form_ == Form::kJsonLines ? "kvtrace-jsonl" : "kvtrace-json";
 }
@@ -300,6 +306,12 @@ InputResult<bool> KvTraceReader::next(Event& event) {
       return false;
     }
     if (auto status = read_event(event); !status) return Unexpected{status.error()};
+    if (cursor_.line() != event.line) {
+      return Unexpected{error_at(event.line, "json",
+                                 fmt::format("the event continues on line {} (JSON Lines: one "
+                                             "event per line)",
+                                             cursor_.line()))};
+    }
     int after = cursor_.peek_in_line();
     if (after >= 0 && after != '\n') {
       return Unexpected{error("json", fmt::format("expected end of line after the event, got {}",

@@ -89,6 +89,11 @@ class KvTraceReader {
   // Reads the next event into `event`. Returns false at the end of the trace.
   InputResult<bool> next(Event& event);
 
+  // SHA-256 (hex) of the whole trace's bytes, decompressed (ByteSource::content_sha256):
+  // reads and hashes whatever next() has not consumed. Call it once, after the
+  // last next(); the reader cannot be used afterwards.
+  InputResult<std::string> content_sha256();
+
  private:
   KvTraceReader(std::unique_ptr<ByteSource> source, std::string name);
   InputStatus read_header();
