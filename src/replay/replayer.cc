@@ -63,12 +63,8 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
         }
         return bad("id", fmt::format("'{}' is not a live prefix", event.id));
       }
-      std::uint32_t length = it->second.table.length();
-      std::size_t pages = it->second.table.entries().size();
       step = release(it->second.table, event);
       if (step == Step::kDone) {
-        state_.logical_tokens -= length;
-        state_.table_entries -= pages;
         if (observer_) observer_->on_release(TableKey::prefix_of(event.id), event);
         prefixes_.erase(it);
       }
@@ -184,12 +180,8 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
         }
         return bad("seq", fmt::format("{} is not admitted", event.seq));
       }
-      std::uint32_t length = it->second.table.length();
-      std::size_t pages = it->second.table.entries().size();
       step = release(it->second.table, event);
       if (step == Step::kDone) {
-        state_.logical_tokens -= length;
-        state_.table_entries -= pages;
         if (observer_) observer_->on_release(TableKey::sequence(event.seq), event);
         sequences_.erase(it);
       }
@@ -377,9 +369,13 @@ Replayer::Step Replayer::fork(const Event& event) {
 }
 
 Replayer::Step Replayer::release(SequenceBlockTable& table, const Event& event) {
+  const std::uint32_t length = table.length();
+  const std::size_t pages = table.entries().size();
   if (auto released = table.release_all(pool_); !released) {
     return core_failure(event, released.error(), "release_all");
   }
+  state_.logical_tokens -= length;
+  state_.table_entries -= pages;
   return Step::kDone;
 }
 

@@ -129,6 +129,7 @@ class Replayer {
   Step append_to(Sequence& sequence, std::uint32_t tokens, const Event& event);
   Step prefix(const Event& event);
   Step fork(const Event& event);
+  // Releases every page of a table and takes its tokens and pages out of state_.
   Step release(SequenceBlockTable& table, const Event& event);
   Step oom(const Event& event);
   Step core_failure(const Event& event, CoreError error, std::string_view what);

@@ -31,23 +31,8 @@ report=$work/report.json
 timeline=$work/timeline.csv
 shopt -s nullglob
 
-passed=0
-failed=0
-problems=()  # of the current test
-check() {  # check CONDITION_TEXT WHAT: records a problem when the condition is false
-  if ! eval "$1"; then problems+=("$2"); fi
-}
-finish() {  # finish NAME
-  if ((${#problems[@]} == 0)); then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $1"
-    local p
-    for p in "${problems[@]}"; do echo "    $p"; done
-  fi
-  problems=()
-}
+# shellcheck source=lib.sh
+source "$root/tests/cli/lib.sh"
 
 # run ARGS...: runs kvreplay with fresh report/timeline paths gone; sets rc,
 # and leaves stdout and stderr in $work/out and $work/err.

@@ -24,23 +24,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-compare.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
 
-passed=0
-failed=0
-problems=()
-check() {  # check CONDITION_TEXT WHAT
-  if ! eval "$1"; then problems+=("$2"); fi
-}
-finish() {  # finish NAME
-  if ((${#problems[@]} == 0)); then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $1"
-    local p
-    for p in "${problems[@]}"; do echo "    $p"; done
-  fi
-  problems=()
-}
+# shellcheck source=lib.sh
+source tests/cli/lib.sh  # relative to the repository root (the current directory)
 run() {  # run ARGS...: sets rc; stdout and stderr in $work/out, $work/err
   "$kvreplay" "$@" >"$work/out" 2>"$work/err"
   rc=$?

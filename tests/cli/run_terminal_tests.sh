@@ -35,24 +35,9 @@ cleanup() {
 trap cleanup EXIT
 cd "$root" || exit 2
 
-passed=0
-failed=0
+# shellcheck source=lib.sh
+source tests/cli/lib.sh  # relative to the repository root (the current directory)
 skipped=0
-problems=()
-check() {  # check CONDITION_TEXT WHAT
-  if ! eval "$1"; then problems+=("$2"); fi
-}
-finish() {  # finish NAME
-  if ((${#problems[@]} == 0)); then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $1"
-    local p
-    for p in "${problems[@]}"; do echo "    $p"; done
-  fi
-  problems=()
-}
 has_escape() { grep -q $'\033' "$1"; }
 shown() { head -c 400 "$1" | cat -v | tr '\n' '|'; }
 

@@ -1,0 +1,20 @@
+# Shared by the CLI test scripts (sourced): a test records problems with
+# `check`, then `finish NAME` counts it as passed or failed and prints the
+# problems of a failed one. Each script prints "N passed, M failed" last.
+passed=0
+failed=0
+problems=()  # of the current test
+check() {  # check CONDITION_TEXT WHAT: records a problem when the condition is false
+  if ! eval "$1"; then problems+=("$2"); fi
+}
+finish() {  # finish NAME
+  if ((${#problems[@]} == 0)); then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $1"
+    local p
+    for p in "${problems[@]}"; do echo "    $p"; done
+  fi
+  problems=()
+}
