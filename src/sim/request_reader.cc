@@ -11,6 +11,7 @@
 
 #include "sim/json_text.h"
 #include "trace/byte_source.h"
+#include "trace/field_set.h"
 #include "trace/json_cursor.h"
 
 namespace kvreplay {
@@ -52,27 +53,13 @@ constexpr std::array<std::string_view, 12> kFieldNames{
     "timestamp", "input_length", "output_length", "hash_ids"};
 
 std::uint32_t field_bit(std::string_view key) {
-  for (std::size_t i = 0; i < kFieldNames.size(); ++i) {
-    if (kFieldNames[i] == key) return 1u << i;
-  }
-  return 0;
+  return kvreplay::field_bit(kFieldNames, key);
 }
-
 std::string fields_of(std::uint32_t mask) {
-  std::string out;
-  for (std::size_t i = 0; i < kFieldNames.size(); ++i) {
-    if ((mask & (1u << i)) == 0) continue;
-    if (!out.empty()) out += ", ";
-    out += kFieldNames[i];
-  }
-  return out;
+  return field_list(kFieldNames, mask);
 }
-
 std::string_view first_field(std::uint32_t mask) {
-  for (std::size_t i = 0; i < kFieldNames.size(); ++i) {
-    if (mask & (1u << i)) return kFieldNames[i];
-  }
-  return "?";
+  return kvreplay::first_field(kFieldNames, mask);
 }
 
 // Names the next value for "expected X, got Y" messages.

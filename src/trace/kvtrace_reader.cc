@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "trace/field_set.h"
+
 namespace kvreplay {
 
 namespace {
@@ -48,19 +50,11 @@ constexpr std::array<std::string_view, 9> kFieldNames{"op",     "t",  "seq",    
                                                       "tokens", "id", "prefix", "seqs"};
 
 std::uint32_t field_bit(std::string_view key) {
-  for (std::size_t i = 0; i < kFieldNames.size(); ++i) {
-    if (kFieldNames[i] == key) return 1u << i;
-  }
-  return 0;
+  return kvreplay::field_bit(kFieldNames, key);
 }
 
 std::string fields_of(std::uint32_t mask) {
-  std::string out;
-  for (std::size_t i = 0; i < kFieldNames.size(); ++i) {
-    if ((mask & (1u << i)) == 0) continue;
-    if (!out.empty()) out += ", ";
-    out += kFieldNames[i];
-  }
+  std::string out = field_list(kFieldNames, mask);
   return out.empty() ? "no fields" : out;
 }
 
@@ -502,12 +496,12 @@ InputStatus KvTraceReader::read_event(Event& event) {
   event.op = info->op;
   if (std::uint32_t extra = seen & ~(info->allowed | kFieldOp | kFieldT)) {
     return Unexpected{error_at(
-        line, fields_of(extra & (~extra + 1)),
+        line, std::string(first_field(kFieldNames, extra)),
         fmt::format("not a field of {} (it takes {})", info->name, fields_of(info->allowed)))};
   }
   if (std::uint32_t missing = info->required & ~seen) {
     return Unexpected{
-        error_at(line, fields_of(missing & (~missing + 1)),
+        error_at(line, std::string(first_field(kFieldNames, missing)),
                  fmt::format("missing ({} needs {})", info->name, fields_of(info->required)))};
   }
   if (event.has_t) {
