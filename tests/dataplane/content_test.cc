@@ -36,7 +36,7 @@ TEST_CASE("decoders are exact on known bit patterns", "[content]") {
   CHECK(std::isnan(content::fp8_to_float(0xFF)));
 }
 
-TEST_CASE("every content value is finite with magnitude in [1/16, 1)", "[content]") {
+TEST_CASE("every content value is finite with magnitude at least 1/16 and below 1", "[content]") {
   for (ElemType type : kTypes) {
     std::vector<std::uint8_t> row(64 * elem_bytes(type));
     bool negative = false, positive = false;
@@ -103,7 +103,7 @@ TEST_CASE("the element type mirrors the configuration's dtype", "[content]") {
   }
 }
 
-TEST_CASE("query values lie in [-1, 1)", "[content]") {
+TEST_CASE("query values are at least -1 and below 1", "[content]") {
   for (std::uint32_t i = 0; i < 1000; ++i) {
     const float q = content::query_value(7, i, i % 3, i % 5, i % 11);
     REQUIRE(q >= -1.0f);

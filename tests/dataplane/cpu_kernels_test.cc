@@ -102,7 +102,7 @@ Batch make_batch(std::mt19937_64& rng, std::uint32_t batch, std::uint32_t page_t
 
 }  // namespace
 
-TEST_CASE("identity tables make the paged arena a dense [layer][token][K|V] arena", "[kernels]") {
+TEST_CASE("identity tables make the paged arena a dense layer-by-token-by-K/V arena", "[kernels]") {
   std::mt19937_64 rng(11);
   const std::uint32_t kShapes[][3] = {{1, 1, 1}, {2, 3, 5}, {3, 2, 8}};
   for (std::uint32_t page_tokens : kPageSizes) {
