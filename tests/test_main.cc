@@ -1,2 +1,5 @@
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+#include "catch_main.h"
+
+int main(int argc, char** argv) {
+  return kvreplay::test::catch_main(argc, argv);
+}

@@ -2,9 +2,8 @@
 // reference, byte for byte for append, copy_blocks and gather, within the dtype
 // tolerance for attention; and replays verified on the device. Without a
 // usable CUDA device (or in a build without CUDA) the binary prints why and
-// exits 77, which CTest reports as skipped.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+// exits 77, which CTest reports as skipped (each case is its own CTest entry).
+#include "catch_main.h"
 
 #include <cstdio>
 #include <fstream>
@@ -240,13 +239,13 @@ TEST_CASE("replays verify on the device, and a planted missing copy is caught", 
   }
 }
 
+// Listing (CTest discovers one entry per case) needs no device; running does.
 int main(int argc, char** argv) {
-  auto probe =
-      make_backend(BackendKind::kCuda, geometry(1, 1, 8, Dtype::kFp32, 16, 1), std::nullopt);
-  if (!probe) {
+  return kvreplay::test::catch_main(argc, argv, [] {
+    auto probe =
+        make_backend(BackendKind::kCuda, geometry(1, 1, 8, Dtype::kFp32, 16, 1), std::nullopt);
+    if (probe) return 0;
     std::printf("SKIPPED: GPU tests need a CUDA device: %s\n", probe.error().c_str());
     return kSkipped;
-  }
-  probe.value().reset();
-  return Catch::Session().run(argc, argv);
+  });
 }
