@@ -21,6 +21,12 @@ std::string known_models() {
   return out;
 }
 
+// Bookkeeping of a pool of `blocks` (pool and invariant checker), in GiB.
+double gib(std::uint64_t blocks) {
+  return static_cast<double>(blocks * (kPoolBytesPerBlock + kCheckerBytesPerBlock)) /
+         static_cast<double>(1ull << 30);
+}
+
 }  // namespace
 
 nlohmann::json RunConfig::to_json() const {
@@ -214,8 +220,11 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
                               : (pool_blocks ? "pool_blocks" : "kv_memory"),
                 pool_from_cli,
                 fmt::format("a pool of {} blocks is more than kvreplay keeps in memory (at most "
-                            "{} blocks, 12 bytes each); use a larger page_tokens",
-                            run.kv.pool_blocks, kMaxSupportedPoolBlocks));
+                            "{} blocks; each takes {} bytes in the pool and {} in the invariant "
+                            "checker: {:.2f} GiB for this pool, {:.2f} GiB at the limit); use a "
+                            "larger page_tokens",
+                            run.kv.pool_blocks, kMaxSupportedPoolBlocks, kPoolBytesPerBlock,
+                            kCheckerBytesPerBlock, gib(run.kv.pool_blocks), gib(kMaxSupportedPoolBlocks)));
   }
   if (auto problem = run.kv.validate()) return invalid(*problem);
   return run;

@@ -28,9 +28,12 @@ struct ConfigOverrides {
 };
 
 // The largest pool a run accepts. The pool keeps a refcount, a filled count and
-// a free-list slot per block up front (12 bytes), so 2^28 blocks is 3 GiB of
-// bookkeeping; SPEC's bound (below 2^32-1) would be 48 GiB.
+// a free-list slot per block up front (12 bytes), and the invariant checker a
+// reference count and a free-list mark per block (5 bytes) when it runs, so
+// 2^28 blocks is 4.25 GiB of bookkeeping; SPEC's bound (below 2^32-1) would be 68 GiB.
 inline constexpr std::uint32_t kMaxSupportedPoolBlocks = 1u << 28;
+inline constexpr std::uint64_t kPoolBytesPerBlock = 12;
+inline constexpr std::uint64_t kCheckerBytesPerBlock = 5;
 
 struct RunConfig {
   PagedKvConfig kv;

@@ -4,16 +4,14 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cmath>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "replay/run_replay.h"
 #include "report/terminal.h"
+#include "trace/byte_source.h"
+#include "trace/json_cursor.h"
 
 namespace kvreplay {
 
@@ -198,6 +196,13 @@ Result<void, std::string> check_comparable(const nlohmann::json& base, const nlo
       return Unexpected{fmt::format("{}: not a kvreplay report (no kvreplay_report key)", name)};
     }
   }
+  for (auto [report, name] : {std::pair{&base, base_name}, std::pair{&now, new_name}}) {
+    const nlohmann::json& version = (*report)["kvreplay_report"];
+    if (!version.is_number_integer()) {
+      return Unexpected{fmt::format("{}: kvreplay_report: expected an integer, got {}", name,
+                                    version.type_name())};
+    }
+  }
   if (base["kvreplay_report"] != now["kvreplay_report"]) {
     return Unexpected{fmt::format(
         "{} and {} are reports of different versions (kvreplay_report {} and {}): make both "
@@ -229,7 +234,103 @@ Result<void, std::string> check_comparable(const nlohmann::json& base, const nlo
 }
 
 std::string kind_of(const nlohmann::json& report) {
-  return report.contains("scheduler") || report.contains("requests") ? "simulate" : "replay";
+  const bool simulate = report.contains("scheduler") || report.contains("requests") ||
+                        report.contains("prefix_cache") ||
+                        at_path(report, "config.simulation") != nullptr;
+  return simulate ? "simulate" : "replay";
+}
+
+// Metrics only simulate reports carry.
+bool simulate_only(std::string_view path) {
+  return path.starts_with("requests.") || path.starts_with("prefix_cache.") ||
+         path.starts_with("scheduler.");
+}
+
+// The node at `path`: nullptr when absent; an error when a parent on the way
+// is not an object (naming it).
+Result<const nlohmann::json*, std::string> walk(const nlohmann::json& report,
+                                                std::string_view path, std::string_view name) {
+  const nlohmann::json* node = &report;
+  std::size_t done = 0;
+  while (done < path.size()) {
+    auto dot = path.find('.', done);
+    if (dot == std::string_view::npos) dot = path.size();
+    if (!node->is_object()) {
+      return Unexpected{fmt::format("{}: {}: expected an object, got {}", name,
+                                    path.substr(0, done - 1), node->type_name())};
+    }
+    auto it = node->find(std::string(path.substr(done, dot - done)));
+    if (it == node->end()) return nullptr;
+    node = &*it;
+    done = dot + 1;
+  }
+  return node;
+}
+
+// What compare reads must be there with its type: status (a string),
+// invariants.violations (a list of objects) and every gated metric of the
+// report's kind (a number); a metric it knows, present, is a number too.
+// Error: one line naming the file and the key.
+Result<void, std::string> check_shape(const nlohmann::json& report, std::string_view kind,
+                                      const Thresholds& thresholds, std::string_view name) {
+  auto required = [&](std::string_view path, bool (nlohmann::json::*is)() const noexcept,
+                      std::string_view type, std::string_view why) -> Result<void, std::string> {
+    auto node = walk(report, path, name);
+    if (!node) return Unexpected{node.error()};
+    if (node.value() == nullptr) {
+      return Unexpected{fmt::format("{}: {}: missing ({}): not a complete kvreplay report", name,
+                                    path, why)};
+    }
+    if (!(node.value()->*is)()) {
+      return Unexpected{fmt::format("{}: {}: expected {}, got {}", name, path, type,
+                                    node.value()->type_name())};
+    }
+    return {};
+  };
+  if (auto ok = required("status", &nlohmann::json::is_string, "a string",
+                         "always checked: leaving \"ok\" is a regression");
+      !ok)
+    return ok;
+  if (auto ok = required("invariants.violations", &nlohmann::json::is_array, "a list",
+                         "always checked: a violation in NEW is a regression");
+      !ok)
+    return ok;
+  const nlohmann::json& violations = report["invariants"]["violations"];
+  for (std::size_t i = 0; i < violations.size(); ++i) {
+    const nlohmann::json& v = violations[i];
+    const std::string where = fmt::format("invariants.violations[{}]", i);
+    if (!v.is_object()) {
+      return Unexpected{
+          fmt::format("{}: {}: expected an object, got {}", name, where, v.type_name())};
+    }
+    for (const char* key : {"invariant", "message"}) {
+      if (v.contains(key) && !v[key].is_string()) {
+        return Unexpected{fmt::format("{}: {}.{}: expected a string, got {}", name, where, key,
+                                      v[key].type_name())};
+      }
+    }
+    if (v.contains("event") && !v["event"].is_number() && !v["event"].is_null()) {
+      return Unexpected{fmt::format("{}: {}.event: expected a number, got {}", name, where,
+                                    v["event"].type_name())};
+    }
+  }
+  for (const CompareMetric& metric : kMetrics) {
+    if (kind == "replay" && simulate_only(metric.path)) continue;
+    if (thresholds.find(metric.path)) {
+      if (auto ok = required(metric.path, &nlohmann::json::is_number, "a number",
+                             "a gated metric");
+          !ok)
+        return ok;
+      continue;
+    }
+    auto node = walk(report, metric.path, name);
+    if (!node) return Unexpected{node.error()};
+    if (node.value() != nullptr && !node.value()->is_number()) {
+      return Unexpected{fmt::format("{}: {}: expected a number, got {}", name, metric.path,
+                                    node.value()->type_name())};
+    }
+  }
+  return {};
 }
 
 // An always-checked count: any in NEW is a regression.
@@ -339,8 +440,17 @@ Result<Comparison, std::string> compare_reports(const nlohmann::json& base,
   if (auto ok = check_comparable(base, now, base_name, new_name); !ok) {
     return Unexpected{ok.error()};
   }
+  const std::string kind = kind_of(base);
+  if (kind_of(now) != kind) {
+    return Unexpected{fmt::format("{} is a {} report and {} a {} report of the same trace: one of "
+                                  "them is not a complete kvreplay report",
+                                  base_name, kind, new_name, kind_of(now))};
+  }
+  for (auto [report, name] : {std::pair{&base, base_name}, std::pair{&now, new_name}}) {
+    if (auto ok = check_shape(*report, kind, thresholds, name); !ok) return Unexpected{ok.error()};
+  }
   Comparison out;
-  out.kind = kind_of(base);
+  out.kind = kind;
   out.sha256 = base["trace"]["sha256"].get<std::string>();
   auto path_of = [](const nlohmann::json& report) {
     const nlohmann::json* path = at_path(report, "trace.path");
@@ -353,8 +463,7 @@ Result<Comparison, std::string> compare_reports(const nlohmann::json& base,
   // status: leaving "ok" is a regression.
   const nlohmann::json* base_status = at_path(base, "status");
   const nlohmann::json* new_status = at_path(now, "status");
-  if (base_status != nullptr && new_status != nullptr && base_status->is_string() &&
-      new_status->is_string()) {
+  {  // both strings (check_shape)
     CompareRow row;
     row.metric = "status";
     row.base = base_status->get<std::string>();
@@ -475,23 +584,33 @@ std::string comparison_text(const Comparison& comparison, std::string_view base_
 
 namespace {
 
-// Reads and parses a JSON file. Error: one line naming the file.
-Result<nlohmann::json, std::string> read_json(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return Unexpected{fmt::format("{}: cannot open: {}", path, std::strerror(errno))};
-  std::stringstream text;
-  text << file.rdbuf();
-  if (!file.good() && !file.eof()) return Unexpected{fmt::format("{}: cannot read", path)};
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& error) {
-    std::string what = error.what();
-    if (auto bracket = what.find("] ");
-        what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) {
-      what.erase(0, bracket + 2);
-    }
-    return Unexpected{fmt::format("{}: not valid JSON: {}", path, what)};
+// Reads one JSON document with the traces' discipline (trace/json_cursor.h):
+// streamed from a file or "-" (gzip too), at most `max_bytes` of input, nesting,
+// strings and the document's size in memory capped, duplicate keys, invalid
+// UTF-8 and numbers out of a double's range refused, nothing after the
+// document. Memory stays bounded whatever the file (/dev/zero, a huge one).
+// Error: one line, "FILE:LINE: not valid JSON: PROBLEM" or "FILE: why".
+Result<nlohmann::json, std::string> read_json(const std::string& path, std::uint64_t max_bytes) {
+  auto opened = ByteSource::open(path);
+  if (!opened) return Unexpected{fmt::format("{}: cannot open: {}", path, opened.error())};
+  ByteSource& source = *opened.value();
+  source.set_limit(max_bytes, fmt::format("larger than {} MiB, far more than a kvreplay report",
+                                          max_bytes >> 20));
+  JsonCursor cursor(source, JsonCursor::Limits{max_bytes, max_bytes});
+  auto problem = [&](const std::string& what) -> Unexpected<std::string> {
+    // The source's own failure (I/O, gzip, the size cap) explains a parse error.
+    if (!source.error().empty()) return Unexpected{fmt::format("{}: {}", path, source.error())};
+    return Unexpected{fmt::format("{}:{}: not valid JSON: {}", path, cursor.line(), what)};
+  };
+  cursor.skip_byte_order_mark();
+  if (cursor.peek() < 0) return problem("empty input");
+  nlohmann::json document;
+  if (auto read = cursor.read_value(document); !read) return problem(read.error());
+  if (cursor.peek() >= 0) {
+    return problem(fmt::format("unexpected {} after the document", cursor.describe_next()));
   }
+  if (!source.error().empty()) return Unexpected{fmt::format("{}: {}", path, source.error())};
+  return document;
 }
 
 }  // namespace
@@ -503,7 +622,7 @@ int run_compare(const CompareRequest& request) {
   };
   Thresholds thresholds;
   if (!request.thresholds_file.empty()) {
-    auto object = read_json(request.thresholds_file);
+    auto object = read_json(request.thresholds_file, kMaxThresholdsBytes);
     if (!object) return refuse(object.error());
     if (auto set = thresholds.set_all(object.value()); !set) {
       return refuse(fmt::format("{}: {}", request.thresholds_file, set.error()));
@@ -514,9 +633,9 @@ int run_compare(const CompareRequest& request) {
       return refuse(fmt::format("--threshold: {}", set.error()));
     }
   }
-  auto base = read_json(request.base_path);
+  auto base = read_json(request.base_path, kMaxReportBytes);
   if (!base) return refuse(base.error());
-  auto now = read_json(request.new_path);
+  auto now = read_json(request.new_path, kMaxReportBytes);
   if (!now) return refuse(now.error());
   auto comparison =
       compare_reports(base.value(), now.value(), thresholds, request.base_path, request.new_path);

@@ -5,7 +5,13 @@
 //   - Reports are comparable when both carry the same kvreplay_report version
 //     and the same trace.sha256 (the trace's content, not its path); otherwise
 //     compare_reports() returns an error (exit code 2). Replay and simulate
-//     reports both work: a metric missing from either report is skipped.
+//     reports both work: an informational metric missing from either report
+//     is skipped, but status, invariants.violations and every gated metric of
+//     the report's kind must be there with their type, or it is refused (exit 2).
+//   - Files are read like traces (trace/json_cursor.h): streamed, at most
+//     kMaxReportBytes (kMaxThresholdsBytes for --thresholds), strict JSON
+//     (duplicate keys, numbers past a double's range, trailing bytes refused);
+//     an error names the file and its line.
 //   - Always a regression, whatever the thresholds: NEW has an invariant
 //     violation (a --verify data mismatch is one too: invariant D1); status was
 //     "ok" and is not.
@@ -30,6 +36,9 @@
 #include "core/result.h"
 
 namespace kvreplay {
+
+inline constexpr std::uint64_t kMaxReportBytes = 64ull << 20;
+inline constexpr std::uint64_t kMaxThresholdsBytes = 1ull << 20;
 
 struct Threshold {
   enum class Kind : std::uint8_t { kAbsolute, kRelative, kOff };

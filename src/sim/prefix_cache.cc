@@ -117,17 +117,38 @@ void PrefixCache::make_evictable(BlockId b) {
   }
   if (policy_ == EvictPolicy::kLru) {
     queue_.push_back(candidate);
-    return;
+  } else {
+    heap_.push_back(candidate);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
   }
-  heap_.push_back(candidate);
-  std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+  purge_stale_if_due();
+}
+
+bool PrefixCache::stale(const Candidate& candidate) const {
+  const Entry& entry = entries_[candidate.block];
+  return !entry.cached || !entry.evictable || entry.version != candidate.version;
+}
+
+void PrefixCache::purge_stale_if_due() {
+  // Each evictable block has exactly one live candidate (its latest version).
+  const std::size_t live = evictable_count_;
+  if (candidates() <= 2 * live + kCandidateSlack) return;
+  auto is_stale = [this](const Candidate& candidate) { return stale(candidate); };
+  if (policy_ == EvictPolicy::kLru) {
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), is_stale), queue_.end());
+    queue_.shrink_to_fit();
+  } else {
+    heap_.erase(std::remove_if(heap_.begin(), heap_.end(), is_stale), heap_.end());
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<>{});
+  }
 }
 
 void PrefixCache::make_unevictable(BlockId b) {
   Entry& entry = entry_of(b);
   if (entry.evictable) --evictable_count_;
   entry.evictable = false;
-  ++entry.version;  // its heap candidate goes stale
+  ++entry.version;  // its candidate goes stale
+  purge_stale_if_due();
 }
 
 void PrefixCache::touch(BlockId b, std::uint64_t tick) {
@@ -171,8 +192,8 @@ bool PrefixCache::evict_one(BlockPool& pool) {
       candidate = heap_.back();
       heap_.pop_back();
     }
+    if (stale(candidate)) continue;
     Entry& entry = entries_[candidate.block];
-    if (!entry.cached || !entry.evictable || entry.version != candidate.version) continue;
     make_unevictable(candidate.block);
     entry.cached = false;
     index_erase(entry.key);

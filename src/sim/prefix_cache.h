@@ -14,7 +14,10 @@
 //     block k (tokens [k*B, (k+1)*B)) has key (hash_ids[k], E - k*B). Equal hash
 //     ids mean an identical prefix up to and including that block, so any page
 //     size works, whether or not it divides B.
-//   - Memory grows with the blocks ever cached, not with the pool's size.
+//   - Memory grows with the blocks ever cached, not with the pool's size nor
+//     with the number of operations: eviction candidates that went stale (the
+//     block was hit or evicted) are purged once they outnumber the live ones,
+//     so after every call candidates() <= 2 * evictable() + kCandidateSlack.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +64,9 @@ class PrefixCache {
   std::uint32_t evictable() const { return evictable_count_; }
   std::uint64_t evictions() const { return evictions_; }
   std::size_t size() const { return size_; }
+  // Eviction candidates queued, stale ones included (bounded: see the contract).
+  std::size_t candidates() const { return heap_.size() + queue_.size(); }
+  static constexpr std::size_t kCandidateSlack = 64;
   // Every block the cache holds a reference on (for the invariant checker).
   void holds(std::vector<BlockId>& out) const;
 
@@ -91,6 +97,11 @@ class PrefixCache {
   void grow_index();
   void make_evictable(BlockId b);
   void make_unevictable(BlockId b);
+  // Drops stale candidates once they outnumber the live ones (amortised O(1)).
+  // Eviction order is unchanged: the lru queue keeps its order, and the heap's
+  // ranks are a strict order over live candidates (one per block).
+  void purge_stale_if_due();
+  bool stale(const Candidate& candidate) const;
   // Open-addressing key index (linear probing, backward-shift deletion).
   std::size_t slot_of(const PageKey& key) const;
   void index_insert(const PageKey& key, BlockId b);

@@ -35,6 +35,46 @@ nlohmann::json options_json(const SimOptions& options) {
             {"kv_bandwidth_gbps", options.cost.kv_bandwidth_gbps}}}};
 }
 
+// One line per reason some requests were skipped as never fitting.
+void skip_warnings(const std::string& path, const Simulator& sim, SimulationResult& out) {
+  const SimTotals& st = sim.sim_totals();
+  const RunConfig& config = sim.config();
+  const std::uint64_t counts[kSkipReasons] = {
+      st.skipped_too_long, st.skipped_too_many_samples,
+      st.skipped - st.skipped_too_long - st.skipped_too_many_samples};
+  for (std::size_t i = 0; i < kSkipReasons; ++i) {
+    const auto reason = static_cast<SkipReason>(i);
+    const auto& first = sim.first_skipped(reason);
+    if (counts[i] == 0 || !first) continue;
+    std::string why;
+    switch (reason) {
+      case SkipReason::kTooLong:
+        why = fmt::format("longer than --max-seq-tokens {} (first: line {}, {} tokens)",
+                          config.kv.max_seq_tokens, first->line, first->need);
+        break;
+      case SkipReason::kTooManySamples:
+        why = fmt::format("n above --max-seqs {} (first: line {}, n {})", sim.options().max_seqs,
+                          first->line, first->need);
+        break;
+      case SkipReason::kPoolTooSmall:
+        why = sim.options().allocator == AllocatorKind::kPaged
+                  ? fmt::format(
+                        "more blocks than the pool of {} less the --watermark (first: line {}, "
+                        "{} blocks; give a larger --kv-memory or --pool-blocks)",
+                        config.kv.pool_blocks, first->line, first->need)
+                  : fmt::format(
+                        "larger than the pool of {} slots (first: line {}, {} slots; give a "
+                        "larger --kv-memory or --pool-blocks)",
+                        std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens, first->line,
+                        first->need);
+        break;
+    }
+    out.warnings.push_back(fmt::format("warning: {}: {} request{} skipped: {}", path, counts[i],
+                                       counts[i] == 1 ? "" : "s", why));
+    out.warning_reasons.push_back(reason);
+  }
+}
+
 }  // namespace
 
 InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
@@ -162,7 +202,9 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   result.report["requests"] = {{"total", st.requests + reader.skipped()},
                                {"finished", st.finished},
                                {"skipped", st.skipped + reader.skipped()},
-                               {"skipped_pool_too_small", st.skipped - st.skipped_too_long}};
+                               {"skipped_pool_too_small",
+                                st.skipped - st.skipped_too_long - st.skipped_too_many_samples},
+                               {"skipped_too_many_samples", st.skipped_too_many_samples}};
   const double hit_rate = st.query_tokens == 0 ? 0.0
                                                : static_cast<double>(st.hit_tokens) /
                                                      static_cast<double>(st.query_tokens);
@@ -205,6 +247,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
        fmt::format("{:.1f} s ({:.1f} output tokens/s)", seconds,
                    seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0));
   result.summary = std::move(summary);
+  skip_warnings(path, sim, result);
   return result;
 }
 
@@ -224,6 +267,9 @@ int run_simulate(const SimulateRequest& request) {
   if (!result) {
     fmt::print(stderr, "{}\n", result.error().to_string());
     return kExitInput;
+  }
+  for (const std::string& warning : result.value().warnings) {
+    fmt::print(stderr, "kvreplay simulate: {}\n", warning);
   }
   if (!request.report_path.empty()) {
     std::string text =
@@ -350,6 +396,18 @@ int run_plan(const PlanRequest& request) {
       return kExitInput;
     }
   }
+  // Requests no KV memory can serve, whatever the cell: said once each, even
+  // with --quiet (a pool too small is what the sweep measures, not a warning).
+  std::vector<std::string> warned;
+  for (const PlanCell& cell : cells) {
+    const SimulationResult& result = *cell.result;
+    for (std::size_t i = 0; i < result.warnings.size(); ++i) {
+      if (result.warning_reasons[i] == SkipReason::kPoolTooSmall) continue;
+      if (std::find(warned.begin(), warned.end(), result.warnings[i]) != warned.end()) continue;
+      warned.push_back(result.warnings[i]);
+      fmt::print(stderr, "kvreplay plan: {}\n", result.warnings[i]);
+    }
+  }
 
   // The smallest pool with no preemption, per model and page size: a binary
   // search over pool_blocks (assuming more memory never adds preemptions).
@@ -446,7 +504,10 @@ int run_plan(const PlanRequest& request) {
   plan["cells"] = std::move(rows);
   nlohmann::json minimum = nlohmann::json::array();
   if (request.search_min) {
-    table += "\nsmallest KV memory with no preemption (every request served):\n";
+    table += warned.empty()
+                 ? "\nsmallest KV memory with no preemption (every request served):\n"
+                 : "\nsmallest KV memory with no preemption (every request that can fit served; "
+                   "see the warnings):\n";
     for (const MinSearch& search : searches) {
       std::uint64_t bytes = search.blocks ? *search.blocks * search.config.kv.block_bytes() : 0;
       minimum.push_back(

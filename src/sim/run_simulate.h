@@ -32,6 +32,10 @@ struct SimulationResult {
   bool violated = false;
   nlohmann::json report;
   std::string summary;
+  // Requests skipped because they can never fit, one line per reason naming
+  // the option that decides it; printed on stderr even with --quiet.
+  std::vector<std::string> warnings;
+  std::vector<SkipReason> warning_reasons;  // parallel to warnings
 };
 
 // Terminal extras of an interactive run: a progress line (report/terminal.h)

@@ -71,27 +71,41 @@ std::uint32_t Simulator::reservation_tokens(const Request& request) const {
   return static_cast<std::uint32_t>(final_length);
 }
 
-bool Simulator::fits_ever(const Request& request) const {
+std::optional<SkipReason> Simulator::never_fits(const Request& request,
+                                                std::uint64_t& need) const {
   const std::uint64_t pt = config_.kv.page_tokens;
   std::uint64_t final_length = std::uint64_t{request.prompt} + request.output - 1;
-  if (final_length > config_.kv.max_seq_tokens) return false;
+  if (final_length > config_.kv.max_seq_tokens) {
+    need = final_length;
+    return SkipReason::kTooLong;
+  }
+  // Admission keeps the running samples within max_seqs, so such a request
+  // would wait at the head of the queue forever (and block everyone after it).
+  if (request.n > options_.max_seqs) {
+    need = request.n;
+    return SkipReason::kTooManySamples;
+  }
   if (!paged()) {
-    return std::uint64_t{request.n} * reservation_tokens(request) <=
-           std::uint64_t{config_.kv.pool_blocks} * pt;
+    need = std::uint64_t{request.n} * reservation_tokens(request);
+    if (need <= std::uint64_t{config_.kv.pool_blocks} * pt) return std::nullopt;
+    return SkipReason::kPoolTooSmall;
   }
   // Full prompt pages are shared by the samples; the rest is per sample.
   std::uint64_t shared = request.prompt / pt;
-  std::uint64_t blocks = shared + request.n * (ceil_div(final_length, pt) - shared);
-  return blocks + watermark_blocks_ <= config_.kv.pool_blocks;
+  need = shared + request.n * (ceil_div(final_length, pt) - shared);
+  if (need + watermark_blocks_ <= config_.kv.pool_blocks) return std::nullopt;
+  return SkipReason::kPoolTooSmall;
 }
 
 void Simulator::submit(Request request) {
   ++sim_.requests;
-  if (!fits_ever(request)) {
+  std::uint64_t need = 0;
+  if (auto reason = never_fits(request, need)) {
     ++sim_.skipped;
-    if (std::uint64_t{request.prompt} + request.output - 1 > config_.kv.max_seq_tokens) {
-      ++sim_.skipped_too_long;
-    }
+    if (*reason == SkipReason::kTooLong) ++sim_.skipped_too_long;
+    if (*reason == SkipReason::kTooManySamples) ++sim_.skipped_too_many_samples;
+    auto& first = first_skipped_[static_cast<std::size_t>(*reason)];
+    if (!first) first = SkippedRequest{request.line, request.id, need};
     return;
   }
   arriving_.push_back(std::move(request));

@@ -17,10 +17,13 @@
 //      blocks are released and it rejoins the front of the queue, to start over;
 //   5. a sample finishes after `output` tokens (its KV holds prompt + output - 1
 //      tokens); virtual time advances by the cost model (see CostModel).
-// Requests that can never fit (longer than max_seq_tokens, or more blocks than
-// the pool minus the watermark) are skipped and counted.
+// Requests that can never fit (longer than max_seq_tokens, more samples than
+// max_seqs, or more blocks than the pool minus the watermark) are skipped and
+// counted: admission would wait for them forever. Every other request is
+// admitted once nothing else runs (its first chunk then fits), so a run ends.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -70,11 +73,27 @@ struct SimOptions {
   CheckPolicy check;
 };
 
+// Why a request can never fit; the first applies when several do.
+enum class SkipReason : std::uint8_t {
+  kTooLong,         // prompt + output - 1 > max_seq_tokens (no pool helps)
+  kTooManySamples,  // n > max_seqs (no pool helps)
+  kPoolTooSmall,    // more blocks (or slots) than the pool minus the watermark
+};
+inline constexpr std::size_t kSkipReasons = 3;
+
+// The first request skipped for a reason, for the warning naming it.
+struct SkippedRequest {
+  std::uint64_t line = 0;
+  std::string id;
+  std::uint64_t need = 0;  // tokens, samples or blocks (slots for the contiguous baselines)
+};
+
 struct SimTotals {
   std::uint64_t requests = 0;
   std::uint64_t finished = 0;
   std::uint64_t skipped = 0;
-  std::uint64_t skipped_too_long = 0;  // of those, longer than max_seq_tokens (no pool helps)
+  std::uint64_t skipped_too_long = 0;          // of those, longer than max_seq_tokens
+  std::uint64_t skipped_too_many_samples = 0;  // of those, n above max_seqs
   std::uint64_t steps = 0;
   std::uint64_t preemptions = 0;
   std::uint64_t max_running = 0;  // samples running at once
@@ -113,6 +132,11 @@ class Simulator {
   const RunConfig& config() const { return config_; }
   const SimOptions& options() const { return options_; }
   std::uint64_t evictions() const { return cache_.evictions(); }
+  const PrefixCache& prefix_cache() const { return cache_; }
+  // The first request skipped for `reason`, if any.
+  const std::optional<SkippedRequest>& first_skipped(SkipReason reason) const {
+    return first_skipped_[static_cast<std::size_t>(reason)];
+  }
   double now() const { return now_; }
   bool idle() const;
 
@@ -152,7 +176,9 @@ class Simulator {
   void offer_to_cache(Flight& flight);
   std::optional<PageKey> page_key(const Flight& flight, std::uint32_t page) const;
   std::uint32_t reservation_tokens(const Request& request) const;
-  bool fits_ever(const Request& request) const;
+  // Why `request` can never run to completion here, or nullopt when it can;
+  // `need` is set to what it needs (see SkippedRequest).
+  std::optional<SkipReason> never_fits(const Request& request, std::uint64_t& need) const;
   bool check_now();
   void record();
   SequenceBlockTable new_table() const;
@@ -178,6 +204,7 @@ class Simulator {
   std::uint64_t tick_ = 0;
   std::uint32_t watermark_blocks_ = 0;
   SimTotals sim_;
+  std::array<std::optional<SkippedRequest>, kSkipReasons> first_skipped_;
   ReplayTotals totals_;
   ReplayState state_;
   std::optional<Violation> violation_;

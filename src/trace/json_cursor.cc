@@ -95,8 +95,8 @@ Result<void, std::string> JsonCursor::read_string(std::string& out) {
       ++pos_;
     }
     out.append(run, static_cast<std::size_t>(pos_ - run));
-    if (out.size() > kMaxString)
-      return Problem{fmt::format("string longer than {} bytes", kMaxString)};
+    if (out.size() > limits_.max_string)
+      return Problem{fmt::format("string longer than {} bytes", limits_.max_string)};
     int c = get();
     if (c < 0) return Problem{"unterminated string"};
     if (c == '"') return {};
@@ -194,11 +194,24 @@ Result<void, std::string> JsonCursor::read_number(std::string& out) {
     }
     return count;
   };
+  // The rest of a malformed number, for the message (bounded).
+  auto rest = [&]() {
+    for (int c = peek_raw(); out.size() < kMaxNumber && c >= 0 &&
+                             ((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' ||
+                              c == '-' || c == '+');
+         c = peek_raw()) {
+      take(c);
+    }
+    return out;
+  };
   int c = peek_raw();
   if (c == '-') take(c);
   c = peek_raw();
   if (c == '0') {
     take(c);
+    if (int d = peek_raw(); d >= '0' && d <= '9') {
+      return Problem{fmt::format("number {} has a leading zero (JSON allows none)", rest())};
+    }
   } else if (c >= '1' && c <= '9') {
     if (digits() < 0) return Problem{fmt::format("number longer than {} characters", kMaxNumber)};
   } else {
@@ -221,7 +234,10 @@ Result<void, std::string> JsonCursor::read_number(std::string& out) {
   }
   c = peek_raw();
   if ((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+') {
-    return Problem{fmt::format("number longer than {} characters", kMaxNumber)};
+    // A number byte the grammar cannot take here ("1.5.3", "1e5e3", "1-2").
+    if (c >= '0' && c <= '9')
+      return Problem{fmt::format("number longer than {} characters", kMaxNumber)};
+    return Problem{fmt::format("malformed number {}", rest())};
   }
   return {};
 }
@@ -234,7 +250,7 @@ Result<void, std::string> JsonCursor::read_literal(std::string_view word) {
 }
 
 Result<void, std::string> JsonCursor::read_value(nlohmann::json& out, int depth) {
-  std::size_t budget = kMaxValue;
+  std::size_t budget = limits_.max_value;
   return parse_value(&out, depth, budget);
 }
 
@@ -253,7 +269,9 @@ Result<void, std::string> JsonCursor::parse_value(nlohmann::json* out, int depth
     budget -= bytes;
     return true;
   };
-  auto too_large = [] { return Problem{fmt::format("value larger than {} bytes", kMaxValue)}; };
+  auto too_large = [this] {
+    return Problem{fmt::format("value larger than {} bytes", limits_.max_value)};
+  };
   int c = peek();
   std::string text;
   switch (c) {

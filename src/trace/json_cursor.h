@@ -2,7 +2,8 @@
 //
 // Reads one token at a time, so memory stays bounded however long the input
 // or a line is: strings are capped (kMaxString), nesting is capped (kMaxDepth),
-// values read whole are capped (kMaxValue), skipped values are not kept,
+// values read whole are capped (kMaxValue; both caps can be raised with
+// Limits), skipped values are not kept,
 // strings must be valid UTF-8, and numbers are returned as their text.
 // It counts lines as it goes, so callers can name the line of a problem.
 // Errors are returned as a problem string; the caller adds file, line, field.
@@ -26,7 +27,15 @@ class JsonCursor {
   static constexpr int kMaxDepth = 64;
   static constexpr std::size_t kMaxValue = 1 << 20;
 
-  explicit JsonCursor(ByteSource& source) : source_(source) {
+  // Caps for whole documents read with read_value (compare's reports), larger
+  // than a trace's per-event caps.
+  struct Limits {
+    std::size_t max_string = kMaxString;
+    std::size_t max_value = kMaxValue;
+  };
+
+  explicit JsonCursor(ByteSource& source) : JsonCursor(source, Limits{}) {}
+  JsonCursor(ByteSource& source, const Limits& limits) : source_(source), limits_(limits) {
     pos_ = source.begin();
     end_ = source.end();
   }
@@ -68,7 +77,8 @@ class JsonCursor {
     return true;
   }
   // Reads any value into a json document (for small objects such as config;
-  // at most kMaxValue bytes of it, roughly as it is held in memory).
+  // at most Limits::max_value bytes of it, roughly as it is held in memory).
+  // Duplicate keys and numbers out of a double's range are errors.
   Result<void, std::string> read_value(nlohmann::json& out, int depth = 0);
   // Skips any value (checking its grammar), keeping nothing, however large.
   Result<void, std::string> skip_value(int depth = 0);
@@ -87,6 +97,7 @@ class JsonCursor {
   Result<void, std::string> parse_value(nlohmann::json* out, int depth, std::size_t& budget);
 
   ByteSource& source_;
+  Limits limits_;
   const char* pos_ = nullptr;
   const char* end_ = nullptr;
   std::uint64_t line_ = 1;

@@ -190,7 +190,9 @@ InputStatus KvTraceReader::read_header() {
         return Unexpected{cursor_error("config", r.error())};
       saw_config = true;
     } else if (key_ == "meta") {
+      if (saw_meta_) return Unexpected{error(key_, "duplicate key")};
       if (auto r = cursor_.skip_value(); !r) return Unexpected{cursor_error("meta", r.error())};
+      saw_meta_ = true;
     } else if (key_ == "events") {
       if (!saw_config) {
         return Unexpected{error("config",
@@ -270,11 +272,12 @@ InputStatus KvTraceReader::read_document_tail() {
             fmt::format("unsupported version {} (this kvreplay reads version 1)", version.dump()))};
       }
       saw_version_ = true;
-    } else if (key_ == "meta") {
+    } else if (key_ == "meta" && !saw_meta_) {
       if (auto r = cursor_.skip_value(); !r) return Unexpected{cursor_error("meta", r.error())};
+      saw_meta_ = true;
     } else {
       return Unexpected{
-          error(key_, key_ == "kvtrace" || key_ == "config" || key_ == "events"
+          error(key_, key_ == "kvtrace" || key_ == "config" || key_ == "events" || key_ == "meta"
                           ? "duplicate key"
                           : "unknown header key (expected kvtrace, config, meta, events)")};
     }

@@ -8,7 +8,8 @@
 //                "config" must come before "events" (the events are streamed);
 //                "kvtrace" may come anywhere.
 // A UTF-8 byte order mark at the start is skipped; UTF-16/32 is refused.
-// The header may also carry "meta" (any value, ignored). Events:
+// The header may also carry "meta" (any value, ignored); every header key may
+// appear once. Events:
 //   prefix      id (string), tokens (int >= 1)
 //   drop_prefix id
 //   admit       seq (int >= 0), prompt (int >= 0), prefix (id, optional)
@@ -112,6 +113,7 @@ class KvTraceReader {
   Form form_ = Form::kJsonLines;
   TraceHeader header_;
   bool saw_version_ = false;
+  bool saw_meta_ = false;
   bool done_ = false;
   std::uint64_t events_read_ = 0;
   bool has_last_t_ = false;

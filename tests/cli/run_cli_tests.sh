@@ -207,6 +207,23 @@ run_stdin "$work/good.jsonl.gz" validate -
 check '[[ $rc -eq 0 ]]' "exit code $rc, expected 0; stderr: $(stderr_text)"
 finish "validate - (gzip on stdin)"
 
+# Concatenated gzip members are one stream (as gzip -d reads them); plain bytes
+# after the last member are an input error, on stdin too.
+{ head -n 3 "$good" | gzip -c; tail -n +4 "$good" | gzip -c; } >"$work/members.jsonl.gz"
+run validate "$work/members.jsonl.gz"
+check '[[ $rc -eq 0 ]]' "exit code $rc, expected 0; stderr: $(stderr_text)"
+check 'grep -qx "$work/members.jsonl.gz: valid kvtrace-jsonl, 6 events" "$work/out"' \
+  "stdout: $(head -c 200 "$work/out")"
+run replay "$work/members.jsonl.gz" --report "$report" -q
+check '[[ $rc -eq 0 ]] && [[ $(jq -r .trace.sha256 "$report") == $(sha256sum <"$good" | cut -d" " -f1) ]]' \
+  "replay: exit $rc, or trace.sha256 is not the whole trace's; stderr: $(stderr_text)"
+finish "gzip: concatenated members read as one trace"
+
+{ head -n 3 "$good" | gzip -c; tail -n +4 "$good"; } >"$work/plain_tail.jsonl.gz"
+run_stdin "$work/plain_tail.jsonl.gz" replay - --report "$report" --timeline "$timeline"
+expect_input_error "<stdin>:3: file: bytes after the end of the gzip data are not another gzip member"
+finish "gzip: plain bytes after the gzip data on stdin"
+
 # CRLF line endings are accepted.
 sed 's/$/\r/' "$good" >"$work/crlf.jsonl"
 run validate "$work/crlf.jsonl"

@@ -158,10 +158,64 @@ run compare "$r/quick.json" "$work/missing.json"
 check '[[ $rc -eq 2 ]] && err_has "missing.json: cannot open"' "missing file: exit $rc, $(err_text)"
 echo '{"kvreplay_report": 1,' >"$work/broken.json"
 run compare "$r/quick.json" "$work/broken.json"
-check '[[ $rc -eq 2 ]] && err_has "broken.json: not valid JSON"' "broken JSON: exit $rc, $(err_text)"
+check '[[ $rc -eq 2 ]] && err_has "broken.json:1: not valid JSON: expected a key, got end of input"' "broken JSON: exit $rc, $(err_text)"
 run compare "$r/quick.json"
 check '[[ $rc -eq 2 ]]' "one argument: exit $rc, expected 2"
 finish "compare: refusals"
+
+# --- hostile files: bounded, strict reading; reports lacking what is gated
+# Every run is bounded by `timeout`: an unbounded reader took gigabytes on /dev/zero.
+bounded() { timeout -k 5 60 "$kvreplay" "$@" >"$work/out" 2>"$work/err"; rc=$?; }
+bounded compare /dev/zero /dev/zero
+check '[[ $rc -eq 2 ]] && err_has "kvreplay compare: /dev/zero:1: not valid JSON: unexpected byte 0x00"' \
+  "/dev/zero: exit $rc (124: it did not end), $(err_text)"
+# 65 MiB of whitespace on stdin: refused at the 64 MiB cap, not read to its end.
+head -c $((65 << 20)) /dev/zero | tr '\0' ' ' >"$work/spaces"
+bounded compare "$r/quick.json" - <"$work/spaces"
+check '[[ $rc -eq 2 ]] && err_has "kvreplay compare: -: larger than 64 MiB, far more than a kvreplay report"' \
+  "65 MiB on stdin: exit $rc, $(err_text)"
+rm -f "$work/spaces"
+jq '.blocks.peak_used = 1e300' "$r/quick.json" | sed 's/1e+300/1e400/' >"$work/overflow.json"
+check 'grep -q 1e400 "$work/overflow.json"' "no 1e400 planted"
+bounded compare "$r/quick.json" "$work/overflow.json"
+check '[[ $rc -eq 2 ]] && err_has "overflow.json:"' "1e400: exit $rc (134: an uncaught exception), $(err_text)"
+check 'err_has "blocks.peak_used" || err_has "number 1e400 is out of range"' "1e400: $(err_text)"
+printf '{"peak_used": 1e400}\n' >"$work/overflow_thresholds.json"
+bounded compare "$r/quick.json" "$r/quick.json" --thresholds "$work/overflow_thresholds.json"
+check '[[ $rc -eq 2 ]] && err_has "overflow_thresholds.json:1: not valid JSON: number 1e400 is out of range"' \
+  "--thresholds with 1e400: exit $rc, $(err_text)"
+printf '{"peak_used": "2%%", "peak_used": "off"}\n' >"$work/duplicate_thresholds.json"
+bounded compare "$r/quick.json" "$r/quick.json" --thresholds "$work/duplicate_thresholds.json"
+check '[[ $rc -eq 2 ]] && err_has "duplicate_thresholds.json:1: not valid JSON: duplicate key '"'"'peak_used'"'"'"' \
+  "--thresholds with a duplicate key: exit $rc, $(err_text)"
+{ cat "$r/quick.json"; echo '{}'; } >"$work/two_documents.json"
+bounded compare "$r/quick.json" "$work/two_documents.json"
+check '[[ $rc -eq 2 ]] && err_has "two_documents.json:" && err_has "after the document"' \
+  "two documents: exit $rc, $(err_text)"
+# What compare gates must be there, with its type: each used to be "no regression".
+for edit in 'del(.status)' '.status = 1' 'del(.blocks)' '.blocks = 5' 'del(.invariants)' \
+  '.invariants = "none"' '.invariants.violations = 0' '.blocks.peak_used = "56"' \
+  'del(.fragmentation.waste_ratio_mean)' 'del(.oom)'; do
+  jq "$edit" "$r/quick.json" >"$work/edited.json"
+  bounded compare "$r/quick.json" "$work/edited.json"
+  check '[[ $rc -eq 2 && ! -s $work/out ]] && err_has "edited.json: "' \
+    "NEW with $edit: exit $rc, $(err_text)"
+  bounded compare "$work/edited.json" "$r/quick.json"
+  check '[[ $rc -eq 2 ]] && err_has "edited.json: "' "BASE with $edit: exit $rc, $(err_text)"
+done
+jq 'del(.status)' "$r/quick.json" >"$work/no_status.json"
+bounded compare "$r/quick.json" "$work/no_status.json"
+check 'err_has "kvreplay compare: $work/no_status.json: status: missing"' "no status: $(err_text)"
+jq '.blocks.peak_used = "56"' "$r/quick.json" >"$work/text_peak.json"
+bounded compare "$r/quick.json" "$work/text_peak.json"
+check 'err_has "kvreplay compare: $work/text_peak.json: blocks.peak_used: expected a number, got string"' \
+  "a string peak_used: $(err_text)"
+# A gzip report with plain bytes after it is refused too (the traces' byte source).
+{ gzip -c "$r/quick.json"; echo junk; } >"$work/quick_trailing.json.gz"
+bounded compare "$r/quick.json" "$work/quick_trailing.json.gz"
+check '[[ $rc -eq 2 ]] && err_has "quick_trailing.json.gz: bytes after the end of the gzip data are not another gzip member"' \
+  "gzip with trailing bytes: exit $rc, $(err_text)"
+finish "compare: hostile files are refused with exit 2, naming the file and key"
 
 # --- --quiet: no table, the verdict in the exit code and on stderr
 run compare "$r/quick.json" "$r/quick_fifo.json" --quiet
@@ -176,7 +230,8 @@ awk 'BEGIN { for (i = 0; i < 200; i++)
          i * 0.01, 64 + (i * 37) % 200, 8 + (i * 11) % 40 }' >"$work/requests.jsonl"
 "$kvreplay" simulate "$work/requests.jsonl" --kv-memory 1GiB -q --report "$r/sim.json"
 "$kvreplay" simulate - --kv-memory 1GiB -q --report "$r/sim_stdin.json" <"$work/requests.jsonl"
-"$kvreplay" simulate "$work/requests.jsonl" --kv-memory 24MiB -q --report "$r/sim_small.json"
+"$kvreplay" simulate "$work/requests.jsonl" --kv-memory 24MiB -q --report "$r/sim_small.json" \
+  2>/dev/null  # warns of the requests too large for 24 MiB
 run compare "$r/sim.json" "$r/sim_stdin.json"
 check '[[ $rc -eq 0 ]]' "simulate, stdin vs file: exit $rc: $(err_text)"
 check 'out_has "simulate reports of one trace"' "kind not named"

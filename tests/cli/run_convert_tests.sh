@@ -50,6 +50,23 @@ if [[ $rc -eq 2 && $stderr == "<stdin>:3: GeneratedTokens: 0 (must be >= 1)" ]];
   fail "stdin: exit $rc, stderr '$stderr'"
 fi
 
+# Request traces read gzip through the same byte source as kvtraces: members
+# concatenated are one trace, plain bytes after them an input error.
+printf '{"arrival": 0, "prompt": 10, "output": 2}\n{"arrival": 1, "prompt": 20, "output": 3}\n' \
+  >"$tmp/two.jsonl"
+{ head -n 1 "$tmp/two.jsonl" | gzip -c; tail -n 1 "$tmp/two.jsonl" | gzip -c; } >"$tmp/members.gz"
+if "$bin" convert "$tmp/members.gz" -o "$tmp/members.jsonl" >/dev/null &&
+  "$bin" convert "$tmp/two.jsonl" -o "$tmp/two_native.jsonl" >/dev/null &&
+  [[ $(wc -l <"$tmp/members.jsonl") -eq 2 ]] && cmp -s "$tmp/members.jsonl" "$tmp/two_native.jsonl"
+then ok; else
+  fail "concatenated gzip members: not converted as one trace"
+fi
+{ head -n 1 "$tmp/two.jsonl" | gzip -c; tail -n 1 "$tmp/two.jsonl"; } >"$tmp/plain_tail.gz"
+stderr=$("$bin" simulate "$tmp/plain_tail.gz" --kv-memory 1GiB -q 2>&1 >/dev/null)
+rc=$?
+if [[ $rc -eq 2 && $stderr == "$tmp/plain_tail.gz:1: file: bytes after the end of the gzip data are not another gzip member" ]]
+then ok; else fail "simulate, plain bytes after gzip: exit $rc, '$stderr'"; fi
+
 # Usage errors: exit 2.
 "$bin" convert >/dev/null 2>&1
 rc=$?

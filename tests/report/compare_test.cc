@@ -242,6 +242,12 @@ TEST_CASE("compare: reports of different versions or traces are refused") {
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().rfind("b.json: no trace.sha256", 0) == 0);
 
+  now = base;
+  now["kvreplay_report"] = "1";
+  auto text_version = compare_reports(base, now, Thresholds{}, "a.json", "b.json");
+  REQUIRE_FALSE(text_version.ok());
+  CHECK(text_version.error() == "b.json: kvreplay_report: expected an integer, got string");
+
   auto plan = compare_reports(base, json{{"kvreplay_plan", 1}}, Thresholds{}, "a", "b");
   REQUIRE_FALSE(plan.ok());
   CHECK(plan.error() ==
@@ -249,6 +255,99 @@ TEST_CASE("compare: reports of different versions or traces are refused") {
         "reports");
   CHECK_FALSE(compare_reports(base, json::array(), Thresholds{}).ok());
   CHECK_FALSE(compare_reports(json{{"x", 1}}, base, Thresholds{}).ok());
+}
+
+TEST_CASE("compare: a report without a gated metric, or with one of another type, is refused") {
+  // Each of these used to compare as "no regression".
+  struct Case {
+    const char* pointer;  // what is removed or replaced in NEW
+    json replacement;     // null: removed
+    const char* error;
+  };
+  const Case cases[] = {
+      {"/status", nullptr,
+       "b.json: status: missing (always checked: leaving \"ok\" is a regression): not a "
+       "complete kvreplay report"},
+      {"/status", 0, "b.json: status: expected a string, got number"},
+      {"/invariants", nullptr,
+       "b.json: invariants.violations: missing (always checked: a violation in NEW is a "
+       "regression): not a complete kvreplay report"},
+      {"/invariants", "none", "b.json: invariants: expected an object, got string"},
+      {"/invariants/violations", 0, "b.json: invariants.violations: expected a list, got number"},
+      {"/invariants/violations", json::array({"I1"}),
+       "b.json: invariants.violations[0]: expected an object, got string"},
+      {"/invariants/violations", json::array({{{"invariant", 1}}}),
+       "b.json: invariants.violations[0].invariant: expected a string, got number"},
+      {"/blocks", nullptr,
+       "b.json: blocks.peak_used: missing (a gated metric): not a complete kvreplay report"},
+      {"/blocks", json::array(), "b.json: blocks: expected an object, got array"},
+      {"/blocks/peak_used", "100", "b.json: blocks.peak_used: expected a number, got string"},
+      {"/oom/events", nullptr,
+       "b.json: oom.events: missing (a gated metric): not a complete kvreplay report"},
+      {"/cow/bytes", true, "b.json: cow.bytes: expected a number, got boolean"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.pointer << " -> " << c.replacement.dump());
+    json base = replay_report();
+    json now = base;
+    json::json_pointer pointer(c.pointer);
+    if (c.replacement.is_null()) {
+      now[pointer.parent_pointer()].erase(pointer.back());
+    } else {
+      now[pointer] = c.replacement;
+    }
+    auto result = compare_reports(base, now, Thresholds{}, "a.json", "b.json");
+    REQUIRE_FALSE(result.ok());
+    CHECK(result.error() == c.error);
+    // Refused as BASE too.
+    auto swapped = compare_reports(now, base, Thresholds{}, "b.json", "a.json");
+    REQUIRE_FALSE(swapped.ok());
+    CHECK(swapped.error() == c.error);
+  }
+
+  // An informational metric may be missing (reports of older or other kinds);
+  // a metric turned off is not gated.
+  json base = replay_report();
+  json now = base;
+  now["cow"].erase("bytes");
+  CHECK(compare_reports(base, now, Thresholds{}).ok());
+  now = base;
+  now["blocks"].erase("peak_used");
+  Thresholds off;
+  REQUIRE(off.set("peak_used=off").ok());
+  CHECK(compare_reports(base, now, off).ok());
+  // A metric given a threshold is gated: then it must be there.
+  now = base;
+  now["cow"].erase("bytes");
+  Thresholds bytes;
+  REQUIRE(bytes.set("cow.bytes=1%").ok());
+  CHECK_FALSE(compare_reports(base, now, bytes).ok());
+}
+
+TEST_CASE("compare: simulate reports must carry their gated metrics") {
+  json base = simulate_report();
+  json now = base;
+  now["scheduler"].erase("preemptions");
+  auto result = compare_reports(base, now, Thresholds{}, "a.json", "b.json");
+  REQUIRE_FALSE(result.ok());
+  CHECK(result.error() ==
+        "b.json: scheduler.preemptions: missing (a gated metric): not a complete kvreplay report");
+  now = base;
+  now["prefix_cache"]["hit_rate"] = nullptr;
+  result = compare_reports(base, now, Thresholds{}, "a.json", "b.json");
+  REQUIRE_FALSE(result.ok());
+  CHECK(result.error() == "b.json: prefix_cache.hit_rate: expected a number, got null");
+  // Without its simulation objects a simulate report reads as a replay report:
+  // the two kinds of one trace cannot be compared.
+  now = base;
+  for (const char* key : {"requests", "prefix_cache", "scheduler"}) now.erase(key);
+  result = compare_reports(base, now, Thresholds{}, "a.json", "b.json");
+  REQUIRE_FALSE(result.ok());
+  CHECK(result.error() ==
+        "a.json is a simulate report and b.json a replay report of the same trace: one of them "
+        "is not a complete kvreplay report");
+  // Replay reports need no simulation metrics.
+  CHECK(compare_reports(replay_report(), replay_report(), Thresholds{}).ok());
 }
 
 TEST_CASE("compare: config changes are listed") {

@@ -110,6 +110,32 @@ TEST_CASE("simulator: requests that can never fit are skipped and counted") {
   CHECK(sim.sim_totals().finished == 1);
 }
 
+TEST_CASE("simulator: a request with more samples than --max-seqs is skipped, not waited for") {
+  // Admission keeps the running samples within max_seqs: a request asking for
+  // more used to wait at the head of the queue forever (run_until never returned).
+  SimOptions options = checked_options();
+  options.max_seqs = 4;
+  for (AllocatorKind allocator : {AllocatorKind::kPaged, AllocatorKind::kContiguousOracle}) {
+    options.allocator = allocator;
+    Simulator sim(tiny_config(64), options);
+    Request wide = request(1.0, 8, 2, 5);
+    wide.line = 2;
+    wide.id = "wide";
+    run_all(sim, {request(0.0, 8, 2), wide, request(2.0, 8, 2, 4), request(3.0, 8, 2, 9)});
+    CHECK(sim.sim_totals().skipped == 2);
+    CHECK(sim.sim_totals().skipped_too_many_samples == 2);
+    CHECK(sim.sim_totals().skipped_too_long == 0);
+    CHECK(sim.sim_totals().finished == 2);
+    CHECK(sim.sim_totals().max_running <= 4);
+    const auto& first = sim.first_skipped(kvreplay::SkipReason::kTooManySamples);
+    REQUIRE(first);
+    CHECK(first->line == 2);
+    CHECK(first->id == "wide");
+    CHECK(first->need == 5);
+    CHECK_FALSE(sim.first_skipped(kvreplay::SkipReason::kPoolTooSmall));
+  }
+}
+
 TEST_CASE("simulator: the prefix cache reuses full pages of a shared hash chain") {
   SimOptions options = checked_options();
   Simulator sim(tiny_config(64), options);
@@ -127,6 +153,27 @@ TEST_CASE("simulator: the prefix cache reuses full pages of a shared hash chain"
   CHECK(sim.totals().prefix_installs == 1);
   // Cached pages stay in the pool after the requests finish (evictable).
   CHECK(sim.pool().used_count() > 0);
+}
+
+TEST_CASE("simulator: hits on one cached prefix keep the cache's candidates bounded") {
+  // 20,000 requests one after the other, each hitting the same 4 cached pages:
+  // every hit and release used to leave a candidate behind until an eviction.
+  SimOptions options;
+  options.watermark = 0.0;
+  Simulator sim(tiny_config(64), options);
+  std::vector<Request> requests;
+  for (int i = 0; i < 20000; ++i) {
+    Request r = request(i * 1.0, 20, 1);
+    r.hash_ids = {7, 8};
+    r.hash_block_tokens = 16;
+    requests.push_back(std::move(r));
+  }
+  run_all(sim, std::move(requests));
+  CHECK(sim.sim_totals().hit_blocks == 4 * 19999);
+  CHECK(sim.evictions() == 0);
+  const kvreplay::PrefixCache& cache = sim.prefix_cache();
+  CHECK(cache.size() == 5);  // the 5th page holds the last prompt token: computed, never hit
+  CHECK(cache.candidates() <= 2 * cache.size() + kvreplay::PrefixCache::kCandidateSlack);
 }
 
 TEST_CASE("simulator: a full-prompt hit still computes the last token") {

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# `kvreplay simulate` and `plan` on requests that can never fit (SPEC 3.4;
+# README "Simulation"): each is skipped, counted in the report
+# (requests.skipped and its reason's key) and warned about on stderr naming the
+# option that decides it, even with --quiet, and the run ends. Every run here
+# is bounded by `timeout`: a request that admission waits for forever used to
+# make simulate and plan loop (and --timeline grow) without end.
+#
+# Usage: run_simulate_tests.sh KVREPLAY_BINARY REPO_ROOT
+set -uo pipefail
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 KVREPLAY_BINARY REPO_ROOT" >&2
+  exit 2
+fi
+kvreplay=$1
+root=$2
+[[ $kvreplay == /* ]] || kvreplay=$PWD/$kvreplay
+[[ $root == /* ]] || root=$PWD/$root
+command -v jq >/dev/null || { echo "run_simulate_tests.sh: 'jq' is required" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-simulate.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+cd "$root" || exit 2
+
+# shellcheck source=lib.sh
+source tests/cli/lib.sh  # relative to the repository root (the current directory)
+limit=30  # seconds: each of these runs takes well under one
+run() {  # run ARGS...: sets rc (124: timed out); stdout and stderr in $work/out, $work/err
+  rm -f "$work/report.json" "$work/timeline.csv"
+  timeout -k 5 "$limit" "$kvreplay" "$@" >"$work/out" 2>"$work/err"
+  rc=$?
+}
+err_text() { head -c 600 "$work/err" | tr '\n' '|'; }
+key() { jq -r "$1" "$work/report.json"; }
+
+# Request 2 asks for 8 samples; --max-seqs 4 can never run them at once.
+cat >"$work/samples.jsonl" <<'EOF'
+{"arrival": 0, "prompt": 40, "output": 8}
+{"arrival": 0.1, "prompt": 40, "output": 8, "n": 8}
+{"arrival": 0.2, "prompt": 40, "output": 8, "n": 4}
+{"arrival": 0.3, "prompt": 40, "output": 8, "n": 9}
+EOF
+
+for allocator in paged contiguous-max; do
+  run simulate "$work/samples.jsonl" --kv-memory 1GiB --max-seq-tokens 256 --max-seqs 4 \
+    --allocator "$allocator" -q \
+    --report "$work/report.json" --timeline "$work/timeline.csv"
+  check '[[ $rc -eq 0 ]]' "exit $rc (124: it did not end): $(err_text)"
+  check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped) == 2 ]]' \
+    "requests.skipped is not 2"
+  check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped_too_many_samples) == 2 ]]' \
+    "requests.skipped_too_many_samples is not 2"
+  check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped_pool_too_small) == 0 ]]' \
+    "requests.skipped_pool_too_small is not 0"
+  check '[[ -s $work/report.json ]] && [[ $(key .requests.finished) == 2 ]]' \
+    "requests.finished is not 2"
+  check '[[ -s $work/timeline.csv && $(wc -l <"$work/timeline.csv") -lt 100 ]]' \
+    "timeline of $(wc -l 2>/dev/null <"$work/timeline.csv") lines"
+  check '[[ ! -s $work/out ]]' "--quiet printed a summary"
+  check '[[ $(wc -l <"$work/err") -eq 1 ]]' "stderr is not one line: $(err_text)"
+  check 'grep -qxF "kvreplay simulate: warning: $work/samples.jsonl: 2 requests skipped: n above --max-seqs 4 (first: line 2, n 8)" "$work/err"' \
+    "stderr: $(err_text)"
+  finish "simulate --allocator $allocator: n above --max-seqs is skipped, counted, warned"
+done
+
+# Without --quiet the summary counts them too; the same run twice gives the same report.
+run simulate "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 --report "$work/report.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check 'grep -q "4 total, 2 finished, 2 skipped" "$work/out"' "summary: $(head -c 600 "$work/out")"
+check 'grep -q "n above --max-seqs 4" "$work/err"' "no warning: $(err_text)"
+jq 'del(.timing)' "$work/report.json" >"$work/first.json" 2>/dev/null
+run simulate "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 --report "$work/report.json"
+check 'jq "del(.timing)" "$work/report.json" | cmp -s - "$work/first.json"' "reports differ"
+finish "simulate: the summary counts skipped requests; the report is deterministic"
+
+# plan: the sweep and its search for the smallest memory end too, and say so once.
+run plan "$work/samples.jsonl" --kv-memory 256MiB,1GiB --max-seqs 4 -j 2 -q \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 ]]' "exit $rc (124: it did not end): $(err_text)"
+check '[[ $(wc -l <"$work/err") -eq 1 ]]' "stderr is not one line: $(err_text)"
+check 'grep -qxF "kvreplay plan: warning: $work/samples.jsonl: 2 requests skipped: n above --max-seqs 4 (first: line 2, n 8)" "$work/err"' \
+  "stderr: $(err_text)"
+check '[[ -s $work/report.json ]] && [[ $(key ".cells | map(.skipped) | unique | tostring") == "[2]" ]]' \
+  "cells do not all skip 2"
+check '[[ -s $work/report.json ]] && [[ $(key ".min_kv_memory[0].pool_blocks") != null ]]' \
+  "no smallest memory found for the requests that can fit"
+finish "plan: n above --max-seqs is skipped, warned once, and the search ends"
+
+run plan "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 -j 1
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check 'grep -q "every request that can fit served; see the warnings" "$work/out"' \
+  "the table claims every request served: $(grep smallest "$work/out")"
+finish "plan: never claims every request served when some were skipped"
+
+# The other reasons a request can never fit: longer than --max-seq-tokens, more
+# blocks than the pool less the watermark. Warned even with --quiet.
+cat >"$work/sizes.jsonl" <<'EOF'
+{"arrival": 0, "prompt": 40, "output": 8}
+{"arrival": 0.1, "prompt": 300, "output": 8}
+{"arrival": 0.2, "prompt": 100, "output": 20}
+{"arrival": 0.3, "prompt": 100, "output": 100}
+{"arrival": 0.4, "prompt": 250, "output": 10}
+EOF
+run simulate "$work/sizes.jsonl" --pool-blocks 8 --page-tokens 16 --max-seq-tokens 256 \
+  --watermark 0 -q --report "$work/report.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped) == 3 ]]' "requests.skipped is not 3"
+check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped_pool_too_small) == 1 ]]' \
+  "requests.skipped_pool_too_small is not 1"
+check '[[ $(wc -l <"$work/err") -eq 2 ]]' "stderr is not two lines: $(err_text)"
+check 'grep -qF "2 requests skipped: longer than --max-seq-tokens 256 (first: line 2, 307 tokens)" "$work/err"' \
+  "no --max-seq-tokens warning: $(err_text)"
+check 'grep -qF "1 request skipped: more blocks than the pool of 8 less the --watermark (first: line 4, 13 blocks; give a larger --kv-memory or --pool-blocks)" "$work/err"' \
+  "no pool warning: $(err_text)"
+finish "simulate: too long and too large requests are warned about with their option"
+
+# A request that fits is always admitted once nothing else runs, whatever the
+# step budget: one token per step, a pool just large enough, many samples.
+cat >"$work/tight.jsonl" <<'EOF'
+{"arrival": 0, "prompt": 33, "output": 15, "n": 3}
+{"arrival": 0, "prompt": 33, "output": 15, "n": 3}
+{"arrival": 0, "prompt": 17, "output": 40}
+EOF
+# 33 + 15 - 1 = 47 tokens: 2 shared pages + 3 x (3 - 2) = 5 blocks of 16.
+run simulate "$work/tight.jsonl" --pool-blocks 5 --page-tokens 16 --watermark 0 \
+  --max-batched-tokens 1 --max-seqs 3 --check every -q --report "$work/report.json"
+check '[[ $rc -eq 0 ]]' "exit $rc (124: it did not end): $(err_text)"
+check '[[ -s $work/report.json ]] && [[ $(key .requests.finished) == 3 ]]' \
+  "requests.finished is not 3"
+check '[[ ! -s $work/err ]]' "stderr: $(err_text)"
+finish "simulate: --max-batched-tokens 1 and a pool just large enough still finish"
+
+echo "$passed passed, $failed failed"
+((failed == 0))
