@@ -107,7 +107,8 @@ struct SimOptionsCli {
   bool no_prefix_cache = false;
   kvreplay::SimOptions defaults;
 
-  void add_to(CLI::App& app) {
+  // `check_help`: what --check checks in this command.
+  void add_to(CLI::App& app, const std::string& check_help) {
     app.add_option("--format", format,
                    "request format: native, mooncake, azure, burstgpt (default: by content)")
         ->group("Simulation");
@@ -146,9 +147,7 @@ struct SimOptionsCli {
                    "cost model: GB/s at which attention reads KV (default 3000)")
         ->check(CLI::Range(1e-3, 1e9))
         ->group("Cost model");
-    app.add_option("--check", check,
-                   "invariant checks: every step, every N steps, at the end (default), or off")
-        ->check(kCheckValidator);
+    app.add_option("--check", check, check_help)->check(kCheckValidator);
   }
 
   // Fills `out`; returns a problem for a bad value.
@@ -355,7 +354,9 @@ int main(int argc, char** argv) {
   simulate_cmd->add_option("REQUESTS", simulate.trace_path, "request trace (- for stdin)")
       ->required();
   simulate_config.add_to(*simulate_cmd);
-  simulate_options.add_to(*simulate_cmd);
+  simulate_options.add_to(
+      *simulate_cmd,
+      "invariant checks: after every step, every N steps, at the end (default), or off");
   simulate_cmd->add_option("--report", simulate.report_path, "write the JSON report here");
   simulate_cmd->add_option("--timeline", simulate.timeline_path, "write one CSV row per step here");
   simulate_cmd->add_option("--html", simulate.html_path,
@@ -377,7 +378,10 @@ int main(int argc, char** argv) {
       "sweep models, KV memory and page sizes over a request trace; find the smallest KV memory");
   plan_cmd->add_option("REQUESTS", plan.trace_path, "request trace")->required();
   plan_config.add_to(*plan_cmd, /*swept=*/true);
-  plan_options.add_to(*plan_cmd);
+  plan_options.add_to(*plan_cmd,
+                      "invariant checks in every simulation of the sweep and the search: after "
+                      "every step, every N steps, at the end (default), or off; a failed check "
+                      "exits 1 naming the sweep point");
   plan_cmd->add_option("--model", plan.models, "models to sweep (comma-separated)")
       ->delimiter(',')
       ->default_str("llama-3-8b");
