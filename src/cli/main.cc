@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/suggest.h"
 #include "core/config.h"
 #include "dataplane/kernel_bench.h"
 #include "gpu/device.h"
@@ -269,6 +270,25 @@ struct KernelsCli {
   }
 };
 
+// Parses the command line. Returns the exit code when the run ends here: 0
+// after --help or --version; 2 after a usage error, with one line on stderr
+// (the closest name to a misspelled command or option).
+std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() != 0) {
+      if (auto message = kvreplay::unknown_name_message(app, argc, argv)) {
+        fmt::print(stderr, "{}\n", *message);
+        return kvreplay::kExitInput;
+      }
+    }
+    int code = app.exit(error);
+    return code == 0 ? kvreplay::kExitOk : kvreplay::kExitInput;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -432,12 +452,7 @@ int main(int argc, char** argv) {
   KernelsCli kernels;
   kernels.add_to(app);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    int code = app.exit(error);
-    return code == 0 ? kvreplay::kExitOk : kvreplay::kExitInput;
-  }
+  if (auto code = parse_command_line(app, argc, argv)) return *code;
   if (replay_cmd->parsed()) {
     replay.overrides = replay_config.overrides();
     replay.check = *kvreplay::CheckPolicy::parse(replay_check);

@@ -5,7 +5,10 @@
 #     (cells[].invariant_checks), the number `simulate` makes at that point with
 #     the same options; a fault planted in the simulations of one sweep point (or
 #     of the search for the smallest KV memory) exits 1 naming that point, while
-#     --check off runs no check and so does not see it.
+#     --check off runs no check and so does not see it;
+#   - a misspelled command or option exits 2 with one line naming the closest
+#     one (or the commands, or where to look, when none is close), nothing on
+#     stdout; a stray argument that is no option keeps the parser's message.
 #
 # Usage: run_options_tests.sh KVREPLAY_BINARY PLAN_FAULT_BINARY REPO_ROOT
 set -uo pipefail
@@ -88,6 +91,54 @@ check '[[ $rc -eq 1 ]]' "exit $rc, expected 1: $(shown "$work/err")"
 check 'grep -q "^$work/requests.jsonl: invariant I1 violated while searching the smallest KV memory, at --model llama-3-8b --page-tokens 16 --pool-blocks [0-9]*: block [0-9]*: refcount" "$work/err"' \
   "stderr: $(shown "$work/err")"
 finish "plan --check end: a violation in the search exits 1 naming the probe"
+
+# ------------------------------------------------------------ misspellings
+# expect_usage_error MESSAGE ARGS...: exit 2, stderr exactly MESSAGE, no stdout.
+expect_usage_error() {
+  local message=$1
+  shift
+  run "$kvreplay" "$@"
+  printf '%s\n' "$message" >"$work/expected"
+  check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
+  check '[[ ! -s $work/out ]]' "stdout: $(shown "$work/out")"
+  check 'cmp -s "$work/err" "$work/expected"' "stderr: $(shown "$work/err")"
+  finish "kvreplay $*"
+}
+expect_usage_error "command line: unknown command 'replai'; did you mean 'replay'?" replai x
+expect_usage_error "command line: unknown command 'simulte'; did you mean 'simulate'?" \
+  simulte traces/quickstart.jsonl --kv-memory 1GiB
+expect_usage_error "command line: unknown command 'plna'; did you mean 'plan'?" plna x
+expect_usage_error "command line: unknown command 'frobnicate' (commands: 'replay', 'validate', \
+'convert', 'simulate', 'plan', 'compare', 'kernels')" frobnicate
+expect_usage_error \
+  "command line: unknown option '--reprot' of 'kvreplay replay'; did you mean '--report'?" \
+  replay --reprot "$work/report.json" traces/quickstart.jsonl
+expect_usage_error \
+  "command line: unknown option '--chek' of 'kvreplay replay'; did you mean '--check'?" \
+  replay traces/quickstart.jsonl --chek=every
+expect_usage_error \
+  "command line: unknown option '--kv-mem' of 'kvreplay simulate'; did you mean '--kv-memory'?" \
+  simulate "$work/requests.jsonl" --kv-mem 1GiB
+# Before the parser's own complaint (no --kv-memory): the misspelling is the cause.
+expect_usage_error \
+  "command line: unknown option '--chekc' of 'kvreplay plan'; did you mean '--check'?" \
+  plan "$work/requests.jsonl" --chekc every
+expect_usage_error \
+  "command line: unknown option '--treshold' of 'kvreplay compare'; did you mean '--threshold'?" \
+  compare a.json b.json --treshold peak_used=1%
+expect_usage_error "command line: unknown option '--verison' of 'kvreplay'; did you mean '--version'?" \
+  --verison
+expect_usage_error \
+  "command line: unknown option '-x' of 'kvreplay replay' (see kvreplay replay --help)" \
+  replay traces/quickstart.jsonl -x
+test -e "$work/report.json"
+check '[[ $? -ne 0 ]]' "a report was written"
+finish "no report after a usage error"
+# A stray positional is no misspelling: the parser's message stands.
+run "$kvreplay" replay traces/quickstart.jsonl traces/oom.jsonl
+check '[[ $rc -eq 2 ]] && grep -q "not expected: traces/oom.jsonl" "$work/err"' \
+  "exit $rc: $(shown "$work/err")"
+finish "kvreplay replay A B: the parser's message"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
