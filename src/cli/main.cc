@@ -296,8 +296,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", [] { return version_text(); });
   app.footer(
       "Examples:\n"
-      "  kvreplay replay traces/fork_cow.jsonl\n"
-      "  kvreplay compare base.json new.json\n"
+      "  kvreplay replay traces/quickstart.jsonl\n"
+      "  kvreplay simulate traces/requests/azure_conv.csv --kv-memory 8GiB\n"
       "  kvreplay replay --help\n"
       "Exit codes: 0 ok, 1 a check failed, 2 usage or input error, 3 pool exhausted.");
   app.require_subcommand(0, 1);
@@ -330,10 +330,11 @@ int main(int argc, char** argv) {
   DataPlaneCli replay_dataplane;
   replay_dataplane.add_to(*replay_cmd, replay.dataplane);
   replay_cmd->footer(
-      "Example:\n"
-      "  kvreplay replay traces/prefix_partial.jsonl --check every --report out.json\n"
+      "Examples:\n"
+      "  kvreplay replay traces/prefix_partial.jsonl --check every --report report.json\n"
       "  kvreplay replay traces/fork_cow.jsonl --backend cpu --verify\n"
-      "  zcat big.jsonl.gz | kvreplay replay - --kv-memory 8GiB --on-oom skip --check off");
+      "  gzip -c traces/quickstart.jsonl | kvreplay replay - --kv-memory 8GiB --on-oom skip "
+      "--check off");
 
   // validate
   std::string validate_path;
@@ -360,9 +361,9 @@ int main(int argc, char** argv) {
   convert_cmd->add_option("-o,--output", convert_output,
                           "write here (atomically; default - for stdout)");
   convert_cmd->footer(
-      "Example:\n"
-      "  kvreplay convert ../shared/traces/mooncake/conversation_trace.jsonl -o requests.jsonl\n"
-      "  kvreplay convert AzureLLMInferenceTrace_conv.csv | head");
+      "Examples:\n"
+      "  kvreplay convert traces/requests/mooncake_conv.jsonl -o requests.jsonl\n"
+      "  kvreplay convert traces/requests/azure_conv.csv -o requests.jsonl");
 
   // simulate
   kvreplay::SimulateRequest simulate;
@@ -384,9 +385,10 @@ int main(int argc, char** argv) {
   simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "print no summary");
   simulate_cmd->footer(
       "Examples:\n"
-      "  kvreplay simulate ../shared/traces/mooncake/conversation_trace.jsonl --kv-memory 40GiB\n"
-      "  kvreplay simulate azure.csv --kv-memory 16GiB --allocator contiguous-max --report "
-      "base.json");
+      "  kvreplay simulate traces/requests/mooncake_conv.jsonl --kv-memory 40GiB "
+      "--max-seq-tokens 131072\n"
+      "  kvreplay simulate traces/requests/azure_conv.csv --kv-memory 16GiB --allocator "
+      "contiguous-max --report contiguous.json");
 
   // plan
   kvreplay::PlanRequest plan;
@@ -418,9 +420,11 @@ int main(int argc, char** argv) {
   plan_cmd->add_flag("--no-search", plan_no_search, "skip the search for the smallest KV memory");
   plan_cmd->add_flag("-q,--quiet", plan.quiet, "print no table");
   plan_cmd->footer(
-      "Example:\n"
-      "  kvreplay plan ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv \\\n"
-      "      --model llama-3-8b,llama-3-70b --kv-memory 8GiB,16GiB,40GiB --page-tokens 16,32");
+      "Examples:\n"
+      "  kvreplay plan traces/requests/azure_conv.csv \\\n"
+      "      --model llama-3-8b,llama-3-70b --kv-memory 8GiB,16GiB,40GiB --page-tokens 16,32\n"
+      "  kvreplay plan traces/requests/mooncake_conv.jsonl --kv-memory 40GiB,80GiB --check 100 "
+      "--no-search --report plan.json");
 
   // compare
   kvreplay::CompareRequest compare;
