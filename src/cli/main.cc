@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/suggest.h"
 #include "core/config.h"
 #include "dataplane/kernel_bench.h"
 #include "gpu/device.h"
@@ -107,7 +108,8 @@ struct SimOptionsCli {
   bool no_prefix_cache = false;
   kvreplay::SimOptions defaults;
 
-  void add_to(CLI::App& app) {
+  // `check_help`: what --check checks in this command.
+  void add_to(CLI::App& app, const std::string& check_help) {
     app.add_option("--format", format,
                    "request format: native, mooncake, azure, burstgpt (default: by content)")
         ->group("Simulation");
@@ -146,9 +148,7 @@ struct SimOptionsCli {
                    "cost model: GB/s at which attention reads KV (default 3000)")
         ->check(CLI::Range(1e-3, 1e9))
         ->group("Cost model");
-    app.add_option("--check", check,
-                   "invariant checks: every step, every N steps, at the end (default), or off")
-        ->check(kCheckValidator);
+    app.add_option("--check", check, check_help)->check(kCheckValidator);
   }
 
   // Fills `out`; returns a problem for a bad value.
@@ -270,6 +270,25 @@ struct KernelsCli {
   }
 };
 
+// Parses the command line. Returns the exit code when the run ends here: 0
+// after --help or --version; 2 after a usage error, with one line on stderr
+// (the closest name to a misspelled command or option).
+std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() != 0) {
+      if (auto message = kvreplay::unknown_name_message(app, argc, argv)) {
+        fmt::print(stderr, "{}\n", *message);
+        return kvreplay::kExitInput;
+      }
+    }
+    int code = app.exit(error);
+    return code == 0 ? kvreplay::kExitOk : kvreplay::kExitInput;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -277,8 +296,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", [] { return version_text(); });
   app.footer(
       "Examples:\n"
-      "  kvreplay replay traces/fork_cow.jsonl\n"
-      "  kvreplay compare base.json new.json\n"
+      "  kvreplay replay traces/quickstart.jsonl\n"
+      "  kvreplay simulate traces/requests/azure_conv.csv --kv-memory 8GiB\n"
       "  kvreplay replay --help\n"
       "Exit codes: 0 ok, 1 a check failed, 2 usage or input error, 3 pool exhausted.");
   app.require_subcommand(0, 1);
@@ -311,10 +330,11 @@ int main(int argc, char** argv) {
   DataPlaneCli replay_dataplane;
   replay_dataplane.add_to(*replay_cmd, replay.dataplane);
   replay_cmd->footer(
-      "Example:\n"
-      "  kvreplay replay traces/prefix_partial.jsonl --check every --report out.json\n"
+      "Examples:\n"
+      "  kvreplay replay traces/prefix_partial.jsonl --check every --report report.json\n"
       "  kvreplay replay traces/fork_cow.jsonl --backend cpu --verify\n"
-      "  zcat big.jsonl.gz | kvreplay replay - --kv-memory 8GiB --on-oom skip --check off");
+      "  gzip -c traces/quickstart.jsonl | kvreplay replay - --kv-memory 8GiB --on-oom skip "
+      "--check off");
 
   // validate
   std::string validate_path;
@@ -341,9 +361,9 @@ int main(int argc, char** argv) {
   convert_cmd->add_option("-o,--output", convert_output,
                           "write here (atomically; default - for stdout)");
   convert_cmd->footer(
-      "Example:\n"
-      "  kvreplay convert ../shared/traces/mooncake/conversation_trace.jsonl -o requests.jsonl\n"
-      "  kvreplay convert AzureLLMInferenceTrace_conv.csv | head");
+      "Examples:\n"
+      "  kvreplay convert traces/requests/mooncake_conv.jsonl -o requests.jsonl\n"
+      "  kvreplay convert traces/requests/azure_conv.csv -o requests.jsonl");
 
   // simulate
   kvreplay::SimulateRequest simulate;
@@ -355,7 +375,9 @@ int main(int argc, char** argv) {
   simulate_cmd->add_option("REQUESTS", simulate.trace_path, "request trace (- for stdin)")
       ->required();
   simulate_config.add_to(*simulate_cmd);
-  simulate_options.add_to(*simulate_cmd);
+  simulate_options.add_to(
+      *simulate_cmd,
+      "invariant checks: after every step, every N steps, at the end (default), or off");
   simulate_cmd->add_option("--report", simulate.report_path, "write the JSON report here");
   simulate_cmd->add_option("--timeline", simulate.timeline_path, "write one CSV row per step here");
   simulate_cmd->add_option("--html", simulate.html_path,
@@ -363,9 +385,10 @@ int main(int argc, char** argv) {
   simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "print no summary");
   simulate_cmd->footer(
       "Examples:\n"
-      "  kvreplay simulate ../shared/traces/mooncake/conversation_trace.jsonl --kv-memory 40GiB\n"
-      "  kvreplay simulate azure.csv --kv-memory 16GiB --allocator contiguous-max --report "
-      "base.json");
+      "  kvreplay simulate traces/requests/mooncake_conv.jsonl --kv-memory 40GiB "
+      "--max-seq-tokens 131072\n"
+      "  kvreplay simulate traces/requests/azure_conv.csv --kv-memory 16GiB --allocator "
+      "contiguous-max --report contiguous.json");
 
   // plan
   kvreplay::PlanRequest plan;
@@ -377,7 +400,10 @@ int main(int argc, char** argv) {
       "sweep models, KV memory and page sizes over a request trace; find the smallest KV memory");
   plan_cmd->add_option("REQUESTS", plan.trace_path, "request trace")->required();
   plan_config.add_to(*plan_cmd, /*swept=*/true);
-  plan_options.add_to(*plan_cmd);
+  plan_options.add_to(*plan_cmd,
+                      "invariant checks in every simulation of the sweep and the search: after "
+                      "every step, every N steps, at the end (default), or off; a failed check "
+                      "exits 1 naming the sweep point");
   plan_cmd->add_option("--model", plan.models, "models to sweep (comma-separated)")
       ->delimiter(',')
       ->default_str("llama-3-8b");
@@ -394,9 +420,11 @@ int main(int argc, char** argv) {
   plan_cmd->add_flag("--no-search", plan_no_search, "skip the search for the smallest KV memory");
   plan_cmd->add_flag("-q,--quiet", plan.quiet, "print no table");
   plan_cmd->footer(
-      "Example:\n"
-      "  kvreplay plan ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv \\\n"
-      "      --model llama-3-8b,llama-3-70b --kv-memory 8GiB,16GiB,40GiB --page-tokens 16,32");
+      "Examples:\n"
+      "  kvreplay plan traces/requests/azure_conv.csv \\\n"
+      "      --model llama-3-8b,llama-3-70b --kv-memory 8GiB,16GiB,40GiB --page-tokens 16,32\n"
+      "  kvreplay plan traces/requests/mooncake_conv.jsonl --kv-memory 40GiB,80GiB --check 100 "
+      "--no-search --report plan.json");
 
   // compare
   kvreplay::CompareRequest compare;
@@ -428,12 +456,7 @@ int main(int argc, char** argv) {
   KernelsCli kernels;
   kernels.add_to(app);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    int code = app.exit(error);
-    return code == 0 ? kvreplay::kExitOk : kvreplay::kExitInput;
-  }
+  if (auto code = parse_command_line(app, argc, argv)) return *code;
   if (replay_cmd->parsed()) {
     replay.overrides = replay_config.overrides();
     replay.check = *kvreplay::CheckPolicy::parse(replay_check);

@@ -89,12 +89,10 @@ InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
   return resolve_run_config(header, overrides, "command line", 0);
 }
 
-InputResult<SimulationResult> simulate_file(const std::string& path,
-                                            std::optional<RequestFormat> format,
-                                            const RunConfig& config, const SimOptions& options,
-                                            const std::string& timeline_path,
-                                            TimelineSampler* sampler,
-                                            const SimulateTerminal& terminal) {
+InputResult<SimulationResult> simulate_file(
+    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
+    const SimOptions& options, const std::string& timeline_path, TimelineSampler* sampler,
+    const SimulateTerminal& terminal, const SimFaults& faults) {
   auto start = std::chrono::steady_clock::now();
   auto opened = RequestReader::open(path, format);
   if (!opened) return Unexpected{opened.error()};
@@ -136,6 +134,21 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       const SimTotals& totals = s.sim_totals();
       progress->draw(fmt::format("simulate: {} requests, {} finished, virtual time {:.1f} s",
                                  grouped(totals.requests), grouped(totals.finished), s.now()));
+    };
+  }
+  if (faults.leak_block_at_step != 0) {
+    sim.on_step = [at = faults.leak_block_at_step,
+                   previous = std::move(sim.on_step)](const Simulator& s) {
+      if (previous) previous(s);
+      if (s.sim_totals().steps != at) return;
+      // The pool is the Simulator's own (never const); observers see it const.
+      auto& pool = const_cast<BlockPool&>(s.pool());
+      for (BlockId b = 0; b < pool.total(); ++b) {
+        if (pool.is_live(b)) {
+          (void)pool.retain(b);
+          return;
+        }
+      }
     };
   }
   auto abandon_timeline = [&] {
@@ -311,6 +324,11 @@ struct PlanCell {
   std::optional<InputError> error;
 };
 
+struct ViolationText {
+  std::string invariant;  // "invariant I1 violated"
+  std::string message;
+};
+
 struct MinSearch {
   std::string model;
   std::uint32_t page_tokens = 0;
@@ -318,6 +336,8 @@ struct MinSearch {
   std::optional<std::uint32_t> blocks;  // smallest pool with no preemption and nothing skipped
   std::uint32_t probes = 0;
   std::optional<InputError> error;
+  std::optional<std::uint32_t> violated_blocks;  // a probe whose invariant check failed
+  ViolationText violation;
 };
 
 // Runs `count` jobs on up to `jobs` threads; job i writes only its own slot.
@@ -333,6 +353,14 @@ void parallel_for(std::size_t count, unsigned jobs, const std::function<void(std
   for (std::thread& thread : threads) thread.join();
 }
 
+// The first violation of a simulation: "invariant I1 violated" and its message.
+ViolationText first_violation(const SimulationResult& result) {
+  const auto& violations = result.report["invariants"]["violations"];
+  if (violations.empty()) return {"invariant violated", "?"};
+  return {fmt::format("invariant {} violated", violations[0]["invariant"].get<std::string>()),
+          violations[0]["message"].get<std::string>()};
+}
+
 bool serves_without_preemption(const SimulationResult& result) {
   // Requests longer than max_seq_tokens (and failed BurstGPT rows) are skipped
   // whatever the pool; every other request must be served.
@@ -346,8 +374,7 @@ bool serves_without_preemption(const SimulationResult& result) {
 int run_plan(const PlanRequest& request) {
   unsigned jobs =
       request.jobs != 0 ? request.jobs : std::max(1u, std::thread::hardware_concurrency());
-  SimOptions options = request.options;
-  options.check = CheckPolicy{CheckPolicy::Mode::kOff, 1};  // sweeps trust the checked engine
+  const SimOptions& options = request.options;
 
   std::vector<PlanCell> cells;
   for (const std::string& model : request.models) {
@@ -381,7 +408,10 @@ int run_plan(const PlanRequest& request) {
     }
   };
   parallel_for(cells.size(), jobs, [&](std::size_t i) {
-    auto result = simulate_file(request.trace_path, request.format, cells[i].config, options, "");
+    const bool planted =
+        !request.fault_kv_memory.empty() && cells[i].kv_memory == request.fault_kv_memory;
+    auto result = simulate_file(request.trace_path, request.format, cells[i].config, options, "",
+                                nullptr, {}, planted ? request.faults : SimFaults{});
     count_simulation();
     if (result) {
       cells[i].result = std::move(result).value();
@@ -408,6 +438,17 @@ int run_plan(const PlanRequest& request) {
       fmt::print(stderr, "kvreplay plan: {}\n", result.warnings[i]);
     }
   }
+  // A failed check means the engine is wrong: no figure of the sweep is trusted.
+  bool violated = false;
+  for (const PlanCell& cell : cells) {
+    if (!cell.result->violated) continue;
+    violated = true;
+    ViolationText text = first_violation(*cell.result);
+    fmt::print(stderr, "{}: {} at sweep point --model {} --page-tokens {} --kv-memory {}: {}\n",
+               request.trace_path, text.invariant, cell.model, cell.page_tokens, cell.kv_memory,
+               text.message);
+  }
+  if (violated) return kExitCheckFailed;
 
   // The smallest pool with no preemption, per model and page size: a binary
   // search over pool_blocks (assuming more memory never adds preemptions).
@@ -418,8 +459,8 @@ int run_plan(const PlanRequest& request) {
       for (const MinSearch& s : searches)
         seen = seen || (s.model == cell.model && s.page_tokens == cell.page_tokens);
       if (!seen)
-        searches.push_back(
-            MinSearch{cell.model, cell.page_tokens, cell.config, std::nullopt, 0, std::nullopt});
+        searches.push_back(MinSearch{cell.model, cell.page_tokens, cell.config, std::nullopt, 0,
+                                     std::nullopt, std::nullopt, ViolationText{}});
     }
     parallel_for(searches.size(), jobs, [&](std::size_t i) {
       MinSearch& search = searches[i];
@@ -428,10 +469,17 @@ int run_plan(const PlanRequest& request) {
         config.kv.pool_blocks = blocks;
         config.kv_memory.reset();
         ++search.probes;
-        auto result = simulate_file(request.trace_path, request.format, config, options, "");
+        auto result =
+            simulate_file(request.trace_path, request.format, config, options, "", nullptr, {},
+                          request.fault_kv_memory == "search" ? request.faults : SimFaults{});
         count_simulation();
         if (!result) {
           search.error = result.error();
+          return std::nullopt;
+        }
+        if (result.value().violated) {
+          search.violated_blocks = blocks;
+          search.violation = first_violation(result.value());
           return std::nullopt;
         }
         return serves_without_preemption(result.value());
@@ -460,6 +508,16 @@ int run_plan(const PlanRequest& request) {
         return kExitInput;
       }
     }
+    for (const MinSearch& search : searches) {
+      if (!search.violated_blocks) continue;
+      violated = true;
+      fmt::print(stderr,
+                 "{}: {} while searching the smallest KV memory, at --model {} --page-tokens {} "
+                 "--pool-blocks {}: {}\n",
+                 request.trace_path, search.violation.invariant, search.model, search.page_tokens,
+                 *search.violated_blocks, search.violation.message);
+    }
+    if (violated) return kExitCheckFailed;
   }
 
   nlohmann::json plan;
@@ -471,6 +529,7 @@ int run_plan(const PlanRequest& request) {
     plan["trace"]["sha256"] = cells[0].result->report["trace"]["sha256"];
   }
   plan["simulation"] = options_json(options);
+  plan["simulation"]["check"] = options.check.name();
   nlohmann::json rows = nlohmann::json::array();
   std::string table = fmt::format(
       "{:<12} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10}\n", "model", "page",
@@ -490,7 +549,8 @@ int run_plan(const PlanRequest& request) {
                           {"finished", r["requests"]["finished"]},
                           {"skipped", r["requests"]["skipped"]},
                           {"output_tokens_per_second", r["scheduler"]["output_tokens_per_second"]},
-                          {"virtual_seconds", r["scheduler"]["virtual_seconds"]}};
+                          {"virtual_seconds", r["scheduler"]["virtual_seconds"]},
+                          {"invariant_checks", r["invariants"]["checks"]}};
     table += fmt::format(
         "{:<12} {:>6} {:>10} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>10.1f}\n", cell.model,
         cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,

@@ -45,14 +45,20 @@ struct SimulateTerminal {
   bool color = false;
 };
 
+// Faults planted in a simulation: tests only, never the CLI (the way a test
+// sees a violation reach the exit code and the message).
+struct SimFaults {
+  // After this step (1 = the first; 0 = never), one more reference to a live
+  // block that no table or cache holds: invariant I1 fails at the next check.
+  std::uint64_t leak_block_at_step = 0;
+};
+
 // Reads the whole trace through a Simulator. `timeline_path` may be empty;
 // `sampler`, when given, sees every step (for the HTML report).
-InputResult<SimulationResult> simulate_file(const std::string& path,
-                                            std::optional<RequestFormat> format,
-                                            const RunConfig& config, const SimOptions& options,
-                                            const std::string& timeline_path,
-                                            TimelineSampler* sampler = nullptr,
-                                            const SimulateTerminal& terminal = {});
+InputResult<SimulationResult> simulate_file(
+    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
+    const SimOptions& options, const std::string& timeline_path, TimelineSampler* sampler = nullptr,
+    const SimulateTerminal& terminal = {}, const SimFaults& faults = {});
 
 // Resolves the configuration of a request-trace run: command-line options
 // only, llama-3-8b when no geometry is given; a pool size is required.
@@ -67,14 +73,21 @@ struct PlanRequest {
   std::vector<std::string> kv_memories;
   std::vector<std::uint32_t> page_tokens;
   ConfigOverrides overrides;  // everything else
+  // options.check applies to every simulation, of the sweep and of the search.
   SimOptions options;
   std::string report_path;  // the sweep as JSON
   std::string html_path;    // the sweep as an HTML page
   unsigned jobs = 0;        // 0: one per core
   bool search_min = true;   // find the smallest KV memory with no preemption
   bool quiet = false;
+  // Planted faults (tests only): in the simulations of the sweep points at
+  // this --kv-memory, or in the search's with "search".
+  std::string fault_kv_memory;
+  SimFaults faults;
 };
 
+// Exit 1 when an invariant check fails in any simulation (the sweep point or
+// search probe is named on stderr, and no report is written).
 int run_plan(const PlanRequest& request);
 
 }  // namespace kvreplay
