@@ -15,11 +15,14 @@ namespace kvreplay {
 
 namespace {
 
-std::atomic<int> g_stdout_error{0};  // the first errno of a failed write to stdout
+// The first errno of a failed write to stdout; kUnknown when only the
+// stream's error flag tells (a failed fflush elsewhere whose errno is gone).
+constexpr int kUnknown = -1;
+std::atomic<int> g_stdout_error{0};
 
 void remember_stdout_error(int error) {
   int none = 0;
-  g_stdout_error.compare_exchange_strong(none, error != 0 ? error : EIO);
+  g_stdout_error.compare_exchange_strong(none, error != 0 ? error : kUnknown);
 }
 
 void check_stdout_at_exit() {
@@ -28,8 +31,8 @@ void check_stdout_at_exit() {
   if (std::ferror(stdout)) remember_stdout_error(0);
   const int error = g_stdout_error.load();
   if (error == 0) return;
-  const std::string line =
-      fmt::format("kvreplay: cannot write to standard output: {}\n", std::strerror(error));
+  const std::string line = fmt::format("kvreplay: cannot write to standard output: {}\n",
+                                       error == kUnknown ? "write error" : std::strerror(error));
   if (::write(STDERR_FILENO, line.data(), line.size()) < 0) {
     // Nowhere left to say it: the exit code still does.
   }
