@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "dataplane/kernel_bench.h"
 #include "gpu/device.h"
+#include "io/standard_output.h"
 #include "replay/run_replay.h"
 #include "report/compare.h"
 #include "sim/convert.h"
@@ -245,7 +246,9 @@ struct KernelsCli {
         ->check(CLI::Range(0, 100000));
     command->add_option("--arena-limit", arena_limit, "largest arena of a sweep point");
     command->add_option("--seed", request.seed, "seed of the fragmenting trace (default 1)");
-    command->add_option("--report", request.report_path, "write the results as JSON here");
+    command->add_option("--report", request.report_path,
+                        "write the results as JSON here (- for stdout; the table then goes to "
+                        "stderr)");
     command->add_flag("-q,--quiet", request.quiet, "print no table");
     command->footer(
         "Examples:\n"
@@ -292,6 +295,8 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Temporaries removed on SIGINT/SIGTERM/SIGHUP/SIGPIPE; a stdout write error exits 2.
+  kvreplay::install_output_guards();
   CLI::App app{"kvreplay: replay and simulate paged KV-cache traces against a real block pool"};
   app.set_version_flag("--version", [] { return version_text(); });
   app.footer(
@@ -322,8 +327,11 @@ int main(int argc, char** argv) {
       ->add_option("--on-oom", replay_oom,
                    "pool exhaustion: fail (exit 3, default) or skip the operation and go on")
       ->check(CLI::IsMember({"fail", "skip"}));
-  replay_cmd->add_option("--report", replay.report_path, "write the JSON report here");
-  replay_cmd->add_option("--timeline", replay.timeline_path, "write one CSV row per event here");
+  replay_cmd->add_option("--report", replay.report_path,
+                         "write the JSON report here (- for stdout; the summary then goes to "
+                         "stderr)");
+  replay_cmd->add_option("--timeline", replay.timeline_path,
+                         "write one CSV row per event here (- for stdout)");
   replay_cmd->add_option("--html", replay.html_path,
                          "write a self-contained HTML page (summary and charts) here");
   replay_cmd->add_flag("-q,--quiet", replay.quiet, "print no summary");
@@ -359,7 +367,8 @@ int main(int argc, char** argv) {
                    "read as this format instead of telling it by content")
       ->check(CLI::IsMember({"native", "mooncake", "azure", "burstgpt"}));
   convert_cmd->add_option("-o,--output", convert_output,
-                          "write here (atomically; default - for stdout)");
+                          "write here (default - for stdout); a file appears only once the whole "
+                          "input converted");
   convert_cmd->footer(
       "Examples:\n"
       "  kvreplay convert traces/requests/mooncake_conv.jsonl -o requests.jsonl\n"
@@ -378,8 +387,11 @@ int main(int argc, char** argv) {
   simulate_options.add_to(
       *simulate_cmd,
       "invariant checks: after every step, every N steps, at the end (default), or off");
-  simulate_cmd->add_option("--report", simulate.report_path, "write the JSON report here");
-  simulate_cmd->add_option("--timeline", simulate.timeline_path, "write one CSV row per step here");
+  simulate_cmd->add_option("--report", simulate.report_path,
+                           "write the JSON report here (- for stdout; the summary then goes to "
+                           "stderr)");
+  simulate_cmd->add_option("--timeline", simulate.timeline_path,
+                           "write one CSV row per step here (- for stdout)");
   simulate_cmd->add_option("--html", simulate.html_path,
                            "write a self-contained HTML page (summary and charts) here");
   simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "print no summary");
@@ -414,7 +426,9 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--page-tokens", plan.page_tokens, "page sizes to sweep (comma-separated)")
       ->delimiter(',')
       ->check(CLI::Range(1u, 0xFFFFFFFFu));
-  plan_cmd->add_option("--report", plan.report_path, "write the sweep as JSON here");
+  plan_cmd->add_option(
+      "--report", plan.report_path,
+      "write the sweep as JSON here (- for stdout; the table then goes to stderr)");
   plan_cmd->add_option("--html", plan.html_path, "write the sweep as a self-contained HTML page");
   plan_cmd->add_option("-j,--jobs", plan.jobs, "parallel simulations (default: one per core)");
   plan_cmd->add_flag("--no-search", plan_no_search, "skip the search for the smallest KV memory");

@@ -12,6 +12,8 @@
 #include <unordered_set>
 
 #include "dataplane/arena.h"
+#include "io/output.h"
+#include "io/standard_output.h"
 #include "replay/replayer.h"
 #include "replay/run_replay.h"
 #include "report/report.h"
@@ -194,6 +196,18 @@ int run_kernels(const KernelBenchRequest& request) {
     return kExitInput;
   }
 
+  // Opened before the sweep, so a path that cannot be written fails at once.
+  OutputSet outputs;
+  OutputFile* report_out = nullptr;
+  if (!request.report_path.empty() &&
+      (report_out = outputs.open("the report", request.report_path)) == nullptr) {
+    fmt::print(stderr, "{}\n", outputs.error());
+    return kExitInput;
+  }
+  // The table never mixes with a report on stdout.
+  std::FILE* table_stream = outputs.writes_stdout() ? stderr : stdout;
+  auto print_row = [table_stream](const std::string& text) { put_text(table_stream, text); };
+
   // The copy roof, on a one-block arena of the same backend.
   auto roof_backend = make_backend(request.backend, geometry, request.arena_limit);
   if (!roof_backend) {
@@ -214,16 +228,17 @@ int run_kernels(const KernelBenchRequest& request) {
   roof_backend.value().reset();
 
   if (!request.quiet) {
-    fmt::print(
+    print_row(fmt::format(
         "kvreplay kernels: {}, one layer of {} KV heads x head_dim {} {}, {} query heads "
         "per KV head\n",
-        description, request.kv_heads, request.head_dim, to_string(request.dtype), request.group);
-    fmt::print("copy roof: {:.1f} GB/s ({} of {}, read plus write bytes; {})\n", roof,
-               cuda ? "device-to-device copy" : "memcpy", size_text(roof_bytes), clock);
-    fmt::print("{} warm-up + {} timed launches per point; latency = median\n\n", request.warmup,
-               request.iterations);
-    fmt::print("{:>5} {:>6} {:>8}  {:<12} {:>11} {:>11} {:>8} {:>10} {:>7}\n", "page", "batch",
-               "context", "kernel", "paged us", "ident. us", "ratio", "GB/s", "roof");
+        description, request.kv_heads, request.head_dim, to_string(request.dtype), request.group));
+    print_row(fmt::format("copy roof: {:.1f} GB/s ({} of {}, read plus write bytes; {})\n", roof,
+                          cuda ? "device-to-device copy" : "memcpy", size_text(roof_bytes), clock));
+    print_row(fmt::format("{} warm-up + {} timed launches per point; latency = median\n\n",
+                          request.warmup, request.iterations));
+    print_row(fmt::format("{:>5} {:>6} {:>8}  {:<12} {:>11} {:>11} {:>8} {:>10} {:>7}\n", "page",
+                          "batch", "context", "kernel", "paged us", "ident. us", "ratio", "GB/s",
+                          "roof"));
   }
   nlohmann::json results = nlohmann::json::array();
   nlohmann::json skipped = nlohmann::json::array();
@@ -238,8 +253,8 @@ int run_kernels(const KernelBenchRequest& request) {
         auto made = make_backend(request.backend, config, request.arena_limit);
         if (!made) {
           if (!request.quiet) {
-            fmt::print("{:>5} {:>6} {:>8}  skipped: {}\n", page_tokens, batch, context,
-                       made.error());
+            print_row(fmt::format("{:>5} {:>6} {:>8}  skipped: {}\n", page_tokens, batch, context,
+                                  made.error()));
           }
           skipped.push_back({{"page_tokens", page_tokens},
                              {"batch", batch},
@@ -298,10 +313,10 @@ int run_kernels(const KernelBenchRequest& request) {
             const Measured& id = modes[1].measured[kernel];
             const double ratio = id.median_us > 0.0 ? p.median_us / id.median_us : 0.0;
             if (!request.quiet) {
-              fmt::print(
+              print_row(fmt::format(
                   "{:>5} {:>6} {:>8}  {:<12} {:>11.2f} {:>11.2f} {:>8.3f} {:>10.1f} {:>6.1f}%\n",
                   page_tokens, batch, context, kernel, p.median_us, id.median_us, ratio, p.gbps,
-                  roof > 0.0 ? 100.0 * p.gbps / roof : 0.0);
+                  roof > 0.0 ? 100.0 * p.gbps / roof : 0.0));
             }
             results.push_back({{"page_tokens", page_tokens},
                                {"batch", batch},
@@ -315,8 +330,8 @@ int run_kernels(const KernelBenchRequest& request) {
         } catch (const BackendError& error) {
           // Out of device memory for the gather buffer, say: skip the point.
           if (!request.quiet) {
-            fmt::print("{:>5} {:>6} {:>8}  skipped: {}\n", page_tokens, batch, context,
-                       error.what());
+            print_row(fmt::format("{:>5} {:>6} {:>8}  skipped: {}\n", page_tokens, batch, context,
+                                  error.what()));
           }
           skipped.push_back({{"page_tokens", page_tokens},
                              {"batch", batch},
@@ -326,7 +341,7 @@ int run_kernels(const KernelBenchRequest& request) {
       }
     }
   }
-  if (!request.report_path.empty()) {
+  if (report_out != nullptr) {
     nlohmann::json report;
     report["kvreplay_kernels"] = 1;
     report["backend"] = description;
@@ -341,11 +356,11 @@ int run_kernels(const KernelBenchRequest& request) {
     report["warmup"] = request.warmup;
     report["results"] = std::move(results);
     report["skipped"] = std::move(skipped);
-    if (auto written = write_file_atomically(request.report_path, report.dump(2) + "\n");
-        !written) {
-      fmt::print(stderr, "kvreplay: cannot write the report: {}\n", written.error());
-      return kExitInput;
-    }
+    report_out->write(report.dump(2) + "\n");
+  }
+  if (!outputs.commit()) {
+    fmt::print(stderr, "{}\n", outputs.error());
+    return kExitInput;
   }
   return kExitOk;
 }

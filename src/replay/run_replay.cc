@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 
+#include "io/output.h"
+#include "io/standard_output.h"
 #include "report/html.h"
 #include "report/report.h"
 #include "report/terminal.h"
@@ -17,6 +19,11 @@ namespace {
 
 int input_failure(const InputError& error) {
   fmt::print(stderr, "{}\n", error.to_string());
+  return kExitInput;
+}
+
+int output_failure(const OutputSet& outputs) {
+  fmt::print(stderr, "{}\n", outputs.error());
   return kExitInput;
 }
 
@@ -35,9 +42,11 @@ struct ReplayRun {
   std::string format;
   std::string sha256;
   double wall_seconds = 0.0;
+  bool stopped = false;  // on_event said stop (an output failed): nothing else is valid
 };
 
-// Runs the whole trace. `on_event` sees every applied event (for the timeline).
+// Runs the whole trace. `on_event` sees every applied event (for the timeline)
+// and returns false to stop the run at once.
 template <class OnEvent>
 InputResult<ReplayRun> replay_trace(const std::string& path, const ConfigOverrides& overrides,
                                     CheckPolicy check, OomPolicy on_oom,
@@ -70,7 +79,10 @@ InputResult<ReplayRun> replay_trace(const std::string& path, const ConfigOverrid
       if (!more.value()) break;
       auto outcome = run.replayer->apply(event, reader.name());
       if (!outcome) return Unexpected{outcome.error()};
-      on_event(event, *run.replayer);
+      if (!on_event(event, *run.replayer)) {
+        run.stopped = true;
+        return run;
+      }
       if (outcome.value() == Replayer::Outcome::kViolation) {
         run.status = RunStatus::kViolation;
         break;
@@ -113,17 +125,30 @@ int exit_code(RunStatus status) {
 }  // namespace
 
 int run_replay(const ReplayRequest& request) {
-  std::unique_ptr<TimelineWriter> timeline;
-  if (!request.timeline_path.empty()) {
-    auto opened = TimelineWriter::open(request.timeline_path);
-    if (!opened) {
-      fmt::print(stderr, "kvreplay: cannot write the timeline: {}\n", opened.error());
-      return kExitInput;
-    }
-    timeline = std::move(opened).value();
+  // Opened before the run, so a path that cannot be written fails at once.
+  OutputSet outputs;
+  OutputFile* report_out = nullptr;
+  OutputFile* timeline_out = nullptr;
+  OutputFile* html_out = nullptr;
+  if (!request.report_path.empty() &&
+      (report_out = outputs.open("the report", request.report_path)) == nullptr) {
+    return output_failure(outputs);
   }
+  if (!request.timeline_path.empty() &&
+      (timeline_out = outputs.open("the timeline", request.timeline_path,
+                                   OutputFile::Flow::kStream)) == nullptr) {
+    return output_failure(outputs);
+  }
+  if (!request.html_path.empty() &&
+      (html_out = outputs.open("the HTML report", request.html_path)) == nullptr) {
+    return output_failure(outputs);
+  }
+  // The summary never mixes with an output on stdout.
+  std::FILE* summary_stream = outputs.writes_stdout() ? stderr : stdout;
+  std::optional<TimelineWriter> timeline;
+  if (timeline_out != nullptr) timeline.emplace(*timeline_out);
   std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
-  if (!request.html_path.empty()) sampler.emplace();
+  if (html_out != nullptr) sampler.emplace();
   auto progress = ProgressLine::for_stderr(!request.quiet, 1024);
   auto run = replay_trace(
       request.trace_path, request.overrides, request.check, request.on_oom, request.dataplane,
@@ -135,40 +160,29 @@ int run_replay(const ReplayRequest& request) {
         if (progress && progress->due()) {
           show_progress(*progress, "replay", event.index);
         }
+        return timeline_out == nullptr || !timeline_out->failed();
       });
   if (progress) progress->clear();
-  if (!run) return input_failure(run.error());  // the timeline's temp file is removed
+  if (!run) return input_failure(run.error());  // the outputs' temporaries are removed
+  if (run.value().stopped) return output_failure(outputs);
   ReplayReportInput input{TraceInfo{request.trace_path, run.value().format,
                                     run.value().replayer->totals().events, run.value().sha256},
                           run.value().status, run.value().replayer.get(), run.value().wall_seconds};
-  if (timeline) {
-    if (auto closed = timeline->close(); !closed) {
-      fmt::print(stderr, "kvreplay: cannot write the timeline: {}\n", closed.error());
-      return kExitInput;
-    }
-  }
-  if (!request.report_path.empty()) {
+  if (report_out != nullptr) {
     nlohmann::json report = replay_report(input);
     if (const auto& dataplane = run.value().dataplane) {
       report["timing"]["kernels"] = dataplane->kernels_json();
     }
     // A file name is not always UTF-8: its invalid bytes become U+FFFD in JSON.
-    std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    if (auto written = write_file_atomically(request.report_path, text); !written) {
-      fmt::print(stderr, "kvreplay: cannot write the report: {}\n", written.error());
-      return kExitInput;
-    }
+    report_out->write(report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
-  if (sampler) {
-    std::string html = render_run_html(replay_report(input), *sampler, "event");
-    if (auto written = write_file_atomically(request.html_path, html); !written) {
-      fmt::print(stderr, "kvreplay: cannot write the HTML report: {}\n", written.error());
-      return kExitInput;
-    }
+  if (html_out != nullptr) {
+    html_out->write(render_run_html(replay_report(input), *sampler, "event"));
   }
-  if (!request.quiet) fmt::print("{}", replay_summary(input, color_enabled(stdout)));
-  if (!request.quiet && run.value().dataplane) {
-    fmt::print("{}", run.value().dataplane->summary_text());
+  if (!outputs.commit()) return output_failure(outputs);
+  if (!request.quiet) {
+    put_text(summary_stream, replay_summary(input, color_enabled(summary_stream)));
+    if (run.value().dataplane) put_text(summary_stream, run.value().dataplane->summary_text());
   }
   if (const auto& v = run.value().replayer->violation()) {
     if (v->event == 0) {
@@ -196,6 +210,7 @@ int run_validate(const std::string& trace_path, const ConfigOverrides& overrides
                      if (progress && progress->due()) {
                        show_progress(*progress, "validate", event.index);
                      }
+                     return true;
                    });
   if (progress) progress->clear();
   if (!run) return input_failure(run.error());
@@ -206,12 +221,13 @@ int run_validate(const std::string& trace_path, const ConfigOverrides& overrides
                replayer.violation()->message);
     return kExitCheckFailed;
   }
-  fmt::print("{}: valid {}, {} events", name, run.value().format, replayer.totals().events);
+  std::string line =
+      fmt::format("{}: valid {}, {} events", name, run.value().format, replayer.totals().events);
   if (replayer.totals().oom_events > 0) {
-    fmt::print(" ({} operations would exhaust the pool of {} blocks)", replayer.totals().oom_events,
-               replayer.pool().total());
+    line += fmt::format(" ({} operations would exhaust the pool of {} blocks)",
+                        replayer.totals().oom_events, replayer.pool().total());
   }
-  fmt::print("\n");
+  put_text(stdout, line + "\n");
   return kExitOk;
 }
 

@@ -1,10 +1,6 @@
 #include "report/report.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "report/terminal.h"
 
@@ -169,63 +165,19 @@ std::string replay_summary(const ReplayReportInput& input, bool color) {
   return base_summary(report_source(input), color);
 }
 
-Result<void, std::string> write_file_atomically(const std::string& path, const std::string& text) {
-  std::string temp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* file = std::fopen(temp.c_str(), "wb");
-  if (file == nullptr) return Unexpected{fmt::format("{}: {}", path, std::strerror(errno))};
-  bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  ok = std::fclose(file) == 0 && ok;
-  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    std::remove(temp.c_str());
-    return Unexpected{fmt::format("{}: {}", path, why)};
-  }
-  return {};
-}
-
-Result<std::unique_ptr<TimelineWriter>, std::string> TimelineWriter::open(const std::string& path) {
-  std::string temp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* file = std::fopen(temp.c_str(), "wb");
-  if (file == nullptr) return Unexpected{fmt::format("{}: {}", path, std::strerror(errno))};
-  std::unique_ptr<TimelineWriter> writer(new TimelineWriter(file, path, temp));
-  writer->buffer_ =
+TimelineWriter::TimelineWriter(OutputFile& out) : out_(out) {
+  out_.write(
       "event,line,op,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
-      "physical_tokens,live_seqs,cow_copies,allocations,frees\n";
-  return writer;
-}
-
-TimelineWriter::~TimelineWriter() {
-  if (file_ != nullptr) {
-    std::fclose(file_);
-    std::remove(temp_path_.c_str());
-  }
+      "physical_tokens,live_seqs,cow_copies,allocations,frees\n");
 }
 
 void TimelineWriter::row(const Event& event, const Replayer& replayer) {
   const ReplayState& s = replayer.state();
   const BlockPool& pool = replayer.pool();
-  fmt::format_to(
-      std::back_inserter(buffer_), "{},{},{},{},{},{},{},{:.6f},{},{},{},{},{},{}\n", event.index,
-      event.line, to_string(event.op), event.has_t ? fmt::format("{}", event.t) : std::string(),
-      s.used, pool.free_count(), s.waste_slots, s.waste_ratio, s.logical_tokens, s.physical_tokens,
-      s.live_sequences, replayer.cow_copies(), pool.allocations(), pool.frees());
-  if (buffer_.size() > (1u << 16)) {
-    std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
-    buffer_.clear();
-  }
-}
-
-Result<void, std::string> TimelineWriter::close() {
-  bool ok = std::fwrite(buffer_.data(), 1, buffer_.size(), file_) == buffer_.size();
-  buffer_.clear();
-  ok = std::fclose(file_) == 0 && ok;
-  file_ = nullptr;
-  if (!ok || std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    std::remove(temp_path_.c_str());
-    return Unexpected{fmt::format("{}: {}", path_, why)};
-  }
-  return {};
+  out_.print("{},{},{},{},{},{},{},{:.6f},{},{},{},{},{},{}\n", event.index, event.line,
+             to_string(event.op), event.has_t ? fmt::format("{}", event.t) : std::string(), s.used,
+             pool.free_count(), s.waste_slots, s.waste_ratio, s.logical_tokens, s.physical_tokens,
+             s.live_sequences, replayer.cow_copies(), pool.allocations(), pool.frees());
 }
 
 }  // namespace kvreplay

@@ -4,10 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <string>
 
 #include "core/result.h"
+#include "io/output.h"
 #include "replay/replayer.h"
 #include "trace/kvtrace_reader.h"
 
@@ -60,29 +60,15 @@ std::string replay_summary(const ReplayReportInput& input, bool color = false);
 // "12.3 MiB", "512 B".
 std::string bytes_text(std::uint64_t bytes);
 
-// Writes `text` to `path` through a temporary file and a rename, so a reader
-// never sees half a file. Error: why it could not be written.
-Result<void, std::string> write_file_atomically(const std::string& path, const std::string& text);
-
-// One CSV row per event: written as the replay goes, so memory stays flat.
+// One CSV row per event, into a streamed output (io/output.h), so memory stays
+// flat; the header row is written on construction.
 class TimelineWriter {
  public:
-  static Result<std::unique_ptr<TimelineWriter>, std::string> open(const std::string& path);
-  ~TimelineWriter();
-  TimelineWriter(const TimelineWriter&) = delete;
-  TimelineWriter& operator=(const TimelineWriter&) = delete;
-
+  explicit TimelineWriter(OutputFile& out);
   void row(const Event& event, const Replayer& replayer);
-  // Flushes and moves the file into place. Error: an I/O failure.
-  Result<void, std::string> close();
 
  private:
-  TimelineWriter(std::FILE* file, std::string path, std::string temp_path)
-      : file_(file), path_(std::move(path)), temp_path_(std::move(temp_path)) {}
-  std::FILE* file_;
-  std::string path_;
-  std::string temp_path_;
-  std::string buffer_;
+  OutputFile& out_;
 };
 
 }  // namespace kvreplay

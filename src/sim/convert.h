@@ -18,12 +18,13 @@ namespace kvreplay {
 // Appends `request` as one native JSON Lines record (newline included).
 void append_native_json(std::string& out, const Request& request);
 
-// Converts `input` ("-" = stdin) to native JSON Lines on `output` ("-" = stdout).
-// A file is written through a temporary file and a rename, so it appears only
-// when the whole input converted; on stdout (or a device or pipe such as
-// /dev/null), records are streamed as they are read. Bad input: one "FILE:LINE: FIELD: problem"
-// line on stderr, exit code 2, and no output file. Returns the exit code (0 ok, 2 bad input or
-// unwritable output).
+// Converts `input` ("-" = stdin) to native JSON Lines on `output` ("-" = stdout),
+// an output of io/output.h: a file is written through a temporary file and a
+// rename, so it appears only when the whole input converted; stdout, a device
+// or a FIFO is written in place as records are read. Bad input: one
+// "FILE:LINE: FIELD: problem" line on stderr, exit code 2, and no output file.
+// An output that cannot be written: one "kvreplay: cannot write the output
+// PATH: why" line, exit code 2. Returns the exit code.
 int run_convert(const std::string& input, std::optional<RequestFormat> forced,
                 const std::string& output);
 

@@ -11,8 +11,7 @@
 #include <optional>
 #include <thread>
 
-#include <unistd.h>
-
+#include "io/standard_output.h"
 #include "replay/run_replay.h"
 #include "report/report.h"
 #include "sim/request_reader.h"
@@ -89,35 +88,29 @@ InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
   return resolve_run_config(header, overrides, "command line", 0);
 }
 
-InputResult<SimulationResult> simulate_file(
-    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
-    const SimOptions& options, const std::string& timeline_path, TimelineSampler* sampler,
-    const SimulateTerminal& terminal, const SimFaults& faults) {
+InputResult<SimulationResult> simulate_file(const std::string& path,
+                                            std::optional<RequestFormat> format,
+                                            const RunConfig& config, const SimOptions& options,
+                                            OutputFile* timeline, TimelineSampler* sampler,
+                                            const SimulateTerminal& terminal,
+                                            const SimFaults& faults) {
   auto start = std::chrono::steady_clock::now();
   auto opened = RequestReader::open(path, format);
   if (!opened) return Unexpected{opened.error()};
   RequestReader& reader = *opened.value();
   Simulator sim(config, options);
 
-  std::FILE* timeline = nullptr;
-  std::string timeline_temp;
-  if (!timeline_path.empty()) {
-    timeline_temp = timeline_path + ".tmp." + std::to_string(::getpid());
-    timeline = std::fopen(timeline_temp.c_str(), "wb");
-    if (timeline == nullptr) {
-      return Unexpected{InputError{timeline_path, 0, "--timeline", "cannot be written"}};
-    }
-    std::fputs(
+  if (timeline != nullptr) {
+    timeline->write(
         "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
-        "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished\n",
-        timeline);
+        "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished\n");
     sim.on_step = [timeline](const Simulator& s) {
       const ReplayState& st = s.state();
-      fmt::print(timeline, "{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{}\n", s.sim_totals().steps,
-                 s.now(), st.used, s.config().kv.pool_blocks - st.used, st.waste_slots,
-                 st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
-                 s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(),
-                 s.sim_totals().finished);
+      timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{}\n", s.sim_totals().steps,
+                      s.now(), st.used, s.config().kv.pool_blocks - st.used, st.waste_slots,
+                      st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
+                      s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(),
+                      s.sim_totals().finished);
     };
   }
   if (sampler != nullptr) {
@@ -151,21 +144,14 @@ InputResult<SimulationResult> simulate_file(
       }
     };
   }
-  auto abandon_timeline = [&] {
-    if (timeline != nullptr) {
-      std::fclose(timeline);
-      std::remove(timeline_temp.c_str());
-    }
-  };
+  auto timeline_failed = [timeline] { return timeline != nullptr && timeline->failed(); };
 
   Request request;
   bool violated = false;
   for (;;) {
+    if (timeline_failed()) return SimulationResult{};
     auto more = reader.next(request);
-    if (!more) {
-      abandon_timeline();
-      return Unexpected{more.error()};
-    }
+    if (!more) return Unexpected{more.error()};
     if (!more.value()) break;
     if (!sim.run_until(request.arrival)) {
       violated = true;
@@ -176,18 +162,9 @@ InputResult<SimulationResult> simulate_file(
   }
   if (!violated && !sim.run_until(std::numeric_limits<double>::infinity())) violated = true;
   if (!violated && !sim.finish()) violated = true;
+  if (timeline_failed()) return SimulationResult{};
   auto sha256 = reader.content_sha256();  // the whole trace's, even after a violation
-  if (!sha256) {
-    abandon_timeline();
-    return Unexpected{sha256.error()};
-  }
-  if (timeline != nullptr) {
-    bool ok = std::fclose(timeline) == 0;
-    if (!ok || std::rename(timeline_temp.c_str(), timeline_path.c_str()) != 0) {
-      std::remove(timeline_temp.c_str());
-      return Unexpected{InputError{timeline_path, 0, "--timeline", "cannot be written"}};
-    }
-  }
+  if (!sha256) return Unexpected{sha256.error()};
 
   const SimTotals& st = sim.sim_totals();
   ReportSource source{
@@ -270,12 +247,29 @@ int run_simulate(const SimulateRequest& request) {
     fmt::print(stderr, "{}\n", config.error().to_string());
     return kExitInput;
   }
+  // Opened before the run, so a path that cannot be written fails at once.
+  OutputSet outputs;
+  OutputFile* report_out = nullptr;
+  OutputFile* timeline_out = nullptr;
+  OutputFile* html_out = nullptr;
+  if ((!request.report_path.empty() &&
+       (report_out = outputs.open("the report", request.report_path)) == nullptr) ||
+      (!request.timeline_path.empty() &&
+       (timeline_out = outputs.open("the timeline", request.timeline_path,
+                                    OutputFile::Flow::kStream)) == nullptr) ||
+      (!request.html_path.empty() &&
+       (html_out = outputs.open("the HTML report", request.html_path)) == nullptr)) {
+    fmt::print(stderr, "{}\n", outputs.error());
+    return kExitInput;
+  }
+  // The summary never mixes with an output on stdout.
+  std::FILE* summary_stream = outputs.writes_stdout() ? stderr : stdout;
   std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
-  if (!request.html_path.empty()) sampler.emplace();
+  if (html_out != nullptr) sampler.emplace();
   auto progress = ProgressLine::for_stderr(!request.quiet, 16);
   auto result = simulate_file(request.trace_path, request.format, config.value(), request.options,
-                              request.timeline_path, sampler ? &*sampler : nullptr,
-                              SimulateTerminal{progress.get(), color_enabled(stdout)});
+                              timeline_out, sampler ? &*sampler : nullptr,
+                              SimulateTerminal{progress.get(), color_enabled(summary_stream)});
   if (progress) progress->clear();
   if (!result) {
     fmt::print(stderr, "{}\n", result.error().to_string());
@@ -284,22 +278,22 @@ int run_simulate(const SimulateRequest& request) {
   for (const std::string& warning : result.value().warnings) {
     fmt::print(stderr, "kvreplay simulate: {}\n", warning);
   }
-  if (!request.report_path.empty()) {
-    std::string text =
-        result.value().report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    if (auto written = write_file_atomically(request.report_path, text); !written) {
-      fmt::print(stderr, "kvreplay: cannot write the report: {}\n", written.error());
-      return kExitInput;
-    }
+  if (outputs.failed()) {  // the run stopped early: its result is incomplete
+    fmt::print(stderr, "{}\n", outputs.error());
+    return kExitInput;
   }
-  if (sampler) {
-    std::string html = render_run_html(result.value().report, *sampler, "step");
-    if (auto written = write_file_atomically(request.html_path, html); !written) {
-      fmt::print(stderr, "kvreplay: cannot write the HTML report: {}\n", written.error());
-      return kExitInput;
-    }
+  if (report_out != nullptr) {
+    report_out->write(
+        result.value().report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
-  if (!request.quiet) fmt::print("{}", result.value().summary);
+  if (html_out != nullptr) {
+    html_out->write(render_run_html(result.value().report, *sampler, "step"));
+  }
+  if (!outputs.commit()) {
+    fmt::print(stderr, "{}\n", outputs.error());
+    return kExitInput;
+  }
+  if (!request.quiet) put_text(summary_stream, result.value().summary);
   if (result.value().violated) {
     const auto& violations = result.value().report["invariants"]["violations"];
     fmt::print(stderr, "{}: invariant violated: {}\n", request.trace_path,
@@ -394,6 +388,19 @@ int run_plan(const PlanRequest& request) {
       }
     }
   }
+  // Opened before the sweep, so a path that cannot be written fails at once.
+  OutputSet outputs;
+  OutputFile* report_out = nullptr;
+  OutputFile* html_out = nullptr;
+  if ((!request.report_path.empty() &&
+       (report_out = outputs.open("the plan", request.report_path)) == nullptr) ||
+      (!request.html_path.empty() &&
+       (html_out = outputs.open("the HTML report", request.html_path)) == nullptr)) {
+    fmt::print(stderr, "{}\n", outputs.error());
+    return kExitInput;
+  }
+  // The table never mixes with an output on stdout.
+  std::FILE* table_stream = outputs.writes_stdout() ? stderr : stdout;
   // Progress: simulations finished, from whichever thread finishes one.
   auto progress = ProgressLine::for_stderr(!request.quiet, 1);
   std::mutex progress_mutex;
@@ -410,8 +417,8 @@ int run_plan(const PlanRequest& request) {
   parallel_for(cells.size(), jobs, [&](std::size_t i) {
     const bool planted =
         !request.fault_kv_memory.empty() && cells[i].kv_memory == request.fault_kv_memory;
-    auto result = simulate_file(request.trace_path, request.format, cells[i].config, options, "",
-                                nullptr, {}, planted ? request.faults : SimFaults{});
+    auto result = simulate_file(request.trace_path, request.format, cells[i].config, options,
+                                nullptr, nullptr, {}, planted ? request.faults : SimFaults{});
     count_simulation();
     if (result) {
       cells[i].result = std::move(result).value();
@@ -470,8 +477,8 @@ int run_plan(const PlanRequest& request) {
         config.kv_memory.reset();
         ++search.probes;
         auto result =
-            simulate_file(request.trace_path, request.format, config, options, "", nullptr, {},
-                          request.fault_kv_memory == "search" ? request.faults : SimFaults{});
+            simulate_file(request.trace_path, request.format, config, options, nullptr, nullptr,
+                          {}, request.fault_kv_memory == "search" ? request.faults : SimFaults{});
         count_simulation();
         if (!result) {
           search.error = result.error();
@@ -585,20 +592,15 @@ int run_plan(const PlanRequest& request) {
     }
   }
   plan["min_kv_memory"] = std::move(minimum);
-  if (!request.report_path.empty()) {
-    std::string text = plan.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    if (auto written = write_file_atomically(request.report_path, text); !written) {
-      fmt::print(stderr, "kvreplay: cannot write the plan: {}\n", written.error());
-      return kExitInput;
-    }
+  if (report_out != nullptr) {
+    report_out->write(plan.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
-  if (!request.html_path.empty()) {
-    if (auto written = write_file_atomically(request.html_path, render_plan_html(plan)); !written) {
-      fmt::print(stderr, "kvreplay: cannot write the HTML report: {}\n", written.error());
-      return kExitInput;
-    }
+  if (html_out != nullptr) html_out->write(render_plan_html(plan));
+  if (!outputs.commit()) {
+    fmt::print(stderr, "{}\n", outputs.error());
+    return kExitInput;
   }
-  if (!request.quiet) fmt::print("{}", table);
+  if (!request.quiet) put_text(table_stream, table);
   return kExitOk;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "io/output.h"
 #include "replay/run_config.h"
 #include "report/html.h"
 #include "report/terminal.h"
@@ -24,7 +25,7 @@ struct SimulateRequest {
   std::string report_path;
   std::string timeline_path;
   std::string html_path;  // empty: none
-  bool quiet = false;     // no summary on stdout, no progress line on stderr
+  bool quiet = false;     // no summary (table), no progress line on stderr
 };
 
 // One finished simulation: its report and summary.
@@ -53,12 +54,18 @@ struct SimFaults {
   std::uint64_t leak_block_at_step = 0;
 };
 
-// Reads the whole trace through a Simulator. `timeline_path` may be empty;
-// `sampler`, when given, sees every step (for the HTML report).
-InputResult<SimulationResult> simulate_file(
-    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
-    const SimOptions& options, const std::string& timeline_path, TimelineSampler* sampler = nullptr,
-    const SimulateTerminal& terminal = {}, const SimFaults& faults = {});
+// Reads the whole trace through a Simulator. `timeline`, when given, gets one
+// CSV row per step (a streamed output of the caller's OutputSet); should it
+// fail, the run stops at the next request and the result is incomplete: the
+// caller reports the output's error. `sampler`, when given, sees every step
+// (for the HTML report). `faults`: tests only.
+InputResult<SimulationResult> simulate_file(const std::string& path,
+                                            std::optional<RequestFormat> format,
+                                            const RunConfig& config, const SimOptions& options,
+                                            OutputFile* timeline,
+                                            TimelineSampler* sampler = nullptr,
+                                            const SimulateTerminal& terminal = {},
+                                            const SimFaults& faults = {});
 
 // Resolves the configuration of a request-trace run: command-line options
 // only, llama-3-8b when no geometry is given; a pool size is required.

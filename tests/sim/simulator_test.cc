@@ -263,7 +263,7 @@ TEST_CASE("simulator: Mooncake conversation trace matches the published reuse fi
   config.kv.max_seq_tokens = 131072;
   SimOptions options;
   options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
-  auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, "");
+  auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
   REQUIRE(result);
   const auto& report = result.value().report;
   CHECK(report["requests"]["total"] == 12031);
@@ -288,7 +288,7 @@ TEST_CASE("simulator: Mooncake slice under memory pressure keeps every invariant
   SimOptions options;
   options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
   options.max_seqs = 16;
-  auto opened = kvreplay::simulate_file(path.string(), std::nullopt, config, options, "");
+  auto opened = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
   REQUIRE(opened);
   const auto& report = opened.value().report;
   INFO(report["invariants"].dump());
@@ -312,7 +312,7 @@ TEST_CASE(
     config.kv.max_seq_tokens = 131072;
     SimOptions options;
     options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
-    auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, "");
+    auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
     REQUIRE(result);
     const auto& report = result.value().report;
     INFO("pool of " << blocks << " blocks: " << report["prefix_cache"].dump());

@@ -1,0 +1,327 @@
+#include "io/output.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "io/temporaries.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr std::size_t kStreamChunk = std::size_t{1} << 16;
+constexpr int kMaxLinks = 40;  // as the kernel's ELOOP limit
+constexpr long kProcSuperMagic = 0x9fa0;
+constexpr std::string_view kTempSuffix = ".tmp.XXXXXX";
+
+mode_t process_umask() {
+  // Read once: umask() can only be read by setting it.
+  static const mode_t mask = [] {
+    const mode_t previous = ::umask(022);
+    ::umask(previous);
+    return previous;
+  }();
+  return mask;
+}
+
+std::string parent_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string base_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A link in /proc (/proc/self/fd/1, where /dev/stdout and /dev/fd/N lead)
+// names an open file rather than a path: it is opened, never followed by hand.
+bool on_procfs(const std::string& link) {
+  struct statfs info {};
+  return ::statfs(parent_of(link).c_str(), &info) == 0 &&
+         static_cast<long>(info.f_type) == kProcSuperMagic;
+}
+
+struct Target {
+  enum class Kind { kStdout, kInPlace, kTemporary } kind = Kind::kTemporary;
+  std::string path;     // the file to write or rename over
+  bool exists = false;  // kTemporary: a regular file is there now
+  struct stat info {};  // of that file
+  bool append = false;  // kInPlace: a regular file reached through /proc
+};
+
+// Where `given` leads (see output.h). Returns 0 or an errno value.
+int resolve(const std::string& given, Target& out) {
+  if (given == "-") {
+    out.kind = Target::Kind::kStdout;
+    return 0;
+  }
+  std::string current = given;
+  for (int links = 0;; ++links) {
+    struct stat info {};
+    if (::lstat(current.c_str(), &info) != 0) {
+      if (errno != ENOENT) return errno;
+      out.kind = Target::Kind::kTemporary;  // a new file (its folder is checked by mkostemp)
+      out.path = current;
+      return 0;
+    }
+    if (S_ISLNK(info.st_mode)) {
+      if (links == kMaxLinks) return ELOOP;
+      if (on_procfs(current)) {
+        struct stat opened {};
+        if (::stat(current.c_str(), &opened) != 0) return errno;
+        if (S_ISDIR(opened.st_mode)) return EISDIR;
+        struct stat standard_output {};
+        if (::fstat(STDOUT_FILENO, &standard_output) == 0 &&
+            standard_output.st_dev == opened.st_dev && standard_output.st_ino == opened.st_ino) {
+          out.kind = Target::Kind::kStdout;
+          return 0;
+        }
+        out.kind = Target::Kind::kInPlace;
+        out.path = current;
+        out.append = S_ISREG(opened.st_mode);
+        return 0;
+      }
+      char link[PATH_MAX];
+      const ssize_t length = ::readlink(current.c_str(), link, sizeof link);
+      if (length < 0) return errno;
+      if (static_cast<std::size_t>(length) == sizeof link) return ENAMETOOLONG;
+      std::string next(link, static_cast<std::size_t>(length));
+      current = next.front() == '/' ? next : parent_of(current) + "/" + next;
+      continue;
+    }
+    if (S_ISDIR(info.st_mode)) return EISDIR;
+    out.path = current;
+    out.info = info;
+    if (S_ISREG(info.st_mode)) {
+      // Renaming would replace a file that a plain write may not touch.
+      if (::faccessat(AT_FDCWD, current.c_str(), W_OK, AT_EACCESS) != 0) return errno;
+      out.kind = Target::Kind::kTemporary;
+      out.exists = true;
+    } else {
+      out.kind = Target::Kind::kInPlace;  // device, FIFO, socket
+    }
+    return 0;
+  }
+}
+
+}  // namespace
+
+OutputFile::OutputFile(std::string what, std::string path, Flow flow)
+    : what_(std::move(what)), path_(std::move(path)), flow_(flow) {}
+
+OutputFile::~OutputFile() {
+  if (fd_ >= 0 && kind_ != Kind::kStdout) ::close(fd_);
+  remove_temporary();
+}
+
+void OutputFile::write(std::string_view bytes) {
+  buffer_.append(bytes);
+  after_append();
+}
+
+void OutputFile::after_append() {
+  if (error_ != 0) {
+    buffer_.clear();
+  } else if (flow_ == Flow::kStream && buffer_.size() >= kStreamChunk) {
+    flush();
+  }
+}
+
+void OutputFile::flush() {
+  if (error_ == 0 && !buffer_.empty()) {
+    if (kind_ == Kind::kStdout) std::fflush(stdout);  // keep what was printed first, first
+    const char* data = buffer_.data();
+    std::size_t left = buffer_.size();
+    while (left > 0) {
+      const ssize_t written = ::write(fd_, data, left);
+      if (written < 0) {
+        if (errno == EINTR) continue;
+        fail(errno);
+        break;
+      }
+      if (written == 0) {
+        fail(EIO);
+        break;
+      }
+      data += written;
+      left -= static_cast<std::size_t>(written);
+    }
+  }
+  buffer_.clear();
+}
+
+void OutputFile::fail(int error) {
+  if (error_ == 0) error_ = error;
+}
+
+bool OutputFile::close_descriptor() {
+  if (fd_ < 0 || kind_ == Kind::kStdout) return error_ == 0;
+  // Linux closes the descriptor even when close() fails; EINTR loses no data.
+  if (::close(fd_) != 0 && errno != EINTR) fail(errno);
+  fd_ = -1;
+  return error_ == 0;
+}
+
+void OutputFile::remove_temporary() {
+  if (temp_.empty()) return;
+  ::unlink(temp_.c_str());
+  release_temporary(slot_);  // after the unlink: a signal in between unlinks it again
+  slot_ = -1;
+  temp_.clear();
+}
+
+std::string OutputFile::message() const {
+  const char* why = std::strerror(error_);
+  if (kind_ == Kind::kStdout) {
+    return fmt::format("kvreplay: cannot write {} to standard output: {}", what_, why);
+  }
+  return fmt::format("kvreplay: cannot write {} {}: {}", what_, path_, why);
+}
+
+OutputSet::~OutputSet() {
+  abandon();
+}
+
+OutputFile* OutputSet::open(std::string what, const std::string& path, OutputFile::Flow flow) {
+  std::unique_ptr<OutputFile> file(new OutputFile(std::move(what), path, flow));
+  Target target;
+  if (int error = resolve(path, target); error != 0) {
+    file->fail(error);
+    error_ = file->message();
+    return nullptr;
+  }
+  for (const auto& other : files_) {
+    if (target.kind == Target::Kind::kStdout && other->is_stdout()) {
+      error_ = fmt::format("command line: {} and {} both write to standard output", other->what_,
+                           file->what_);
+      return nullptr;
+    }
+    if (target.kind == Target::Kind::kTemporary && other->kind_ == OutputFile::Kind::kTemporary &&
+        other->target_ == target.path) {
+      error_ =
+          fmt::format("command line: {} and {} both write to {}", other->what_, file->what_, path);
+      return nullptr;
+    }
+  }
+  file->target_ = target.path;
+  switch (target.kind) {
+    case Target::Kind::kStdout:
+      file->kind_ = OutputFile::Kind::kStdout;
+      file->fd_ = STDOUT_FILENO;
+      break;
+    case Target::Kind::kInPlace: {
+      file->kind_ = OutputFile::Kind::kInPlace;
+      const int flags = O_WRONLY | O_CLOEXEC | O_NOCTTY | (target.append ? O_APPEND : 0);
+      do {
+        file->fd_ = ::open(target.path.c_str(), flags);
+      } while (file->fd_ < 0 && errno == EINTR);
+      if (file->fd_ < 0) file->fail(errno);
+      break;
+    }
+    case Target::Kind::kTemporary: {
+      file->kind_ = OutputFile::Kind::kTemporary;
+      std::string name = base_of(target.path).size() + kTempSuffix.size() <= NAME_MAX
+                             ? target.path + std::string(kTempSuffix)
+                             : parent_of(target.path) + "/.kvreplay" + std::string(kTempSuffix);
+      BlockedSignals blocked;  // created and registered, or neither, when a signal comes
+      file->fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+      if (file->fd_ < 0) {
+        file->fail(errno);
+        break;
+      }
+      file->slot_ = register_temporary(name.c_str());
+      if (file->slot_ < 0) {
+        ::unlink(name.c_str());
+        file->fail(ENAMETOOLONG);
+        break;
+      }
+      file->temp_ = std::move(name);
+      const mode_t mode = target.exists ? (target.info.st_mode & 07777) : (0666 & ~process_umask());
+      if (target.exists &&
+          (target.info.st_uid != ::geteuid() || target.info.st_gid != ::getegid()) &&
+          ::fchown(file->fd_, target.info.st_uid, target.info.st_gid) != 0) {
+        // Not allowed (not root): the new file is ours, as a fresh copy would be.
+      }
+      if (::fchmod(file->fd_, mode) != 0) file->fail(errno);
+      break;
+    }
+  }
+  if (file->failed()) {
+    error_ = file->message();
+    return nullptr;  // `file` removes its temporary
+  }
+  files_.push_back(std::move(file));
+  return files_.back().get();
+}
+
+bool OutputSet::writes_stdout() const {
+  for (const auto& file : files_) {
+    if (file->is_stdout()) return true;
+  }
+  return false;
+}
+
+bool OutputSet::failed() const {
+  for (const auto& file : files_) {
+    if (file->failed()) return true;
+  }
+  return false;
+}
+
+bool OutputSet::commit() {
+  using Kind = OutputFile::Kind;
+  auto give_up = [this](const OutputFile& file) {
+    error_ = file.message();
+    abandon();
+    return false;
+  };
+  for (const auto& file : files_) {
+    if (file->failed()) return give_up(*file);
+  }
+  // Temporaries first, then devices and FIFOs, standard output last: what
+  // cannot be taken back is written only once everything else succeeded.
+  for (Kind kind : {Kind::kTemporary, Kind::kInPlace, Kind::kStdout}) {
+    for (const auto& file : files_) {
+      if (file->kind_ != kind) continue;
+      file->flush();
+      if (!file->close_descriptor()) return give_up(*file);
+    }
+  }
+  BlockedSignals blocked;
+  for (const auto& file : files_) {
+    if (file->kind_ != Kind::kTemporary) continue;
+    if (::rename(file->temp_.c_str(), file->target_.c_str()) != 0) {
+      file->fail(errno);
+      return give_up(*file);
+    }
+    release_temporary(file->slot_);
+    file->slot_ = -1;
+    file->temp_.clear();
+  }
+  files_.clear();
+  return true;
+}
+
+void OutputSet::abandon() {
+  files_.clear();
+}
+
+std::string OutputSet::error() const {
+  if (!error_.empty()) return error_;
+  for (const auto& file : files_) {
+    if (file->failed()) return file->message();
+  }
+  return {};
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,138 @@
+// The files a run writes (--report, --timeline, --html, convert -o, ...): one
+// component, so that no output ever replaces what its path points at and a run
+// that fails leaves nothing behind.
+//
+// What an output path names, and how it is written (OutputSet::open):
+//   "-"            standard output (descriptor 1), written directly.
+//   /dev/stdout, /dev/fd/1, /proc/self/fd/1 (a /proc link to the file that
+//                  standard output already has open): standard output, as "-".
+//   a symlink      followed to its final target, a dangling link's target too;
+//                  the link stays a link and the target is written as below.
+//   a character or block device, a FIFO, a socket, or another /proc descriptor
+//   link (/dev/fd/3): written in place, opened O_WRONLY when the set is opened
+//                  (a FIFO waits for its reader), never truncated, never
+//                  replaced; a regular file reached through /proc is appended
+//                  to, since whoever opened it chose where writing starts.
+//   a regular file or a new path: written to a temporary file made by mkostemp
+//                  (O_CLOEXEC) in the target's own folder and renamed over the
+//                  target by OutputSet::commit(). The target's permission bits
+//                  (and owner, where allowed) are kept; a new file gets
+//                  0666 & ~umask. An existing file we may not write is refused
+//                  (EACCES), as a shell redirection would refuse it.
+//   a folder       refused (EISDIR).
+// Temporary files are not fsync'ed: every output can be made again from the
+// run's inputs, so a power loss is not worth a sync per file; close() is
+// checked, so the write errors the kernel reports are all seen.
+//
+// A run's outputs form one set, committed together (OutputSet::commit):
+//   1. every temporary file gets its last bytes and is closed;
+//   2. every in-place output (stdout included) gets its held bytes;
+//   3. only when all of that succeeded, every temporary is renamed, with the
+//      catching signals blocked (temporaries.h).
+// Any failure, before or during commit, removes every temporary not yet
+// renamed, so no output of a failed run is presented as complete. What an
+// in-place output already received (a streamed timeline on a FIFO) cannot be
+// taken back. Errors: every write(), close() and rename() is checked (ENOSPC,
+// EIO, EFBIG, EPIPE when SIGPIPE is ignored, ...); the first one is kept and
+// given by error() as one line:
+//   kvreplay: cannot write the report out.json: No space left on device
+// Usage errors (two outputs on standard output, two outputs on one file) read
+//   command line: the report and the timeline both write to standard output
+#pragma once
+
+#include <fmt/format.h>
+
+#include <iterator>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kvreplay {
+
+class OutputFile {
+ public:
+  // kWhole: every byte is held until commit (a report, a page), so nothing
+  // reaches an in-place output unless the whole set succeeds. kStream: bytes
+  // go out whenever 64 KiB have gathered (a timeline, a conversion), so memory
+  // stays flat however long the run.
+  enum class Flow { kWhole, kStream };
+
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  // Appends bytes. After a failure further bytes are dropped; the failure is
+  // reported by OutputSet::commit().
+  void write(std::string_view bytes);
+  template <class... Args>
+  void print(fmt::format_string<Args...> format, Args&&... args) {
+    fmt::format_to(std::back_inserter(buffer_), format, std::forward<Args>(args)...);
+    after_append();
+  }
+
+  bool failed() const { return error_ != 0; }
+  const std::string& path() const { return path_; }  // as given
+  bool is_stdout() const { return kind_ == Kind::kStdout; }
+
+ private:
+  friend class OutputSet;
+  enum class Kind { kStdout, kInPlace, kTemporary };
+
+  OutputFile(std::string what, std::string path, Flow flow);
+  void after_append();
+  void flush();  // writes the buffer out; records the first error
+  void fail(int error);
+  bool close_descriptor();
+  void remove_temporary();
+  std::string message() const;
+
+  std::string what_;    // "the report"
+  std::string path_;    // as given
+  std::string target_;  // after symlinks: what a temporary is renamed over
+  std::string temp_;    // kTemporary: the temporary file's path
+  Kind kind_ = Kind::kTemporary;
+  Flow flow_;
+  int fd_ = -1;
+  int slot_ = -1;  // in the temporaries registry
+  std::string buffer_;
+  int error_ = 0;  // the first errno
+};
+
+class OutputSet {
+ public:
+  OutputSet() = default;
+  // Abandons whatever was not committed: every temporary is removed.
+  ~OutputSet();
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+
+  // Opens `path` (see the top of this file) as the output `what` ("the
+  // report"). nullptr when it cannot be opened or clashes with another output
+  // of the set; error() is then the line to print (exit code 2). The pointer
+  // stays valid until commit() or abandon().
+  OutputFile* open(std::string what, const std::string& path,
+                   OutputFile::Flow flow = OutputFile::Flow::kWhole);
+
+  // Whether an output is standard output: the run's summary then goes to stderr.
+  bool writes_stdout() const;
+  // Whether an output has failed already (a run may stop early).
+  bool failed() const;
+
+  // Commits every output, all or nothing (see the top of this file). False:
+  // error() says why and no temporary is left. A set commits once.
+  [[nodiscard]] bool commit();
+  // Removes every temporary and closes everything; the set is then empty.
+  void abandon();
+
+  // The line to print: why open() or commit() failed, or else the first
+  // failure of an output; empty when nothing failed.
+  std::string error() const;
+
+ private:
+  std::vector<std::unique_ptr<OutputFile>> files_;
+  std::string error_;
+};
+
+}  // namespace kvreplay
