@@ -516,6 +516,6 @@ int main(int argc, char** argv) {
     }
     return kvreplay::run_kernels(kernels.request);
   }
-  fmt::print("{}", app.help());
+  kvreplay::put_text(stdout, app.help());
   return kvreplay::kExitOk;
 }

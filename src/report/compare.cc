@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 
+#include "io/standard_output.h"
 #include "replay/run_replay.h"
 #include "report/terminal.h"
 #include "trace/byte_source.h"
@@ -641,9 +642,8 @@ int run_compare(const CompareRequest& request) {
       compare_reports(base.value(), now.value(), thresholds, request.base_path, request.new_path);
   if (!comparison) return refuse(comparison.error());
   if (!request.quiet) {
-    fmt::print("{}", comparison_text(comparison.value(), request.base_path, request.new_path,
+    put_text(stdout, comparison_text(comparison.value(), request.base_path, request.new_path,
                                      color_enabled(stdout)));
-    std::fflush(stdout);
   }
   for (const std::string& regression : comparison.value().regressions) {
     fmt::print(stderr, "kvreplay compare: regression: {}\n", regression);
