@@ -18,3 +18,23 @@ finish() {  # finish NAME
   fi
   problems=()
 }
+
+# cli_args NAME... -- "$@": the script's arguments, one per NAME, each set as
+# that variable and made absolute (the scripts cd about); a wrong count prints
+# the usage and exits 2.
+cli_args() {
+  local names=()
+  while [[ $1 != -- ]]; do names+=("$1"); shift; done
+  shift
+  if [[ $# -ne ${#names[@]} ]]; then
+    echo "usage: $(basename "$0") ${names[*]^^} (KVREPLAY: the binary; ROOT: the repository)" >&2
+    exit 2
+  fi
+  local name value
+  for name in "${names[@]}"; do
+    value=$1
+    shift
+    [[ $value == /* ]] || value=$PWD/$value
+    printf -v "$name" '%s' "$value"
+  done
+}

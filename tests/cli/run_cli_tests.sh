@@ -11,14 +11,9 @@
 # Usage: run_cli_tests.sh KVREPLAY_BINARY REPO_ROOT
 set -uo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 KVREPLAY_BINARY REPO_ROOT" >&2
-  exit 2
-fi
-kvreplay=$1
-root=$2
-[[ $kvreplay == /* ]] || kvreplay=$PWD/$kvreplay
-[[ $root == /* ]] || root=$PWD/$root
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
 bad=$root/tests/cli/bad
 if [[ ! -x $kvreplay ]]; then
   echo "not an executable: $kvreplay" >&2
@@ -31,8 +26,6 @@ report=$work/report.json
 timeline=$work/timeline.csv
 shopt -s nullglob
 
-# shellcheck source=lib.sh
-source "$root/tests/cli/lib.sh"
 
 # run ARGS...: runs kvreplay with fresh report/timeline paths gone; sets rc,
 # and leaves stdout and stderr in $work/out and $work/err.

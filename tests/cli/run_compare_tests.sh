@@ -8,14 +8,9 @@
 # Usage: run_compare_tests.sh KVREPLAY_BINARY REPO_ROOT
 set -uo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 KVREPLAY_BINARY REPO_ROOT" >&2
-  exit 2
-fi
-kvreplay=$1
-root=$2
-[[ $kvreplay == /* ]] || kvreplay=$PWD/$kvreplay
-[[ $root == /* ]] || root=$PWD/$root
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
 for tool in jq gzip; do
   command -v "$tool" >/dev/null || { echo "run_compare_tests.sh: '$tool' is required" >&2; exit 2; }
 done
@@ -24,8 +19,6 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-compare.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
 
-# shellcheck source=lib.sh
-source tests/cli/lib.sh  # relative to the repository root (the current directory)
 run() {  # run ARGS...: sets rc; stdout and stderr in $work/out, $work/err
   "$kvreplay" "$@" >"$work/out" 2>"$work/err"
   rc=$?

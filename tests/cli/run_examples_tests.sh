@@ -20,14 +20,9 @@
 # Usage: run_examples_tests.sh KVREPLAY_BINARY REPO_ROOT
 set -uo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 KVREPLAY_BINARY REPO_ROOT" >&2
-  exit 2
-fi
-kvreplay=$1
-root=$2
-[[ $kvreplay == /* ]] || kvreplay=$PWD/$kvreplay
-[[ $root == /* ]] || root=$PWD/$root
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
 if [[ ! -x $kvreplay ]]; then
   echo "not an executable: $kvreplay" >&2
   exit 2
@@ -35,8 +30,6 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-examples.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
-# shellcheck source=lib.sh
-source "$root/tests/cli/lib.sh"
 
 # Examples that exit with something other than 0 on purpose: the exact line, then
 # the exit code and why. (None today; a `compare` example showing a regression

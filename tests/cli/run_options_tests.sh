@@ -13,16 +13,9 @@
 # Usage: run_options_tests.sh KVREPLAY_BINARY PLAN_FAULT_BINARY REPO_ROOT
 set -uo pipefail
 
-if [[ $# -ne 3 ]]; then
-  echo "usage: $0 KVREPLAY_BINARY PLAN_FAULT_BINARY REPO_ROOT" >&2
-  exit 2
-fi
-kvreplay=$1
-plan_fault=$2
-root=$3
-[[ $kvreplay == /* ]] || kvreplay=$PWD/$kvreplay
-[[ $plan_fault == /* ]] || plan_fault=$PWD/$plan_fault
-[[ $root == /* ]] || root=$PWD/$root
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay plan_fault root -- "$@"
 if ! command -v jq >/dev/null; then
   echo "run_options_tests.sh needs jq (scripts/bootstrap installs it)" >&2
   exit 2
@@ -31,8 +24,6 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-options.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
-# shellcheck source=lib.sh
-source tests/cli/lib.sh
 shown() { head -c 600 "$1" | tr '\n' '|'; }
 run() {  # run ARGS...: sets rc; stdout and stderr in $work/out and $work/err
   "$@" >"$work/out" 2>"$work/err"

@@ -29,14 +29,9 @@
 # Usage: run_output_tests.sh KVREPLAY_BINARY REPO_ROOT
 set -uo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 KVREPLAY_BINARY REPO_ROOT" >&2
-  exit 2
-fi
-kvreplay=$1
-root=$2
-[[ $kvreplay == /* ]] || kvreplay=$PWD/$kvreplay
-[[ $root == /* ]] || root=$PWD/$root
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-outputs.XXXXXX") || exit 2
 mounted=""
@@ -48,8 +43,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# shellcheck source=lib.sh
-source "$root/tests/cli/lib.sh"
 # The working folder is the scratch folder: whatever a broken binary makes of
 # "-" or a relative path lands there, never in the repository.
 cd "$work" || exit 2

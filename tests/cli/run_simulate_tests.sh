@@ -9,22 +9,15 @@
 # Usage: run_simulate_tests.sh KVREPLAY_BINARY REPO_ROOT
 set -uo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 KVREPLAY_BINARY REPO_ROOT" >&2
-  exit 2
-fi
-kvreplay=$1
-root=$2
-[[ $kvreplay == /* ]] || kvreplay=$PWD/$kvreplay
-[[ $root == /* ]] || root=$PWD/$root
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
 command -v jq >/dev/null || { echo "run_simulate_tests.sh: 'jq' is required" >&2; exit 2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-simulate.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
 
-# shellcheck source=lib.sh
-source tests/cli/lib.sh  # relative to the repository root (the current directory)
 limit=30  # seconds: each of these runs takes well under one
 run() {  # run ARGS...: sets rc (124: timed out); stdout and stderr in $work/out, $work/err
   rm -f "$work/report.json" "$work/timeline.csv"

@@ -17,14 +17,9 @@
 #   KVREPLAY_TERMINAL_TOOL=script|tmux|none forces the pty tool (none: skip those tests).
 set -uo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 KVREPLAY_BINARY REPO_ROOT" >&2
-  exit 2
-fi
-kvreplay=$1
-root=$2
-[[ $kvreplay == /* ]] || kvreplay=$PWD/$kvreplay
-[[ $root == /* ]] || root=$PWD/$root
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-terminal.XXXXXX") || exit 2
 tmux_socket=kvreplay-terminal-$$
@@ -35,8 +30,6 @@ cleanup() {
 trap cleanup EXIT
 cd "$root" || exit 2
 
-# shellcheck source=lib.sh
-source tests/cli/lib.sh  # relative to the repository root (the current directory)
 skipped=0
 has_escape() { grep -q $'\033' "$1"; }
 shown() { head -c 400 "$1" | cat -v | tr '\n' '|'; }
