@@ -8,6 +8,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/enum_names.h"
+
 namespace kvreplay {
 
 namespace {
@@ -38,37 +40,39 @@ std::uint32_t dtype_bytes(Dtype dtype) {
   return 0;
 }
 
+namespace {
+
+constexpr EnumName<Dtype> kDtypeNames[] = {
+    {Dtype::kFp32, "fp32"},
+    {Dtype::kFp16, "fp16"},
+    {Dtype::kBf16, "bf16"},
+    {Dtype::kFp8, "fp8"},
+};
+static_assert(enum_names_unique(kDtypeNames));
+
+constexpr EnumName<AllocOrder> kAllocOrderNames[] = {
+    {AllocOrder::kLifo, "lifo"},
+    {AllocOrder::kFifo, "fifo"},
+    {AllocOrder::kLowest, "lowest"},
+};
+static_assert(enum_names_unique(kAllocOrderNames));
+
+}  // namespace
+
 std::string_view to_string(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::kFp32: return "fp32";
-    case Dtype::kFp16: return "fp16";
-    case Dtype::kBf16: return "bf16";
-    case Dtype::kFp8: return "fp8";
-  }
-  return "?";
+  return enum_name(kDtypeNames, dtype);
 }
 
 std::optional<Dtype> parse_dtype(std::string_view name) {
-  for (Dtype dtype : {Dtype::kFp32, Dtype::kFp16, Dtype::kBf16, Dtype::kFp8}) {
-    if (to_string(dtype) == name) return dtype;
-  }
-  return std::nullopt;
+  return enum_parse(kDtypeNames, name);
 }
 
 std::string_view to_string(AllocOrder order) {
-  switch (order) {
-    case AllocOrder::kLifo: return "lifo";
-    case AllocOrder::kFifo: return "fifo";
-    case AllocOrder::kLowest: return "lowest";
-  }
-  return "?";
+  return enum_name(kAllocOrderNames, order);
 }
 
 std::optional<AllocOrder> parse_alloc_order(std::string_view name) {
-  for (AllocOrder order : {AllocOrder::kLifo, AllocOrder::kFifo, AllocOrder::kLowest}) {
-    if (to_string(order) == name) return order;
-  }
-  return std::nullopt;
+  return enum_parse(kAllocOrderNames, name);
 }
 
 std::optional<std::string> PagedKvConfig::validate() const {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/enum_names.h"
 #include "dataplane/arena.h"
 #include "dataplane/cpu_backend.h"
 #if defined(KVREPLAY_WITH_CUDA)
@@ -10,20 +11,23 @@
 
 namespace kvreplay {
 
+namespace {
+
+constexpr EnumName<BackendKind> kBackendNames[] = {
+    {BackendKind::kNone, "none"},
+    {BackendKind::kCpu, "cpu"},
+    {BackendKind::kCuda, "cuda"},
+};
+static_assert(enum_names_unique(kBackendNames));
+
+}  // namespace
+
 std::optional<BackendKind> parse_backend(std::string_view name) {
-  if (name == "none") return BackendKind::kNone;
-  if (name == "cpu") return BackendKind::kCpu;
-  if (name == "cuda") return BackendKind::kCuda;
-  return std::nullopt;
+  return enum_parse(kBackendNames, name);
 }
 
 std::string_view to_string(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::kNone: return "none";
-    case BackendKind::kCpu: return "cpu";
-    case BackendKind::kCuda: return "cuda";
-  }
-  return "?";
+  return enum_name(kBackendNames, kind);
 }
 
 std::uint64_t append_bytes(const ArenaView& shape, std::uint64_t rows) {

@@ -2,17 +2,24 @@
 
 #include <fmt/format.h>
 
+#include "core/enum_names.h"
 #include "report/terminal.h"
 
 namespace kvreplay {
 
+namespace {
+
+constexpr EnumName<RunStatus> kRunStatusNames[] = {
+    {RunStatus::kOk, "ok"},
+    {RunStatus::kOom, "oom"},
+    {RunStatus::kViolation, "violation"},
+};
+static_assert(enum_names_unique(kRunStatusNames));
+
+}  // namespace
+
 std::string_view to_string(RunStatus status) {
-  switch (status) {
-    case RunStatus::kOk: return "ok";
-    case RunStatus::kOom: return "oom";
-    case RunStatus::kViolation: return "violation";
-  }
-  return "?";
+  return enum_name(kRunStatusNames, status);
 }
 
 ReportSource report_source(const ReplayReportInput& input) {

@@ -3,22 +3,27 @@
 #include <algorithm>
 #include <functional>
 
+#include "core/enum_names.h"
+
 namespace kvreplay {
 
+namespace {
+
+constexpr EnumName<EvictPolicy> kEvictPolicyNames[] = {
+    {EvictPolicy::kLru, "lru"},
+    {EvictPolicy::kFifo, "fifo"},
+    {EvictPolicy::kLfu, "lfu"},
+};
+static_assert(enum_names_unique(kEvictPolicyNames));
+
+}  // namespace
+
 std::string_view to_string(EvictPolicy policy) {
-  switch (policy) {
-    case EvictPolicy::kLru: return "lru";
-    case EvictPolicy::kFifo: return "fifo";
-    case EvictPolicy::kLfu: return "lfu";
-  }
-  return "?";
+  return enum_name(kEvictPolicyNames, policy);
 }
 
 std::optional<EvictPolicy> parse_evict_policy(std::string_view name) {
-  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
-    if (to_string(policy) == name) return policy;
-  }
-  return std::nullopt;
+  return enum_parse(kEvictPolicyNames, name);
 }
 
 namespace {

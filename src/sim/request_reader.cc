@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "sim/json_text.h"
 #include "trace/byte_source.h"
 #include "trace/field_set.h"
@@ -220,22 +221,24 @@ double seconds_between(const Instant& origin, const Instant& t) {
 
 // ---------------------------------------------------------------------------
 
+namespace {
+
+constexpr EnumName<RequestFormat> kRequestFormatNames[] = {
+    {RequestFormat::kNative, "native"},
+    {RequestFormat::kMooncake, "mooncake"},
+    {RequestFormat::kAzure, "azure"},
+    {RequestFormat::kBurstGpt, "burstgpt"},
+};
+static_assert(enum_names_unique(kRequestFormatNames));
+
+}  // namespace
+
 std::string_view to_string(RequestFormat format) {
-  switch (format) {
-    case RequestFormat::kNative: return "native";
-    case RequestFormat::kMooncake: return "mooncake";
-    case RequestFormat::kAzure: return "azure";
-    case RequestFormat::kBurstGpt: return "burstgpt";
-  }
-  return "?";
+  return enum_name(kRequestFormatNames, format);
 }
 
 std::optional<RequestFormat> parse_request_format(std::string_view name) {
-  for (RequestFormat format : {RequestFormat::kNative, RequestFormat::kMooncake,
-                               RequestFormat::kAzure, RequestFormat::kBurstGpt}) {
-    if (to_string(format) == name) return format;
-  }
-  return std::nullopt;
+  return enum_parse(kRequestFormatNames, name);
 }
 
 struct RequestReader::Impl {

@@ -6,24 +6,28 @@
 #include <cmath>
 #include <limits>
 
+#include "core/enum_names.h"
+
 namespace kvreplay {
 
+namespace {
+
+constexpr EnumName<AllocatorKind> kAllocatorNames[] = {
+    {AllocatorKind::kPaged, "paged"},
+    {AllocatorKind::kContiguousMax, "contiguous-max"},
+    {AllocatorKind::kContiguousPow2, "contiguous-pow2"},
+    {AllocatorKind::kContiguousOracle, "contiguous-oracle"},
+};
+static_assert(enum_names_unique(kAllocatorNames));
+
+}  // namespace
+
 std::string_view to_string(AllocatorKind kind) {
-  switch (kind) {
-    case AllocatorKind::kPaged: return "paged";
-    case AllocatorKind::kContiguousMax: return "contiguous-max";
-    case AllocatorKind::kContiguousPow2: return "contiguous-pow2";
-    case AllocatorKind::kContiguousOracle: return "contiguous-oracle";
-  }
-  return "?";
+  return enum_name(kAllocatorNames, kind);
 }
 
 std::optional<AllocatorKind> parse_allocator(std::string_view name) {
-  for (AllocatorKind kind : {AllocatorKind::kPaged, AllocatorKind::kContiguousMax,
-                             AllocatorKind::kContiguousPow2, AllocatorKind::kContiguousOracle}) {
-    if (to_string(kind) == name) return kind;
-  }
-  return std::nullopt;
+  return enum_parse(kAllocatorNames, name);
 }
 
 namespace {
@@ -71,8 +75,7 @@ std::uint32_t Simulator::reservation_tokens(const Request& request) const {
   return static_cast<std::uint32_t>(final_length);
 }
 
-std::optional<SkipReason> Simulator::never_fits(const Request& request,
-                                                std::uint64_t& need) const {
+std::optional<SkipReason> Simulator::never_fits(const Request& request, std::uint64_t& need) const {
   const std::uint64_t pt = config_.kv.page_tokens;
   std::uint64_t final_length = std::uint64_t{request.prompt} + request.output - 1;
   if (final_length > config_.kv.max_seq_tokens) {
