@@ -4,6 +4,7 @@
 add_executable(html_tests ${CMAKE_CURRENT_LIST_DIR}/html_test.cc)
 target_link_libraries(html_tests PRIVATE kvreplay_replay kvreplay_test_main Catch2::Catch2
                                          kvreplay_warnings)
+target_compile_definitions(html_tests PRIVATE KVREPLAY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 kvreplay_catch_tests(html_tests "report:")
 
 add_executable(png_pixels ${CMAKE_CURRENT_LIST_DIR}/png_pixels.cc)

@@ -7,7 +7,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
+
+#include "report/assets.h"
 
 namespace {
 
@@ -141,4 +145,19 @@ TEST_CASE("html: a plan page lists every configuration") {
   CHECK(page.find("<td>2GiB</td>") != std::string::npos);
   CHECK(page.find("<td>1258291200</td>") != std::string::npos);
   CHECK(page.find("http") == std::string::npos);
+}
+
+// The embedded style sheet and script are the asset files, byte for byte.
+TEST_CASE("html: embedded assets equal their source files") {
+  auto read = [](const char* name) {
+    std::ifstream in(std::string(KVREPLAY_SOURCE_DIR) + "/src/report/assets/" + name,
+                     std::ios::binary);
+    REQUIRE(in);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  CHECK(kvreplay::assets::report_css() == read("report.css"));
+  CHECK(kvreplay::assets::report_js() == read("report.js"));
+  CHECK_FALSE(kvreplay::assets::report_js().empty());
 }
