@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace kvreplay {
@@ -62,29 +63,30 @@ TEST_CASE("sha256: any split of the input into updates gives the same digest") {
   }
 }
 
-// The SHA-extensions engine (used when the CPU has it) against the portable one.
-TEST_CASE("sha256: both engines agree") {
-  INFO("hardware accelerated here: " << Sha256::hardware_accelerated());
+// Pseudo-random bytes (every byte value, no structure), digests as computed by
+// the earlier hand-written transform, both its portable and SHA-extensions code.
+TEST_CASE("sha256: pseudo-random data keeps its digests") {
   std::string data;
   std::uint32_t x = 12345;
   for (int i = 0; i < 100000; ++i) {
     x = x * 1103515245u + 12345u;
     data.push_back(static_cast<char>(x >> 24));
   }
-  for (std::size_t length : {0u, 1u, 55u, 56u, 64u, 128u, 1000u, 4095u, 100000u}) {
-    INFO("length " << length);
-    Sha256 best(Sha256::Engine::kBest), portable(Sha256::Engine::kPortable);
-    best.update(data.data(), length);
-    portable.update(data.data(), length);
-    CHECK(best.hex_digest() == portable.hex_digest());
+  struct Case {
+    std::size_t length;
+    const char* digest;
+  };
+  const Case cases[] = {
+      {1000, "6af465987131433aa3e51f0cfc683739f03f442b82cdf13e3aac9848d104e8ec"},
+      {4095, "47198a7df6d69d29741794019beb8856f24c459a372f38c812a99ea1edc17ffa"},
+      {100000, "345385757c07af6511cd2bfe391ab4b22036e34e635b9f3e07ce1610dfbec0b8"},
+  };
+  for (const Case& c : cases) {
+    INFO("length " << c.length);
+    Sha256 hash;
+    hash.update(data.data(), c.length);
+    CHECK(hash.hex_digest() == c.digest);
   }
-  Sha256 portable(Sha256::Engine::kPortable);
-  portable.update("abc");
-  CHECK(portable.hex_digest() ==
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  Sha256 million(Sha256::Engine::kPortable);
-  million.update(std::string(1000000, 'a'));
-  CHECK(million.hex_digest() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 TEST_CASE("sha256: digest is 32 bytes matching the hex form") {
