@@ -116,10 +116,10 @@ struct SimOptionsCli {
         ->group("Simulation");
     app.add_option("--allocator", allocator,
                    "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
-        ->check(CLI::IsMember({"paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"}))
+        ->check(CLI::IsMember(kvreplay::allocator_names()))
         ->group("Simulation");
     app.add_option("--evict", evict, "prefix-cache eviction: lru (default), fifo, lfu")
-        ->check(CLI::IsMember({"lru", "fifo", "lfu"}))
+        ->check(CLI::IsMember(kvreplay::evict_policy_names()))
         ->group("Simulation");
     app.add_flag("--no-prefix-cache", no_prefix_cache, "disable prefix caching")
         ->group("Simulation");
@@ -177,7 +177,7 @@ struct DataPlaneCli {
   void add_to(CLI::App& app, kvreplay::DataPlaneRequest& request) {
     app.add_option("--backend", backend,
                    "none (default: metadata only), cpu (a KV arena in host memory) or cuda")
-        ->check(CLI::IsMember({"none", "cpu", "cuda"}))
+        ->check(CLI::IsMember(kvreplay::backend_names()))
         ->group("Data plane");
     app.add_flag("--verify", request.options.verify,
                  "compare every live sequence's bytes with what it wrote or inherited, at every "
@@ -226,7 +226,7 @@ struct KernelsCli {
     command->add_option("--head-dim", head_dim, "head dimension (overrides the model)")
         ->check(CLI::Range(1u, 0xFFFFFFFFu));
     command->add_option("--dtype", dtype, "fp32, fp16, bf16 (default) or fp8")
-        ->check(CLI::IsMember({"fp32", "fp16", "bf16", "fp8"}));
+        ->check(CLI::IsMember(kvreplay::dtype_names()));
     command->add_option("--group", request.group, "query heads per KV head (default 4)")
         ->check(CLI::Range(1u, 1024u));
     command->add_option("--batch", request.batches, "batch sizes (default 1,8,32,128; cpu 1,8,32)")
@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
   convert_cmd
       ->add_option("--format", convert_format,
                    "read as this format instead of telling it by content")
-      ->check(CLI::IsMember({"native", "mooncake", "azure", "burstgpt"}));
+      ->check(CLI::IsMember(kvreplay::request_format_names()));
   convert_cmd->add_option("-o,--output", convert_output,
                           "write here (default - for stdout); a file appears only once the whole "
                           "input converted");

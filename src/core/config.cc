@@ -67,6 +67,10 @@ std::optional<Dtype> parse_dtype(std::string_view name) {
   return enum_parse(kDtypeNames, name);
 }
 
+std::vector<std::string> dtype_names() {
+  return enum_names(kDtypeNames);
+}
+
 std::string_view to_string(AllocOrder order) {
   return enum_name(kAllocOrderNames, order);
 }

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/result.h"
 
@@ -20,6 +21,7 @@ enum class Dtype : std::uint8_t { kFp32, kFp16, kBf16, kFp8 };
 std::uint32_t dtype_bytes(Dtype dtype);
 std::string_view to_string(Dtype dtype);
 std::optional<Dtype> parse_dtype(std::string_view name);
+std::vector<std::string> dtype_names();  // in table order, for the command line
 
 // Order in which BlockPool hands out free blocks. All three are deterministic.
 //   lifo:   the most recently freed block first (initially 0, 1, 2, ...)

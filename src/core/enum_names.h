@@ -10,11 +10,15 @@
 // reports and the command line use. A value missing from the table names as
 // `unknown` ("?" unless given); a name missing from it parses to nullopt.
 // Lookup is a linear scan: the tables are a handful of entries.
+// A names() function per enum (enum_names) lets the command line accept exactly
+// the spellings that parse.
 #pragma once
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvreplay {
 
@@ -39,6 +43,15 @@ constexpr std::optional<Enum> enum_parse(const EnumName<Enum> (&table)[N], std::
     if (entry.name == name) return entry.value;
   }
   return std::nullopt;
+}
+
+// The names in table order: the choices a command-line option accepts.
+template <typename Enum, std::size_t N>
+std::vector<std::string> enum_names(const EnumName<Enum> (&table)[N]) {
+  std::vector<std::string> names;
+  names.reserve(N);
+  for (const EnumName<Enum>& entry : table) names.emplace_back(entry.name);
+  return names;
 }
 
 // True when no value and no name appears twice: static_assert it beside a table.

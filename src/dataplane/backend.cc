@@ -26,6 +26,10 @@ std::optional<BackendKind> parse_backend(std::string_view name) {
   return enum_parse(kBackendNames, name);
 }
 
+std::vector<std::string> backend_names() {
+  return enum_names(kBackendNames);
+}
+
 std::string_view to_string(BackendKind kind) {
   return enum_name(kBackendNames, kind);
 }

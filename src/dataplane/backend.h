@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/config.h"
 #include "core/result.h"
@@ -33,6 +34,7 @@ namespace kvreplay {
 enum class BackendKind : std::uint8_t { kNone, kCpu, kCuda };
 
 std::optional<BackendKind> parse_backend(std::string_view name);  // none, cpu, cuda
+std::vector<std::string> backend_names();  // in table order, for the command line
 std::string_view to_string(BackendKind kind);
 
 class BackendError : public std::runtime_error {

@@ -26,6 +26,10 @@ std::optional<EvictPolicy> parse_evict_policy(std::string_view name) {
   return enum_parse(kEvictPolicyNames, name);
 }
 
+std::vector<std::string> evict_policy_names() {
+  return enum_names(kEvictPolicyNames);
+}
+
 namespace {
 
 std::uint64_t mix(const PageKey& key) {

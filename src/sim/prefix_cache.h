@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -33,6 +34,7 @@ namespace kvreplay {
 enum class EvictPolicy : std::uint8_t { kLru, kFifo, kLfu };
 std::string_view to_string(EvictPolicy policy);
 std::optional<EvictPolicy> parse_evict_policy(std::string_view name);
+std::vector<std::string> evict_policy_names();  // in table order, for the command line
 
 struct PageKey {
   std::uint64_t chain = 0;   // the hash id of the block holding the page's last token

@@ -13,6 +13,7 @@ enum class RequestFormat : std::uint8_t { kNative, kMooncake, kAzure, kBurstGpt 
 
 std::string_view to_string(RequestFormat format);  // "native", "mooncake", "azure", "burstgpt"
 std::optional<RequestFormat> parse_request_format(std::string_view name);
+std::vector<std::string> request_format_names();  // in table order, for the command line
 
 struct Request {
   std::uint64_t line = 0;    // where the record starts in its file

@@ -241,6 +241,10 @@ std::optional<RequestFormat> parse_request_format(std::string_view name) {
   return enum_parse(kRequestFormatNames, name);
 }
 
+std::vector<std::string> request_format_names() {
+  return enum_names(kRequestFormatNames);
+}
+
 struct RequestReader::Impl {
   Impl(std::unique_ptr<ByteSource> byte_source, std::string file_name)
       : source(std::move(byte_source)), name(std::move(file_name)) {

@@ -30,6 +30,10 @@ std::optional<AllocatorKind> parse_allocator(std::string_view name) {
   return enum_parse(kAllocatorNames, name);
 }
 
+std::vector<std::string> allocator_names() {
+  return enum_names(kAllocatorNames);
+}
+
 namespace {
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {

@@ -51,6 +51,7 @@ enum class AllocatorKind : std::uint8_t {
 };
 std::string_view to_string(AllocatorKind kind);
 std::optional<AllocatorKind> parse_allocator(std::string_view name);
+std::vector<std::string> allocator_names();  // in table order, for the command line
 
 // step_ms = step_ms + prefill_tokens * prefill_token_ms + decode_seqs * decode_seq_ms
 //         + context_tokens_read * bytes_per_token / (kv_bandwidth_gbps * 1e6)

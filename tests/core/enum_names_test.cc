@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <vector>
+
 #include "core/config.h"
 #include "core/error.h"
 
@@ -22,6 +25,12 @@ TEST_CASE("enum names: a table maps both ways") {
   for (const EnumName<Color>& entry : kColorNames) {
     CHECK(enum_parse(kColorNames, enum_name(kColorNames, entry.value)) == entry.value);
   }
+}
+
+TEST_CASE("enum names: the list of names keeps table order") {
+  CHECK(enum_names(kColorNames) == std::vector<std::string>{"red", "green", "blue"});
+  CHECK(dtype_names() == std::vector<std::string>{"fp32", "fp16", "bf16", "fp8"});
+  for (const std::string& name : dtype_names()) CHECK(parse_dtype(name).has_value());
 }
 
 TEST_CASE("enum names: unknown values and names") {
