@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "trace/field_set.h"
+#include "trace/json_object.h"
 
 namespace kvreplay {
 
@@ -56,23 +57,6 @@ std::uint32_t field_bit(std::string_view key) {
 std::string fields_of(std::uint32_t mask) {
   std::string out = field_list(kFieldNames, mask);
   return out.empty() ? "no fields" : out;
-}
-
-// Names the next value for "expected X, got Y" messages: its kind, or the
-// offending byte when it cannot start a value.
-std::string describe_value(JsonCursor& cursor) {
-  int c = cursor.peek();
-  switch (c) {
-    case '"': return "a string";
-    case '[': return "an array";
-    case '{': return "an object";
-    case 't':
-    case 'f': return "a boolean";
-    case 'n': return "null";
-    default:
-      if (c == '-' || (c >= '0' && c <= '9')) return "a number";
-      return cursor.describe_next();
-  }
 }
 
 }  // namespace
@@ -377,24 +361,13 @@ InputStatus KvTraceReader::read_event(Event& event) {
   event.seqs.clear();
   std::uint32_t seen = 0;
   const OpInfo* info = nullptr;
-  if (cursor_.peek() == '}') {
-    cursor_.skip();
-    return Unexpected{error_at(line, "op", "missing")};
-  }
-  for (;;) {
-    if (cursor_.peek() != '"') {
-      return Unexpected{
-          cursor_error("json", fmt::format("expected a key, got {}", cursor_.describe_next()))};
-    }
-    if (auto r = cursor_.read_string(key_); !r) return Unexpected{cursor_error("json", r.error())};
-    if (cursor_.peek() != ':') {
-      return Unexpected{
-          cursor_error(key_, fmt::format("expected ':', got {}", cursor_.describe_next()))};
-    }
-    cursor_.skip();
-    std::uint32_t bit = field_bit(key_);
-    if (bit == 0) return Unexpected{error(key_, "unknown field")};
-    if (seen & bit) return Unexpected{error(key_, "duplicate field")};
+  auto fail = [this](std::string_view field, std::string problem, bool at_cursor) {
+    return at_cursor ? cursor_error(field, problem) : error(field, std::move(problem));
+  };
+  auto on_key = [&](const std::string& key) -> InputStatus {
+    std::uint32_t bit = field_bit(key);
+    if (bit == 0) return Unexpected{error(key, "unknown field")};
+    if (seen & bit) return Unexpected{error(key, "duplicate field")};
     seen |= bit;
     switch (bit) {
       case kFieldOp: {
@@ -413,7 +386,7 @@ InputStatus KvTraceReader::read_event(Event& event) {
                                       "admit, append, decode, fork, free, check)",
                                       scalar_))};
         }
-        break;
+        return {};
       }
       case kFieldT: {
         int c = cursor_.peek();
@@ -430,34 +403,34 @@ InputStatus KvTraceReader::read_event(Event& event) {
         }
         event.has_t = true;
         event.t = t;
-        break;
+        return {};
       }
       case kFieldSeq:
       case kFieldChild: {
-        auto value = read_uint(key_, 0, std::numeric_limits<std::int64_t>::max());
+        auto value = read_uint(key, 0, std::numeric_limits<std::int64_t>::max());
         if (!value) return Unexpected{value.error()};
         (bit == kFieldSeq ? event.seq : event.child) = value.value();
-        break;
+        return {};
       }
       case kFieldPrompt:
       case kFieldTokens: {
-        auto value = read_uint(key_, bit == kFieldPrompt ? 0 : 1, kMaxCount);
+        auto value = read_uint(key, bit == kFieldPrompt ? 0 : 1, kMaxCount);
         if (!value) return Unexpected{value.error()};
         (bit == kFieldPrompt ? event.prompt : event.tokens) =
             static_cast<std::uint32_t>(value.value());
-        break;
+        return {};
       }
       case kFieldId:
       case kFieldPrefix: {
         if (cursor_.peek() != '"') {
           return Unexpected{
-              error(key_, fmt::format("expected a string, got {}", describe_value(cursor_)))};
+              error(key, fmt::format("expected a string, got {}", describe_value(cursor_)))};
         }
         if (auto r = cursor_.read_string(event.id); !r)
-          return Unexpected{cursor_error(key_, r.error())};
-        if (event.id.empty()) return Unexpected{error(key_, "must not be empty")};
+          return Unexpected{cursor_error(key, r.error())};
+        if (event.id.empty()) return Unexpected{error(key, "must not be empty")};
         event.has_prefix = bit == kFieldPrefix;
-        break;
+        return {};
       }
       case kFieldSeqs: {
         if (cursor_.peek() != '[') {
@@ -482,19 +455,13 @@ InputStatus KvTraceReader::read_event(Event& event) {
           cursor_.skip();
           if (sep == ']') break;
         }
-        break;
+        return {};
       }
-      default: break;
+      default: return {};
     }
-    int sep = cursor_.peek();
-    if (sep < 0) return Unexpected{cursor_error("json", "unexpected end of input inside an event")};
-    if (sep != ',' && sep != '}') {
-      return Unexpected{error("json", fmt::format("expected ',' or '}}' in the event, got {}",
-                                                  cursor_.describe_next()))};
-    }
-    cursor_.skip();
-    if (sep == '}') break;
-  }
+  };
+  if (auto status = read_members(cursor_, key_, "an event", "the event", on_key, fail); !status)
+    return status;
   if (info == nullptr) return Unexpected{error_at(line, "op", "missing")};
   event.op = info->op;
   if (std::uint32_t extra = seen & ~(info->allowed | kFieldOp | kFieldT)) {
