@@ -361,13 +361,11 @@ InputStatus KvTraceReader::read_event(Event& event) {
   event.seqs.clear();
   std::uint32_t seen = 0;
   const OpInfo* info = nullptr;
-  auto fail = [this](std::string_view field, std::string problem, bool at_cursor) {
-    return at_cursor ? cursor_error(field, problem) : error(field, std::move(problem));
-  };
-  auto on_key = [&](const std::string& key) -> InputStatus {
-    std::uint32_t bit = field_bit(key);
-    if (bit == 0) return Unexpected{error(key, "unknown field")};
-    if (seen & bit) return Unexpected{error(key, "duplicate field")};
+  JsonMembers members(cursor_, key_, "an event", "the event");
+  while (members.next()) {
+    std::uint32_t bit = field_bit(key_);
+    if (bit == 0) return Unexpected{error(key_, "unknown field")};
+    if (seen & bit) return Unexpected{error(key_, "duplicate field")};
     seen |= bit;
     switch (bit) {
       case kFieldOp: {
@@ -386,7 +384,7 @@ InputStatus KvTraceReader::read_event(Event& event) {
                                       "admit, append, decode, fork, free, check)",
                                       scalar_))};
         }
-        return {};
+        break;
       }
       case kFieldT: {
         int c = cursor_.peek();
@@ -403,34 +401,34 @@ InputStatus KvTraceReader::read_event(Event& event) {
         }
         event.has_t = true;
         event.t = t;
-        return {};
+        break;
       }
       case kFieldSeq:
       case kFieldChild: {
-        auto value = read_uint(key, 0, std::numeric_limits<std::int64_t>::max());
+        auto value = read_uint(key_, 0, std::numeric_limits<std::int64_t>::max());
         if (!value) return Unexpected{value.error()};
         (bit == kFieldSeq ? event.seq : event.child) = value.value();
-        return {};
+        break;
       }
       case kFieldPrompt:
       case kFieldTokens: {
-        auto value = read_uint(key, bit == kFieldPrompt ? 0 : 1, kMaxCount);
+        auto value = read_uint(key_, bit == kFieldPrompt ? 0 : 1, kMaxCount);
         if (!value) return Unexpected{value.error()};
         (bit == kFieldPrompt ? event.prompt : event.tokens) =
             static_cast<std::uint32_t>(value.value());
-        return {};
+        break;
       }
       case kFieldId:
       case kFieldPrefix: {
         if (cursor_.peek() != '"') {
           return Unexpected{
-              error(key, fmt::format("expected a string, got {}", describe_value(cursor_)))};
+              error(key_, fmt::format("expected a string, got {}", describe_value(cursor_)))};
         }
         if (auto r = cursor_.read_string(event.id); !r)
-          return Unexpected{cursor_error(key, r.error())};
-        if (event.id.empty()) return Unexpected{error(key, "must not be empty")};
+          return Unexpected{cursor_error(key_, r.error())};
+        if (event.id.empty()) return Unexpected{error(key_, "must not be empty")};
         event.has_prefix = bit == kFieldPrefix;
-        return {};
+        break;
       }
       case kFieldSeqs: {
         if (cursor_.peek() != '[') {
@@ -455,13 +453,16 @@ InputStatus KvTraceReader::read_event(Event& event) {
           cursor_.skip();
           if (sep == ']') break;
         }
-        return {};
+        break;
       }
-      default: return {};
+      default: break;
     }
-  };
-  if (auto status = read_members(cursor_, key_, "an event", "the event", on_key, fail); !status)
-    return status;
+  }
+  if (members.failed()) {
+    const JsonMembers::Problem& problem = members.problem();
+    return Unexpected{problem.at_cursor ? cursor_error(problem.field, problem.message)
+                                        : error(problem.field, problem.message)};
+  }
   if (info == nullptr) return Unexpected{error_at(line, "op", "missing")};
   event.op = info->op;
   if (std::uint32_t extra = seen & ~(info->allowed | kFieldOp | kFieldT)) {

@@ -1,10 +1,10 @@
-// JsonCursor and the shared member loop (json_object.h): numbers as text,
+// JsonCursor and the shared member walk (json_object.h): numbers as text,
 // strings with escapes and UTF-8 checks, the caps that bound memory, line
 // counting, and the exact problem each malformed input gets.
 #include "trace/json_cursor.h"
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <memory>
 #include <string>
@@ -177,8 +177,9 @@ TEST_CASE("json cursor: whole values are read with their grammar checked") {
 
   JsonCursor::Limits small;
   small.max_value = 100;
-  Text big(R"(["0123456789012345678901234567890123456789", "0123456789012345678901234567890123456789"])",
-           small);
+  Text big(
+      R"(["0123456789012345678901234567890123456789", "0123456789012345678901234567890123456789"])",
+      small);
   nlohmann::json v;
   auto r = big.cursor.read_value(v);
   REQUIRE_FALSE(r);
@@ -220,32 +221,37 @@ TEST_CASE("json cursor: the next token and value are described for messages") {
   CHECK(value("") == "end of input");
 }
 
-// What read_members saw: the keys in order, then "FIELD: problem (at cursor)"
-// for the problem that ended it, if any.
+// What JsonMembers stepped through: the keys in order, then "FIELD: problem"
+// for the problem that ended it, if any ("(at cursor)" marks at_cursor). A key
+// in `refused` ends the walk as a reader's own error would.
 struct Members {
   std::vector<std::string> keys;
   std::string problem;
 };
 
-// Reads an object's members, skipping each value; a key in `refused` makes
-// on_key fail with "refused".
 Members members(const std::string& data, const std::string& refused = "") {
   Text text(data);
   REQUIRE(text.cursor.peek() == '{');
   text.cursor.skip();
   Members out;
   std::string key;
-  auto on_key = [&](const std::string& k) -> InputStatus {
-    out.keys.push_back(k);
-    if (k == refused) return Unexpected{InputError{"t", 1, k, "refused"}};
-    if (auto r = text.cursor.skip_value(); !r) return Unexpected{InputError{"t", 1, k, r.error()}};
-    return {};
-  };
-  auto fail = [](std::string_view field, std::string problem, bool at_cursor) {
-    return InputError{"t", 1, std::string(field), problem + (at_cursor ? " (at cursor)" : "")};
-  };
-  auto status = read_members(text.cursor, key, "a record", "the record", on_key, fail);
-  if (!status) out.problem = status.error().field + ": " + status.error().problem;
+  JsonMembers walk(text.cursor, key, "a record", "the record");
+  while (walk.next()) {
+    out.keys.push_back(key);
+    if (key == refused) {
+      out.problem = key + ": refused";
+      return out;
+    }
+    if (auto r = text.cursor.skip_value(); !r) {
+      out.problem = key + ": " + r.error();
+      return out;
+    }
+  }
+  if (walk.failed()) {
+    const JsonMembers::Problem& problem = walk.problem();
+    out.problem =
+        problem.field + ": " + problem.message + (problem.at_cursor ? " (at cursor)" : "");
+  }
   return out;
 }
 
@@ -258,7 +264,7 @@ TEST_CASE("json object: members are handed over in order, duplicates and unknown
   CHECK(members("{}").keys.empty());
   CHECK(members("{ }").problem == "");
   CHECK(members(R"({"\u00e9": 1})").keys == std::vector<std::string>{"\xC3\xA9"});
-  // A problem on_key returns ends the loop as it is.
+  // The reader's own problem ends the walk.
   Members refused = members(R"({"a": 1, "stop": 2, "c": 3})", "stop");
   CHECK(refused.keys == std::vector<std::string>{"a", "stop"});
   CHECK(refused.problem == "stop: refused");
@@ -269,8 +275,10 @@ TEST_CASE("json object: malformed members get the shared messages") {
   CHECK(members(R"({"a": 1,})").problem == "json: expected a key, got '}' (at cursor)");
   CHECK(members("{\"a\x01\": 1}").problem == "json: control character in string (at cursor)");
   CHECK(members(R"({"a" 1})").problem == "a: expected ':', got '1' (at cursor)");
-  CHECK(members(R"({"a": 1)").problem == "json: unexpected end of input inside a record (at cursor)");
-  CHECK(members(R"({"a": 1 "b": 2})").problem == "json: expected ',' or '}' in the record, got '\"'");
+  CHECK(members(R"({"a": 1)").problem ==
+        "json: unexpected end of input inside a record (at cursor)");
+  CHECK(members(R"({"a": 1 "b": 2})").problem ==
+        "json: expected ',' or '}' in the record, got '\"'");
   CHECK(members(R"({"a": 1])").problem == "json: expected ',' or '}' in the record, got ']'");
 }
 

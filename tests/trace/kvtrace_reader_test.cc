@@ -11,7 +11,8 @@
 namespace kvreplay {
 namespace {
 
-constexpr const char* kHeader = R"({"kvtrace": 1, "config": {"page_tokens": 16, "pool_blocks": 64}})";
+constexpr const char* kHeader =
+    R"({"kvtrace": 1, "config": {"page_tokens": 16, "pool_blocks": 64}})";
 
 std::vector<Event> read_all(const std::string& text) {
   auto opened = KvTraceReader::from_string(text, "t.kvtrace");
@@ -130,8 +131,10 @@ TEST_CASE("kvtrace reader: both forms give the same events") {
 }
 
 TEST_CASE("kvtrace reader: header problems name the header key") {
-  CHECK(error_of("") == R"(t.kvtrace:1: json: empty input: a kvtrace starts with {"kvtrace": 1, ...})");
-  CHECK(error_of("[]") == R"(t.kvtrace:1: json: a kvtrace starts with {"kvtrace": 1, ...}, not '[')");
+  CHECK(error_of("") ==
+        R"(t.kvtrace:1: json: empty input: a kvtrace starts with {"kvtrace": 1, ...})");
+  CHECK(error_of("[]") ==
+        R"(t.kvtrace:1: json: a kvtrace starts with {"kvtrace": 1, ...}, not '[')");
   CHECK(error_of(R"({"kvtrace": 2, "config": {}})") ==
         "t.kvtrace:1: kvtrace: unsupported version 2 (this kvreplay reads version 1)");
   CHECK(error_of(R"({"kvtrace": "1", "config": {}})") ==
@@ -145,12 +148,14 @@ TEST_CASE("kvtrace reader: header problems name the header key") {
         "t.kvtrace:1: config: duplicate key");
   CHECK(error_of(R"({"kvtrace": 1, "config": {}, "model": "x"})") ==
         "t.kvtrace:1: model: unknown header key (expected kvtrace, config, meta, events)");
-  CHECK(error_of(R"({"op": "check"})") ==
-        R"(t.kvtrace:1: kvtrace: missing: the trace starts with an event, not the header {"kvtrace": 1, "config": {...}})");
+  CHECK(
+      error_of(R"({"op": "check"})") ==
+      R"(t.kvtrace:1: kvtrace: missing: the trace starts with an event, not the header {"kvtrace": 1, "config": {...}})");
   CHECK(error_of(std::string(kHeader) + " {") ==
         "t.kvtrace:1: json: expected end of line after the header, got '{'");
-  CHECK(error_of(R"({"kvtrace": 1, "events": []})") ==
-        R"(t.kvtrace:1: config: missing before "events" (a single-document trace must give config before its events))");
+  CHECK(
+      error_of(R"({"kvtrace": 1, "events": []})") ==
+      R"(t.kvtrace:1: config: missing before "events" (a single-document trace must give config before its events))");
   CHECK(error_of(R"({"config": {}, "events": []})") ==
         R"(t.kvtrace:1: kvtrace: missing (the trace must say "kvtrace": 1))");
   CHECK(error_of(R"({"kvtrace": 1, "config": {}, "events": [{"op": "check"},]})") ==
@@ -168,7 +173,8 @@ TEST_CASE("kvtrace reader: per-event field errors name the field") {
   CHECK(event_error(R"({"op": 1})") == "t.kvtrace:2: op: expected a string, got a number");
   CHECK(event_error(R"({"op": "free", "seq": 1, "priority": 2})") ==
         "t.kvtrace:2: priority: unknown field");
-  CHECK(event_error(R"({"op": "free", "seq": 1, "seq": 2})") == "t.kvtrace:2: seq: duplicate field");
+  CHECK(event_error(R"({"op": "free", "seq": 1, "seq": 2})") ==
+        "t.kvtrace:2: seq: duplicate field");
   CHECK(event_error(R"({"op": "admit", "seq": 1, "prompt": 4, "child": 2})") ==
         "t.kvtrace:2: child: not a field of admit (it takes seq, prompt, prefix)");
   CHECK(event_error(R"({"op": "check", "seq": 1})") ==
@@ -185,7 +191,8 @@ TEST_CASE("kvtrace reader: per-event field errors name the field") {
         "t.kvtrace:2: tokens: 4294967296 is too large (at most 4294967295)");
   CHECK(event_error(R"({"op": "free", "seq": 18446744073709551616})") ==
         "t.kvtrace:2: seq: 18446744073709551616 is too large (at most 9223372036854775807)");
-  CHECK(event_error(R"({"op": "free", "seq": -0})") == "t.kvtrace:2: seq: expected an integer, got -0");
+  CHECK(event_error(R"({"op": "free", "seq": -0})") ==
+        "t.kvtrace:2: seq: expected an integer, got -0");
   CHECK(event_error(R"({"op": "free", "seq": "0"})") ==
         "t.kvtrace:2: seq: expected an integer, got a string");
   CHECK(event_error(R"({"op": "prefix", "id": "", "tokens": 1})") ==

@@ -77,28 +77,32 @@ InputStatus JsonLines::read_record(Request& out, JsonRecord& record, std::uint32
   record.seen = 0;
   record.first_unknown.clear();
   record.first_unknown_line = 0;
-  auto fail = [this](std::string_view field, std::string problem, bool at_cursor) {
-    return at_cursor ? cursor_error(field, problem) : error(field, std::move(problem));
-  };
-  auto on_key = [&](const std::string& key) -> InputStatus {
-    std::uint32_t bit = field_bit(kFieldNames, key) & accepted;
+  JsonMembers members(in, key_, "a record", "the record");
+  while (members.next()) {
+    std::uint32_t bit = field_bit(kFieldNames, key_) & accepted;
     if (bit == 0) {
       if (strict) {
-        return Unexpected{error(key, fmt::format("unknown field (a native record takes {})",
-                                                 fields_of(kNativeFields)))};
+        return Unexpected{error(key_, fmt::format("unknown field (a native record takes {})",
+                                                  fields_of(kNativeFields)))};
       }
       if (record.first_unknown.empty()) {
-        record.first_unknown = key;
+        record.first_unknown = key_;
         record.first_unknown_line = line();
       }
-      if (auto r = copy_value(nullptr, 1); !r) return Unexpected{cursor_error(key, r.error())};
-      return {};
+      if (auto r = copy_value(nullptr, 1); !r) return Unexpected{cursor_error(key_, r.error())};
+      continue;
     }
-    if (record.seen & bit) return Unexpected{error(key, "duplicate field")};
+    if (record.seen & bit) return Unexpected{error(key_, "duplicate field")};
     record.seen |= bit;
-    return read_field(static_cast<JsonField>(bit), out, record.timestamp);
-  };
-  return read_members(in, key_, "a record", "the record", on_key, fail);
+    if (auto status = read_field(static_cast<JsonField>(bit), out, record.timestamp); !status)
+      return status;
+  }
+  if (members.failed()) {
+    const JsonMembers::Problem& problem = members.problem();
+    return Unexpected{problem.at_cursor ? cursor_error(problem.field, problem.message)
+                                        : error(problem.field, problem.message)};
+  }
+  return {};
 }
 
 InputStatus JsonLines::end_line() {
