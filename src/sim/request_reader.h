@@ -1,55 +1,15 @@
 // RequestReader: streams a request trace (SPEC 2.2) in any supported format.
 //
 // Formats are told apart by content, never by file name (gzip is recognised by
-// content too; "-" reads standard input), or forced by the caller:
-//   - first non-blank byte '{'  -> JSON Lines: native or Mooncake, decided by the
-//     first record's keys (Mooncake has timestamp / input_length / output_length;
-//     native has arrival / prompt / output / n / prefix / prefix_tokens /
-//     hash_block_tokens / id). A record with keys of both is an error.
-//   - anything else             -> CSV: the header line names the columns; Azure has
-//     TIMESTAMP, ContextTokens, GeneratedTokens; BurstGPT has Timestamp,
-//     Request tokens, Response tokens. Column names match case-insensitively and
-//     in any order; extra columns are ignored.
-// A UTF-8 byte-order mark and blank lines before the first record are skipped. An
-// input with no record at all (empty or blank) is an error; a CSV with a header
-// and no rows has zero requests.
-//
-// native JSON Lines (one record a line; blank lines allowed):
-//   arrival            number >= 0, seconds (required)
-//   id                 any JSON value, kept as compact JSON text (at most 4096
-//                      bytes); default: the record's line number
-//   prompt             int 1..2^32-1 (required), prompt tokens including the prefix
-//   output             int 1..2^32-1 (required), tokens to generate
-//   n                  int 1..2^32-1, default 1: parallel samples
-//   prefix             non-empty string: a named shared prefix
-//   prefix_tokens      int 1..prompt, required with prefix (and only with it)
-//   hash_ids           array of ints 0..2^64-1: one content hash per block of
-//                      hash_block_tokens prompt tokens (the last may be partial),
-//                      exactly ceil(prompt / hash_block_tokens) of them
-//   hash_block_tokens  int >= 1, default 512; a kvreplay extension (Mooncake's
-//                      blocks are 512 tokens); only with hash_ids
-//   Strict: unknown and duplicate fields are errors.
-// Mooncake JSON Lines (FAST'25 traces):
-//   timestamp ms (int >= 0, arrival = timestamp / 1000 s), input_length (int >= 1),
-//   output_length (int >= 1), hash_ids (required; exactly ceil(input_length / 512)
-//   ints >= 0; hash_block_tokens = 512). Tolerant: unknown fields are skipped
-//   (published traces may grow keys); duplicate known fields are errors.
-// Azure LLM inference CSV (2023/2024 traces):
-//   TIMESTAMP "YYYY-MM-DD HH:MM:SS[.fraction]" (a 'T' separator, up to 9 fraction
-//   digits and a "Z" or "+HH:MM" / "-HH:MM" suffix are accepted), read exactly as
-//   integer nanoseconds with no locale or time-zone lookup; arrival = seconds since
-//   the first row. ContextTokens -> prompt (int >= 1), GeneratedTokens -> output
-//   (int >= 1).
-// BurstGPT CSV:
-//   Timestamp seconds from the trace start (number >= 0) -> arrival; Request tokens
-//   -> prompt (int >= 1); Response tokens -> output. Rows with 0 Response tokens are
-//   failed requests: skipped and counted in skipped(). Model, Total tokens and
-//   Log Type are not used.
+// content too; "-" reads standard input), or forced by the caller; see
+// requests/detect.h. Each format has its reader, with its grammar and an
+// example at the top of its header:
+//   native JSON Lines    requests/native_reader.h
+//   Mooncake JSON Lines  requests/mooncake_reader.h   (both: requests/json_lines.h)
+//   Azure CSV            requests/azure_reader.h
+//   BurstGPT CSV         requests/burstgpt_reader.h   (both: requests/csv.h)
 // Every format: arrivals never go backwards (an error naming the time field).
 // Azure/BurstGPT/Mooncake ids are the record's line number.
-// CSV: RFC 4180 quoting ("" inside a quoted field; quoted fields may span lines),
-// LF or CRLF line endings, spaces around unquoted values are ignored, every row
-// has as many fields as the header, numbers are plain decimal integers.
 //
 // Bad input is an InputError "FILE:LINE: FIELD: problem" naming the field as the
 // format spells it (e.g. "input_length", "ContextTokens"); syntax problems name

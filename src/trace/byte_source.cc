@@ -79,7 +79,6 @@ bool ByteSource::start() {
       return false;
     }
     inflating_ = true;
-    compressed_ = true;
   }
   return true;
 }

@@ -47,7 +47,6 @@ class ByteSource {
   // Set once a read failed (I/O error, corrupt or truncated gzip, bytes after
   // the gzip data that are not a gzip member).
   const std::string& error() const { return error_; }
-  bool compressed() const { return compressed_; }
 
   // SHA-256 (hex) of every byte of the input as it is read, after gzip
   // decompression: a file, its gzip copy and the same bytes on standard input
@@ -73,7 +72,6 @@ class ByteSource {
   int fd_ = -1;
   bool memory_ = false;
   bool started_ = false;
-  bool compressed_ = false;
   bool finished_ = false;  // every input byte produced
   // Raw input: input_[input_start_, input_end_) not yet used.
   std::vector<unsigned char> input_;

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "trace/field_set.h"
+#include "trace/json_object.h"
 
 namespace kvreplay {
 
@@ -56,23 +57,6 @@ std::uint32_t field_bit(std::string_view key) {
 std::string fields_of(std::uint32_t mask) {
   std::string out = field_list(kFieldNames, mask);
   return out.empty() ? "no fields" : out;
-}
-
-// Names the next value for "expected X, got Y" messages: its kind, or the
-// offending byte when it cannot start a value.
-std::string describe_value(JsonCursor& cursor) {
-  int c = cursor.peek();
-  switch (c) {
-    case '"': return "a string";
-    case '[': return "an array";
-    case '{': return "an object";
-    case 't':
-    case 'f': return "a boolean";
-    case 'n': return "null";
-    default:
-      if (c == '-' || (c >= '0' && c <= '9')) return "a number";
-      return cursor.describe_next();
-  }
 }
 
 }  // namespace
@@ -377,21 +361,8 @@ InputStatus KvTraceReader::read_event(Event& event) {
   event.seqs.clear();
   std::uint32_t seen = 0;
   const OpInfo* info = nullptr;
-  if (cursor_.peek() == '}') {
-    cursor_.skip();
-    return Unexpected{error_at(line, "op", "missing")};
-  }
-  for (;;) {
-    if (cursor_.peek() != '"') {
-      return Unexpected{
-          cursor_error("json", fmt::format("expected a key, got {}", cursor_.describe_next()))};
-    }
-    if (auto r = cursor_.read_string(key_); !r) return Unexpected{cursor_error("json", r.error())};
-    if (cursor_.peek() != ':') {
-      return Unexpected{
-          cursor_error(key_, fmt::format("expected ':', got {}", cursor_.describe_next()))};
-    }
-    cursor_.skip();
+  JsonMembers members(cursor_, key_, "an event", "the event");
+  while (members.next()) {
     std::uint32_t bit = field_bit(key_);
     if (bit == 0) return Unexpected{error(key_, "unknown field")};
     if (seen & bit) return Unexpected{error(key_, "duplicate field")};
@@ -486,14 +457,11 @@ InputStatus KvTraceReader::read_event(Event& event) {
       }
       default: break;
     }
-    int sep = cursor_.peek();
-    if (sep < 0) return Unexpected{cursor_error("json", "unexpected end of input inside an event")};
-    if (sep != ',' && sep != '}') {
-      return Unexpected{error("json", fmt::format("expected ',' or '}}' in the event, got {}",
-                                                  cursor_.describe_next()))};
-    }
-    cursor_.skip();
-    if (sep == '}') break;
+  }
+  if (members.failed()) {
+    const JsonMembers::Problem& problem = members.problem();
+    return Unexpected{problem.at_cursor ? cursor_error(problem.field, problem.message)
+                                        : error(problem.field, problem.message)};
   }
   if (info == nullptr) return Unexpected{error_at(line, "op", "missing")};
   event.op = info->op;
