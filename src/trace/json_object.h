@@ -5,9 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "core/result.h"
 #include "trace/input_error.h"
 #include "trace/json_cursor.h"
 
@@ -104,5 +106,38 @@ class JsonMembers {
   bool failed_ = false;
   Problem problem_;
 };
+
+// How a value below the minimum is worded. Both wordings stand in published
+// bad-input corpora, so both are kept: kvtrace fields say "0 must be >= 1",
+// request records "0 (must be >= 1)".
+enum class BelowMin { kPlain, kParenthesised };
+
+// The rare paths of read_json_uint, out of line (json_object.cc).
+Result<std::uint64_t, JsonMembers::Problem> json_uint_out_of_range(std::uint64_t value,
+                                                                   std::uint64_t min,
+                                                                   std::uint64_t max,
+                                                                   BelowMin wording);
+Result<std::uint64_t, JsonMembers::Problem> read_json_uint_slow(JsonCursor& in,
+                                                                std::string& scratch,
+                                                                std::uint64_t min,
+                                                                std::uint64_t max,
+                                                                BelowMin wording);
+
+// Reads an unsigned integer in [min, max], as every JSON reader reads one:
+// the cursor's fast path for a plain integer, else the whole number's text
+// (fractions, exponents, -0, negatives and overflow each named). The
+// problem's `field` is left for the caller, whose field it is; `at_cursor` as
+// in JsonMembers. `scratch` holds the number's text on the slow path.
+//   expected an integer, got X | V is negative (must be >= MIN)
+//   V is too large (at most MAX) | V must be >= MIN (or "V (must be >= MIN)")
+[[gnu::always_inline]] inline Result<std::uint64_t, JsonMembers::Problem> read_json_uint(
+    JsonCursor& in, std::string& scratch, std::uint64_t min, std::uint64_t max,
+    BelowMin wording) {
+  if (std::uint64_t fast = 0; in.peek() >= 0 && in.read_plain_uint(fast)) {
+    if (fast >= min && fast <= max) return fast;
+    return json_uint_out_of_range(fast, min, max, wording);
+  }
+  return read_json_uint_slow(in, scratch, min, max, wording);
+}
 
 }  // namespace kvreplay

@@ -318,32 +318,11 @@ InputResult<bool> KvTraceReader::next(Event& event) {
 
 InputResult<std::uint64_t> KvTraceReader::read_uint(std::string_view field, std::uint64_t min,
                                                     std::uint64_t max) {
-  if (std::uint64_t fast = 0; cursor_.peek() >= 0 && cursor_.read_plain_uint(fast)) {
-    if (fast > max)
-      return Unexpected{error(field, fmt::format("{} is too large (at most {})", fast, max))};
-    if (fast < min) return Unexpected{error(field, fmt::format("{} must be >= {}", fast, min))};
-    return fast;
-  }
-  int c = cursor_.peek();
-  if (c != '-' && (c < '0' || c > '9')) {
-    return Unexpected{
-        error(field, fmt::format("expected an integer, got {}", describe_value(cursor_)))};
-  }
-  if (auto r = cursor_.read_number(scalar_); !r) return Unexpected{cursor_error(field, r.error())};
-  if (scalar_.find_first_of(".eE") != std::string::npos) {
-    return Unexpected{error(field, fmt::format("expected an integer, got {}", scalar_))};
-  }
-  if (scalar_[0] == '-') {
-    if (scalar_ == "-0") return Unexpected{error(field, "expected an integer, got -0")};
-    return Unexpected{error(field, fmt::format("{} is negative (must be >= {})", scalar_, min))};
-  }
-  std::uint64_t value = 0;
-  auto [ptr, ec] = std::from_chars(scalar_.data(), scalar_.data() + scalar_.size(), value);
-  if (ec != std::errc{} || ptr != scalar_.data() + scalar_.size() || value > max) {
-    return Unexpected{error(field, fmt::format("{} is too large (at most {})", scalar_, max))};
-  }
-  if (value < min) return Unexpected{error(field, fmt::format("{} must be >= {}", scalar_, min))};
-  return value;
+  auto value = read_json_uint(cursor_, scalar_, min, max, BelowMin::kPlain);
+  if (value) return value.value();
+  const JsonMembers::Problem& problem = value.error();
+  return Unexpected{problem.at_cursor ? cursor_error(field, problem.message)
+                                      : error(field, problem.message)};
 }
 
 InputStatus KvTraceReader::read_event(Event& event) {

@@ -116,26 +116,11 @@ InputStatus JsonLines::end_line() {
 
 InputResult<std::uint64_t> JsonLines::read_uint(std::string_view field, std::uint64_t min,
                                                 std::uint64_t max) {
-  JsonCursor& in = cursor_;
-  int c = in.peek();
-  if (c != '-' && (c < '0' || c > '9')) {
-    return Unexpected{error(field, fmt::format("expected an integer, got {}", describe_value(in)))};
-  }
-  if (auto r = in.read_number(scalar_); !r) return Unexpected{cursor_error(field, r.error())};
-  if (scalar_.find_first_of(".eE") != std::string::npos) {
-    return Unexpected{error(field, fmt::format("expected an integer, got {}", scalar_))};
-  }
-  if (scalar_[0] == '-') {
-    if (scalar_ == "-0") return Unexpected{error(field, "expected an integer, got -0")};
-    return Unexpected{error(field, fmt::format("{} is negative (must be >= {})", scalar_, min))};
-  }
-  std::uint64_t value = 0;
-  auto [ptr, ec] = std::from_chars(scalar_.data(), scalar_.data() + scalar_.size(), value);
-  if (ec != std::errc{} || ptr != scalar_.data() + scalar_.size() || value > max) {
-    return Unexpected{error(field, fmt::format("{} is too large (at most {})", scalar_, max))};
-  }
-  if (value < min) return Unexpected{error(field, fmt::format("{} (must be >= {})", scalar_, min))};
-  return value;
+  auto value = read_json_uint(cursor_, scalar_, min, max, BelowMin::kParenthesised);
+  if (value) return value.value();
+  const JsonMembers::Problem& problem = value.error();
+  return Unexpected{problem.at_cursor ? cursor_error(field, problem.message)
+                                      : error(field, problem.message)};
 }
 
 InputResult<double> JsonLines::read_seconds(std::string_view field) {
