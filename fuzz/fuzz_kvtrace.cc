@@ -12,11 +12,11 @@
 #include <string>
 #include <string_view>
 
+#include "engine/replayer.h"
+#include "formats/kvtrace_reader.h"
 #include "fuzz_support.h"
-#include "replay/replayer.h"
-#include "replay/run_config.h"
+#include "model/run_config.h"
 #include "report/report.h"
-#include "trace/kvtrace_reader.h"
 
 namespace {
 

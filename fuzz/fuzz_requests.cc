@@ -17,10 +17,10 @@
 #include <string>
 #include <string_view>
 
+#include "app/simulation.h"
+#include "engine/simulator.h"
+#include "formats/requests/request_reader.h"
 #include "fuzz_support.h"
-#include "sim/request_reader.h"
-#include "sim/run_simulate.h"
-#include "sim/simulator.h"
 
 #ifndef KVREPLAY_FUZZ_FORMAT
 #define KVREPLAY_FUZZ_FORMAT "auto"

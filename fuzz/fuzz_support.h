@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "trace/input_error.h"
+#include "io/input_error.h"
 
 namespace kvreplay::fuzz {
 

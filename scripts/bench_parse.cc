@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "trace/kvtrace_reader.h"
+#include "formats/kvtrace_reader.h"
 
 #ifdef KVREPLAY_HAVE_SIMDJSON
 #include <simdjson.h>

@@ -3,7 +3,7 @@
 // directly, and OpenSSL's EVP interface (when libssl-dev is installed). Each
 // hashes the same buffer in 1 MiB updates, like ByteSource hashing a trace as it
 // is read, and prints seconds, GB/s and the digest, so the engines check each
-// other. The figures behind the choice of library are in src/trace/sha256.h.
+// other. The figures behind the choice of library are in src/io/sha256.h.
 // Not a test.
 //   bench_sha256 [GIB]   (default 1: each engine hashes GIB GiB)
 #include <chrono>
@@ -18,7 +18,7 @@
 #include <openssl/evp.h>
 #endif
 
-#include "trace/sha256.h"
+#include "io/sha256.h"
 
 namespace {
 

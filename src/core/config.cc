@@ -14,13 +14,6 @@ namespace kvreplay {
 
 namespace {
 
-constexpr std::array<ModelPreset, 4> kPresets{{
-    {"llama-3-8b", 32, 8, 128},
-    {"llama-3-70b", 80, 8, 128},
-    {"mistral-7b", 32, 8, 128},
-    {"qwen2.5-7b", 28, 4, 128},
-}};
-
 // a * b, or nullopt when it overflows 64 bits.
 std::optional<std::uint64_t> checked_mul(std::uint64_t a, std::uint64_t b) {
   std::uint64_t product = 0;
@@ -118,17 +111,6 @@ std::uint32_t PagedKvConfig::pages_per_seq() const {
 
 std::uint64_t PagedKvConfig::required_single_sequence_blocks() const {
   return std::uint64_t{layers} * pages_per_seq();
-}
-
-std::span<const ModelPreset> model_presets() {
-  return kPresets;
-}
-
-std::optional<ModelPreset> find_model_preset(std::string_view name) {
-  for (const ModelPreset& preset : kPresets) {
-    if (preset.name == name) return preset;
-  }
-  return std::nullopt;
 }
 
 Result<std::uint64_t, std::string> parse_memory_size(std::string_view text) {

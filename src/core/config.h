@@ -1,5 +1,5 @@
-// PagedKvConfig: the geometry of a paged KV cache, its model presets and the
-// parsing of memory sizes ("80GiB").
+// PagedKvConfig: the geometry of a paged KV cache, and the parsing of memory
+// sizes ("80GiB"). Model presets are one layer up, in model/presets.h.
 #pragma once
 
 #include <cstdint>
@@ -58,16 +58,6 @@ struct PagedKvConfig {
 
   bool operator==(const PagedKvConfig&) const = default;
 };
-
-struct ModelPreset {
-  std::string_view name;
-  std::uint32_t layers;
-  std::uint32_t kv_heads;
-  std::uint32_t head_dim;
-};
-
-std::span<const ModelPreset> model_presets();
-std::optional<ModelPreset> find_model_preset(std::string_view name);
 
 // Parses a memory size: a plain byte count ("1048576"), or a number with a
 // binary (KiB, MiB, GiB, TiB) or decimal (KB, MB, GB, TB) unit, e.g. "80GiB",

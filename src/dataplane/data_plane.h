@@ -34,7 +34,7 @@
 #include "dataplane/backend.h"
 #include "dataplane/lineage.h"
 #include "dataplane/paged_batch.h"
-#include "replay/replay_observer.h"
+#include "engine/replay_observer.h"
 
 namespace kvreplay {
 

@@ -3,20 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <numeric>
 #include <random>
-#include <unordered_set>
 
 #include "dataplane/arena.h"
-#include "io/output.h"
-#include "io/standard_output.h"
-#include "replay/replayer.h"
-#include "replay/run_replay.h"
-#include "report/report.h"
+#include "dataplane/content.h"
+#include "dataplane/paged_batch.h"
+#include "engine/replayer.h"
 
 namespace kvreplay {
 
@@ -52,22 +47,15 @@ class TableCapture final : public ReplayObserver {
   std::vector<std::vector<BlockId>> tables_;
 };
 
-struct Measured {
-  double median_us = 0.0;
-  double p99_us = 0.0;
-  double gbps = 0.0;
-  std::uint64_t bytes = 0;  // per launch
-};
-
 template <class Launch>
-Measured measure(KvBackend& backend, std::string_view kernel, int warmup, int iterations,
-                 Launch&& launch) {
+KernelMeasure measure(KvBackend& backend, std::string_view kernel, int warmup, int iterations,
+                      Launch&& launch) {
   for (int i = 0; i < warmup; ++i) launch();
   backend.synchronize();
   backend.stats().clear();
   for (int i = 0; i < iterations; ++i) launch();
   backend.synchronize();
-  Measured out;
+  KernelMeasure out;
   if (const KernelTiming* timing = backend.stats().find(kernel); timing && timing->launches > 0) {
     out.median_us = timing->median_us();
     out.p99_us = timing->p99_us();
@@ -76,13 +64,6 @@ Measured measure(KvBackend& backend, std::string_view kernel, int warmup, int it
   }
   backend.stats().clear();
   return out;
-}
-
-nlohmann::json to_json(const Measured& m, double roof) {
-  return {{"median_us", m.median_us},
-          {"p99_us", m.p99_us},
-          {"gbps", m.gbps},
-          {"roof_fraction", roof > 0.0 ? m.gbps / roof : 0.0}};
 }
 
 }  // namespace
@@ -170,199 +151,52 @@ FragmentedTables replay_fragmented_tables(const PagedKvConfig& geometry, std::ui
   return out;
 }
 
-int run_kernels(const KernelBenchRequest& request) {
-  const bool cuda = request.backend == BackendKind::kCuda;
-  auto or_default = [](const std::vector<std::uint32_t>& given,
-                       std::vector<std::uint32_t> fallback) {
-    return given.empty() ? fallback : given;
+PointTimings time_kernels(KvBackend& backend, const FragmentedTables& paged,
+                          const SweepPoint& point) {
+  const std::uint32_t batch = point.batch, context = point.context, page_tokens = point.page_tokens;
+  const ArenaView& shape = backend.shape();
+  const std::uint32_t pages = ceil_div(context, page_tokens);
+  std::vector<std::vector<BlockId>> identity(batch);
+  for (std::uint32_t i = 0; i < batch; ++i) {
+    identity[i].resize(pages);
+    std::iota(identity[i].begin(), identity[i].end(), i * pages);
+  }
+  const std::uint32_t q_heads = shape.kv_heads * point.group;
+  std::vector<float> q(std::size_t{batch} * q_heads * shape.head_dim), out(q.size());
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    q[i] = content::query_value(point.seed, static_cast<std::uint32_t>(i), 0, 0, 0);
+  }
+  const std::vector<std::uint8_t> staging(std::size_t{batch} * shape.token_bytes(), 0);
+
+  PointTimings timings;
+  struct Mode {
+    const std::vector<std::vector<BlockId>>* tables;
+    std::array<KernelMeasure, kBenchKernels.size()>* measured;
   };
-  const auto batches = or_default(request.batches, cuda ? std::vector<std::uint32_t>{1, 8, 32, 128}
-                                                        : std::vector<std::uint32_t>{1, 8, 32});
-  const auto contexts =
-      or_default(request.contexts, cuda ? std::vector<std::uint32_t>{512, 4096, 16384}
-                                        : std::vector<std::uint32_t>{256, 1024});
-  const auto page_sizes = or_default(request.page_tokens, cuda ? std::vector<std::uint32_t>{16, 64}
-                                                               : std::vector<std::uint32_t>{16});
-  PagedKvConfig geometry;
-  geometry.layers = 1;
-  geometry.kv_heads = request.kv_heads;
-  geometry.head_dim = request.head_dim;
-  geometry.dtype = request.dtype;
-  geometry.page_tokens = 16;
-  geometry.pool_blocks = 1;
-  geometry.max_seq_tokens = 1;
-  if (auto problem = geometry.validate()) {
-    fmt::print(stderr, "command line: kernels: {}\n", *problem);
-    return kExitInput;
-  }
-
-  // Opened before the sweep, so a path that cannot be written fails at once.
-  OutputSet outputs;
-  OutputFile* report_out = nullptr;
-  if (!request.report_path.empty() &&
-      (report_out = outputs.open("the report", request.report_path)) == nullptr) {
-    fmt::print(stderr, "{}\n", outputs.error());
-    return kExitInput;
-  }
-  // The table never mixes with a report on stdout.
-  std::FILE* table_stream = outputs.writes_stdout() ? stderr : stdout;
-  auto print_row = [table_stream](const std::string& text) { put_text(table_stream, text); };
-
-  // The copy roof, on a one-block arena of the same backend.
-  auto roof_backend = make_backend(request.backend, geometry, request.arena_limit);
-  if (!roof_backend) {
-    fmt::print(stderr, "command line: --backend: {}: {}\n", to_string(request.backend),
-               roof_backend.error());
-    return kExitInput;
-  }
-  const std::uint64_t roof_bytes = cuda ? (std::uint64_t{512} << 20) : (std::uint64_t{64} << 20);
-  double roof = 0.0;
-  try {
-    roof = roof_backend.value()->measure_copy_roof(roof_bytes, request.iterations);
-  } catch (const BackendError& error) {
-    fmt::print(stderr, "kvreplay kernels: the copy roof failed: {}\n", error.what());
-    return kExitInput;
-  }
-  const std::string description = roof_backend.value()->description();
-  const char* clock = cuda ? "CUDA events" : "wall clock";
-  roof_backend.value().reset();
-
-  if (!request.quiet) {
-    print_row(fmt::format(
-        "kvreplay kernels: {}, one layer of {} KV heads x head_dim {} {}, {} query heads "
-        "per KV head\n",
-        description, request.kv_heads, request.head_dim, to_string(request.dtype), request.group));
-    print_row(fmt::format("copy roof: {:.1f} GB/s ({} of {}, read plus write bytes; {})\n", roof,
-                          cuda ? "device-to-device copy" : "memcpy", size_text(roof_bytes), clock));
-    print_row(fmt::format("{} warm-up + {} timed launches per point; latency = median\n\n",
-                          request.warmup, request.iterations));
-    print_row(fmt::format("{:>5} {:>6} {:>8}  {:<12} {:>11} {:>11} {:>8} {:>10} {:>7}\n", "page",
-                          "batch", "context", "kernel", "paged us", "ident. us", "ratio", "GB/s",
-                          "roof"));
-  }
-  nlohmann::json results = nlohmann::json::array();
-  nlohmann::json skipped = nlohmann::json::array();
-  for (std::uint32_t page_tokens : page_sizes) {
-    for (std::uint32_t batch : batches) {
-      for (std::uint32_t context : contexts) {
-        PagedKvConfig config = geometry;
-        config.page_tokens = page_tokens;
-        config.max_seq_tokens = context;
-        FragmentedTables paged = replay_fragmented_tables(config, batch, context, request.seed);
-        config.pool_blocks = paged.pool_blocks;
-        auto made = make_backend(request.backend, config, request.arena_limit);
-        if (!made) {
-          if (!request.quiet) {
-            print_row(fmt::format("{:>5} {:>6} {:>8}  skipped: {}\n", page_tokens, batch, context,
-                                  made.error()));
-          }
-          skipped.push_back({{"page_tokens", page_tokens},
-                             {"batch", batch},
-                             {"context", context},
-                             {"reason", made.error()}});
-          continue;
-        }
-        try {
-          KvBackend& backend = *made.value();
-          const ArenaView& shape = backend.shape();
-          const std::uint32_t pages = ceil_div(context, page_tokens);
-          std::vector<std::vector<BlockId>> identity(batch);
-          for (std::uint32_t i = 0; i < batch; ++i) {
-            identity[i].resize(pages);
-            std::iota(identity[i].begin(), identity[i].end(), i * pages);
-          }
-          const std::uint32_t q_heads = shape.kv_heads * request.group;
-          std::vector<float> q(std::size_t{batch} * q_heads * shape.head_dim), out(q.size());
-          for (std::size_t i = 0; i < q.size(); ++i) {
-            q[i] = content::query_value(request.seed, static_cast<std::uint32_t>(i), 0, 0, 0);
-          }
-          const std::vector<std::uint8_t> staging(std::size_t{batch} * shape.token_bytes(), 0);
-
-          struct Mode {
-            const char* name;
-            const std::vector<std::vector<BlockId>>* tables;
-            std::map<std::string, Measured> measured;
-          };
-          Mode modes[2] = {{"paged", &paged.tables, {}}, {"identity", &identity, {}}};
-          for (Mode& mode : modes) {
-            PagedBatch whole;
-            std::vector<std::int64_t> slots;
-            std::vector<std::uint32_t> pairs;
-            for (std::uint32_t i = 0; i < batch; ++i) {
-              const auto& table = (*mode.tables)[i];
-              whole.add(table, page_tokens, 0, context);
-              const std::uint32_t last = context - 1;
-              slots.push_back(static_cast<std::int64_t>(
-                  std::uint64_t{table[last / page_tokens]} * page_tokens + last % page_tokens));
-              pairs.push_back(table[last / page_tokens]);
-              pairs.push_back(paged.reserved_from + i);
-            }
-            const int w = request.warmup, n = request.iterations;
-            mode.measured["append"] =
-                measure(backend, kKernelAppend, w, n, [&] { backend.append(slots, staging); });
-            mode.measured["copy_blocks"] =
-                measure(backend, kKernelCopyBlocks, w, n, [&] { backend.copy_blocks(pairs); });
-            mode.measured["gather"] =
-                measure(backend, kKernelGather, w, n, [&] { backend.gather(whole); });
-            mode.measured["attention"] = measure(backend, kKernelAttention, w, n, [&] {
-              backend.attention(whole, 0, request.group, q, out);
-            });
-          }
-          for (const char* kernel : {"append", "copy_blocks", "gather", "attention"}) {
-            const Measured& p = modes[0].measured[kernel];
-            const Measured& id = modes[1].measured[kernel];
-            const double ratio = id.median_us > 0.0 ? p.median_us / id.median_us : 0.0;
-            if (!request.quiet) {
-              print_row(fmt::format(
-                  "{:>5} {:>6} {:>8}  {:<12} {:>11.2f} {:>11.2f} {:>8.3f} {:>10.1f} {:>6.1f}%\n",
-                  page_tokens, batch, context, kernel, p.median_us, id.median_us, ratio, p.gbps,
-                  roof > 0.0 ? 100.0 * p.gbps / roof : 0.0));
-            }
-            results.push_back({{"page_tokens", page_tokens},
-                               {"batch", batch},
-                               {"context", context},
-                               {"kernel", kernel},
-                               {"bytes", p.bytes},
-                               {"paged", to_json(p, roof)},
-                               {"identity", to_json(id, roof)},
-                               {"paged_over_identity", ratio}});
-          }
-        } catch (const BackendError& error) {
-          // Out of device memory for the gather buffer, say: skip the point.
-          if (!request.quiet) {
-            print_row(fmt::format("{:>5} {:>6} {:>8}  skipped: {}\n", page_tokens, batch, context,
-                                  error.what()));
-          }
-          skipped.push_back({{"page_tokens", page_tokens},
-                             {"batch", batch},
-                             {"context", context},
-                             {"reason", error.what()}});
-        }
-      }
+  const Mode modes[2] = {{&paged.tables, &timings.paged}, {&identity, &timings.identity}};
+  for (const Mode& mode : modes) {
+    PagedBatch whole;
+    std::vector<std::int64_t> slots;
+    std::vector<std::uint32_t> pairs;
+    for (std::uint32_t i = 0; i < batch; ++i) {
+      const auto& table = (*mode.tables)[i];
+      whole.add(table, page_tokens, 0, context);
+      const std::uint32_t last = context - 1;
+      slots.push_back(static_cast<std::int64_t>(
+          std::uint64_t{table[last / page_tokens]} * page_tokens + last % page_tokens));
+      pairs.push_back(table[last / page_tokens]);
+      pairs.push_back(paged.reserved_from + i);
     }
+    const int w = point.warmup, n = point.iterations;
+    (*mode.measured)[0] =
+        measure(backend, kKernelAppend, w, n, [&] { backend.append(slots, staging); });
+    (*mode.measured)[1] =
+        measure(backend, kKernelCopyBlocks, w, n, [&] { backend.copy_blocks(pairs); });
+    (*mode.measured)[2] = measure(backend, kKernelGather, w, n, [&] { backend.gather(whole); });
+    (*mode.measured)[3] = measure(backend, kKernelAttention, w, n,
+                                  [&] { backend.attention(whole, 0, point.group, q, out); });
   }
-  if (report_out != nullptr) {
-    nlohmann::json report;
-    report["kvreplay_kernels"] = 1;
-    report["backend"] = description;
-    report["clock"] = clock;
-    report["geometry"] = {{"layers", 1},
-                          {"kv_heads", request.kv_heads},
-                          {"head_dim", request.head_dim},
-                          {"dtype", std::string(to_string(request.dtype))},
-                          {"group", request.group}};
-    report["copy_roof"] = {{"bytes", roof_bytes}, {"gbps", roof}};
-    report["iterations"] = request.iterations;
-    report["warmup"] = request.warmup;
-    report["results"] = std::move(results);
-    report["skipped"] = std::move(skipped);
-    report_out->write(report.dump(2) + "\n");
-  }
-  if (!outputs.commit()) {
-    fmt::print(stderr, "{}\n", outputs.error());
-    return kExitInput;
-  }
-  return kExitOk;
+  return timings;
 }
 
 }  // namespace kvreplay

@@ -1,7 +1,7 @@
-// `kvreplay kernels`: kernel throughput against the copy roof, and the cost of
-// paging (SPEC 5).
+// Timing the data-plane kernels against the copy roof, and the cost of paging
+// (SPEC 5): what `kvreplay kernels` (app/kernels.h) sweeps.
 //
-// For every (page_tokens, batch, context) of the sweep it builds two block
+// For one (page_tokens, batch, context) point of a sweep it builds two block
 // tables for the same `batch` sequences of `context` tokens each:
 //   - paged: the tables the real Replayer ends with after an interleaved decode
 //     trace (sequences decoded in shuffled order, chunked, beside short-lived
@@ -21,38 +21,17 @@
 // bytes), and the paged/identity latency ratio.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
-#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/config.h"
 #include "dataplane/backend.h"
+#include "dataplane/kernel_stats.h"
 
 namespace kvreplay {
-
-struct KernelBenchRequest {
-  BackendKind backend = BackendKind::kCuda;
-  std::uint32_t kv_heads = 8;  // one layer of llama-3-8b by default
-  std::uint32_t head_dim = 128;
-  Dtype dtype = Dtype::kBf16;
-  std::uint32_t group = 4;  // query heads per KV head
-  // Empty lists take the backend's defaults (cuda: batch 1,8,32,128, context
-  // 512,4096,16384, page 16,64; cpu: batch 1,8,32, context 256,1024, page 16).
-  std::vector<std::uint32_t> batches;
-  std::vector<std::uint32_t> contexts;
-  std::vector<std::uint32_t> page_tokens;
-  int iterations = 20;
-  int warmup = 3;
-  std::optional<std::uint64_t> arena_limit;
-  std::uint64_t seed = 1;
-  std::string report_path;  // JSON; empty: none
-  bool quiet = false;
-};
-
-// Runs the sweep, prints the table, writes the report. Returns the exit code:
-// 0, or 2 when the backend cannot start or an option is bad (one line on stderr).
-int run_kernels(const KernelBenchRequest& request);
 
 // The paged tables of one sweep point: the final tables of sequences 0 .. batch-1
 // after replaying the interleaved decode trace. Exposed for tests.
@@ -63,5 +42,38 @@ struct FragmentedTables {
 };
 FragmentedTables replay_fragmented_tables(const PagedKvConfig& geometry, std::uint32_t batch,
                                           std::uint32_t context, std::uint64_t seed);
+
+// The kernels timed at every point, in the order of the report and the table.
+inline constexpr std::array<std::string_view, 4> kBenchKernels = {"append", "copy_blocks", "gather",
+                                                                  "attention"};
+
+// One kernel at one point: launches timed by the backend's clock.
+struct KernelMeasure {
+  double median_us = 0.0;
+  double p99_us = 0.0;
+  double gbps = 0.0;        // bytes / median latency
+  std::uint64_t bytes = 0;  // read plus written, per launch
+};
+
+struct SweepPoint {
+  std::uint32_t batch = 1;
+  std::uint32_t context = 1;
+  std::uint32_t page_tokens = 16;
+  std::uint32_t group = 4;  // query heads per KV head
+  std::uint64_t seed = 1;
+  int warmup = 3;
+  int iterations = 20;
+};
+
+// Each of kBenchKernels, on the paged tables and on identity tables.
+struct PointTimings {
+  std::array<KernelMeasure, kBenchKernels.size()> paged;
+  std::array<KernelMeasure, kBenchKernels.size()> identity;
+};
+
+// Times every kernel of kBenchKernels on `backend` (an arena of `paged.pool_blocks`
+// blocks of the point's geometry). Throws BackendError (out of device memory, say).
+PointTimings time_kernels(KvBackend& backend, const FragmentedTables& paged,
+                          const SweepPoint& point);
 
 }  // namespace kvreplay

@@ -8,11 +8,7 @@
 #include <climits>
 #include <cmath>
 
-#include "io/standard_output.h"
-#include "replay/run_replay.h"
-#include "report/terminal.h"
-#include "trace/byte_source.h"
-#include "trace/json_cursor.h"
+#include "report/paint.h"
 
 namespace kvreplay {
 
@@ -249,8 +245,8 @@ bool simulate_only(std::string_view path) {
 
 // The node at `path`: nullptr when absent; an error when a parent on the way
 // is not an object (naming it).
-Result<const nlohmann::json*, std::string> walk(const nlohmann::json& report,
-                                                std::string_view path, std::string_view name) {
+Result<const nlohmann::json*, std::string> walk(const nlohmann::json& report, std::string_view path,
+                                                std::string_view name) {
   const nlohmann::json* node = &report;
   std::size_t done = 0;
   while (done < path.size()) {
@@ -279,12 +275,12 @@ Result<void, std::string> check_shape(const nlohmann::json& report, std::string_
     auto node = walk(report, path, name);
     if (!node) return Unexpected{node.error()};
     if (node.value() == nullptr) {
-      return Unexpected{fmt::format("{}: {}: missing ({}): not a complete kvreplay report", name,
-                                    path, why)};
+      return Unexpected{
+          fmt::format("{}: {}: missing ({}): not a complete kvreplay report", name, path, why)};
     }
     if (!(node.value()->*is)()) {
-      return Unexpected{fmt::format("{}: {}: expected {}, got {}", name, path, type,
-                                    node.value()->type_name())};
+      return Unexpected{
+          fmt::format("{}: {}: expected {}, got {}", name, path, type, node.value()->type_name())};
     }
     return {};
   };
@@ -318,8 +314,7 @@ Result<void, std::string> check_shape(const nlohmann::json& report, std::string_
   for (const CompareMetric& metric : kMetrics) {
     if (kind == "replay" && simulate_only(metric.path)) continue;
     if (thresholds.find(metric.path)) {
-      if (auto ok = required(metric.path, &nlohmann::json::is_number, "a number",
-                             "a gated metric");
+      if (auto ok = required(metric.path, &nlohmann::json::is_number, "a number", "a gated metric");
           !ok)
         return ok;
       continue;
@@ -443,9 +438,10 @@ Result<Comparison, std::string> compare_reports(const nlohmann::json& base,
   }
   const std::string kind = kind_of(base);
   if (kind_of(now) != kind) {
-    return Unexpected{fmt::format("{} is a {} report and {} a {} report of the same trace: one of "
-                                  "them is not a complete kvreplay report",
-                                  base_name, kind, new_name, kind_of(now))};
+    return Unexpected{
+        fmt::format("{} is a {} report and {} a {} report of the same trace: one of "
+                    "them is not a complete kvreplay report",
+                    base_name, kind, new_name, kind_of(now))};
   }
   for (auto [report, name] : {std::pair{&base, base_name}, std::pair{&now, new_name}}) {
     if (auto ok = check_shape(*report, kind, thresholds, name); !ok) return Unexpected{ok.error()};
@@ -581,74 +577,6 @@ std::string comparison_text(const Comparison& comparison, std::string_view base_
     out += paint.green(fmt::format("no regression ({} metrics)", comparison.rows.size())) + "\n";
   }
   return out;
-}
-
-namespace {
-
-// Reads one JSON document with the traces' discipline (trace/json_cursor.h):
-// streamed from a file or "-" (gzip too), at most `max_bytes` of input, nesting,
-// strings and the document's size in memory capped, duplicate keys, invalid
-// UTF-8 and numbers out of a double's range refused, nothing after the
-// document. Memory stays bounded whatever the file (/dev/zero, a huge one).
-// Error: one line, "FILE:LINE: not valid JSON: PROBLEM" or "FILE: why".
-Result<nlohmann::json, std::string> read_json(const std::string& path, std::uint64_t max_bytes) {
-  auto opened = ByteSource::open(path);
-  if (!opened) return Unexpected{fmt::format("{}: cannot open: {}", path, opened.error())};
-  ByteSource& source = *opened.value();
-  source.set_limit(max_bytes, fmt::format("larger than {} MiB, far more than a kvreplay report",
-                                          max_bytes >> 20));
-  JsonCursor cursor(source, JsonCursor::Limits{max_bytes, max_bytes});
-  auto problem = [&](const std::string& what) -> Unexpected<std::string> {
-    // The source's own failure (I/O, gzip, the size cap) explains a parse error.
-    if (!source.error().empty()) return Unexpected{fmt::format("{}: {}", path, source.error())};
-    return Unexpected{fmt::format("{}:{}: not valid JSON: {}", path, cursor.line(), what)};
-  };
-  cursor.skip_byte_order_mark();
-  if (cursor.peek() < 0) return problem("empty input");
-  nlohmann::json document;
-  if (auto read = cursor.read_value(document); !read) return problem(read.error());
-  if (cursor.peek() >= 0) {
-    return problem(fmt::format("unexpected {} after the document", cursor.describe_next()));
-  }
-  if (!source.error().empty()) return Unexpected{fmt::format("{}: {}", path, source.error())};
-  return document;
-}
-
-}  // namespace
-
-int run_compare(const CompareRequest& request) {
-  auto refuse = [](const std::string& why) {
-    fmt::print(stderr, "kvreplay compare: {}\n", why);
-    return kExitInput;
-  };
-  Thresholds thresholds;
-  if (!request.thresholds_file.empty()) {
-    auto object = read_json(request.thresholds_file, kMaxThresholdsBytes);
-    if (!object) return refuse(object.error());
-    if (auto set = thresholds.set_all(object.value()); !set) {
-      return refuse(fmt::format("{}: {}", request.thresholds_file, set.error()));
-    }
-  }
-  for (const std::string& assignment : request.thresholds) {
-    if (auto set = thresholds.set(assignment); !set) {
-      return refuse(fmt::format("--threshold: {}", set.error()));
-    }
-  }
-  auto base = read_json(request.base_path, kMaxReportBytes);
-  if (!base) return refuse(base.error());
-  auto now = read_json(request.new_path, kMaxReportBytes);
-  if (!now) return refuse(now.error());
-  auto comparison =
-      compare_reports(base.value(), now.value(), thresholds, request.base_path, request.new_path);
-  if (!comparison) return refuse(comparison.error());
-  if (!request.quiet) {
-    put_text(stdout, comparison_text(comparison.value(), request.base_path, request.new_path,
-                                     color_enabled(stdout)));
-  }
-  for (const std::string& regression : comparison.value().regressions) {
-    fmt::print(stderr, "kvreplay compare: regression: {}\n", regression);
-  }
-  return comparison.value().regressed() ? kExitCheckFailed : kExitOk;
 }
 
 }  // namespace kvreplay

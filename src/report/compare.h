@@ -8,7 +8,7 @@
 //     reports both work: an informational metric missing from either report
 //     is skipped, but status, invariants.violations and every gated metric of
 //     the report's kind must be there with their type, or it is refused (exit 2).
-//   - Files are read like traces (trace/json_cursor.h): streamed, at most
+//   - Files are read like traces (io/json_file.h): streamed, at most
 //     kMaxReportBytes (kMaxThresholdsBytes for --thresholds), strict JSON
 //     (duplicate keys, numbers past a double's range, trailing bytes refused);
 //     an error names the file and its line.
@@ -110,18 +110,5 @@ Result<Comparison, std::string> compare_reports(const nlohmann::json& base,
 // The table printed on stdout, coloured when `color`.
 std::string comparison_text(const Comparison& comparison, std::string_view base_name,
                             std::string_view new_name, bool color);
-
-struct CompareRequest {
-  std::string base_path;
-  std::string new_path;
-  std::vector<std::string> thresholds;  // "NAME=VALUE", after the file's
-  std::string thresholds_file;          // empty: none
-  bool quiet = false;                   // no table on stdout
-};
-
-// The `compare` subcommand. Returns 0 (no regression), 1 (a regression: one
-// line each on stderr) or 2 (a file cannot be read, the reports cannot be
-// compared, a bad threshold).
-int run_compare(const CompareRequest& request);
 
 }  // namespace kvreplay

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "replay/replayer.h"
+#include "engine/replayer.h"
 
 namespace kvreplay {
 

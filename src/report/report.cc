@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/enum_names.h"
-#include "report/terminal.h"
+#include "report/paint.h"
 
 namespace kvreplay {
 

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "core/result.h"
+#include "engine/replayer.h"
+#include "formats/kvtrace_reader.h"
 #include "io/output.h"
-#include "replay/replayer.h"
-#include "trace/kvtrace_reader.h"
 
 namespace kvreplay {
 
@@ -53,7 +53,7 @@ nlohmann::json base_report(const ReportSource& source);
 nlohmann::json replay_report(const ReplayReportInput& input);
 
 // The human summary printed on stdout (its common sections); `color`: ANSI
-// styling, for a terminal only (color_enabled in report/terminal.h).
+// styling, for a terminal only (color_enabled in app/terminal.h).
 std::string base_summary(const ReportSource& source, bool color = false);
 std::string replay_summary(const ReplayReportInput& input, bool color = false);
 

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "sim/run_simulate.h"
+#include "app/plan.h"
 
 int main(int argc, char** argv) {
   if (argc != 6) {

@@ -1,4 +1,4 @@
-// PagedKvConfig: validation, derived sizes, presets, memory sizes, names.
+// PagedKvConfig: validation, derived sizes, memory sizes, names.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -143,44 +143,6 @@ TEST_CASE("config: pools of 2^32-1 blocks or more are rejected, 2^32-2 is accept
   config.pool_blocks = 0xFFFFFFFEu;
   CHECK(config.is_valid());
   CHECK(config.pool_bytes() == 2ull * 0xFFFFFFFEull);
-}
-
-TEST_CASE("config: the four model presets have their published geometry") {
-  struct Expected {
-    const char* name;
-    std::uint32_t layers, kv_heads, head_dim;
-  };
-  const Expected expected[] = {{"llama-3-8b", 32, 8, 128},
-                               {"llama-3-70b", 80, 8, 128},
-                               {"mistral-7b", 32, 8, 128},
-                               {"qwen2.5-7b", 28, 4, 128}};
-  for (const Expected& e : expected) {
-    INFO(e.name);
-    const auto preset = find_model_preset(e.name);
-    REQUIRE(preset.has_value());
-    CHECK(preset->name == e.name);
-    CHECK(preset->layers == e.layers);
-    CHECK(preset->kv_heads == e.kv_heads);
-    CHECK(preset->head_dim == e.head_dim);
-    bool listed = false;
-    for (const ModelPreset& p : model_presets()) listed = listed || p.name == e.name;
-    CHECK(listed);
-  }
-  CHECK(model_presets().size() >= 4u);
-  CHECK_FALSE(find_model_preset("llama-3-8B").has_value());
-  CHECK_FALSE(find_model_preset("gpt-5").has_value());
-  CHECK_FALSE(find_model_preset("").has_value());
-}
-
-TEST_CASE("config: llama-3-70b bf16 derives 320 KiB per token") {
-  const auto preset = find_model_preset("llama-3-70b");
-  REQUIRE(preset.has_value());
-  PagedKvConfig config = llama_3_8b();
-  config.layers = preset->layers;
-  config.kv_heads = preset->kv_heads;
-  config.head_dim = preset->head_dim;
-  CHECK(config.bytes_per_token() == 327680u);  // 2 * 80 * 8 * 128 * 2
-  CHECK(config.block_bytes() == 5u * 1024u * 1024u);
 }
 
 TEST_CASE("config: parse_memory_size reads byte counts and binary and decimal units") {

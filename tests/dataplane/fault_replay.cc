@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "replay/run_replay.h"
+#include "app/replay.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {

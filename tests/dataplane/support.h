@@ -17,9 +17,9 @@
 #include "dataplane/backend.h"
 #include "dataplane/content.h"
 #include "dataplane/data_plane.h"
-#include "replay/replayer.h"
-#include "replay/run_config.h"
-#include "trace/kvtrace_reader.h"
+#include "engine/replayer.h"
+#include "formats/kvtrace_reader.h"
+#include "model/run_config.h"
 
 namespace kvreplay::test {
 

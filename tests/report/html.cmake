@@ -2,7 +2,7 @@
 # (skipped, exit 77, when chromium is not installed). Included from
 # tests/CMakeLists.txt.
 add_executable(html_tests ${CMAKE_CURRENT_LIST_DIR}/html_test.cc)
-target_link_libraries(html_tests PRIVATE kvreplay_replay kvreplay_test_main Catch2::Catch2
+target_link_libraries(html_tests PRIVATE kvreplay_report kvreplay_test_main Catch2::Catch2
                                          kvreplay_warnings)
 target_compile_definitions(html_tests PRIVATE KVREPLAY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 kvreplay_catch_tests(html_tests "report:")

@@ -1,0 +1,124 @@
+#include "app/options.h"
+
+#include <fmt/format.h>
+
+#include "app/exit_codes.h"
+#include "model/presets.h"
+
+namespace kvreplay {
+
+int usage_error(std::string_view problem) {
+  fmt::print(stderr, "command line: {}\n", problem);
+  return kExitInput;
+}
+
+const CLI::Validator kCheckValidator(
+    [](std::string& value) -> std::string {
+      return CheckPolicy::parse(value) ? std::string()
+                                       : "must be every, end, off or a positive integer N";
+    },
+    "every|N|end|off");
+
+void ConfigOptions::add_to(CLI::App& app, bool swept) {
+  auto positive = CLI::Range(1u, 0xFFFFFFFFu);
+  std::string models;
+  for (const auto& preset : model_presets()) {
+    models += models.empty() ? "" : ", ";
+    models += preset.name;
+  }
+  auto group = [](CLI::Option* option) { return option->group("Configuration"); };
+  options.assign(10, nullptr);
+  if (!swept) options[0] = group(app.add_option("--model", model, "model preset: " + models));
+  options[1] =
+      group(app.add_option("--layers", layers, "layers (overrides the model)")->check(positive));
+  options[2] = group(
+      app.add_option("--kv-heads", kv_heads, "KV heads (overrides the model)")->check(positive));
+  options[3] = group(app.add_option("--head-dim", head_dim, "head dimension (overrides the model)")
+                         ->check(positive));
+  options[4] = group(app.add_option("--dtype", dtype, "fp32, fp16, bf16 (default) or fp8"));
+  if (!swept) {
+    options[5] =
+        group(app.add_option("--page-tokens", page_tokens, "tokens per page (block); default 16")
+                  ->check(positive));
+    options[6] = group(app.add_option("--pool-blocks", pool_blocks, "pool size in blocks")
+                           ->check(CLI::Range(1u, 0xFFFFFFFEu)));
+    options[7] = group(
+        app.add_option("--kv-memory", kv_memory, "pool size in memory: 80GiB, 512MiB, or bytes"));
+  }
+  options[8] =
+      group(app.add_option("--max-seq-tokens", max_seq_tokens, "longest sequence; default 32768")
+                ->check(positive));
+  options[9] = group(app.add_option("--alloc-order", alloc_order,
+                                    "free-block order: lifo (default), fifo, lowest"));
+}
+ConfigOverrides ConfigOptions::overrides() const {
+  ConfigOverrides out;
+  auto given = [this](std::size_t i) { return options[i] != nullptr && options[i]->count() > 0; };
+  if (given(0)) out.model = model;
+  if (given(1)) out.layers = layers;
+  if (given(2)) out.kv_heads = kv_heads;
+  if (given(3)) out.head_dim = head_dim;
+  if (given(4)) out.dtype = dtype;
+  if (given(5)) out.page_tokens = page_tokens;
+  if (given(6)) out.pool_blocks = pool_blocks;
+  if (given(7)) out.kv_memory = kv_memory;
+  if (given(8)) out.max_seq_tokens = max_seq_tokens;
+  if (given(9)) out.alloc_order = alloc_order;
+  return out;
+}
+void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
+  app.add_option("--format", format,
+                 "request format: native, mooncake, azure, burstgpt (default: by content)")
+      ->group("Simulation");
+  app.add_option("--allocator", allocator,
+                 "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
+      ->check(CLI::IsMember(allocator_names()))
+      ->group("Simulation");
+  app.add_option("--evict", evict, "prefix-cache eviction: lru (default), fifo, lfu")
+      ->check(CLI::IsMember(evict_policy_names()))
+      ->group("Simulation");
+  app.add_flag("--no-prefix-cache", no_prefix_cache, "disable prefix caching")->group("Simulation");
+  app.add_option("--max-seqs", defaults.max_seqs, "most sequences running at once (default 256)")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->group("Simulation");
+  app.add_option("--max-batched-tokens", defaults.max_batched_tokens,
+                 "token budget per step, chunked prefill (default 8192)")
+      ->check(CLI::Range(1u, 1u << 30))
+      ->group("Simulation");
+  app.add_option("--watermark", defaults.watermark,
+                 "fraction of blocks kept free at admission (default 0.01)")
+      ->check(CLI::Range(0.0, 0.5))
+      ->group("Simulation");
+  app.add_option("--step-ms", defaults.cost.step_ms, "cost model: fixed ms per step (default 5)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->group("Cost model");
+  app.add_option("--prefill-token-ms", defaults.cost.prefill_token_ms,
+                 "cost model: ms per prompt token computed (default 0.025)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->group("Cost model");
+  app.add_option("--decode-seq-ms", defaults.cost.decode_seq_ms,
+                 "cost model: ms per sequence decoded (default 0.01)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->group("Cost model");
+  app.add_option("--kv-bandwidth-gbps", defaults.cost.kv_bandwidth_gbps,
+                 "cost model: GB/s at which attention reads KV (default 3000)")
+      ->check(CLI::Range(1e-3, 1e9))
+      ->group("Cost model");
+  app.add_option("--check", check, check_help)->check(kCheckValidator);
+}
+std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
+                                                  std::optional<RequestFormat>& out_format) const {
+  out = defaults;
+  out.allocator = *parse_allocator(allocator);
+  out.evict = *parse_evict_policy(evict);
+  out.prefix_cache = !no_prefix_cache;
+  out.check = *CheckPolicy::parse(check);
+  if (!format.empty()) {
+    out_format = parse_request_format(format);
+    if (!out_format)
+      return fmt::format(
+          "--format: unknown format '{}' (expected native, mooncake, azure, burstgpt)", format);
+  }
+  return std::nullopt;
+}
+}  // namespace kvreplay

@@ -1,0 +1,54 @@
+// Options more than one command declares: the run configuration (model,
+// geometry, pool size), the simulation and cost-model options of simulate and
+// plan, and the --check validator.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/simulator.h"
+#include "formats/requests/request.h"
+#include "model/run_config.h"
+
+namespace kvreplay {
+
+// Prints "command line: PROBLEM" on stderr; returns the usage exit code.
+int usage_error(std::string_view problem);
+
+// --check: every | N | end | off.
+extern const CLI::Validator kCheckValidator;
+
+// Raw option storage; copied into ConfigOverrides for the options actually given.
+struct ConfigOptions {
+  std::string model, dtype, kv_memory, alloc_order;
+  std::uint32_t layers = 0, kv_heads = 0, head_dim = 0, page_tokens = 0, pool_blocks = 0,
+                max_seq_tokens = 0;
+  std::vector<CLI::Option*> options;
+
+  // `swept`: plan sweeps --model, --page-tokens and --kv-memory itself (and
+  // sizes pools by memory only), so those options are left out.
+  void add_to(CLI::App& app, bool swept = false);
+
+  ConfigOverrides overrides() const;
+};
+
+// Options shared by simulate and plan.
+struct SimOptionsCli {
+  std::string format, allocator = "paged", evict = "lru", check = "end";
+  bool no_prefix_cache = false;
+  SimOptions defaults;
+
+  // `check_help`: what --check checks in this command.
+  void add_to(CLI::App& app, const std::string& check_help);
+
+  // Fills `out`; returns a problem for a bad value.
+  std::optional<std::string> resolve(SimOptions& out,
+                                     std::optional<RequestFormat>& out_format) const;
+};
+
+}  // namespace kvreplay

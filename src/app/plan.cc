@@ -1,0 +1,381 @@
+#include "app/plan.h"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "app/command.h"
+#include "app/exit_codes.h"
+#include "app/options.h"
+#include "app/terminal.h"
+#include "io/output.h"
+#include "io/standard_output.h"
+#include "report/html.h"
+#include "report/report.h"
+
+namespace kvreplay {
+
+namespace {
+
+struct PlanCell {
+  std::string model;
+  std::string kv_memory;
+  std::uint32_t page_tokens = 0;
+  RunConfig config;
+  std::optional<SimulationResult> result;
+  std::optional<InputError> error;
+};
+
+struct ViolationText {
+  std::string invariant;  // "invariant I1 violated"
+  std::string message;
+};
+
+struct MinSearch {
+  std::string model;
+  std::uint32_t page_tokens = 0;
+  RunConfig config;                     // geometry; pool_blocks is searched
+  std::optional<std::uint32_t> blocks;  // smallest pool with no preemption and nothing skipped
+  std::uint32_t probes = 0;
+  std::optional<InputError> error;
+  std::optional<std::uint32_t> violated_blocks;  // a probe whose invariant check failed
+  ViolationText violation;
+};
+
+// Runs `count` jobs on up to `jobs` threads; job i writes only its own slot.
+void parallel_for(std::size_t count, unsigned jobs, const std::function<void(std::size_t)>& job) {
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < count; i = next++) job(i);
+  };
+  std::vector<std::thread> threads;
+  unsigned n = std::max(1u, std::min<unsigned>(jobs, static_cast<unsigned>(count)));
+  for (unsigned t = 1; t < n; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& thread : threads) thread.join();
+}
+
+// The first violation of a simulation: "invariant I1 violated" and its message.
+ViolationText first_violation(const SimulationResult& result) {
+  const auto& violations = result.report["invariants"]["violations"];
+  if (violations.empty()) return {"invariant violated", "?"};
+  return {fmt::format("invariant {} violated", violations[0]["invariant"].get<std::string>()),
+          violations[0]["message"].get<std::string>()};
+}
+
+bool serves_without_preemption(const SimulationResult& result) {
+  // Requests longer than max_seq_tokens (and failed BurstGPT rows) are skipped
+  // whatever the pool; every other request must be served.
+  return result.report["scheduler"]["preemptions"].get<std::uint64_t>() == 0 &&
+         result.report["requests"]["skipped_pool_too_small"].get<std::uint64_t>() == 0 &&
+         !result.violated;
+}
+
+}  // namespace
+
+int run_plan(const PlanRequest& request) {
+  unsigned jobs =
+      request.jobs != 0 ? request.jobs : std::max(1u, std::thread::hardware_concurrency());
+  const SimOptions& options = request.options;
+
+  std::vector<PlanCell> cells;
+  for (const std::string& model : request.models) {
+    for (std::uint32_t page : request.page_tokens) {
+      for (const std::string& memory : request.kv_memories) {
+        ConfigOverrides overrides = request.overrides;
+        overrides.model = model;
+        overrides.page_tokens = page;
+        overrides.kv_memory = memory;
+        overrides.pool_blocks.reset();
+        auto config = resolve_sim_config(overrides);
+        if (!config) {
+          fmt::print(stderr, "{}\n", config.error().to_string());
+          return kExitInput;
+        }
+        cells.push_back(PlanCell{model, memory, page, config.value(), std::nullopt, std::nullopt});
+      }
+    }
+  }
+  // Opened before the sweep, so a path that cannot be written fails at once.
+  OutputSet outputs;
+  OutputFile* report_out = nullptr;
+  OutputFile* html_out = nullptr;
+  if ((!request.report_path.empty() &&
+       (report_out = outputs.open("the plan", request.report_path)) == nullptr) ||
+      (!request.html_path.empty() &&
+       (html_out = outputs.open("the HTML report", request.html_path)) == nullptr)) {
+    fmt::print(stderr, "{}\n", outputs.error());
+    return kExitInput;
+  }
+  // The table never mixes with an output on stdout.
+  std::FILE* table_stream = outputs.writes_stdout() ? stderr : stdout;
+  // Progress: simulations finished, from whichever thread finishes one.
+  auto progress = ProgressLine::for_stderr(!request.quiet, 1);
+  std::mutex progress_mutex;
+  std::uint64_t simulations_done = 0;
+  auto count_simulation = [&] {
+    if (!progress) return;
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    ++simulations_done;
+    if (progress->due()) {
+      progress->draw(fmt::format("plan: {} simulations done ({} cells in the sweep)",
+                                 simulations_done, cells.size()));
+    }
+  };
+  parallel_for(cells.size(), jobs, [&](std::size_t i) {
+    const bool planted =
+        !request.fault_kv_memory.empty() && cells[i].kv_memory == request.fault_kv_memory;
+    auto result = simulate_file(request.trace_path, request.format, cells[i].config, options,
+                                nullptr, nullptr, {}, planted ? request.faults : SimFaults{});
+    count_simulation();
+    if (result) {
+      cells[i].result = std::move(result).value();
+    } else {
+      cells[i].error = result.error();
+    }
+  });
+  if (progress) progress->clear();
+  for (const PlanCell& cell : cells) {
+    if (cell.error) {
+      fmt::print(stderr, "{}\n", cell.error->to_string());
+      return kExitInput;
+    }
+  }
+  // Requests no KV memory can serve, whatever the cell: said once each, even
+  // with --quiet (a pool too small is what the sweep measures, not a warning).
+  std::vector<std::string> warned;
+  for (const PlanCell& cell : cells) {
+    const SimulationResult& result = *cell.result;
+    for (std::size_t i = 0; i < result.warnings.size(); ++i) {
+      if (result.warning_reasons[i] == SkipReason::kPoolTooSmall) continue;
+      if (std::find(warned.begin(), warned.end(), result.warnings[i]) != warned.end()) continue;
+      warned.push_back(result.warnings[i]);
+      fmt::print(stderr, "kvreplay plan: {}\n", result.warnings[i]);
+    }
+  }
+  // A failed check means the engine is wrong: no figure of the sweep is trusted.
+  bool violated = false;
+  for (const PlanCell& cell : cells) {
+    if (!cell.result->violated) continue;
+    violated = true;
+    ViolationText text = first_violation(*cell.result);
+    fmt::print(stderr, "{}: {} at sweep point --model {} --page-tokens {} --kv-memory {}: {}\n",
+               request.trace_path, text.invariant, cell.model, cell.page_tokens, cell.kv_memory,
+               text.message);
+  }
+  if (violated) return kExitCheckFailed;
+
+  // The smallest pool with no preemption, per model and page size: a binary
+  // search over pool_blocks (assuming more memory never adds preemptions).
+  std::vector<MinSearch> searches;
+  if (request.search_min) {
+    for (const PlanCell& cell : cells) {
+      bool seen = false;
+      for (const MinSearch& s : searches)
+        seen = seen || (s.model == cell.model && s.page_tokens == cell.page_tokens);
+      if (!seen)
+        searches.push_back(MinSearch{cell.model, cell.page_tokens, cell.config, std::nullopt, 0,
+                                     std::nullopt, std::nullopt, ViolationText{}});
+    }
+    parallel_for(searches.size(), jobs, [&](std::size_t i) {
+      MinSearch& search = searches[i];
+      auto probe = [&](std::uint32_t blocks) -> std::optional<bool> {
+        RunConfig config = search.config;
+        config.kv.pool_blocks = blocks;
+        config.kv_memory.reset();
+        ++search.probes;
+        auto result =
+            simulate_file(request.trace_path, request.format, config, options, nullptr, nullptr, {},
+                          request.fault_kv_memory == "search" ? request.faults : SimFaults{});
+        count_simulation();
+        if (!result) {
+          search.error = result.error();
+          return std::nullopt;
+        }
+        if (result.value().violated) {
+          search.violated_blocks = blocks;
+          search.violation = first_violation(result.value());
+          return std::nullopt;
+        }
+        return serves_without_preemption(result.value());
+      };
+      std::uint64_t high = search.config.kv.pool_blocks;
+      for (;;) {
+        auto ok = probe(static_cast<std::uint32_t>(high));
+        if (!ok) return;
+        if (*ok) break;
+        if (high * 2 > kMaxSupportedPoolBlocks) return;  // not found
+        high *= 2;
+      }
+      std::uint64_t low = 0;  // fails (or untested 0)
+      while (high - low > 1) {
+        std::uint64_t mid = low + (high - low) / 2;
+        auto ok = probe(static_cast<std::uint32_t>(mid));
+        if (!ok) return;
+        (*ok ? high : low) = mid;
+      }
+      search.blocks = static_cast<std::uint32_t>(high);
+    });
+    if (progress) progress->clear();
+    for (const MinSearch& search : searches) {
+      if (search.error) {
+        fmt::print(stderr, "{}\n", search.error->to_string());
+        return kExitInput;
+      }
+    }
+    for (const MinSearch& search : searches) {
+      if (!search.violated_blocks) continue;
+      violated = true;
+      fmt::print(stderr,
+                 "{}: {} while searching the smallest KV memory, at --model {} --page-tokens {} "
+                 "--pool-blocks {}: {}\n",
+                 request.trace_path, search.violation.invariant, search.model, search.page_tokens,
+                 *search.violated_blocks, search.violation.message);
+    }
+    if (violated) return kExitCheckFailed;
+  }
+
+  nlohmann::json plan;
+  plan["kvreplay_plan"] = 1;
+  plan["trace"] = {{"path", request.trace_path}};
+  if (!cells.empty()) {
+    plan["trace"]["format"] = cells[0].result->report["trace"]["format"];
+    plan["trace"]["requests"] = cells[0].result->report["requests"]["total"];
+    plan["trace"]["sha256"] = cells[0].result->report["trace"]["sha256"];
+  }
+  plan["simulation"] = sim_options_json(options);
+  plan["simulation"]["check"] = options.check.name();
+  nlohmann::json rows = nlohmann::json::array();
+  std::string table = fmt::format(
+      "{:<12} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10}\n", "model", "page",
+      "kv_memory", "blocks", "peak", "waste", "preempt", "hit_rate", "finished", "out_tok/s");
+  for (const PlanCell& cell : cells) {
+    const nlohmann::json& r = cell.result->report;
+    nlohmann::json row = {{"model", cell.model},
+                          {"page_tokens", cell.page_tokens},
+                          {"kv_memory", cell.kv_memory},
+                          {"kv_memory_bytes", cell.config.kv_memory.value_or(0)},
+                          {"pool_blocks", cell.config.kv.pool_blocks},
+                          {"peak_used", r["blocks"]["peak_used"]},
+                          {"waste_ratio_mean", r["fragmentation"]["waste_ratio_mean"]},
+                          {"waste_ratio_at_peak", r["fragmentation"]["waste_ratio_at_peak"]},
+                          {"preemptions", r["scheduler"]["preemptions"]},
+                          {"hit_rate", r["prefix_cache"]["hit_rate"]},
+                          {"finished", r["requests"]["finished"]},
+                          {"skipped", r["requests"]["skipped"]},
+                          {"output_tokens_per_second", r["scheduler"]["output_tokens_per_second"]},
+                          {"virtual_seconds", r["scheduler"]["virtual_seconds"]},
+                          {"invariant_checks", r["invariants"]["checks"]}};
+    table += fmt::format(
+        "{:<12} {:>6} {:>10} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>10.1f}\n", cell.model,
+        cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
+        r["blocks"]["peak_used"].get<std::uint64_t>(),
+        r["fragmentation"]["waste_ratio_mean"].get<double>() * 100.0,
+        r["scheduler"]["preemptions"].get<std::uint64_t>(),
+        r["prefix_cache"]["hit_rate"].get<double>(), r["requests"]["finished"].get<std::uint64_t>(),
+        r["scheduler"]["output_tokens_per_second"].get<double>());
+    rows.push_back(std::move(row));
+  }
+  plan["cells"] = std::move(rows);
+  nlohmann::json minimum = nlohmann::json::array();
+  if (request.search_min) {
+    table += warned.empty()
+                 ? "\nsmallest KV memory with no preemption (every request served):\n"
+                 : "\nsmallest KV memory with no preemption (every request that can fit served; "
+                   "see the warnings):\n";
+    for (const MinSearch& search : searches) {
+      std::uint64_t bytes = search.blocks ? *search.blocks * search.config.kv.block_bytes() : 0;
+      minimum.push_back(
+          {{"model", search.model},
+           {"page_tokens", search.page_tokens},
+           {"pool_blocks",
+            search.blocks ? nlohmann::json(*search.blocks) : nlohmann::json(nullptr)},
+           {"kv_memory_bytes", search.blocks ? nlohmann::json(bytes) : nlohmann::json(nullptr)},
+           {"probes", search.probes}});
+      table += search.blocks ? fmt::format("  {:<12} page {:>4}: {} blocks = {} ({} simulations)\n",
+                                           search.model, search.page_tokens, *search.blocks,
+                                           bytes_text(bytes), search.probes)
+                             : fmt::format("  {:<12} page {:>4}: not found below 2^31 blocks\n",
+                                           search.model, search.page_tokens);
+    }
+  }
+  plan["min_kv_memory"] = std::move(minimum);
+  if (report_out != nullptr) {
+    report_out->write(plan.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
+  if (html_out != nullptr) html_out->write(render_plan_html(plan));
+  if (!outputs.commit()) {
+    fmt::print(stderr, "{}\n", outputs.error());
+    return kExitInput;
+  }
+  if (!request.quiet) put_text(table_stream, table);
+  return kExitOk;
+}
+
+namespace {
+
+class PlanCommand final : public Command {
+ public:
+  void declare(CLI::App& app) override {
+    app.add_option("REQUESTS", request_.trace_path, "request trace")->required();
+    config_.add_to(app, /*swept=*/true);
+    options_.add_to(app,
+                    "invariant checks in every simulation of the sweep and the search: after "
+                    "every step, every N steps, at the end (default), or off; a failed check "
+                    "exits 1 naming the sweep point");
+    app.add_option("--model", request_.models, "models to sweep (comma-separated)")
+        ->delimiter(',')
+        ->default_str("llama-3-8b");
+    app.add_option("--kv-memory", request_.kv_memories,
+                   "KV memory sizes to sweep (comma-separated)")
+        ->delimiter(',')
+        ->required();
+    app.add_option("--page-tokens", request_.page_tokens, "page sizes to sweep (comma-separated)")
+        ->delimiter(',')
+        ->check(CLI::Range(1u, 0xFFFFFFFFu));
+    app.add_option("--report", request_.report_path,
+                   "write the sweep as JSON here (- for stdout; the table then goes to stderr)");
+    app.add_option("--html", request_.html_path, "write the sweep as a self-contained HTML page");
+    app.add_option("-j,--jobs", request_.jobs, "parallel simulations (default: one per core)");
+    app.add_flag("--no-search", no_search_, "skip the search for the smallest KV memory");
+    app.add_flag("-q,--quiet", request_.quiet, "print no table");
+    app.footer(
+        "Examples:\n"
+        "  kvreplay plan traces/requests/azure_conv.csv \\\n"
+        "      --model llama-3-8b,llama-3-70b --kv-memory 8GiB,16GiB,40GiB --page-tokens 16,32\n"
+        "  kvreplay plan traces/requests/mooncake_conv.jsonl --kv-memory 40GiB,80GiB --check 100 "
+        "--no-search --report plan.json");
+  }
+  int run() override {
+    request_.overrides = config_.overrides();
+    if (request_.models.empty()) request_.models = {"llama-3-8b"};
+    if (request_.page_tokens.empty()) request_.page_tokens = {16};
+    request_.search_min = !no_search_;
+    if (auto problem = options_.resolve(request_.options, request_.format)) {
+      return usage_error(*problem);
+    }
+    return run_plan(request_);
+  }
+
+ private:
+  PlanRequest request_;
+  ConfigOptions config_;
+  SimOptionsCli options_;
+  bool no_search_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_plan_command() {
+  return std::make_unique<PlanCommand>();
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,38 @@
+// The `plan` command: a sweep of models, KV memory and page sizes over one
+// request trace, run in parallel, and the search for the smallest KV memory
+// that serves it without preemption.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/simulation.h"
+
+namespace kvreplay {
+
+struct PlanRequest {
+  std::string trace_path;
+  std::optional<RequestFormat> format;
+  std::vector<std::string> models;
+  std::vector<std::string> kv_memories;
+  std::vector<std::uint32_t> page_tokens;
+  ConfigOverrides overrides;  // everything else
+  // options.check applies to every simulation, of the sweep and of the search.
+  SimOptions options;
+  std::string report_path;  // the sweep as JSON
+  std::string html_path;    // the sweep as an HTML page
+  unsigned jobs = 0;        // 0: one per core
+  bool search_min = true;   // find the smallest KV memory with no preemption
+  bool quiet = false;
+  // Planted faults (tests only): in the simulations of the sweep points at
+  // this --kv-memory, or in the search's with "search".
+  std::string fault_kv_memory;
+  SimFaults faults;
+};
+
+// Exit 1 when an invariant check fails in any simulation (the sweep point or
+// search probe is named on stderr, and no report is written).
+int run_plan(const PlanRequest& request);
+
+}  // namespace kvreplay

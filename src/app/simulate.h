@@ -1,0 +1,25 @@
+// The `simulate` command: one request trace through the Simulator, its summary,
+// JSON report, timeline and HTML page.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "app/simulation.h"
+
+namespace kvreplay {
+
+struct SimulateRequest {
+  std::string trace_path;
+  std::optional<RequestFormat> format;
+  ConfigOverrides overrides;
+  SimOptions options;
+  std::string report_path;
+  std::string timeline_path;
+  std::string html_path;  // empty: none
+  bool quiet = false;     // no summary (table), no progress line on stderr
+};
+
+int run_simulate(const SimulateRequest& request);
+
+}  // namespace kvreplay

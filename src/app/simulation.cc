@@ -1,0 +1,237 @@
+#include "app/simulation.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "formats/requests/request_reader.h"
+#include "report/report.h"
+
+namespace kvreplay {
+
+namespace {
+
+// One line per reason some requests were skipped as never fitting.
+void skip_warnings(const std::string& path, const Simulator& sim, SimulationResult& out) {
+  const SimTotals& st = sim.sim_totals();
+  const RunConfig& config = sim.config();
+  const std::uint64_t counts[kSkipReasons] = {
+      st.skipped_too_long, st.skipped_too_many_samples,
+      st.skipped - st.skipped_too_long - st.skipped_too_many_samples};
+  for (std::size_t i = 0; i < kSkipReasons; ++i) {
+    const auto reason = static_cast<SkipReason>(i);
+    const auto& first = sim.first_skipped(reason);
+    if (counts[i] == 0 || !first) continue;
+    std::string why;
+    switch (reason) {
+      case SkipReason::kTooLong:
+        why = fmt::format("longer than --max-seq-tokens {} (first: line {}, {} tokens)",
+                          config.kv.max_seq_tokens, first->line, first->need);
+        break;
+      case SkipReason::kTooManySamples:
+        why = fmt::format("n above --max-seqs {} (first: line {}, n {})", sim.options().max_seqs,
+                          first->line, first->need);
+        break;
+      case SkipReason::kPoolTooSmall:
+        why = sim.options().allocator == AllocatorKind::kPaged
+                  ? fmt::format(
+                        "more blocks than the pool of {} less the --watermark (first: line {}, "
+                        "{} blocks; give a larger --kv-memory or --pool-blocks)",
+                        config.kv.pool_blocks, first->line, first->need)
+                  : fmt::format(
+                        "larger than the pool of {} slots (first: line {}, {} slots; give a "
+                        "larger --kv-memory or --pool-blocks)",
+                        std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens, first->line,
+                        first->need);
+        break;
+    }
+    out.warnings.push_back(fmt::format("warning: {}: {} request{} skipped: {}", path, counts[i],
+                                       counts[i] == 1 ? "" : "s", why));
+    out.warning_reasons.push_back(reason);
+  }
+}
+
+}  // namespace
+
+nlohmann::json sim_options_json(const SimOptions& options) {
+  return {{"allocator", std::string(to_string(options.allocator))},
+          {"prefix_cache", options.prefix_cache && options.allocator == AllocatorKind::kPaged},
+          {"evict", std::string(to_string(options.evict))},
+          {"max_seqs", options.max_seqs},
+          {"max_batched_tokens", options.max_batched_tokens},
+          {"watermark", options.watermark},
+          {"cost",
+           {{"step_ms", options.cost.step_ms},
+            {"prefill_token_ms", options.cost.prefill_token_ms},
+            {"decode_seq_ms", options.cost.decode_seq_ms},
+            {"kv_bandwidth_gbps", options.cost.kv_bandwidth_gbps}}}};
+}
+
+InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!overrides.model && !overrides.layers && !overrides.kv_heads && !overrides.head_dim) {
+    header["model"] = "llama-3-8b";
+  }
+  if (!overrides.pool_blocks && !overrides.kv_memory) {
+    return Unexpected{InputError{"command line", 0, "--kv-memory",
+                                 "missing: give --kv-memory (e.g. 40GiB) or --pool-blocks"}};
+  }
+  return resolve_run_config(header, overrides, "command line", 0);
+}
+
+InputResult<SimulationResult> simulate_file(const std::string& path,
+                                            std::optional<RequestFormat> format,
+                                            const RunConfig& config, const SimOptions& options,
+                                            OutputFile* timeline, TimelineSampler* sampler,
+                                            const SimulateTerminal& terminal,
+                                            const SimFaults& faults) {
+  auto start = std::chrono::steady_clock::now();
+  auto opened = RequestReader::open(path, format);
+  if (!opened) return Unexpected{opened.error()};
+  RequestReader& reader = *opened.value();
+  Simulator sim(config, options);
+
+  if (timeline != nullptr) {
+    timeline->write(
+        "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
+        "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished\n");
+    sim.on_step = [timeline](const Simulator& s) {
+      const ReplayState& st = s.state();
+      timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{}\n", s.sim_totals().steps,
+                      s.now(), st.used, s.config().kv.pool_blocks - st.used, st.waste_slots,
+                      st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
+                      s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(),
+                      s.sim_totals().finished);
+    };
+  }
+  if (sampler != nullptr) {
+    sim.on_step = [sampler, timeline_row = std::move(sim.on_step)](const Simulator& s) {
+      if (timeline_row) timeline_row(s);
+      sampler->add(timeline_point(s.sim_totals().steps, s.state(), s.totals().cow_copies));
+    };
+  }
+  if (terminal.progress != nullptr) {
+    sim.on_step = [progress = terminal.progress,
+                   previous = std::move(sim.on_step)](const Simulator& s) {
+      if (previous) previous(s);
+      if (!progress->due()) return;
+      const SimTotals& totals = s.sim_totals();
+      progress->draw(fmt::format("simulate: {} requests, {} finished, virtual time {:.1f} s",
+                                 grouped(totals.requests), grouped(totals.finished), s.now()));
+    };
+  }
+  if (faults.leak_block_at_step != 0) {
+    sim.on_step = [at = faults.leak_block_at_step,
+                   previous = std::move(sim.on_step)](const Simulator& s) {
+      if (previous) previous(s);
+      if (s.sim_totals().steps != at) return;
+      // The pool is the Simulator's own (never const); observers see it const.
+      auto& pool = const_cast<BlockPool&>(s.pool());
+      for (BlockId b = 0; b < pool.total(); ++b) {
+        if (pool.is_live(b)) {
+          (void)pool.retain(b);
+          return;
+        }
+      }
+    };
+  }
+  auto timeline_failed = [timeline] { return timeline != nullptr && timeline->failed(); };
+
+  Request request;
+  bool violated = false;
+  for (;;) {
+    if (timeline_failed()) return SimulationResult{};
+    auto more = reader.next(request);
+    if (!more) return Unexpected{more.error()};
+    if (!more.value()) break;
+    if (!sim.run_until(request.arrival)) {
+      violated = true;
+      break;
+    }
+    sim.submit(std::move(request));
+    request = Request{};
+  }
+  if (!violated && !sim.run_until(std::numeric_limits<double>::infinity())) violated = true;
+  if (!violated && !sim.finish()) violated = true;
+  if (timeline_failed()) return SimulationResult{};
+  auto sha256 = reader.content_sha256();  // the whole trace's, even after a violation
+  if (!sha256) return Unexpected{sha256.error()};
+
+  const SimTotals& st = sim.sim_totals();
+  ReportSource source{
+      TraceInfo{path, std::string(to_string(reader.format())), st.requests + reader.skipped(),
+                std::move(sha256).value()},
+      violated ? RunStatus::kViolation : RunStatus::kOk,
+      &sim.config(),
+      &sim.totals(),
+      &sim.state(),
+      sim.pool().total(),
+      sim.pool().allocations(),
+      sim.pool().frees(),
+      options.check.name(),
+      &sim.violation(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  if (options.allocator != AllocatorKind::kPaged) {
+    // The baselines reserve regions instead of taking blocks.
+    source.allocations = 0;
+    source.frees = 0;
+  }
+  SimulationResult result;
+  result.violated = violated;
+  result.report = base_report(source);
+  result.report["config"]["simulation"] = sim_options_json(options);
+  result.report["requests"] = {
+      {"total", st.requests + reader.skipped()},
+      {"finished", st.finished},
+      {"skipped", st.skipped + reader.skipped()},
+      {"skipped_pool_too_small", st.skipped - st.skipped_too_long - st.skipped_too_many_samples},
+      {"skipped_too_many_samples", st.skipped_too_many_samples}};
+  const double hit_rate = st.query_tokens == 0 ? 0.0
+                                               : static_cast<double>(st.hit_tokens) /
+                                                     static_cast<double>(st.query_tokens);
+  const double per_request =
+      st.hit_rate_requests == 0 ? 0.0 : st.hit_rate_sum / static_cast<double>(st.hit_rate_requests);
+  result.report["prefix_cache"] = {{"query_tokens", st.query_tokens},
+                                   {"hit_tokens", st.hit_tokens},
+                                   {"hit_rate", hit_rate},
+                                   {"hit_rate_per_request", per_request},
+                                   {"hit_blocks", st.hit_blocks},
+                                   {"evictions", sim.evictions()}};
+  const double seconds = st.virtual_seconds;
+  result.report["scheduler"] = {
+      {"steps", st.steps},
+      {"preemptions", st.preemptions},
+      {"max_running", st.max_running},
+      {"virtual_seconds", seconds},
+      {"output_tokens", st.output_tokens},
+      {"prompt_tokens_computed", st.prompt_tokens_computed},
+      {"output_tokens_per_second",
+       seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0},
+      {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
+  std::string summary = base_summary(source, terminal.color);
+  auto line = [&summary](std::string_view label, const std::string& value) {
+    summary += fmt::format("  {:<26} {}\n", label, value);
+  };
+  summary += fmt::format("{} ({}, prefix cache {})\n", Paint{terminal.color}.bold("simulation"),
+                         to_string(options.allocator),
+                         options.prefix_cache && options.allocator == AllocatorKind::kPaged
+                             ? fmt::format("on, evict {}", to_string(options.evict))
+                             : std::string("off"));
+  line("requests", fmt::format("{} total, {} finished, {} skipped", st.requests + reader.skipped(),
+                               st.finished, st.skipped + reader.skipped()));
+  line("prefix-cache hit rate",
+       fmt::format("{:.4f} of prompt tokens ({:.4f} per request)", hit_rate, per_request));
+  line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
+  line("steps / preemptions", fmt::format("{} / {}", st.steps, st.preemptions));
+  line("max running sequences", std::to_string(st.max_running));
+  line("virtual time",
+       fmt::format("{:.1f} s ({:.1f} output tokens/s)", seconds,
+                   seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0));
+  result.summary = std::move(summary);
+  skip_warnings(path, sim, result);
+  return result;
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,64 @@
+// One simulation of a request trace: reader -> Simulator -> report, summary and
+// warnings. `simulate` runs one; `plan` runs many, in parallel.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/terminal.h"
+#include "engine/simulator.h"
+#include "formats/requests/request.h"
+#include "io/input_error.h"
+#include "io/output.h"
+#include "model/run_config.h"
+#include "report/html.h"
+
+namespace kvreplay {
+
+// One finished simulation: its report and summary.
+struct SimulationResult {
+  bool violated = false;
+  nlohmann::json report;
+  std::string summary;
+  // Requests skipped because they can never fit, one line per reason naming
+  // the option that decides it; printed on stderr even with --quiet.
+  std::vector<std::string> warnings;
+  std::vector<SkipReason> warning_reasons;  // parallel to warnings
+};
+
+// Terminal extras of an interactive run: a progress line (app/terminal.h)
+// and ANSI colour in the summary.
+struct SimulateTerminal {
+  ProgressLine* progress = nullptr;
+  bool color = false;
+};
+
+// Faults planted in a simulation: tests only, never the CLI (the way a test
+// sees a violation reach the exit code and the message).
+struct SimFaults {
+  // After this step (1 = the first; 0 = never), one more reference to a live
+  // block that no table or cache holds: invariant I1 fails at the next check.
+  std::uint64_t leak_block_at_step = 0;
+};
+
+// Reads the whole trace through a Simulator. `timeline`, when given, gets one
+// CSV row per step (a streamed output of the caller's OutputSet); should it
+// fail, the run stops at the next request and the result is incomplete: the
+// caller reports the output's error. `sampler`, when given, sees every step
+// (for the HTML report). `faults`: tests only.
+InputResult<SimulationResult> simulate_file(
+    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
+    const SimOptions& options, OutputFile* timeline, TimelineSampler* sampler = nullptr,
+    const SimulateTerminal& terminal = {}, const SimFaults& faults = {});
+
+// The report's "config.simulation" object: the options a simulation ran with.
+nlohmann::json sim_options_json(const SimOptions& options);
+
+// Resolves the configuration of a request-trace run: command-line options
+// only, llama-3-8b when no geometry is given; a pool size is required.
+InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides);
+
+}  // namespace kvreplay

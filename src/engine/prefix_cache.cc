@@ -1,0 +1,222 @@
+#include "engine/prefix_cache.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "core/enum_names.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr EnumName<EvictPolicy> kEvictPolicyNames[] = {
+    {EvictPolicy::kLru, "lru"},
+    {EvictPolicy::kFifo, "fifo"},
+    {EvictPolicy::kLfu, "lfu"},
+};
+static_assert(enum_names_unique(kEvictPolicyNames));
+
+}  // namespace
+
+std::string_view to_string(EvictPolicy policy) {
+  return enum_name(kEvictPolicyNames, policy);
+}
+
+std::optional<EvictPolicy> parse_evict_policy(std::string_view name) {
+  return enum_parse(kEvictPolicyNames, name);
+}
+
+std::vector<std::string> evict_policy_names() {
+  return enum_names(kEvictPolicyNames);
+}
+
+namespace {
+
+std::uint64_t mix(const PageKey& key) {
+  // murmur3's 64-bit finaliser over the chain id and the offset.
+  std::uint64_t x = key.chain ^ (std::uint64_t{key.offset} * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+}  // namespace
+
+PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks)
+    : policy_(policy), pool_blocks_(pool_blocks) {
+  // Both tables grow with what is cached, not with the pool.
+  slots_.resize(1024);
+}
+
+PrefixCache::Entry& PrefixCache::entry_of(BlockId b) {
+  if (b >= entries_.size()) {
+    entries_.resize(
+        std::min<std::size_t>(pool_blocks_, std::max<std::size_t>(b + 1, entries_.size() * 2)));
+  }
+  return entries_[b];
+}
+
+void PrefixCache::grow_index() {
+  std::vector<Slot> old(slots_.size() * 2);
+  old.swap(slots_);
+  size_ = 0;
+  for (const Slot& slot : old) {
+    if (slot.block != kInvalidBlock) index_insert(PageKey{slot.chain, slot.offset}, slot.block);
+  }
+}
+
+std::size_t PrefixCache::slot_of(const PageKey& key) const {
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
+  while (slots_[slot].block != kInvalidBlock &&
+         (slots_[slot].chain != key.chain || slots_[slot].offset != key.offset)) {
+    slot = (slot + 1) & mask;
+  }
+  return slot;
+}
+
+void PrefixCache::index_insert(const PageKey& key, BlockId b) {
+  if ((size_ + 1) * 2 > slots_.size()) grow_index();  // at most half full
+  slots_[slot_of(key)] = Slot{key.chain, key.offset, b};
+  ++size_;
+}
+
+void PrefixCache::index_erase(const PageKey& key) {
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t hole = slot_of(key);
+  if (slots_[hole].block == kInvalidBlock) return;
+  slots_[hole].block = kInvalidBlock;
+  --size_;
+  // Backward-shift: move later entries of the probe run into the hole.
+  for (std::size_t next = (hole + 1) & mask; slots_[next].block != kInvalidBlock;
+       next = (next + 1) & mask) {
+    std::size_t home =
+        static_cast<std::size_t>(mix(PageKey{slots_[next].chain, slots_[next].offset})) & mask;
+    // Move it if its home is not in the cyclic range (hole, next].
+    bool stays = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next);
+    if (stays) continue;
+    slots_[hole] = slots_[next];
+    slots_[next].block = kInvalidBlock;
+    hole = next;
+  }
+}
+
+std::optional<BlockId> PrefixCache::find(const PageKey& key) const {
+  BlockId b = slots_[slot_of(key)].block;
+  if (b == kInvalidBlock) return std::nullopt;
+  return b;
+}
+
+void PrefixCache::make_evictable(BlockId b) {
+  Entry& entry = entry_of(b);
+  if (!entry.evictable) ++evictable_count_;
+  entry.evictable = true;
+  ++entry.version;
+  Candidate candidate{0, 0, b, entry.version};
+  switch (policy_) {
+    case EvictPolicy::kLru: candidate.first = entry.last_use; break;
+    case EvictPolicy::kFifo: candidate.first = entry.inserted; break;
+    case EvictPolicy::kLfu:
+      candidate.first = entry.hits;
+      candidate.second = entry.last_use;
+      break;
+  }
+  if (policy_ == EvictPolicy::kLru) {
+    queue_.push_back(candidate);
+  } else {
+    heap_.push_back(candidate);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+  }
+  purge_stale_if_due();
+}
+
+bool PrefixCache::stale(const Candidate& candidate) const {
+  const Entry& entry = entries_[candidate.block];
+  return !entry.cached || !entry.evictable || entry.version != candidate.version;
+}
+
+void PrefixCache::purge_stale_if_due() {
+  // Each evictable block has exactly one live candidate (its latest version).
+  const std::size_t live = evictable_count_;
+  if (candidates() <= 2 * live + kCandidateSlack) return;
+  auto is_stale = [this](const Candidate& candidate) { return stale(candidate); };
+  if (policy_ == EvictPolicy::kLru) {
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), is_stale), queue_.end());
+    queue_.shrink_to_fit();
+  } else {
+    heap_.erase(std::remove_if(heap_.begin(), heap_.end(), is_stale), heap_.end());
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<>{});
+  }
+}
+
+void PrefixCache::make_unevictable(BlockId b) {
+  Entry& entry = entry_of(b);
+  if (entry.evictable) --evictable_count_;
+  entry.evictable = false;
+  ++entry.version;  // its candidate goes stale
+  purge_stale_if_due();
+}
+
+void PrefixCache::touch(BlockId b, std::uint64_t tick) {
+  Entry& entry = entry_of(b);
+  if (!entry.cached) return;
+  make_unevictable(b);
+  ++entry.hits;
+  entry.last_use = tick;
+}
+
+CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,
+                                     std::uint64_t tick) {
+  if (entry_of(b).cached || find(key)) return false;
+  if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
+  index_insert(key, b);
+  Entry& cached = entry_of(b);
+  cached.key = key;
+  cached.inserted = cached.last_use = tick;
+  cached.hits = 0;
+  cached.cached = true;
+  cached.evictable = false;
+  ++cached.version;
+  return true;
+}
+
+void PrefixCache::released(BlockId b, const BlockPool& pool, std::uint64_t tick) {
+  Entry& entry = entry_of(b);
+  if (!entry.cached || pool.refcount(b) != 1) return;
+  entry.last_use = tick;
+  make_evictable(b);
+}
+
+bool PrefixCache::evict_one(BlockPool& pool) {
+  while (!heap_.empty() || !queue_.empty()) {
+    Candidate candidate{};
+    if (policy_ == EvictPolicy::kLru) {
+      candidate = queue_.front();
+      queue_.pop_front();
+    } else {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
+      candidate = heap_.back();
+      heap_.pop_back();
+    }
+    if (stale(candidate)) continue;
+    Entry& entry = entries_[candidate.block];
+    make_unevictable(candidate.block);
+    entry.cached = false;
+    index_erase(entry.key);
+    (void)pool.release(candidate.block);  // held by the cache alone: frees it
+    ++evictions_;
+    return true;
+  }
+  return false;
+}
+
+void PrefixCache::holds(std::vector<BlockId>& out) const {
+  for (BlockId b = 0; b < entries_.size(); ++b) {
+    if (entries_[b].cached) out.push_back(b);
+  }
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,547 @@
+#include "engine/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/enum_names.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr EnumName<AllocatorKind> kAllocatorNames[] = {
+    {AllocatorKind::kPaged, "paged"},
+    {AllocatorKind::kContiguousMax, "contiguous-max"},
+    {AllocatorKind::kContiguousPow2, "contiguous-pow2"},
+    {AllocatorKind::kContiguousOracle, "contiguous-oracle"},
+};
+static_assert(enum_names_unique(kAllocatorNames));
+
+}  // namespace
+
+std::string_view to_string(AllocatorKind kind) {
+  return enum_name(kAllocatorNames, kind);
+}
+
+std::optional<AllocatorKind> parse_allocator(std::string_view name) {
+  return enum_parse(kAllocatorNames, name);
+}
+
+std::vector<std::string> allocator_names() {
+  return enum_names(kAllocatorNames);
+}
+
+namespace {
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+constexpr std::uint64_t kPrefixChainBase = 1ull << 63;
+
+}  // namespace
+
+Simulator::Simulator(const RunConfig& config, const SimOptions& options)
+    : config_(config),
+      options_(options),
+      pool_(config.kv.pool_blocks, config.alloc_order),
+      cache_(options.evict, config.kv.pool_blocks) {
+  watermark_blocks_ = static_cast<std::uint32_t>(
+      std::floor(options.watermark * static_cast<double>(config.kv.pool_blocks)));
+  if (!paged()) free_ranges_[0] = std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens;
+}
+
+Simulator::~Simulator() = default;
+
+SequenceBlockTable Simulator::new_table() const {
+  return SequenceBlockTable(config_.kv.pages_per_seq(), config_.kv.page_tokens);
+}
+
+bool Simulator::idle() const {
+  return arriving_.empty() && waiting_.empty() && running_.empty();
+}
+
+std::uint32_t Simulator::reservation_tokens(const Request& request) const {
+  std::uint64_t final_length = std::uint64_t{request.prompt} + request.output - 1;
+  switch (options_.allocator) {
+    case AllocatorKind::kContiguousMax: return config_.kv.max_seq_tokens;
+    case AllocatorKind::kContiguousPow2: {
+      std::uint64_t pow2 = 1;
+      while (pow2 < final_length) pow2 <<= 1;
+      return static_cast<std::uint32_t>(std::min<std::uint64_t>(pow2, config_.kv.max_seq_tokens));
+    }
+    case AllocatorKind::kContiguousOracle:
+    case AllocatorKind::kPaged: return static_cast<std::uint32_t>(final_length);
+  }
+  return static_cast<std::uint32_t>(final_length);
+}
+
+std::optional<SkipReason> Simulator::never_fits(const Request& request, std::uint64_t& need) const {
+  const std::uint64_t pt = config_.kv.page_tokens;
+  std::uint64_t final_length = std::uint64_t{request.prompt} + request.output - 1;
+  if (final_length > config_.kv.max_seq_tokens) {
+    need = final_length;
+    return SkipReason::kTooLong;
+  }
+  // Admission keeps the running samples within max_seqs, so such a request
+  // would wait at the head of the queue forever (and block everyone after it).
+  if (request.n > options_.max_seqs) {
+    need = request.n;
+    return SkipReason::kTooManySamples;
+  }
+  if (!paged()) {
+    need = std::uint64_t{request.n} * reservation_tokens(request);
+    if (need <= std::uint64_t{config_.kv.pool_blocks} * pt) return std::nullopt;
+    return SkipReason::kPoolTooSmall;
+  }
+  // Full prompt pages are shared by the samples; the rest is per sample.
+  std::uint64_t shared = request.prompt / pt;
+  need = shared + request.n * (ceil_div(final_length, pt) - shared);
+  if (need + watermark_blocks_ <= config_.kv.pool_blocks) return std::nullopt;
+  return SkipReason::kPoolTooSmall;
+}
+
+void Simulator::submit(Request request) {
+  ++sim_.requests;
+  std::uint64_t need = 0;
+  if (auto reason = never_fits(request, need)) {
+    ++sim_.skipped;
+    if (*reason == SkipReason::kTooLong) ++sim_.skipped_too_long;
+    if (*reason == SkipReason::kTooManySamples) ++sim_.skipped_too_many_samples;
+    auto& first = first_skipped_[static_cast<std::size_t>(*reason)];
+    if (!first) first = SkippedRequest{request.line, request.id, need};
+    return;
+  }
+  arriving_.push_back(std::move(request));
+}
+
+std::optional<PageKey> Simulator::page_key(const Flight& flight, std::uint32_t page) const {
+  const Request& request = flight.request;
+  const std::uint64_t end = (std::uint64_t{page} + 1) * config_.kv.page_tokens;
+  if (end > request.prompt) return std::nullopt;
+  if (!request.hash_ids.empty()) {
+    const std::uint64_t block = request.hash_block_tokens;
+    const std::uint64_t k = (end - 1) / block;
+    if (k >= request.hash_ids.size()) return std::nullopt;
+    return PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k * block)};
+  }
+  if (!request.prefix.empty() && end <= request.prefix_tokens) {
+    return PageKey{kPrefixChainBase + prefix_ids_.at(request.prefix),
+                   static_cast<std::uint32_t>(end)};
+  }
+  return std::nullopt;
+}
+
+bool Simulator::run_until(double horizon) {
+  for (;;) {
+    while (!arriving_.empty() && arriving_.front().arrival <= now_) {
+      auto flight = std::make_unique<Flight>();
+      flight->request = std::move(arriving_.front());
+      arriving_.pop_front();
+      if (!flight->request.prefix.empty()) {
+        prefix_ids_.emplace(flight->request.prefix, prefix_ids_.size());
+      }
+      waiting_.push_back(std::move(flight));
+    }
+    if (running_.empty() && waiting_.empty()) {
+      if (arriving_.empty()) return true;
+      now_ = std::max(now_, arriving_.front().arrival);
+      continue;
+    }
+    if (now_ >= horizon) return true;
+    if (!step()) return false;
+  }
+}
+
+bool Simulator::step() {
+  ++tick_;
+  step_prefill_tokens_ = step_decode_seqs_ = step_context_tokens_ = 0;
+  std::uint32_t budget = options_.max_batched_tokens;
+  for (std::size_t i = 0; i < running_.size();) {
+    bool preempted_self = false;
+    Flight& flight = *running_[i];
+    if (!run_flight(flight, budget, i, preempted_self)) return false;
+    if (preempted_self) break;
+    bool done = std::all_of(flight.samples.begin(), flight.samples.end(),
+                            [](const Sample& s) { return s.done; });
+    if (done && flight.prefilled == flight.request.prompt) {
+      ++sim_.finished;
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  bool stop = false;
+  while (!waiting_.empty() && budget > 0 && !stop) {
+    if (!admit_next(budget, stop)) return false;
+  }
+  sim_.max_running = std::max(sim_.max_running, running_samples_);
+  const CostModel& cost = options_.cost;
+  double step_ms =
+      cost.step_ms + static_cast<double>(step_prefill_tokens_) * cost.prefill_token_ms +
+      static_cast<double>(step_decode_seqs_) * cost.decode_seq_ms +
+      static_cast<double>(step_context_tokens_) *
+          static_cast<double>(config_.kv.bytes_per_token()) / (cost.kv_bandwidth_gbps * 1e6);
+  now_ += step_ms / 1000.0;
+  ++sim_.steps;
+  sim_.virtual_seconds = now_;
+  record();
+  bool due =
+      options_.check.mode == CheckPolicy::Mode::kEvery ||
+      (options_.check.mode == CheckPolicy::Mode::kEveryN && sim_.steps % options_.check.every == 0);
+  if (due && !check_now()) return false;
+  if (on_step) on_step(*this);
+  return true;
+}
+
+bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
+  Flight& flight = *waiting_.front();
+  const Request& request = flight.request;
+  const std::uint32_t pt = config_.kv.page_tokens;
+  if (running_samples_ + request.n > options_.max_seqs) {
+    stop = true;
+    return true;
+  }
+  std::vector<BlockId>& hits = flight.hit_blocks;
+  if (paged()) {
+    if (options_.prefix_cache) {
+      // Keep the hits of the last attempt that are still cached, then search on.
+      std::size_t valid = 0;
+      while (valid < hits.size() && cache_.cached_as(hits[valid], flight.hit_keys[valid])) ++valid;
+      hits.resize(valid);
+      flight.hit_keys.resize(valid);
+      // At least one prompt token is always computed (it yields the first output).
+      for (auto page = static_cast<std::uint32_t>(valid);
+           (std::uint64_t{page} + 1) * pt < request.prompt; ++page) {
+        auto key = page_key(flight, page);
+        if (!key) break;
+        auto block = cache_.find(*key);
+        if (!block) break;
+        hits.push_back(*block);
+        flight.hit_keys.push_back(*key);
+      }
+    }
+    const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
+    const std::uint32_t chunk = std::min(request.prompt - hit_tokens, budget);
+    const std::uint64_t needed = ceil_div(std::uint64_t{hit_tokens} + chunk, pt) - hits.size();
+    std::uint64_t evictable_hits = 0;
+    for (BlockId b : hits) evictable_hits += pool_.refcount(b) == 1 ? 1 : 0;
+    const std::uint64_t available = pool_.free_count() + cache_.evictable() - evictable_hits;
+    if (available < needed + watermark_blocks_) {
+      stop = true;
+      return true;
+    }
+  } else {
+    const std::uint64_t slots = reservation_tokens(request);
+    std::vector<std::uint64_t> regions;
+    for (std::uint32_t k = 0; k < request.n; ++k) {
+      auto region = reserve_region(slots);
+      if (!region) break;
+      regions.push_back(*region);
+    }
+    if (regions.size() < request.n) {
+      std::uint64_t free_slots = std::uint64_t{config_.kv.pool_blocks} * pt - reserved_slots_;
+      for (std::uint64_t start : regions) free_region(start, slots);
+      if (free_slots >= slots * request.n) ++sim_.admission_blocked_external;
+      stop = true;
+      return true;
+    }
+    flight.samples.clear();
+    for (std::uint64_t start : regions) {
+      flight.samples.push_back(Sample{SequenceBlockTable(0, 1), 0, 0, false, start, slots});
+    }
+  }
+
+  std::unique_ptr<Flight> owned = std::move(waiting_.front());
+  waiting_.pop_front();
+  owned->order = next_order_++;
+  running_samples_ += request.n;
+  const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
+  if (!owned->admitted_before) {
+    // Hits count once per request: never when a preempted request is recomputed.
+    owned->admitted_before = true;
+    sim_.query_tokens += request.prompt;
+    sim_.hit_tokens += hit_tokens;
+    sim_.hit_blocks += hits.size();
+    sim_.hit_rate_sum += static_cast<double>(hit_tokens) / static_cast<double>(request.prompt);
+    ++sim_.hit_rate_requests;
+  }
+  if (paged()) {
+    owned->samples.clear();
+    owned->samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0});
+    if (!hits.empty()) {
+      for (BlockId b : hits) cache_.touch(b, tick_);
+      if (auto installed = owned->samples[0].table.install_shared_prefix(hits, hit_tokens, pool_);
+          !installed) {
+        violation_ = Violation{sim_.steps + 1, request.line, "I1",
+                               fmt::format("request {}: install_shared_prefix failed: {}",
+                                           request.id, installed.error())};
+        return false;
+      }
+      ++totals_.prefix_installs;
+      totals_.shared_pages_installed += hits.size();
+      state_.logical_tokens += hit_tokens;
+      state_.table_entries += hits.size();
+    }
+  }
+  owned->prefilled = hit_tokens;
+  owned->cached_pages = static_cast<std::uint32_t>(hits.size());
+  owned->hit_blocks.clear();
+  owned->hit_keys.clear();
+  running_.push_back(std::move(owned));
+  Flight& admitted = *running_.back();
+  bool preempted_self = false;
+  if (!run_flight(admitted, budget, running_.size() - 1, preempted_self)) return false;
+  if (preempted_self) {
+    stop = true;
+    return true;
+  }
+  bool done = std::all_of(admitted.samples.begin(), admitted.samples.end(),
+                          [](const Sample& s) { return s.done; });
+  if (done && admitted.prefilled == admitted.request.prompt) {
+    ++sim_.finished;
+    running_.pop_back();
+  }
+  return true;
+}
+
+bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t index,
+                           bool& preempted_self) {
+  const Request& request = flight.request;
+  if (flight.prefilled < request.prompt) {
+    const std::uint32_t chunk = std::min(request.prompt - flight.prefilled, budget);
+    if (chunk == 0) return true;
+    if (!append(flight, flight.samples[0], chunk, index, preempted_self)) return false;
+    if (preempted_self) return true;
+    budget -= chunk;
+    flight.prefilled += chunk;
+    step_prefill_tokens_ += chunk;
+    sim_.prompt_tokens_computed += chunk;
+    step_context_tokens_ += flight.prefilled;
+    if (paged() && options_.prefix_cache) {
+      offer_to_cache(flight);
+      if (violation_) return false;
+    }
+    if (flight.prefilled < request.prompt) return true;
+    // The step that ends the prefill yields every sample's first token.
+    for (std::uint32_t k = 1; k < request.n; ++k) {
+      Sample child{new_table(), flight.samples[0].length, 0, false, 0, 0};
+      if (paged()) {
+        if (auto forked = flight.samples[0].table.fork_into(child.table, pool_); !forked) {
+          violation_ = Violation{
+              sim_.steps + 1, request.line, "I1",
+              fmt::format("request {}: fork_into failed: {}", request.id, forked.error())};
+          return false;
+        }
+        ++totals_.forks;
+        state_.logical_tokens += child.table.length();
+        state_.table_entries += child.table.entries().size();
+        flight.samples.push_back(std::move(child));
+      } else {
+        // Contiguous baselines copy the prompt into each sample's own region.
+        flight.samples[k].length = request.prompt;
+        state_.logical_tokens += request.prompt;
+      }
+    }
+    for (Sample& sample : flight.samples) {
+      sample.generated = 1;
+      ++sim_.output_tokens;
+    }
+    for (Sample& sample : flight.samples) {
+      if (sample.generated >= request.output) finish_sample(sample);
+    }
+    return true;
+  }
+  for (std::size_t k = 0; k < flight.samples.size(); ++k) {
+    if (flight.samples[k].done) continue;
+    if (budget == 0) break;
+    if (!append(flight, flight.samples[k], 1, index, preempted_self)) return false;
+    if (preempted_self) return true;
+    Sample& sample = flight.samples[k];
+    --budget;
+    ++sample.generated;
+    ++sim_.output_tokens;
+    ++step_decode_seqs_;
+    step_context_tokens_ += sample.length;
+    if (sample.generated >= request.output) finish_sample(sample);
+  }
+  return true;
+}
+
+bool Simulator::append(Flight& flight, Sample& sample, std::uint32_t tokens, std::size_t index,
+                       bool& preempted_self) {
+  if (!paged()) {
+    sample.length += tokens;  // inside its reserved region
+    state_.logical_tokens += tokens;
+    totals_.tokens_appended += tokens;
+    return true;
+  }
+  for (;;) {
+    auto needed = sample.table.blocks_needed(tokens, pool_);
+    if (!needed) {
+      violation_ = Violation{
+          sim_.steps + 1, flight.request.line, "I1",
+          fmt::format("request {}: append failed: {}", flight.request.id, needed.error())};
+      return false;
+    }
+    while (pool_.free_count() < needed.value() && cache_.evict_one(pool_)) {
+    }
+    if (pool_.free_count() >= needed.value()) break;
+    // Out of blocks: preempt the most recently admitted request, maybe this one.
+    const bool self = index + 1 == running_.size();
+    preempt_last();
+    if (self) {
+      preempted_self = true;
+      return true;
+    }
+  }
+  std::size_t pages_before = sample.table.entries().size();
+  auto appended = sample.table.append(tokens, pool_);
+  if (!appended) {
+    violation_ = Violation{
+        sim_.steps + 1, flight.request.line, "I1",
+        fmt::format("request {}: append failed: {}", flight.request.id, appended.error())};
+    return false;
+  }
+  for (const CopyOnWrite& copy : appended.value().copies) {
+    ++totals_.cow_copies;
+    totals_.cow_bytes += std::uint64_t{pool_.filled(copy.source)} * config_.kv.bytes_per_token();
+  }
+  sample.length += tokens;
+  totals_.tokens_appended += tokens;
+  state_.logical_tokens += tokens;
+  state_.table_entries += sample.table.entries().size() - pages_before;
+  return true;
+}
+
+void Simulator::release_sample(Sample& sample) {
+  state_.logical_tokens -= sample.length;
+  sample.length = 0;
+  if (!paged()) {
+    free_region(sample.region, sample.region_slots);
+    return;
+  }
+  std::vector<BlockId> blocks(sample.table.entries().begin(), sample.table.entries().end());
+  state_.table_entries -= blocks.size();
+  (void)sample.table.release_all(pool_);  // tables built by this simulator are consistent
+  // Last page first: a sequence's tail is evicted before its shared prefix.
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cache_.released(*it, pool_, tick_);
+}
+
+void Simulator::finish_sample(Sample& sample) {
+  release_sample(sample);
+  sample.done = true;
+  --running_samples_;
+}
+
+void Simulator::preempt_last() {
+  std::unique_ptr<Flight> victim = std::move(running_.back());
+  running_.pop_back();
+  for (Sample& sample : victim->samples) {
+    if (sample.done) continue;
+    release_sample(sample);
+    --running_samples_;
+  }
+  // Recompute: the request starts over (prefill, then its first token again).
+  victim->samples.clear();
+  victim->prefilled = 0;
+  victim->cached_pages = 0;
+  waiting_.push_front(std::move(victim));
+  ++sim_.preemptions;
+}
+
+void Simulator::offer_to_cache(Flight& flight) {
+  const std::uint32_t full_pages =
+      std::min(flight.prefilled, flight.request.prompt) / config_.kv.page_tokens;
+  for (std::uint32_t page = flight.cached_pages; page < full_pages; ++page) {
+    auto key = page_key(flight, page);
+    if (!key) break;
+    auto block = flight.samples[0].table.get(page);
+    if (!block) break;
+    auto inserted = cache_.insert(*key, *block, pool_, tick_);
+    if (!inserted) {
+      violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                             fmt::format("request {}: caching page {} failed: {}",
+                                         flight.request.id, page, inserted.error())};
+      return;
+    }
+    state_.table_entries += inserted.value() ? 1 : 0;
+  }
+  flight.cached_pages = std::max(flight.cached_pages, full_pages);
+}
+
+void Simulator::record() {
+  state_.live_sequences = running_samples_;
+  const std::uint32_t pt = config_.kv.page_tokens;
+  if (paged()) {
+    record_event(state_, totals_, pool_.used_count(), pool_.filled_total(), pt);
+    return;
+  }
+  // Contiguous: reserved regions, in units of pages, against the KV they hold.
+  sim_.reserved_slots_peak = std::max(sim_.reserved_slots_peak, reserved_slots_);
+  const auto used = static_cast<std::uint32_t>(ceil_div(reserved_slots_, pt));
+  std::uint64_t physical = state_.logical_tokens;
+  record_event(state_, totals_, used, std::min<std::uint64_t>(physical, std::uint64_t{used} * pt),
+               pt);
+}
+
+bool Simulator::check_now() {
+  if (!paged()) return true;
+  table_refs_.clear();
+  holds_.clear();
+  std::deque<std::string> labels;
+  for (const auto& flight : running_) {
+    for (std::size_t k = 0; k < flight->samples.size(); ++k) {
+      if (flight->samples[k].done) continue;
+      labels.push_back(fmt::format("request {} sample {}", flight->request.id, k));
+      table_refs_.push_back({&flight->samples[k].table, labels.back()});
+    }
+  }
+  cache_.holds(holds_);
+  ++totals_.checks;
+  auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_, holds_);
+  if (!found) return true;
+  violation_ = Violation{sim_.steps, 0, found->invariant, found->message};
+  return false;
+}
+
+bool Simulator::finish() {
+  if (options_.check.mode == CheckPolicy::Mode::kOff) return true;
+  return check_now();
+}
+
+std::optional<std::uint64_t> Simulator::reserve_region(std::uint64_t slots) {
+  for (auto it = free_ranges_.begin(); it != free_ranges_.end(); ++it) {
+    if (it->second < slots) continue;
+    std::uint64_t start = it->first;
+    std::uint64_t rest = it->second - slots;
+    free_ranges_.erase(it);
+    if (rest > 0) free_ranges_.emplace(start + slots, rest);
+    reserved_slots_ += slots;
+    return start;
+  }
+  return std::nullopt;
+}
+
+void Simulator::free_region(std::uint64_t start, std::uint64_t slots) {
+  reserved_slots_ -= slots;
+  auto [it, inserted] = free_ranges_.emplace(start, slots);
+  (void)inserted;
+  // Coalesce with the neighbours.
+  if (auto next = std::next(it); next != free_ranges_.end() && start + it->second == next->first) {
+    it->second += next->second;
+    free_ranges_.erase(next);
+  }
+  if (it != free_ranges_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      free_ranges_.erase(it);
+    }
+  }
+}
+
+}  // namespace kvreplay

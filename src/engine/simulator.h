@@ -1,0 +1,220 @@
+// Simulator: a continuous-batching scheduler (SPEC 3) that turns a request
+// trace into work on the real pool and tables, with a prefix cache, or into
+// per-request contiguous reservations for the baselines.
+//
+// Each step, in virtual time:
+//   1. requests whose arrival has come join the waiting queue (FCFS);
+//   2. running requests advance in admission order within --max-batched-tokens:
+//      a prefilling request takes its next prompt chunk (chunked prefill), a
+//      decoding one one token per live sample; the step that ends a prefill
+//      yields the first output token, and n > 1 forks the other samples then;
+//   3. waiting requests are admitted FCFS while the budget lasts, the running
+//      samples stay within --max-seqs, and free (plus evictable) blocks stay
+//      above the watermark after the first chunk (prefix-cache hits are
+//      installed first and need no new block);
+//   4. a paged append that cannot get a block, even after evicting the prefix
+//      cache, preempts the most recently admitted request by recompute: its
+//      blocks are released and it rejoins the front of the queue, to start over;
+//   5. a sample finishes after `output` tokens (its KV holds prompt + output - 1
+//      tokens); virtual time advances by the cost model (see CostModel).
+// Requests that can never fit (longer than max_seq_tokens, more samples than
+// max_seqs, or more blocks than the pool minus the watermark) are skipped and
+// counted: admission would wait for them forever. Every other request is
+// admitted once nothing else runs (its first chunk then fits), so a run ends.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "core/block_table.h"
+#include "core/invariants.h"
+#include "engine/prefix_cache.h"
+#include "engine/replayer.h"
+#include "formats/requests/request.h"
+#include "model/run_config.h"
+
+namespace kvreplay {
+
+enum class AllocatorKind : std::uint8_t {
+  kPaged,
+  kContiguousMax,
+  kContiguousPow2,
+  kContiguousOracle
+};
+std::string_view to_string(AllocatorKind kind);
+std::optional<AllocatorKind> parse_allocator(std::string_view name);
+std::vector<std::string> allocator_names();  // in table order, for the command line
+
+// step_ms = step_ms + prefill_tokens * prefill_token_ms + decode_seqs * decode_seq_ms
+//         + context_tokens_read * bytes_per_token / (kv_bandwidth_gbps * 1e6)
+// Defaults are rough figures for an 8B model on one H100-class GPU.
+struct CostModel {
+  double step_ms = 5.0;             // fixed cost per step (weights read, launch)
+  double prefill_token_ms = 0.025;  // per prompt token computed
+  double decode_seq_ms = 0.01;      // per sequence decoded
+  double kv_bandwidth_gbps = 3000;  // attention reads every context token's KV
+};
+
+struct SimOptions {
+  std::uint32_t max_seqs = 256;
+  std::uint32_t max_batched_tokens = 8192;
+  double watermark = 0.01;  // fraction of the pool kept free at admission
+  bool prefix_cache = true;
+  EvictPolicy evict = EvictPolicy::kLru;
+  AllocatorKind allocator = AllocatorKind::kPaged;
+  CostModel cost;
+  CheckPolicy check;
+};
+
+// Why a request can never fit; the first applies when several do.
+enum class SkipReason : std::uint8_t {
+  kTooLong,         // prompt + output - 1 > max_seq_tokens (no pool helps)
+  kTooManySamples,  // n > max_seqs (no pool helps)
+  kPoolTooSmall,    // more blocks (or slots) than the pool minus the watermark
+};
+inline constexpr std::size_t kSkipReasons = 3;
+
+// The first request skipped for a reason, for the warning naming it.
+struct SkippedRequest {
+  std::uint64_t line = 0;
+  std::string id;
+  std::uint64_t need = 0;  // tokens, samples or blocks (slots for the contiguous baselines)
+};
+
+struct SimTotals {
+  std::uint64_t requests = 0;
+  std::uint64_t finished = 0;
+  std::uint64_t skipped = 0;
+  std::uint64_t skipped_too_long = 0;          // of those, longer than max_seq_tokens
+  std::uint64_t skipped_too_many_samples = 0;  // of those, n above max_seqs
+  std::uint64_t steps = 0;
+  std::uint64_t preemptions = 0;
+  std::uint64_t max_running = 0;  // samples running at once
+  double virtual_seconds = 0.0;
+  std::uint64_t output_tokens = 0;
+  std::uint64_t prompt_tokens_computed = 0;  // recomputation included
+  std::uint64_t query_tokens = 0;            // prompt tokens at first admission
+  std::uint64_t hit_tokens = 0;
+  std::uint64_t hit_blocks = 0;
+  double hit_rate_sum = 0.0;  // per-request hit rates at first admission
+  std::uint64_t hit_rate_requests = 0;
+  std::uint64_t reserved_slots_peak = 0;  // contiguous baselines
+  std::uint64_t admission_blocked_external =
+      0;  // contiguous: free space existed but not in one piece
+};
+
+class Simulator {
+ public:
+  Simulator(const RunConfig& config, const SimOptions& options);
+  ~Simulator();
+
+  // Feeds the next request (arrivals must not decrease).
+  void submit(Request request);
+  // Runs steps until every submitted request whose arrival is before
+  // `horizon` has been admitted, or everything is done when horizon is +inf.
+  // Returns false when an invariant check failed.
+  bool run_until(double horizon);
+  // The end-of-run check.
+  bool finish();
+
+  const SimTotals& sim_totals() const { return sim_; }
+  const ReplayTotals& totals() const { return totals_; }
+  const ReplayState& state() const { return state_; }
+  const std::optional<Violation>& violation() const { return violation_; }
+  const BlockPool& pool() const { return pool_; }
+  const RunConfig& config() const { return config_; }
+  const SimOptions& options() const { return options_; }
+  std::uint64_t evictions() const { return cache_.evictions(); }
+  const PrefixCache& prefix_cache() const { return cache_; }
+  // The first request skipped for `reason`, if any.
+  const std::optional<SkippedRequest>& first_skipped(SkipReason reason) const {
+    return first_skipped_[static_cast<std::size_t>(reason)];
+  }
+  double now() const { return now_; }
+  bool idle() const;
+
+  // Called after every step (for the timeline).
+  std::function<void(const Simulator&)> on_step;
+
+ private:
+  struct Sample {
+    SequenceBlockTable table;     // paged only
+    std::uint32_t length = 0;     // tokens of KV held
+    std::uint32_t generated = 0;  // output tokens produced
+    bool done = false;
+    std::uint64_t region = 0;        // contiguous: first slot of its region
+    std::uint64_t region_slots = 0;  // contiguous: size of its region
+  };
+  struct Flight {
+    Request request;
+    std::uint64_t order = 0;  // admission order
+    bool admitted_before = false;
+    std::uint32_t prefilled = 0;
+    std::uint32_t cached_pages = 0;  // leading prompt pages already offered to the cache
+    // Prefix-cache hits found while waiting, re-verified (not re-searched) on
+    // every admission attempt.
+    std::vector<BlockId> hit_blocks;
+    std::vector<PageKey> hit_keys;
+    std::vector<Sample> samples;
+  };
+
+  bool step();
+  bool admit_next(std::uint32_t& budget, bool& stop);
+  bool run_flight(Flight& flight, std::uint32_t& budget, std::size_t index, bool& preempted_self);
+  bool append(Flight& flight, Sample& sample, std::uint32_t tokens, std::size_t index,
+              bool& preempted_self);
+  void preempt_last();
+  void release_sample(Sample& sample);
+  void finish_sample(Sample& sample);
+  void offer_to_cache(Flight& flight);
+  std::optional<PageKey> page_key(const Flight& flight, std::uint32_t page) const;
+  std::uint32_t reservation_tokens(const Request& request) const;
+  // Why `request` can never run to completion here, or nullopt when it can;
+  // `need` is set to what it needs (see SkippedRequest).
+  std::optional<SkipReason> never_fits(const Request& request, std::uint64_t& need) const;
+  bool check_now();
+  void record();
+  SequenceBlockTable new_table() const;
+  bool paged() const { return options_.allocator == AllocatorKind::kPaged; }
+  // Contiguous first-fit arena over pool_blocks * page_tokens slots.
+  std::optional<std::uint64_t> reserve_region(std::uint64_t slots);
+  void free_region(std::uint64_t start, std::uint64_t slots);
+
+  RunConfig config_;
+  SimOptions options_;
+  BlockPool pool_;
+  PrefixCache cache_;
+  InvariantChecker checker_;
+  std::deque<Request> arriving_;
+  std::deque<std::unique_ptr<Flight>> waiting_;
+  std::vector<std::unique_ptr<Flight>> running_;
+  std::map<std::string, std::uint64_t> prefix_ids_;
+  std::map<std::uint64_t, std::uint64_t> free_ranges_;  // contiguous: start -> length
+  std::uint64_t reserved_slots_ = 0;
+  std::uint64_t next_order_ = 0;
+  std::uint64_t running_samples_ = 0;
+  double now_ = 0.0;
+  std::uint64_t tick_ = 0;
+  std::uint32_t watermark_blocks_ = 0;
+  SimTotals sim_;
+  std::array<std::optional<SkippedRequest>, kSkipReasons> first_skipped_;
+  ReplayTotals totals_;
+  ReplayState state_;
+  std::optional<Violation> violation_;
+  std::vector<TableRef> table_refs_;
+  std::vector<BlockId> holds_;
+  // Per step, for the cost model.
+  std::uint64_t step_prefill_tokens_ = 0;
+  std::uint64_t step_decode_seqs_ = 0;
+  std::uint64_t step_context_tokens_ = 0;
+};
+
+}  // namespace kvreplay

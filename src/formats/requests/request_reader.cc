@@ -1,0 +1,98 @@
+// The public face of the request readers: opens the bytes and hands them to
+// the reader of their format (requests/detect.h picks it; one file pair per
+// format in requests/).
+#include "formats/requests/request_reader.h"
+
+#include <utility>
+#include <vector>
+
+#include "core/enum_names.h"
+#include "formats/requests/detect.h"
+#include "io/byte_source.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr EnumName<RequestFormat> kRequestFormatNames[] = {
+    {RequestFormat::kNative, "native"},
+    {RequestFormat::kMooncake, "mooncake"},
+    {RequestFormat::kAzure, "azure"},
+    {RequestFormat::kBurstGpt, "burstgpt"},
+};
+static_assert(enum_names_unique(kRequestFormatNames));
+
+}  // namespace
+
+std::string_view to_string(RequestFormat format) {
+  return enum_name(kRequestFormatNames, format);
+}
+
+std::optional<RequestFormat> parse_request_format(std::string_view name) {
+  return enum_parse(kRequestFormatNames, name);
+}
+
+std::vector<std::string> request_format_names() {
+  return enum_names(kRequestFormatNames);
+}
+
+struct RequestReader::Impl {
+  Impl(std::unique_ptr<ByteSource> byte_source, std::string file_name)
+      : source(std::move(byte_source)), name(std::move(file_name)) {}
+
+  // The reader refers to both, so they are declared (and outlive it) first.
+  std::unique_ptr<ByteSource> source;
+  std::string name;
+  RequestFormat format = RequestFormat::kNative;
+  std::unique_ptr<requests::FormatReader> reader;
+
+  InputStatus init(std::optional<RequestFormat> forced) {
+    auto detected = requests::detect_format(*source, name, forced);
+    if (!detected) return Unexpected{detected.error()};
+    format = detected.value().format;
+    reader = std::move(detected.value().reader);
+    return {};
+  }
+};
+
+RequestReader::RequestReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RequestReader::~RequestReader() = default;
+
+InputResult<std::unique_ptr<RequestReader>> RequestReader::open(
+    const std::string& path, std::optional<RequestFormat> forced) {
+  std::string name = path == "-" ? "<stdin>" : path;
+  auto source = ByteSource::open(path);
+  if (!source) return Unexpected{InputError{name, 0, "file", "cannot open: " + source.error()}};
+  auto impl = std::make_unique<Impl>(std::move(source).value(), name);
+  if (auto status = impl->init(forced); !status) return Unexpected{status.error()};
+  return std::unique_ptr<RequestReader>(new RequestReader(std::move(impl)));
+}
+
+InputResult<std::unique_ptr<RequestReader>> RequestReader::from_string(
+    std::string data, const std::string& name, std::optional<RequestFormat> forced) {
+  auto impl = std::make_unique<Impl>(ByteSource::from_string(std::move(data)), name);
+  if (auto status = impl->init(forced); !status) return Unexpected{status.error()};
+  return std::unique_ptr<RequestReader>(new RequestReader(std::move(impl)));
+}
+
+RequestFormat RequestReader::format() const {
+  return impl_->format;
+}
+const std::string& RequestReader::name() const {
+  return impl_->name;
+}
+std::uint64_t RequestReader::skipped() const {
+  return impl_->reader->skipped();
+}
+
+InputResult<std::string> RequestReader::content_sha256() {
+  auto digest = impl_->source->content_sha256();
+  if (!digest) return Unexpected{InputError{impl_->name, 0, "file", digest.error()}};
+  return std::move(digest).value();
+}
+
+InputResult<bool> RequestReader::next(Request& out) {
+  return impl_->reader->next(out);
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,236 @@
+#include "model/run_config.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "model/presets.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr std::array<std::string_view, 10> kKeys{
+    "model",       "layers",      "kv_heads",  "head_dim",       "dtype",
+    "page_tokens", "pool_blocks", "kv_memory", "max_seq_tokens", "alloc_order"};
+
+std::string known_models() {
+  std::string out;
+  for (const ModelPreset& preset : model_presets()) {
+    if (!out.empty()) out += ", ";
+    out += preset.name;
+  }
+  return out;
+}
+
+// Bookkeeping of a pool of `blocks` (pool and invariant checker), in GiB.
+double gib(std::uint64_t blocks) {
+  return static_cast<double>(blocks * (kPoolBytesPerBlock + kCheckerBytesPerBlock)) /
+         static_cast<double>(1ull << 30);
+}
+
+}  // namespace
+
+nlohmann::json RunConfig::to_json() const {
+  nlohmann::json out;
+  out["model"] = model.empty() ? nlohmann::json(nullptr) : nlohmann::json(model);
+  out["layers"] = kv.layers;
+  out["kv_heads"] = kv.kv_heads;
+  out["head_dim"] = kv.head_dim;
+  out["dtype"] = std::string(to_string(kv.dtype));
+  out["page_tokens"] = kv.page_tokens;
+  out["pool_blocks"] = kv.pool_blocks;
+  out["kv_memory"] = kv_memory ? nlohmann::json(*kv_memory) : nlohmann::json(nullptr);
+  out["max_seq_tokens"] = kv.max_seq_tokens;
+  out["alloc_order"] = std::string(to_string(alloc_order));
+  out["bytes_per_token"] = kv.bytes_per_token();
+  out["block_bytes"] = kv.block_bytes();
+  out["pool_bytes"] = kv.pool_bytes();
+  return out;
+}
+
+InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const ConfigOverrides& cli,
+                                          const std::string& file, std::uint64_t line) {
+  auto fail = [&](std::string_view key, bool from_cli, std::string problem) {
+    return Unexpected{InputError{
+        from_cli ? "command line" : file, from_cli ? 0 : line,
+        from_cli ? fmt::format("--{}", key) : fmt::format("config.{}", key), std::move(problem)}};
+  };
+  // A problem PagedKvConfig::validate() found: it names the key it starts with
+  // ("page_tokens must be >= 1"), or the config as a whole for a derived figure
+  // ("bytes_per_token overflows 64 bits").
+  auto invalid = [&](const std::string& problem) {
+    std::string key = problem.substr(0, problem.find(' '));
+    for (std::string_view candidate : kKeys) {
+      if (candidate == key) return fail(key, false, problem);
+    }
+    return Unexpected{InputError{file, line, "config", problem}};
+  };
+  for (const auto& [key, value] : header.items()) {
+    bool known = false;
+    for (std::string_view candidate : kKeys) known = known || candidate == key;
+    if (!known) {
+      return fail(key, false,
+                  "unknown key (expected model, layers, kv_heads, head_dim, dtype, "
+                  "page_tokens, pool_blocks, kv_memory, max_seq_tokens, alloc_order)");
+    }
+  }
+  // An integer from the header, checked to lie in [1, max].
+  auto header_uint = [&](std::string_view key,
+                         std::uint64_t max) -> InputResult<std::optional<std::uint32_t>> {
+    auto it = header.find(key);
+    if (it == header.end()) return std::optional<std::uint32_t>{};
+    if (!it->is_number_integer())
+      return fail(key, false, fmt::format("expected an integer, got {}", it->dump()));
+    if (it->is_number_unsigned() ? it->get<std::uint64_t>() == 0 : it->get<std::int64_t>() < 1) {
+      return fail(key, false, fmt::format("{} must be >= 1", it->dump()));
+    }
+    if (it->is_number_unsigned() && it->get<std::uint64_t>() > max) {
+      return fail(key, false, fmt::format("{} is too large (at most {})", it->dump(), max));
+    }
+    return std::optional<std::uint32_t>{static_cast<std::uint32_t>(it->get<std::uint64_t>())};
+  };
+  auto header_string = [&](std::string_view key) -> InputResult<std::optional<std::string>> {
+    auto it = header.find(key);
+    if (it == header.end()) return std::optional<std::string>{};
+    if (!it->is_string())
+      return fail(key, false, fmt::format("expected a string, got {}", it->dump()));
+    return std::optional<std::string>{it->get<std::string>()};
+  };
+#define KVREPLAY_TRY_ASSIGN(target, expr)                           \
+  auto target##_result = (expr);                                    \
+  if (!target##_result) return Unexpected{target##_result.error()}; \
+  auto target = std::move(target##_result).value()
+
+  constexpr std::uint64_t kU32 = 0xFFFFFFFFull;
+  KVREPLAY_TRY_ASSIGN(h_model, header_string("model"));
+  KVREPLAY_TRY_ASSIGN(h_layers, header_uint("layers", kU32));
+  KVREPLAY_TRY_ASSIGN(h_kv_heads, header_uint("kv_heads", kU32));
+  KVREPLAY_TRY_ASSIGN(h_head_dim, header_uint("head_dim", kU32));
+  KVREPLAY_TRY_ASSIGN(h_dtype, header_string("dtype"));
+  KVREPLAY_TRY_ASSIGN(h_page_tokens, header_uint("page_tokens", kU32));
+  KVREPLAY_TRY_ASSIGN(h_pool_blocks, header_uint("pool_blocks", kInvalidBlock - 1));
+  KVREPLAY_TRY_ASSIGN(h_max_seq, header_uint("max_seq_tokens", kU32));
+  KVREPLAY_TRY_ASSIGN(h_alloc_order, header_string("alloc_order"));
+#undef KVREPLAY_TRY_ASSIGN
+  std::optional<std::string> h_kv_memory;
+  if (auto it = header.find("kv_memory"); it != header.end()) {
+    if (it->is_number_unsigned()) {
+      h_kv_memory = std::to_string(it->get<std::uint64_t>());
+    } else if (it->is_string()) {
+      h_kv_memory = it->get<std::string>();
+    } else {
+      return fail(
+          "kv_memory", false,
+          fmt::format("expected a size such as \"80GiB\" or a byte count, got {}", it->dump()));
+    }
+  }
+  if (h_pool_blocks && h_kv_memory) {
+    return fail("pool_blocks", false, "give one of pool_blocks or kv_memory, not both");
+  }
+
+  RunConfig run;
+  // Geometry: the CLI model replaces the header's geometry; explicit dimensions win.
+  std::optional<std::string> model = cli.model ? cli.model : h_model;
+  bool model_from_cli = cli.model.has_value();
+  if (model) {
+    auto preset = find_model_preset(*model);
+    if (!preset)
+      return fail("model", model_from_cli,
+                  fmt::format("unknown model '{}' (known: {})", *model, known_models()));
+    run.model = std::string(preset->name);
+    run.kv.layers = preset->layers;
+    run.kv.kv_heads = preset->kv_heads;
+    run.kv.head_dim = preset->head_dim;
+  }
+  if (!model_from_cli) {
+    if (h_layers) run.kv.layers = *h_layers;
+    if (h_kv_heads) run.kv.kv_heads = *h_kv_heads;
+    if (h_head_dim) run.kv.head_dim = *h_head_dim;
+  }
+  if (cli.layers) run.kv.layers = *cli.layers;
+  if (cli.kv_heads) run.kv.kv_heads = *cli.kv_heads;
+  if (cli.head_dim) run.kv.head_dim = *cli.head_dim;
+  if ((h_layers || h_kv_heads || h_head_dim || cli.layers || cli.kv_heads || cli.head_dim) &&
+      !run.model.empty()) {
+    // A preset with a dimension changed by hand is no longer that preset.
+    auto preset = find_model_preset(run.model);
+    if (preset->layers != run.kv.layers || preset->kv_heads != run.kv.kv_heads ||
+        preset->head_dim != run.kv.head_dim) {
+      run.model.clear();
+    }
+  }
+  for (auto [key, value] :
+       {std::pair{"layers", run.kv.layers}, std::pair{"kv_heads", run.kv.kv_heads},
+        std::pair{"head_dim", run.kv.head_dim}}) {
+    if (value == 0) {
+      return fail(key, false,
+                  fmt::format("missing: give \"model\" ({}) or layers, kv_heads and head_dim",
+                              known_models()));
+    }
+  }
+  std::optional<std::string> dtype = cli.dtype ? cli.dtype : h_dtype;
+  if (dtype) {
+    auto parsed = parse_dtype(*dtype);
+    if (!parsed)
+      return fail("dtype", cli.dtype.has_value(),
+                  fmt::format("unknown dtype '{}' (expected fp32, fp16, bf16, fp8)", *dtype));
+    run.kv.dtype = *parsed;
+  }
+  run.kv.page_tokens = cli.page_tokens ? *cli.page_tokens : h_page_tokens.value_or(16);
+  run.kv.max_seq_tokens = cli.max_seq_tokens ? *cli.max_seq_tokens : h_max_seq.value_or(32768);
+  std::optional<std::string> order = cli.alloc_order ? cli.alloc_order : h_alloc_order;
+  if (order) {
+    auto parsed = parse_alloc_order(*order);
+    if (!parsed)
+      return fail("alloc_order", cli.alloc_order.has_value(),
+                  fmt::format("unknown order '{}' (expected lifo, fifo, lowest)", *order));
+    run.alloc_order = *parsed;
+  }
+  // Pool size: a CLI option replaces both header keys.
+  std::optional<std::uint32_t> pool_blocks;
+  std::optional<std::string> kv_memory;
+  bool pool_from_cli = cli.pool_blocks || cli.kv_memory;
+  if (cli.pool_blocks && cli.kv_memory)
+    return fail("pool-blocks", true, "give one of --pool-blocks or --kv-memory, not both");
+  if (pool_from_cli) {
+    pool_blocks = cli.pool_blocks;
+    kv_memory = cli.kv_memory;
+  } else {
+    pool_blocks = h_pool_blocks;
+    kv_memory = h_kv_memory;
+  }
+  if (pool_blocks) {
+    run.kv.pool_blocks = *pool_blocks;
+  } else if (kv_memory) {
+    auto bytes = parse_memory_size(*kv_memory);
+    if (!bytes)
+      return fail(pool_from_cli ? "kv-memory" : "kv_memory", pool_from_cli, bytes.error());
+    run.kv.pool_blocks = 1;  // placeholder so the geometry validates
+    if (auto problem = run.kv.validate()) return invalid(*problem);
+    auto blocks = pool_blocks_for_memory(run.kv, bytes.value());
+    if (!blocks)
+      return fail(pool_from_cli ? "kv-memory" : "kv_memory", pool_from_cli, blocks.error());
+    run.kv.pool_blocks = blocks.value();
+    run.kv_memory = bytes.value();
+  } else {
+    return fail("pool_blocks", false,
+                "missing: give pool_blocks or kv_memory (or --pool-blocks / --kv-memory)");
+  }
+  if (run.kv.pool_blocks > kMaxSupportedPoolBlocks) {
+    return fail(
+        pool_from_cli ? (cli.pool_blocks ? "pool-blocks" : "kv-memory")
+                      : (pool_blocks ? "pool_blocks" : "kv_memory"),
+        pool_from_cli,
+        fmt::format("a pool of {} blocks is more than kvreplay keeps in memory (at most "
+                    "{} blocks; each takes {} bytes in the pool and {} in the invariant "
+                    "checker: {:.2f} GiB for this pool, {:.2f} GiB at the limit); use a "
+                    "larger page_tokens",
+                    run.kv.pool_blocks, kMaxSupportedPoolBlocks, kPoolBytesPerBlock,
+                    kCheckerBytesPerBlock, gib(run.kv.pool_blocks), gib(kMaxSupportedPoolBlocks)));
+  }
+  if (auto problem = run.kv.validate()) return invalid(*problem);
+  return run;
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,102 @@
+// One simulation of a whole request trace through app/simulation.h, on the
+// real Mooncake conversation trace: the published reuse figures, and every
+// invariant at every step under memory pressure.
+#include "app/simulation.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+namespace {
+
+using kvreplay::CheckPolicy;
+using kvreplay::RunConfig;
+using kvreplay::SimOptions;
+
+// The geometry of the Simulator's unit tests; only the page size and the pool matter here.
+RunConfig tiny_config(std::uint32_t pool_blocks, std::uint32_t page_tokens) {
+  RunConfig config;
+  config.kv.layers = 1;
+  config.kv.kv_heads = 1;
+  config.kv.head_dim = 4;
+  config.kv.dtype = kvreplay::Dtype::kFp32;
+  config.kv.page_tokens = page_tokens;
+  config.kv.pool_blocks = pool_blocks;
+  config.kv.max_seq_tokens = 256;
+  return config;
+}
+
+std::filesystem::path shared_trace(const char* relative) {
+  return std::filesystem::path(KVREPLAY_SHARED_DIR) / "traces" / relative;
+}
+
+}  // namespace
+
+TEST_CASE("simulator: Mooncake conversation trace matches the published reuse figures",
+          "[shared]") {
+  auto path = shared_trace("mooncake/conversation_trace.jsonl");
+  // [shared] cases are registered only where ../shared/traces exists: a missing file fails.
+  REQUIRE(std::filesystem::exists(path));
+  // Pages of 512 tokens (Mooncake's hash blocks) and a pool too large to evict.
+  RunConfig config = tiny_config(400000, 512);
+  config.kv.max_seq_tokens = 131072;
+  SimOptions options;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
+  auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
+  REQUIRE(result);
+  const auto& report = result.value().report;
+  CHECK(report["requests"]["total"] == 12031);
+  CHECK(report["requests"]["finished"] == 12031);
+  CHECK(report["prefix_cache"]["evictions"] == 0);
+  const double mean_input = report["prefix_cache"]["query_tokens"].get<double>() / 12031.0;
+  const double mean_output = report["scheduler"]["output_tokens"].get<double>() / 12031.0;
+  CHECK(mean_input == Approx(12035).margin(1.0));
+  CHECK(mean_output == Approx(343).margin(1.0));
+  CHECK(report["prefix_cache"]["hit_rate"].get<double>() == Approx(0.374).margin(0.01));
+  CHECK(report["prefix_cache"]["hit_rate_per_request"].get<double>() == Approx(0.409).margin(0.01));
+  CHECK(report["invariants"]["violations"].empty());
+}
+
+TEST_CASE("simulator: Mooncake slice under memory pressure keeps every invariant at every step",
+          "[shared]") {
+  auto path = shared_trace("mooncake/conversation_trace.jsonl");
+  // [shared] cases are registered only where ../shared/traces exists: a missing file fails.
+  REQUIRE(std::filesystem::exists(path));
+  RunConfig config = tiny_config(3000, 64);
+  config.kv.max_seq_tokens = 131072;
+  SimOptions options;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
+  options.max_seqs = 16;
+  auto opened = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
+  REQUIRE(opened);
+  const auto& report = opened.value().report;
+  INFO(report["invariants"].dump());
+  CHECK(report["invariants"]["violations"].empty());
+  CHECK(report["prefix_cache"]["evictions"].get<std::uint64_t>() > 0);
+  CHECK(report["requests"]["finished"].get<std::uint64_t>() +
+            report["requests"]["skipped"].get<std::uint64_t>() ==
+        12031);
+}
+
+TEST_CASE(
+    "simulator: Mooncake LRU block hit ratio matches the published 0.21 at 10k and 0.33 at 30k "
+    "blocks",
+    "[shared]") {
+  auto path = shared_trace("mooncake/conversation_trace.jsonl");
+  // [shared] cases are registered only where ../shared/traces exists: a missing file fails.
+  REQUIRE(std::filesystem::exists(path));
+  // 288,500 hash blocks of 512 tokens in the whole trace.
+  for (auto [blocks, expected] : {std::pair{10000u, 0.21}, std::pair{30000u, 0.33}}) {
+    RunConfig config = tiny_config(blocks, 512);
+    config.kv.max_seq_tokens = 131072;
+    SimOptions options;
+    options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
+    auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
+    REQUIRE(result);
+    const auto& report = result.value().report;
+    INFO("pool of " << blocks << " blocks: " << report["prefix_cache"].dump());
+    CHECK(report["prefix_cache"]["hit_blocks"].get<double>() / 288500.0 ==
+          Approx(expected).margin(0.015));
+    CHECK(report["prefix_cache"]["evictions"].get<std::uint64_t>() > 0);
+  }
+}

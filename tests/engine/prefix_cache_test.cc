@@ -1,0 +1,265 @@
+// PrefixCache: eviction order under each policy, and memory bounded by the
+// blocks cached rather than by the number of hits and releases.
+#include "engine/prefix_cache.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using kvreplay::BlockId;
+using kvreplay::BlockPool;
+using kvreplay::EvictPolicy;
+using kvreplay::PageKey;
+using kvreplay::PrefixCache;
+
+// A sequence computes `count` pages, the cache keeps them, the sequence ends:
+// every block is then held by the cache alone (evictable).
+std::vector<BlockId> cache_pages(PrefixCache& cache, BlockPool& pool, std::uint32_t count,
+                                 std::uint64_t tick) {
+  std::vector<BlockId> blocks;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    auto block = pool.allocate();
+    REQUIRE(block.ok());
+    auto inserted = cache.insert(PageKey{1000 + i, 16}, block.value(), pool, tick);
+    REQUIRE(inserted.ok());
+    REQUIRE(inserted.value());
+    blocks.push_back(block.value());
+  }
+  for (BlockId b : blocks) {
+    REQUIRE(pool.release(b).ok());
+    cache.released(b, pool, tick);
+  }
+  return blocks;
+}
+
+// A request hits cached block b, holds it for a while and releases it.
+// Returns false when the pool refused (then the test fails).
+bool hit_and_release(PrefixCache& cache, BlockPool& pool, BlockId b, std::uint64_t tick) {
+  cache.touch(b, tick);
+  if (!pool.retain(b).ok() || !pool.release(b).ok()) return false;
+  cache.released(b, pool, tick);
+  return true;
+}
+
+std::vector<BlockId> evict_all(PrefixCache& cache, BlockPool& pool) {
+  std::vector<BlockId> order;
+  std::vector<BlockId> before = pool.free_list();
+  while (cache.evict_one(pool)) {
+    std::vector<BlockId> after = pool.free_list();
+    for (BlockId b : after) {
+      bool was_free = false;
+      for (BlockId f : before) was_free = was_free || f == b;
+      if (!was_free) order.push_back(b);
+    }
+    before = std::move(after);
+  }
+  return order;
+}
+
+}  // namespace
+
+TEST_CASE("prefix_cache: hits and releases of cached blocks keep the candidates bounded") {
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    INFO("policy " << kvreplay::to_string(policy));
+    BlockPool pool(64);
+    PrefixCache cache(policy, 64);
+    std::vector<BlockId> blocks = cache_pages(cache, pool, 4, 1);
+    const auto bound = [&] { return 2 * cache.size() + PrefixCache::kCandidateSlack; };
+    std::size_t most = 0;
+    // Two million cycles on one block (and a few on the others): each used to
+    // leave a stale candidate behind until an eviction reached it.
+    bool pool_ok = true;
+    for (std::uint64_t cycle = 0; cycle < 2'000'000 && pool_ok; ++cycle) {
+      pool_ok =
+          hit_and_release(cache, pool, blocks[cycle % 1000 == 0 ? cycle / 1000 % 4 : 0], cycle + 2);
+      most = std::max(most, cache.candidates());
+      if (cache.candidates() > bound()) break;
+    }
+    REQUIRE(pool_ok);
+    CHECK(most <= bound());
+    CHECK(cache.candidates() <= 2 * cache.evictable() + PrefixCache::kCandidateSlack);
+    CHECK(cache.size() == 4);
+    CHECK(cache.evictable() == 4);
+    // Blocks in use (hit, not yet released) leave stale candidates too.
+    for (BlockId b : blocks) {
+      cache.touch(b, 3'000'000);
+      REQUIRE(pool.retain(b).ok());
+    }
+    CHECK(cache.evictable() == 0);
+    CHECK(cache.candidates() <= PrefixCache::kCandidateSlack);
+    CHECK_FALSE(cache.evict_one(pool));
+  }
+}
+
+TEST_CASE("prefix_cache: purging stale candidates keeps the eviction order") {
+  // 40 blocks, hit in a fixed pseudo-random pattern: enough cycles to purge
+  // many times. The expected order is computed from the policy's definition.
+  constexpr std::uint32_t kBlocks = 40;
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    INFO("policy " << kvreplay::to_string(policy));
+    BlockPool pool(kBlocks);
+    PrefixCache cache(policy, kBlocks);
+    std::vector<BlockId> blocks = cache_pages(cache, pool, kBlocks, 1);
+    std::vector<std::uint64_t> last_use(kBlocks, 1), hits(kBlocks, 0), released_at(kBlocks, 0);
+    std::uint64_t release_count = kBlocks;  // cache_pages released them in block order
+    for (std::uint32_t i = 0; i < kBlocks; ++i) released_at[blocks[i]] = i;
+    std::uint64_t x = 12345;
+    for (std::uint64_t cycle = 0; cycle < 20'000; ++cycle) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      // Skewed: low blocks are hit far more often than high ones.
+      const std::uint32_t pick = static_cast<std::uint32_t>((x >> 33) % kBlocks);
+      const BlockId b = blocks[pick * pick / kBlocks];
+      const std::uint64_t tick = 2 + cycle / 3;  // several releases share a tick
+      REQUIRE(hit_and_release(cache, pool, b, tick));
+      last_use[b] = tick;
+      ++hits[b];
+      released_at[b] = release_count++;
+    }
+    REQUIRE(cache.candidates() <= 2 * cache.evictable() + PrefixCache::kCandidateSlack);
+    std::vector<BlockId> expected(blocks);
+    std::sort(expected.begin(), expected.end(), [&](BlockId a, BlockId b) {
+      switch (policy) {
+        case EvictPolicy::kLru: return released_at[a] < released_at[b];  // release order
+        case EvictPolicy::kFifo: return a < b;  // all cached at tick 1: ties by block id
+        case EvictPolicy::kLfu:
+          if (hits[a] != hits[b]) return hits[a] < hits[b];
+          if (last_use[a] != last_use[b]) return last_use[a] < last_use[b];
+          return a < b;
+      }
+      return false;
+    });
+    CHECK(evict_all(cache, pool) == expected);
+    CHECK(cache.size() == 0);
+    CHECK(cache.candidates() == 0);
+  }
+}
+
+TEST_CASE("prefix_cache: insert retains the block once per key, find and cached_as see it") {
+  BlockPool pool(8);
+  PrefixCache cache(EvictPolicy::kLru, 8);
+  auto block = pool.allocate();
+  REQUIRE(block.ok());
+  const BlockId b = block.value();
+  const PageKey key{42, 16};
+  CHECK_FALSE(cache.find(key).has_value());
+  auto inserted = cache.insert(key, b, pool, 1);
+  REQUIRE(inserted.ok());
+  CHECK(inserted.value());
+  CHECK(pool.refcount(b) == 2);  // the sequence's and the cache's
+  CHECK(cache.find(key) == b);
+  CHECK(cache.cached_as(b, key));
+  CHECK_FALSE(cache.cached_as(b, PageKey{42, 8}));  // same chain, another page end
+  CHECK(cache.size() == 1);
+  // The same key again, or the same block under another key: nothing happens.
+  auto again = cache.insert(key, b, pool, 2);
+  REQUIRE(again.ok());
+  CHECK_FALSE(again.value());
+  auto other_key = cache.insert(PageKey{43, 16}, b, pool, 2);
+  REQUIRE(other_key.ok());
+  CHECK_FALSE(other_key.value());
+  CHECK(pool.refcount(b) == 2);
+  CHECK(cache.size() == 1);
+  std::vector<BlockId> held;
+  cache.holds(held);
+  CHECK(held == std::vector<BlockId>{b});
+}
+
+TEST_CASE("prefix_cache: an insert the pool refuses changes nothing") {
+  BlockPool pool(4);
+  PrefixCache cache(EvictPolicy::kFifo, 4);
+  // Block 3 is free: retaining it is a core error, and the cache must not keep the key.
+  auto inserted = cache.insert(PageKey{7, 16}, 3, pool, 1);
+  CHECK_FALSE(inserted.ok());
+  CHECK_FALSE(cache.find(PageKey{7, 16}).has_value());
+  CHECK(cache.size() == 0);
+  CHECK(pool.free_count() == 4);
+  std::vector<BlockId> held;
+  cache.holds(held);
+  CHECK(held.empty());
+}
+
+TEST_CASE("prefix_cache: a block is evictable only while the cache alone holds it") {
+  BlockPool pool(8);
+  PrefixCache cache(EvictPolicy::kLru, 8);
+  auto block = pool.allocate();
+  REQUIRE(block.ok());
+  const BlockId b = block.value();
+  REQUIRE(cache.insert(PageKey{1, 16}, b, pool, 1).ok());
+  cache.released(b, pool, 1);  // the sequence still holds it: refcount 2
+  CHECK(cache.evictable() == 0);
+  CHECK_FALSE(cache.evict_one(pool));
+  REQUIRE(pool.release(b).ok());
+  cache.released(b, pool, 2);
+  CHECK(cache.evictable() == 1);
+  // A hit takes it out of reach of eviction until it is released again.
+  cache.touch(b, 3);
+  REQUIRE(pool.retain(b).ok());
+  CHECK(cache.evictable() == 0);
+  CHECK_FALSE(cache.evict_one(pool));
+  REQUIRE(pool.release(b).ok());
+  cache.released(b, pool, 4);
+  CHECK(cache.evictable() == 1);
+  // Eviction returns the block to the pool and forgets its key.
+  CHECK(cache.evict_one(pool));
+  CHECK(cache.evictions() == 1);
+  CHECK(pool.refcount(b) == 0);
+  CHECK(pool.free_count() == 8);
+  CHECK_FALSE(cache.find(PageKey{1, 16}).has_value());
+  CHECK(cache.size() == 0);
+  CHECK(cache.evictable() == 0);
+  // The block can be cached again under a new key.
+  auto again = pool.allocate();
+  REQUIRE(again.ok());
+  auto inserted = cache.insert(PageKey{2, 16}, again.value(), pool, 5);
+  REQUIRE(inserted.ok());
+  CHECK(inserted.value());
+}
+
+TEST_CASE("prefix_cache: lfu evicts the fewest hits first, then the least recently used") {
+  BlockPool pool(8);
+  PrefixCache cache(EvictPolicy::kLfu, 8);
+  std::vector<BlockId> blocks = cache_pages(cache, pool, 3, 1);
+  // Block 0: two hits; block 1: none; block 2: one hit.
+  REQUIRE(hit_and_release(cache, pool, blocks[0], 2));
+  REQUIRE(hit_and_release(cache, pool, blocks[0], 3));
+  REQUIRE(hit_and_release(cache, pool, blocks[2], 4));
+  CHECK(evict_all(cache, pool) == std::vector<BlockId>{blocks[1], blocks[2], blocks[0]});
+}
+
+TEST_CASE("prefix_cache: the key index finds every key through growth and deletions") {
+  constexpr std::uint32_t kBlocks = 3000;  // past several growths of the open-addressing table
+  BlockPool pool(kBlocks);
+  PrefixCache cache(EvictPolicy::kFifo, kBlocks);
+  std::vector<BlockId> blocks;
+  for (std::uint32_t i = 0; i < kBlocks; ++i) {
+    auto block = pool.allocate();
+    REQUIRE(block.ok());
+    // Keys that collide in their low bits, to exercise probing.
+    auto inserted = cache.insert(PageKey{std::uint64_t{i} << 20, i % 3}, block.value(), pool, i);
+    REQUIRE(inserted.ok());
+    REQUIRE(inserted.value());
+    blocks.push_back(block.value());
+  }
+  for (BlockId b : blocks) {
+    REQUIRE(pool.release(b).ok());
+    cache.released(b, pool, 0);
+  }
+  // fifo: the first third cached is evicted first; every other key stays findable.
+  for (std::uint32_t i = 0; i < kBlocks / 3; ++i) REQUIRE(cache.evict_one(pool));
+  CHECK(cache.size() == kBlocks - kBlocks / 3);
+  std::uint32_t found = 0, gone = 0;
+  for (std::uint32_t i = 0; i < kBlocks; ++i) {
+    auto hit = cache.find(PageKey{std::uint64_t{i} << 20, i % 3});
+    if (i < kBlocks / 3) {
+      gone += hit.has_value() ? 0 : 1;
+    } else {
+      found += (hit.has_value() && *hit == blocks[i]) ? 1 : 0;
+    }
+  }
+  CHECK(gone == kBlocks / 3);
+  CHECK(found == kBlocks - kBlocks / 3);
+}

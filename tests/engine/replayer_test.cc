@@ -1,0 +1,269 @@
+// Replayer: each operation's handler on its own. For every op: the bad input it
+// refuses (naming the field, changing nothing), what it does to the pool and
+// the tables, pool exhaustion (no effect; later events of a skipped sequence
+// or prefix count as skipped), and the checks a `check` event runs.
+#include "engine/replayer.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvreplay {
+namespace {
+
+// 4-token pages; `pool_blocks` blocks; sequences of at most 64 tokens.
+RunConfig small_config(std::uint32_t pool_blocks) {
+  RunConfig config;
+  config.kv.layers = 1;
+  config.kv.kv_heads = 1;
+  config.kv.head_dim = 4;
+  config.kv.dtype = Dtype::kFp32;
+  config.kv.page_tokens = 4;
+  config.kv.pool_blocks = pool_blocks;
+  config.kv.max_seq_tokens = 64;
+  return config;
+}
+
+// Feeds events with increasing index and line, as a reader would.
+class Driver {
+ public:
+  explicit Driver(std::uint32_t pool_blocks, OomPolicy on_oom = OomPolicy::kSkip,
+                  CheckPolicy check = CheckPolicy{CheckPolicy::Mode::kEvery, 1})
+      : replayer(small_config(pool_blocks), check, on_oom) {}
+
+  InputResult<Replayer::Outcome> apply(Event event) {
+    ++index_;
+    event.index = index_;
+    event.line = index_ + 1;  // line 1 is the header
+    return replayer.apply(event, "t.jsonl");
+  }
+  // Applies an event that must be valid; returns its outcome.
+  Replayer::Outcome ok(Event event) {
+    auto outcome = apply(std::move(event));
+    INFO((outcome ? std::string("applied") : outcome.error().to_string()));
+    REQUIRE(outcome);
+    return outcome.value();
+  }
+  // Applies an event that must be refused; returns the message.
+  std::string refused(Event event) {
+    const ReplayState before = replayer.state();
+    const std::uint32_t free_before = replayer.pool().free_count();
+    auto outcome = apply(std::move(event));
+    REQUIRE_FALSE(outcome);
+    // Refused input changes nothing.
+    CHECK(replayer.state().used == before.used);
+    CHECK(replayer.state().logical_tokens == before.logical_tokens);
+    CHECK(replayer.state().live_sequences == before.live_sequences);
+    CHECK(replayer.pool().free_count() == free_before);
+    return outcome.error().to_string();
+  }
+
+  Replayer replayer;
+
+ private:
+  std::uint64_t index_ = 0;
+};
+
+Event admit(std::uint64_t seq, std::uint32_t prompt, std::string prefix = "") {
+  Event e;
+  e.op = Op::kAdmit;
+  e.seq = seq;
+  e.prompt = prompt;
+  e.has_prefix = !prefix.empty();
+  e.id = std::move(prefix);
+  return e;
+}
+Event append(std::uint64_t seq, std::uint32_t tokens) {
+  Event e;
+  e.op = Op::kAppend;
+  e.seq = seq;
+  e.tokens = tokens;
+  return e;
+}
+Event decode(std::vector<std::uint64_t> seqs, std::uint32_t tokens = 1) {
+  Event e;
+  e.op = Op::kDecode;
+  e.seqs = std::move(seqs);
+  e.tokens = tokens;
+  return e;
+}
+Event fork(std::uint64_t parent, std::uint64_t child) {
+  Event e;
+  e.op = Op::kFork;
+  e.seq = parent;
+  e.child = child;
+  return e;
+}
+Event free_seq(std::uint64_t seq) {
+  Event e;
+  e.op = Op::kFree;
+  e.seq = seq;
+  return e;
+}
+Event prefix(std::string id, std::uint32_t tokens) {
+  Event e;
+  e.op = Op::kPrefix;
+  e.id = std::move(id);
+  e.tokens = tokens;
+  return e;
+}
+Event drop_prefix(std::string id) {
+  Event e;
+  e.op = Op::kDropPrefix;
+  e.id = std::move(id);
+  return e;
+}
+Event check() {
+  return Event{};  // op defaults to check
+}
+
+TEST_CASE("replayer admit: takes ceil(prompt / page) blocks, refuses duplicates and long prompts") {
+  Driver d(16);
+  CHECK(d.ok(admit(1, 9)) == Replayer::Outcome::kApplied);
+  CHECK(d.replayer.state().used == 3);  // 9 tokens in 4-token pages
+  CHECK(d.replayer.state().logical_tokens == 9);
+  CHECK(d.replayer.state().live_sequences == 1);
+  CHECK(d.refused(admit(1, 4)) == "t.jsonl:3: seq: 1 is already admitted");
+  CHECK(d.refused(admit(2, 65)) == "t.jsonl:4: prompt: 65 exceeds max_seq_tokens 64");
+  CHECK(d.refused(admit(2, 4, "p")) == "t.jsonl:5: prefix: 'p' is not a live prefix");
+}
+
+TEST_CASE("replayer admit: pool exhaustion has no effect and skips the sequence's later events") {
+  Driver d(4);
+  d.ok(admit(1, 8));                                     // 2 blocks
+  CHECK(d.ok(admit(2, 12)) == Replayer::Outcome::kOom);  // needs 3 of the 2 left
+  CHECK(d.replayer.state().used == 2);
+  CHECK(d.replayer.totals().oom_events == 1);
+  CHECK(d.replayer.totals().oom_first_event == 2u);
+  // Everything about seq 2 is now skipped, not an error.
+  CHECK(d.ok(append(2, 1)) == Replayer::Outcome::kApplied);
+  CHECK(d.ok(decode({1, 2})) == Replayer::Outcome::kApplied);
+  CHECK(d.ok(fork(2, 3)) == Replayer::Outcome::kApplied);  // the child is skipped too
+  CHECK(d.ok(free_seq(3)) == Replayer::Outcome::kApplied);
+  CHECK(d.ok(free_seq(2)) == Replayer::Outcome::kApplied);
+  CHECK(d.replayer.totals().skipped_events == 5);
+  // A skipped sequence once freed is unknown again.
+  CHECK(d.refused(free_seq(2)) == "t.jsonl:9: seq: 2 is not admitted");
+}
+
+TEST_CASE("replayer append: grows the last page first, refuses unknown seqs and overlong growth") {
+  Driver d(16);
+  d.ok(admit(1, 3));
+  CHECK(d.replayer.state().used == 1);
+  d.ok(append(1, 1));  // fills the first page
+  CHECK(d.replayer.state().used == 1);
+  d.ok(append(1, 1));
+  CHECK(d.replayer.state().used == 2);
+  CHECK(d.replayer.state().logical_tokens == 5);
+  CHECK(d.refused(append(7, 1)) == "t.jsonl:5: seq: 7 is not admitted");
+  CHECK(d.refused(append(1, 60)) ==
+        "t.jsonl:6: tokens: 60 more tokens make seq 1 65 tokens long, past max_seq_tokens 64");
+}
+
+TEST_CASE("replayer decode: validates the whole batch before any sequence advances") {
+  Driver d(32);
+  d.ok(admit(1, 4));
+  d.ok(admit(2, 62));
+  d.ok(decode({1, 2}));
+  CHECK(d.replayer.state().logical_tokens == 68);
+  // Seq 2 would pass 64 tokens: seq 1, listed first, must not have advanced.
+  CHECK(d.refused(decode({1, 2}, 2)) ==
+        "t.jsonl:5: tokens: 2 more tokens make seq 2 65 tokens long, past max_seq_tokens 64");
+  CHECK(d.refused(decode({1, 1})) == "t.jsonl:6: seqs: 1 appears twice");
+  CHECK(d.refused(decode({1, 9})) == "t.jsonl:7: seqs: 9 is not admitted");
+  d.ok(decode({1}));
+  CHECK(d.replayer.state().logical_tokens == 69);
+}
+
+TEST_CASE("replayer decode: under --on-oom fail the batch stops at the first exhausted sequence") {
+  Driver d(3, OomPolicy::kFail);
+  d.ok(admit(1, 4));
+  d.ok(admit(2, 4));
+  d.ok(admit(3, 4));  // every block used, every page full
+  CHECK(d.ok(decode({1, 2, 3})) == Replayer::Outcome::kOom);
+  CHECK(d.replayer.state().logical_tokens == 12);  // nobody grew: no page to grow into
+  CHECK(d.replayer.totals().oom_events == 1);
+}
+
+TEST_CASE("replayer fork: shares every page, then a write copies the shared last page") {
+  Driver d(16);
+  d.ok(admit(1, 6));  // pages: [4 full][2 of 4]
+  d.ok(fork(1, 2));
+  CHECK(d.replayer.state().used == 2);  // shared, no new block
+  CHECK(d.replayer.state().live_sequences == 2);
+  CHECK(d.replayer.totals().forks == 1);
+  d.ok(append(2, 1));  // writes into the shared partial page: copy-on-write
+  CHECK(d.replayer.totals().cow_copies == 1);
+  CHECK(d.replayer.state().used == 3);
+  CHECK(d.refused(fork(1, 2)) == "t.jsonl:5: child: 2 is already admitted");
+  CHECK(d.refused(fork(8, 9)) == "t.jsonl:6: seq: 8 is not admitted");
+}
+
+TEST_CASE("replayer free: returns every block not shared, refuses an unknown seq") {
+  Driver d(16);
+  d.ok(admit(1, 8));
+  d.ok(fork(1, 2));
+  d.ok(free_seq(1));
+  CHECK(d.replayer.state().used == 2);  // still held by the child
+  d.ok(free_seq(2));
+  CHECK(d.replayer.state().used == 0);
+  CHECK(d.replayer.state().live_sequences == 0);
+  CHECK(d.replayer.pool().free_count() == 16);
+  CHECK(d.refused(free_seq(1)) == "t.jsonl:6: seq: 1 is not admitted");
+}
+
+TEST_CASE("replayer prefix: installs shared pages into admits, drop releases the prefix's hold") {
+  Driver d(16);
+  d.ok(prefix("sys", 8));
+  CHECK(d.replayer.state().used == 2);
+  d.ok(admit(1, 10, "sys"));  // 8 shared tokens + 2 fresh
+  CHECK(d.replayer.state().used == 3);
+  CHECK(d.replayer.totals().prefix_installs == 1);
+  CHECK(d.replayer.totals().shared_pages_installed == 2);
+  CHECK(d.refused(prefix("sys", 4)) == "t.jsonl:4: id: prefix 'sys' already exists");
+  CHECK(d.refused(prefix("long", 65)) == "t.jsonl:5: tokens: 65 exceeds max_seq_tokens 64");
+  CHECK(d.refused(admit(2, 4, "sys")) ==
+        "t.jsonl:6: prompt: 4 is shorter than its prefix 'sys' (8 tokens)");
+  d.ok(drop_prefix("sys"));
+  CHECK(d.replayer.state().used == 3);  // seq 1 still holds the shared pages
+  d.ok(free_seq(1));
+  CHECK(d.replayer.state().used == 0);
+  CHECK(d.refused(drop_prefix("sys")) == "t.jsonl:9: id: 'sys' is not a live prefix");
+}
+
+TEST_CASE("replayer prefix: one that does not fit is skipped with its admits") {
+  Driver d(2);
+  CHECK(d.ok(prefix("big", 12)) == Replayer::Outcome::kOom);
+  CHECK(d.replayer.state().used == 0);
+  CHECK(d.ok(admit(1, 16, "big")) == Replayer::Outcome::kApplied);  // skipped with its prefix
+  CHECK(d.ok(append(1, 1)) == Replayer::Outcome::kApplied);
+  CHECK(d.ok(drop_prefix("big")) == Replayer::Outcome::kApplied);
+  CHECK(d.replayer.totals().skipped_events == 3);
+  CHECK(d.refused(drop_prefix("big")) == "t.jsonl:6: id: 'big' is not a live prefix");
+}
+
+TEST_CASE("replayer check: a check event runs the invariants even when the policy is end") {
+  Driver d(16, OomPolicy::kSkip, CheckPolicy{CheckPolicy::Mode::kEnd, 1});
+  d.ok(admit(1, 5));
+  CHECK(d.replayer.totals().checks == 0);
+  CHECK(d.ok(check()) == Replayer::Outcome::kApplied);
+  CHECK(d.replayer.totals().checks == 1);
+  CHECK(d.replayer.state().used == 2);  // a check changes nothing
+  CHECK(d.replayer.finish() == Replayer::Outcome::kApplied);
+  CHECK(d.replayer.totals().checks == 2);
+  CHECK_FALSE(d.replayer.violation().has_value());
+}
+
+TEST_CASE("replayer: --check off runs no check, not even for a check event") {
+  Driver d(16, OomPolicy::kSkip, CheckPolicy{CheckPolicy::Mode::kOff, 1});
+  d.ok(admit(1, 5));
+  d.ok(check());
+  CHECK(d.replayer.finish() == Replayer::Outcome::kApplied);
+  CHECK(d.replayer.totals().checks == 0);
+  CHECK(d.replayer.totals().events == 2);
+}
+
+}  // namespace
+}  // namespace kvreplay

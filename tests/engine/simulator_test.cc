@@ -1,0 +1,243 @@
+// Simulator: scheduling, preemption, forks, the prefix cache and the
+// contiguous baselines on small hand-made traces, with invariant checks after
+// every step. The real-trace figures: tests/app/simulation_test.cc.
+#include "engine/simulator.h"
+
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <vector>
+
+namespace {
+
+using kvreplay::AllocatorKind;
+using kvreplay::CheckPolicy;
+using kvreplay::EvictPolicy;
+using kvreplay::Request;
+using kvreplay::RunConfig;
+using kvreplay::SimOptions;
+using kvreplay::Simulator;
+
+RunConfig tiny_config(std::uint32_t pool_blocks, std::uint32_t page_tokens = 4) {
+  RunConfig config;
+  config.kv.layers = 1;
+  config.kv.kv_heads = 1;
+  config.kv.head_dim = 4;
+  config.kv.dtype = kvreplay::Dtype::kFp32;
+  config.kv.page_tokens = page_tokens;
+  config.kv.pool_blocks = pool_blocks;
+  config.kv.max_seq_tokens = 256;
+  return config;
+}
+
+SimOptions checked_options() {
+  SimOptions options;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
+  options.watermark = 0.0;
+  return options;
+}
+
+Request request(double arrival, std::uint32_t prompt, std::uint32_t output, std::uint32_t n = 1) {
+  Request r;
+  r.arrival = arrival;
+  r.prompt = prompt;
+  r.output = output;
+  r.n = n;
+  r.id = std::to_string(arrival);
+  return r;
+}
+
+void run_all(Simulator& sim, std::vector<Request> requests) {
+  for (Request& r : requests) {
+    REQUIRE(sim.run_until(r.arrival));
+    sim.submit(std::move(r));
+  }
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  INFO((sim.violation() ? sim.violation()->message : std::string()));
+  REQUIRE_FALSE(sim.violation());
+}
+
+}  // namespace
+
+TEST_CASE("simulator: one request prefills, decodes and frees every block") {
+  Simulator sim(tiny_config(16), checked_options());
+  run_all(sim, {request(0.0, 10, 5)});
+  CHECK(sim.sim_totals().finished == 1);
+  CHECK(sim.sim_totals().output_tokens == 5);
+  // KV holds prompt + output - 1 = 14 tokens at the end: 4 pages of 4.
+  CHECK(sim.totals().peak_used == 4);
+  CHECK(sim.totals().tokens_appended == 14);
+  CHECK(sim.pool().used_count() == 0);
+  CHECK(sim.sim_totals().preemptions == 0);
+}
+
+TEST_CASE(
+    "simulator: n > 1 forks after prefill and copies the shared partial page once per branch") {
+  Simulator sim(tiny_config(32), checked_options());
+  run_all(sim, {request(0.0, 10, 3, 3)});
+  CHECK(sim.totals().forks == 2);
+  // Each of the 3 samples writes into the shared partial page 2 (10 % 4 != 0):
+  // the first two writers copy, the last holds it alone and writes in place.
+  CHECK(sim.totals().cow_copies == 2);
+  CHECK(sim.sim_totals().output_tokens == 9);
+  CHECK(sim.sim_totals().finished == 1);
+  CHECK(sim.pool().used_count() == 0);
+}
+
+TEST_CASE("simulator: a pool too small for everyone preempts the most recent request") {
+  SimOptions options = checked_options();
+  options.prefix_cache = false;
+  // Two requests of 8 prompt tokens growing to 8 + 12 - 1 = 19 tokens (5 pages
+  // each) cannot both finish in 8 blocks: the second one admitted is preempted.
+  Simulator sim(tiny_config(8), options);
+  run_all(sim, {request(0.0, 8, 12), request(0.0, 8, 12)});
+  CHECK(sim.sim_totals().preemptions >= 1);
+  CHECK(sim.sim_totals().finished == 2);
+  CHECK(sim.pool().used_count() == 0);
+  // Recomputed prompt tokens are counted as computed, never as hits or queries.
+  CHECK(sim.sim_totals().prompt_tokens_computed > 16);
+  CHECK(sim.sim_totals().query_tokens == 16);
+}
+
+TEST_CASE("simulator: requests that can never fit are skipped and counted") {
+  Simulator sim(tiny_config(4), checked_options());
+  run_all(sim, {request(0.0, 8, 2), request(1.0, 200, 100), request(2.0, 40, 2)});
+  CHECK(sim.sim_totals().skipped == 2);  // past max_seq_tokens; more blocks than the pool
+  CHECK(sim.sim_totals().finished == 1);
+}
+
+TEST_CASE("simulator: a request with more samples than --max-seqs is skipped, not waited for") {
+  // Admission keeps the running samples within max_seqs: a request asking for
+  // more used to wait at the head of the queue forever (run_until never returned).
+  SimOptions options = checked_options();
+  options.max_seqs = 4;
+  for (AllocatorKind allocator : {AllocatorKind::kPaged, AllocatorKind::kContiguousOracle}) {
+    options.allocator = allocator;
+    Simulator sim(tiny_config(64), options);
+    Request wide = request(1.0, 8, 2, 5);
+    wide.line = 2;
+    wide.id = "wide";
+    run_all(sim, {request(0.0, 8, 2), wide, request(2.0, 8, 2, 4), request(3.0, 8, 2, 9)});
+    CHECK(sim.sim_totals().skipped == 2);
+    CHECK(sim.sim_totals().skipped_too_many_samples == 2);
+    CHECK(sim.sim_totals().skipped_too_long == 0);
+    CHECK(sim.sim_totals().finished == 2);
+    CHECK(sim.sim_totals().max_running <= 4);
+    const auto& first = sim.first_skipped(kvreplay::SkipReason::kTooManySamples);
+    REQUIRE(first);
+    CHECK(first->line == 2);
+    CHECK(first->id == "wide");
+    CHECK(first->need == 5);
+    CHECK_FALSE(sim.first_skipped(kvreplay::SkipReason::kPoolTooSmall));
+  }
+}
+
+TEST_CASE("simulator: the prefix cache reuses full pages of a shared hash chain") {
+  SimOptions options = checked_options();
+  Simulator sim(tiny_config(64), options);
+  Request first = request(0.0, 20, 2);
+  first.hash_ids = {7, 8};  // 16-token hash blocks: [0,16) and [16,20)
+  first.hash_block_tokens = 16;
+  Request second = request(10.0, 20, 2);
+  second.hash_ids = {7, 9};  // the same first 16 tokens, then different
+  second.hash_block_tokens = 16;
+  run_all(sim, {first, second});
+  // The second request hits the 4 full pages of hash block 7.
+  CHECK(sim.sim_totals().hit_tokens == 16);
+  CHECK(sim.sim_totals().hit_blocks == 4);
+  CHECK(sim.sim_totals().query_tokens == 40);
+  CHECK(sim.totals().prefix_installs == 1);
+  // Cached pages stay in the pool after the requests finish (evictable).
+  CHECK(sim.pool().used_count() > 0);
+}
+
+TEST_CASE("simulator: hits on one cached prefix keep the cache's candidates bounded") {
+  // 20,000 requests one after the other, each hitting the same 4 cached pages:
+  // every hit and release used to leave a candidate behind until an eviction.
+  SimOptions options;
+  options.watermark = 0.0;
+  Simulator sim(tiny_config(64), options);
+  std::vector<Request> requests;
+  for (int i = 0; i < 20000; ++i) {
+    Request r = request(i * 1.0, 20, 1);
+    r.hash_ids = {7, 8};
+    r.hash_block_tokens = 16;
+    requests.push_back(std::move(r));
+  }
+  run_all(sim, std::move(requests));
+  CHECK(sim.sim_totals().hit_blocks == 4 * 19999);
+  CHECK(sim.evictions() == 0);
+  const kvreplay::PrefixCache& cache = sim.prefix_cache();
+  CHECK(cache.size() == 5);  // the 5th page holds the last prompt token: computed, never hit
+  CHECK(cache.candidates() <= 2 * cache.size() + kvreplay::PrefixCache::kCandidateSlack);
+}
+
+TEST_CASE("simulator: a full-prompt hit still computes the last token") {
+  Simulator sim(tiny_config(64), checked_options());
+  Request a = request(0.0, 16, 2);
+  a.hash_ids = {1};
+  a.hash_block_tokens = 16;
+  Request b = a;
+  b.arrival = 5.0;
+  run_all(sim, {a, b});
+  CHECK(sim.sim_totals().hit_tokens == 12);  // 3 of 4 pages: page 4 holds the last token
+}
+
+TEST_CASE("simulator: eviction frees cached blocks when the pool runs short") {
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    SimOptions options = checked_options();
+    options.evict = policy;
+    Simulator sim(tiny_config(12), options);
+    std::vector<Request> requests;
+    for (int i = 0; i < 8; ++i) {
+      Request r = request(i * 10.0, 16, 2);
+      r.hash_ids = {static_cast<std::uint64_t>(100 + i)};  // all different
+      r.hash_block_tokens = 16;
+      requests.push_back(r);
+    }
+    run_all(sim, requests);
+    CHECK(sim.evictions() > 0);
+    CHECK(sim.sim_totals().finished == 8);
+    CHECK(sim.sim_totals().hit_tokens == 0);
+  }
+}
+
+TEST_CASE("simulator: contiguous baselines reserve whole regions and waste what they do not fill") {
+  for (AllocatorKind kind : {AllocatorKind::kContiguousMax, AllocatorKind::kContiguousPow2,
+                             AllocatorKind::kContiguousOracle}) {
+    SimOptions options = checked_options();
+    options.allocator = kind;
+    Simulator sim(tiny_config(256), options);
+    run_all(sim, {request(0.0, 10, 7)});  // final KV length 16
+    const std::uint64_t reserved = kind == AllocatorKind::kContiguousMax    ? 256
+                                   : kind == AllocatorKind::kContiguousPow2 ? 16
+                                                                            : 16;
+    CHECK(sim.totals().peak_used == reserved / 4);
+    CHECK(sim.sim_totals().finished == 1);
+  }
+  // Oracle reserves prompt + output - 1 = 17 tokens for (12, 6); pow2 reserves 32.
+  SimOptions pow2 = checked_options();
+  pow2.allocator = AllocatorKind::kContiguousPow2;
+  Simulator sim(tiny_config(256), pow2);
+  run_all(sim, {request(0.0, 12, 6)});
+  CHECK(sim.totals().peak_used == 8);
+  CHECK(sim.totals().waste_ratio_max > 0.4);
+}
+
+TEST_CASE("simulator: paged waste is below contiguous waste on the same trace") {
+  std::vector<Request> requests;
+  for (int i = 0; i < 40; ++i)
+    requests.push_back(request(i * 0.01, 5 + (i * 7) % 40, 3 + (i * 13) % 50));
+  double waste[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    SimOptions options = checked_options();
+    options.allocator = k == 0 ? AllocatorKind::kPaged : AllocatorKind::kContiguousMax;
+    Simulator sim(tiny_config(512), options);
+    run_all(sim, requests);
+    CHECK(sim.sim_totals().finished == 40);
+    waste[k] = sim.totals().waste_ratio_mean();
+  }
+  CHECK(waste[0] < 0.25);
+  CHECK(waste[1] > 0.5);
+}
