@@ -38,7 +38,7 @@ int run_simulate(const SimulateRequest& request) {
   // The summary never mixes with an output on stdout.
   std::FILE* summary_stream = outputs.writes_stdout() ? stderr : stdout;
   std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
-  if (html_out != nullptr) sampler.emplace();
+  if (html_out != nullptr) sampler.emplace(TimelineSampler::kDefaultBuckets, /*in_use=*/true);
   auto progress = ProgressLine::for_stderr(!request.quiet, 16);
   auto result = simulate_file(request.trace_path, request.format, config.value(), request.options,
                               timeline_out, sampler ? &*sampler : nullptr,

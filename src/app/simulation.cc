@@ -96,20 +96,23 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   if (timeline != nullptr) {
     timeline->write(
         "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
-        "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished\n");
+        "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished,"
+        "in_use_blocks,cached_blocks\n");
     sim.on_step = [timeline](const Simulator& s) {
       const ReplayState& st = s.state();
-      timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{}\n", s.sim_totals().steps,
-                      s.now(), st.used, s.config().kv.pool_blocks - st.used, st.waste_slots,
-                      st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
-                      s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(),
-                      s.sim_totals().finished);
+      timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{}\n",
+                      s.sim_totals().steps, s.now(), st.used, s.config().kv.pool_blocks - st.used,
+                      st.waste_slots, st.waste_ratio, st.logical_tokens, st.physical_tokens,
+                      st.live_sequences, s.totals().cow_copies, s.sim_totals().preemptions,
+                      s.evictions(), s.sim_totals().finished, s.in_use_blocks(),
+                      s.cache_resident_blocks());
     };
   }
   if (sampler != nullptr) {
     sim.on_step = [sampler, timeline_row = std::move(sim.on_step)](const Simulator& s) {
       if (timeline_row) timeline_row(s);
-      sampler->add(timeline_point(s.sim_totals().steps, s.state(), s.totals().cow_copies));
+      sampler->add(timeline_point(s.sim_totals().steps, s.state(), s.totals().cow_copies,
+                                  s.in_use_blocks()));
     };
   }
   if (terminal.progress != nullptr) {
@@ -198,7 +201,24 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
                                    {"hit_rate", hit_rate},
                                    {"hit_rate_per_request", per_request},
                                    {"hit_blocks", st.hit_blocks},
-                                   {"evictions", sim.evictions()}};
+                                   {"evictions", sim.evictions()},
+                                   {"queries", st.queries},
+                                   {"hits", st.hits},
+                                   {"preempted_queries", st.preempted_queries},
+                                   {"preempted_hits", st.preempted_hits},
+                                   {"peak_resident_blocks", st.peak_cache_resident}};
+  // In use vs cache residency (SimTotals::peak_in_use); sharing measured
+  // against the blocks in use, and only where blocks are shared at all.
+  const double mean_in_use = st.steps == 0 ? 0.0 : st.in_use_sum / static_cast<double>(st.steps);
+  result.report["blocks"]["peak_in_use"] = st.peak_in_use;
+  result.report["blocks"]["mean_in_use"] = mean_in_use;
+  result.report["memory"] = {
+      {"peak_in_use_bytes", std::uint64_t{st.peak_in_use} * sim.config().kv.block_bytes()}};
+  if (options.allocator == AllocatorKind::kPaged) {
+    result.report["sharing"]["saved_blocks_at_peak"] = st.saved_blocks_at_peak;
+  } else {
+    result.report["sharing"].erase("saved_blocks_at_peak");
+  }
   const double seconds = st.virtual_seconds;
   result.report["scheduler"] = {
       {"steps", st.steps},
@@ -224,6 +244,12 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   line("prefix-cache hit rate",
        fmt::format("{:.4f} of prompt tokens ({:.4f} per request)", hit_rate, per_request));
   line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
+  line("blocks in use",
+       fmt::format("peak {}, mean {:.1f} ({} at peak; cache residency apart, "
+                   "at most {} blocks)",
+                   grouped(st.peak_in_use), mean_in_use,
+                   bytes_text(std::uint64_t{st.peak_in_use} * sim.config().kv.block_bytes()),
+                   grouped(st.peak_cache_resident)));
   line("steps / preemptions", fmt::format("{} / {}", st.steps, st.preemptions));
   line("max running sequences", std::to_string(st.max_running));
   line("virtual time",

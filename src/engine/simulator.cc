@@ -260,6 +260,12 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
   owned->order = next_order_++;
   running_samples_ += request.n;
   const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
+  if (paged() && options_.prefix_cache) {
+    // KVCacheManager.record_prefix_cache_stats: num_tokens, not just the
+    // prompt; a request starts over here, so they are its prompt tokens.
+    (owned->admitted_before ? sim_.preempted_queries : sim_.queries) += request.prompt;
+    (owned->admitted_before ? sim_.preempted_hits : sim_.hits) += hit_tokens;
+  }
   if (!owned->admitted_before) {
     // Hits count once per request: never when a preempted request is recomputed.
     owned->admitted_before = true;
@@ -285,6 +291,7 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
       totals_.shared_pages_installed += hits.size();
       state_.logical_tokens += hit_tokens;
       state_.table_entries += hits.size();
+      request_entries_ += hits.size();
     }
   }
   owned->prefilled = hit_tokens;
@@ -339,6 +346,7 @@ bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t in
         ++totals_.forks;
         state_.logical_tokens += child.table.length();
         state_.table_entries += child.table.entries().size();
+        request_entries_ += child.table.entries().size();
         flight.samples.push_back(std::move(child));
       } else {
         // Contiguous baselines copy the prompt into each sample's own region.
@@ -346,9 +354,10 @@ bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t in
         state_.logical_tokens += request.prompt;
       }
     }
-    for (Sample& sample : flight.samples) {
-      sample.generated = 1;
-      ++sim_.output_tokens;
+    flight.counted.resize(request.n, 0);
+    for (std::size_t k = 0; k < flight.samples.size(); ++k) {
+      flight.samples[k].generated = 1;
+      count_output(flight, k);
     }
     for (Sample& sample : flight.samples) {
       if (sample.generated >= request.output) finish_sample(sample);
@@ -363,7 +372,7 @@ bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t in
     Sample& sample = flight.samples[k];
     --budget;
     ++sample.generated;
-    ++sim_.output_tokens;
+    count_output(flight, k);
     ++step_decode_seqs_;
     step_context_tokens_ += sample.length;
     if (sample.generated >= request.output) finish_sample(sample);
@@ -414,6 +423,7 @@ bool Simulator::append(Flight& flight, Sample& sample, std::uint32_t tokens, std
   totals_.tokens_appended += tokens;
   state_.logical_tokens += tokens;
   state_.table_entries += sample.table.entries().size() - pages_before;
+  request_entries_ += sample.table.entries().size() - pages_before;
   return true;
 }
 
@@ -426,9 +436,19 @@ void Simulator::release_sample(Sample& sample) {
   }
   std::vector<BlockId> blocks(sample.table.entries().begin(), sample.table.entries().end());
   state_.table_entries -= blocks.size();
+  request_entries_ -= blocks.size();
   (void)sample.table.release_all(pool_);  // tables built by this simulator are consistent
   // Last page first: a sequence's tail is evicted before its shared prefix.
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cache_.released(*it, pool_, tick_);
+}
+
+void Simulator::count_output(Flight& flight, std::size_t sample) {
+  // A preempted request starts over and produces its first tokens again:
+  // recomputation, not output.
+  if (flight.samples[sample].generated > flight.counted[sample]) {
+    flight.counted[sample] = flight.samples[sample].generated;
+    ++sim_.output_tokens;
+  }
 }
 
 void Simulator::finish_sample(Sample& sample) {
@@ -473,11 +493,29 @@ void Simulator::offer_to_cache(Flight& flight) {
   flight.cached_pages = std::max(flight.cached_pages, full_pages);
 }
 
+void Simulator::record_in_use(std::uint32_t in_use, std::uint32_t resident) {
+  sim_.in_use_sum += in_use;
+  sim_.peak_cache_resident = std::max(sim_.peak_cache_resident, resident);
+  if (sim_.steps > 1 && in_use <= sim_.peak_in_use) return;
+  sim_.peak_in_use = in_use;
+  const std::uint64_t referenced = std::min<std::uint64_t>(request_entries_, pool_.total());
+  sim_.saved_blocks_at_peak = referenced > in_use ? referenced - in_use : 0;
+}
+
+void Simulator::record_saved_blocks() {
+  // The report's sharing.saved_blocks_at_peak (and the summary's) is this
+  // simulator's figure, taken at the in-use peak; replay's definition counts
+  // cache entries as table entries, which a prefix cache makes exceed the pool.
+  totals_.saved_blocks_at_peak = paged() ? static_cast<std::int64_t>(sim_.saved_blocks_at_peak) : 0;
+}
+
 void Simulator::record() {
   state_.live_sequences = running_samples_;
   const std::uint32_t pt = config_.kv.page_tokens;
   if (paged()) {
     record_event(state_, totals_, pool_.used_count(), pool_.filled_total(), pt);
+    record_in_use(in_use_blocks(), cache_resident_blocks());
+    record_saved_blocks();
     return;
   }
   // Contiguous: reserved regions, in units of pages, against the KV they hold.
@@ -486,6 +524,8 @@ void Simulator::record() {
   std::uint64_t physical = state_.logical_tokens;
   record_event(state_, totals_, used, std::min<std::uint64_t>(physical, std::uint64_t{used} * pt),
                pt);
+  record_in_use(used, 0);
+  record_saved_blocks();
 }
 
 bool Simulator::check_now() {

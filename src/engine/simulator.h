@@ -99,13 +99,32 @@ struct SimTotals {
   std::uint64_t preemptions = 0;
   std::uint64_t max_running = 0;  // samples running at once
   double virtual_seconds = 0.0;
-  std::uint64_t output_tokens = 0;
+  std::uint64_t output_tokens = 0;           // each once, however often recomputed
   std::uint64_t prompt_tokens_computed = 0;  // recomputation included
   std::uint64_t query_tokens = 0;            // prompt tokens at first admission
   std::uint64_t hit_tokens = 0;
   std::uint64_t hit_blocks = 0;
   double hit_rate_sum = 0.0;  // per-request hit rates at first admission
   std::uint64_t hit_rate_requests = 0;
+  // vLLM's PrefixCacheStats (vllm/v1/metrics/stats.py, recorded by
+  // KVCacheManager.record_prefix_cache_stats): tokens looked up and found in the
+  // cache when a request is admitted; admissions of preempted requests apart.
+  std::uint64_t queries = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t preempted_queries = 0;
+  std::uint64_t preempted_hits = 0;
+  // Blocks in use: referenced by a running request's table, what vLLM's
+  // kv_cache_usage reports. The pool's used blocks less the cache residency
+  // (cached blocks no request holds, which the cache gives back on demand).
+  // Contiguous baselines: the reserved pages. Taken after every step.
+  std::uint32_t peak_in_use = 0;
+  double in_use_sum = 0.0;  // over steps, for the mean
+  std::uint32_t peak_cache_resident = 0;
+  // At the first step that reached peak_in_use: the blocks the running
+  // requests' tables reference (as many as the pool could hold) less the blocks
+  // in use, i.e. the blocks of this pool that sharing kept free. In
+  // [0, pool_blocks - peak_in_use]. Paged only.
+  std::uint64_t saved_blocks_at_peak = 0;
   std::uint64_t reserved_slots_peak = 0;  // contiguous baselines
   std::uint64_t admission_blocked_external =
       0;  // contiguous: free space existed but not in one piece
@@ -140,6 +159,10 @@ class Simulator {
   }
   double now() const { return now_; }
   bool idle() const;
+  // After the last step: blocks referenced by running requests, and cached
+  // blocks no request holds (see SimTotals::peak_in_use).
+  std::uint32_t in_use_blocks() const { return state_.used - cache_resident_blocks(); }
+  std::uint32_t cache_resident_blocks() const { return paged() ? cache_.evictable() : 0; }
 
   // Called after every step (for the timeline).
   std::function<void(const Simulator&)> on_step;
@@ -155,7 +178,8 @@ class Simulator {
   };
   struct Flight {
     Request request;
-    std::uint64_t order = 0;  // admission order
+    std::vector<std::uint32_t> counted;  // output tokens counted, per sample (survives preemption)
+    std::uint64_t order = 0;             // admission order
     bool admitted_before = false;
     std::uint32_t prefilled = 0;
     std::uint32_t cached_pages = 0;  // leading prompt pages already offered to the cache
@@ -174,6 +198,8 @@ class Simulator {
   void preempt_last();
   void release_sample(Sample& sample);
   void finish_sample(Sample& sample);
+  // A sample produced its `generated`-th token: counted unless it is recomputed.
+  void count_output(Flight& flight, std::size_t sample);
   void offer_to_cache(Flight& flight);
   std::optional<PageKey> page_key(const Flight& flight, std::uint32_t page) const;
   std::uint32_t reservation_tokens(const Request& request) const;
@@ -182,6 +208,8 @@ class Simulator {
   std::optional<SkipReason> never_fits(const Request& request, std::uint64_t& need) const;
   bool check_now();
   void record();
+  void record_in_use(std::uint32_t in_use, std::uint32_t resident);
+  void record_saved_blocks();
   SequenceBlockTable new_table() const;
   bool paged() const { return options_.allocator == AllocatorKind::kPaged; }
   // Contiguous first-fit arena over pool_blocks * page_tokens slots.
@@ -201,6 +229,7 @@ class Simulator {
   std::uint64_t reserved_slots_ = 0;
   std::uint64_t next_order_ = 0;
   std::uint64_t running_samples_ = 0;
+  std::uint64_t request_entries_ = 0;  // valid entries of the running samples' tables
   double now_ = 0.0;
   std::uint64_t tick_ = 0;
   std::uint32_t watermark_blocks_ = 0;

@@ -26,8 +26,9 @@ constexpr std::optional<Threshold> kInformational = std::nullopt;
 // threshold is not a noise margin: it is how much worse a change may make a
 // metric before a gate fails. Ratios get absolute slack (0.001 = 0.1 point),
 // counts relative slack (1% of the base); oom.events may not grow at all.
-constexpr std::array<CompareMetric, 22> kMetrics = {{
+constexpr std::array<CompareMetric, 24> kMetrics = {{
     {"blocks.peak_used", false, relative(0.01)},
+    {"blocks.peak_in_use", false, kInformational},  // simulate
     {"blocks.final_used", false, kInformational},
     {"blocks.allocations", false, kInformational},
     {"fragmentation.waste_ratio_mean", false, absolute(0.001)},
@@ -43,6 +44,7 @@ constexpr std::array<CompareMetric, 22> kMetrics = {{
     {"requests.skipped", false, kInformational},
     {"prefix_cache.hit_rate", true, absolute(0.001)},
     {"prefix_cache.hit_blocks", true, kInformational},
+    {"prefix_cache.hits", true, kInformational},
     {"prefix_cache.evictions", false, kInformational},
     {"scheduler.preemptions", false, relative(0.01)},
     {"scheduler.steps", false, kInformational},

@@ -14,10 +14,12 @@ namespace kvreplay {
 namespace {
 
 constexpr std::array<const char*, TimelineSampler::kFigures> kFigureNames{
-    "used_blocks", "waste_ratio", "logical_tokens", "physical_tokens", "cow_copies"};
+    "used_blocks",     "waste_ratio", "logical_tokens",
+    "physical_tokens", "cow_copies",  "in_use_blocks"};
 
 std::array<double, TimelineSampler::kFigures> figures_of(const TimelinePoint& p) {
-  return {p.used_blocks, p.waste_ratio, p.logical_tokens, p.physical_tokens, p.cow_copies};
+  return {p.used_blocks,     p.waste_ratio, p.logical_tokens,
+          p.physical_tokens, p.cow_copies,  p.in_use_blocks};
 }
 
 // A figure as JSON: integral values as integers, ratios to 6 decimals, so the
@@ -202,7 +204,8 @@ std::string page(std::string_view title, std::string_view subtitle, const std::s
 
 }  // namespace
 
-TimelineSampler::TimelineSampler(std::size_t max_buckets) : max_buckets_(max_buckets) {
+TimelineSampler::TimelineSampler(std::size_t max_buckets, bool in_use)
+    : max_buckets_(max_buckets), in_use_(in_use) {
   assert(max_buckets >= 2 && max_buckets % 2 == 0);
   buckets_.reserve(max_buckets);
 }
@@ -247,7 +250,8 @@ nlohmann::json TimelineSampler::to_json() const {
   nlohmann::json xs = nlohmann::json::array();
   for (const Bucket& b : buckets_) xs.push_back(b.x_last);
   out["x"] = std::move(xs);
-  for (std::size_t f = 0; f < kFigures; ++f) {
+  const std::size_t figures = in_use_ ? kFigures : kFigures - 1;
+  for (std::size_t f = 0; f < figures; ++f) {
     nlohmann::json lo = nlohmann::json::array(), hi = nlohmann::json::array(),
                    last = nlohmann::json::array();
     for (const Bucket& b : buckets_) {
@@ -292,6 +296,9 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
     body += card("requests finished",
                  fmt::format("{} of {}", value_text(at_path(report, {"requests", "finished"})),
                              value_text(at_path(report, {"requests", "total"}))));
+    body += card("peak blocks in use by requests",
+                 fmt::format("{} of {}", value_text(at_path(report, {"blocks", "peak_in_use"})),
+                             value_text(at_path(report, {"blocks", "total"}))));
     body += card("preemptions", value_text(at_path(report, {"scheduler", "preemptions"})));
     body +=
         card("prefix-cache hit rate", percent_text(at_path(report, {"prefix_cache", "hit_rate"})));

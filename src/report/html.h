@@ -19,6 +19,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,18 +35,22 @@ struct TimelinePoint {
   double waste_ratio = 0;
   double logical_tokens = 0;
   double physical_tokens = 0;
-  double cow_copies = 0;  // cumulative
+  double cow_copies = 0;     // cumulative
+  double in_use_blocks = 0;  // simulate: used blocks less cache residency
 };
 
 // The point of an event or step from the figures the engine keeps.
+// `in_use`: the blocks requests hold, when a prefix cache keeps others (simulate).
 inline TimelinePoint timeline_point(std::uint64_t x, const ReplayState& state,
-                                    std::uint64_t cow_copies) {
+                                    std::uint64_t cow_copies,
+                                    std::optional<std::uint32_t> in_use = std::nullopt) {
   return TimelinePoint{x,
                        static_cast<double>(state.used),
                        state.waste_ratio,
                        static_cast<double>(state.logical_tokens),
                        static_cast<double>(state.physical_tokens),
-                       static_cast<double>(cow_copies)};
+                       static_cast<double>(cow_copies),
+                       static_cast<double>(in_use.value_or(state.used))};
 }
 
 // Downsamples a stream of points to at most max_buckets buckets: when full,
@@ -53,11 +58,12 @@ inline TimelinePoint timeline_point(std::uint64_t x, const ReplayState& state,
 // as many points. Deterministic: depends only on the points and their order.
 class TimelineSampler {
  public:
-  static constexpr std::size_t kFigures = 5;
+  static constexpr std::size_t kFigures = 6;
   static constexpr std::size_t kDefaultBuckets = 2000;
 
-  // REQUIRES: max_buckets >= 2 and even.
-  explicit TimelineSampler(std::size_t max_buckets = kDefaultBuckets);
+  // REQUIRES: max_buckets >= 2 and even. `in_use`: the page charts in-use
+  // blocks apart from used ones (simulate); otherwise that figure is left out.
+  explicit TimelineSampler(std::size_t max_buckets = kDefaultBuckets, bool in_use = false);
 
   void add(const TimelinePoint& point);
 
@@ -66,7 +72,7 @@ class TimelineSampler {
   std::uint64_t per_bucket() const { return per_bucket_; }
   // {"points", "per_bucket", "x": [last x of each bucket], "FIGURE": {"min": [...],
   // "max": [...], "last": [...]}} for FIGURE in used_blocks, waste_ratio,
-  // logical_tokens, physical_tokens, cow_copies.
+  // logical_tokens, physical_tokens, cow_copies, and in_use_blocks when asked for.
   nlohmann::json to_json() const;
 
  private:
@@ -78,6 +84,7 @@ class TimelineSampler {
   };
 
   std::size_t max_buckets_;
+  bool in_use_;
   std::uint64_t per_bucket_ = 1;  // points per full bucket
   std::uint64_t open_count_ = 0;  // points in the last bucket
   std::uint64_t points_ = 0;

@@ -241,3 +241,65 @@ TEST_CASE("simulator: paged waste is below contiguous waste on the same trace") 
   CHECK(waste[0] < 0.25);
   CHECK(waste[1] > 0.5);
 }
+
+TEST_CASE("simulator: blocks in use leave out the cache residency that no request holds") {
+  // Request A caches 4 pages of hash block 7 and finishes; B, later, hits them.
+  Request a = request(0.0, 20, 2);
+  a.hash_ids = {7, 8};
+  a.hash_block_tokens = 16;
+  Request b = request(10.0, 20, 2);
+  b.hash_ids = {7, 9};
+  b.hash_block_tokens = 16;
+  Simulator sim(tiny_config(32), checked_options());
+  run_all(sim, {a, b});
+  // A holds ceil(20 / 4) = 5 blocks after its prefill, and so does B (4 of them
+  // hits); the page of the 21st token comes and goes inside the last step (this
+  // scheduler frees a finished request within the step), unseen by a record.
+  CHECK(sim.sim_totals().peak_in_use == 5);
+  // Every block still used at the end is cache residency: none is in use.
+  CHECK(sim.pool().used_count() > 0);
+  CHECK(sim.in_use_blocks() == 0);
+  CHECK(sim.cache_resident_blocks() == sim.pool().used_count());
+  CHECK(sim.sim_totals().peak_cache_resident >= 4);
+  CHECK(sim.sim_totals().in_use_sum > 0.0);
+  // PrefixCacheStats: queries and hits in tokens, once per admission.
+  CHECK(sim.sim_totals().queries == 40);
+  CHECK(sim.sim_totals().hits == 16);
+  CHECK(sim.sim_totals().preempted_queries == 0);
+  CHECK(sim.sim_totals().preempted_hits == 0);
+}
+
+TEST_CASE("simulator: a preempted request's recomputed tokens are not output, nor first queries") {
+  SimOptions options = checked_options();
+  // Two requests of 8 prompt tokens growing to 19 tokens (5 pages each) in 8
+  // blocks: one is preempted, recomputes its prompt and its first tokens again.
+  Simulator sim(tiny_config(8), options);
+  run_all(sim, {request(0.0, 8, 12), request(0.0, 8, 12)});
+  REQUIRE(sim.sim_totals().preemptions >= 1);
+  CHECK(sim.sim_totals().finished == 2);
+  CHECK(sim.sim_totals().output_tokens == 24);  // 12 each, however often recomputed
+  CHECK(sim.sim_totals().queries == 16);
+  // Every readmission looks up its prompt again, counted apart.
+  CHECK(sim.sim_totals().preempted_queries == 8 * sim.sim_totals().preemptions);
+  CHECK(sim.sim_totals().preempted_hits <= sim.sim_totals().preempted_queries);
+  CHECK(sim.sim_totals().peak_in_use <= 8);
+}
+
+TEST_CASE("simulator: saved blocks lie between 0 and the pool less the blocks in use") {
+  // n = 4 samples share their prompt pages: at the peak, the samples' tables
+  // reference more blocks than they hold.
+  Simulator sim(tiny_config(64), checked_options());
+  run_all(sim, {request(0.0, 16, 6, 4)});
+  const kvreplay::SimTotals& st = sim.sim_totals();
+  CHECK(st.saved_blocks_at_peak > 0);
+  CHECK(st.saved_blocks_at_peak <= 64u - st.peak_in_use);
+  CHECK(sim.totals().saved_blocks_at_peak == static_cast<std::int64_t>(st.saved_blocks_at_peak));
+  // Contiguous baselines share nothing: nothing saved.
+  SimOptions contiguous = checked_options();
+  contiguous.allocator = AllocatorKind::kContiguousMax;
+  Simulator baseline(tiny_config(256), contiguous);
+  run_all(baseline, {request(0.0, 16, 6, 4)});
+  CHECK(baseline.sim_totals().saved_blocks_at_peak == 0);
+  CHECK(baseline.totals().saved_blocks_at_peak == 0);
+  CHECK(baseline.sim_totals().peak_in_use == baseline.totals().peak_used);
+}

@@ -147,7 +147,10 @@
       return {name: label, color: color, lo: tl[name][lo], hi: tl[name][hi]};
     }
     specs.push({id: 'chart-used', title: 'Used blocks', xLabel: xl, yLabel: 'blocks', x: tl.x, integer: true, integerX: true,
-                series: [fig('used_blocks', 'used blocks', palette[0], 'min', 'max')],
+                series: tl.in_use_blocks
+                  ? [fig('used_blocks', 'used (cache residency included)', palette[0], 'min', 'max'),
+                     fig('in_use_blocks', 'in use by requests', palette[5], 'min', 'max')]
+                  : [fig('used_blocks', 'used blocks', palette[0], 'min', 'max')],
                 hlines: data.pool_blocks ? [{y: data.pool_blocks, label: 'pool (' + data.pool_blocks + ' blocks)', color: '#8a93a3'}] : []});
     specs.push({id: 'chart-waste', title: 'Waste ratio (unfilled slots of used blocks)', xLabel: xl,
                 yLabel: 'waste', percent: true, x: tl.x, integerX: true,
