@@ -218,6 +218,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
     result.report["sharing"]["saved_blocks_at_peak"] = st.saved_blocks_at_peak;
   } else {
     result.report["sharing"].erase("saved_blocks_at_peak");
+    result.report.erase("layout");  // regions, not tables
   }
   const double seconds = st.virtual_seconds;
   result.report["scheduler"] = {

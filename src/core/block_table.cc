@@ -10,6 +10,17 @@ SequenceBlockTable::SequenceBlockTable(std::uint32_t capacity_pages, std::uint32
   assert(page_tokens >= 1);
 }
 
+void SequenceBlockTable::set_entry(std::size_t page, BlockId b) {
+  continued_ -= (continues(page) ? 1 : 0) + (continues(page + 1) ? 1 : 0);
+  entries_[page] = b;
+  continued_ += (continues(page) ? 1 : 0) + (continues(page + 1) ? 1 : 0);
+}
+
+void SequenceBlockTable::recount_continued() {
+  continued_ = 0;
+  for (std::size_t page = 1; page < entries_.size(); ++page) continued_ += continues(page) ? 1 : 0;
+}
+
 bool SequenceBlockTable::empty() const {
   return length_ == 0 && std::all_of(entries_.begin(), entries_.end(),
                                      [](BlockId b) { return b == kInvalidBlock; });
@@ -30,7 +41,7 @@ CoreResult<CopyOnWrite> SequenceBlockTable::ensure_writable(std::uint32_t logica
   if (!action) return action;
   // Growing the vector may throw bad_alloc; that is fatal, not a failure mode.
   if (logical_page >= entries_.size()) entries_.resize(logical_page + 1, kInvalidBlock);
-  entries_[logical_page] = action.value().block;
+  set_entry(logical_page, action.value().block);
   return action;
 }
 
@@ -83,7 +94,7 @@ CoreResult<AppendEffect> SequenceBlockTable::append(std::uint32_t tokens, BlockP
     CopyOnWrite action = pool.writable(entries_[page]).value();
     if (action.kind == CopyOnWrite::Kind::kCopy) effect.copies.push_back(action);
     if (action.kind == CopyOnWrite::Kind::kAllocated) ++effect.new_pages;
-    entries_[page] = action.block;
+    set_entry(page, action.block);
     std::uint64_t page_end = std::uint64_t{page + 1} * page_tokens_;
     std::uint64_t written_end = std::min(page_end, new_length);
     pool.set_filled(action.block,
@@ -108,6 +119,7 @@ CoreStatus SequenceBlockTable::fork_into(SequenceBlockTable& target, BlockPool& 
     }
   }
   target.entries_ = entries_;
+  target.continued_ = continued_;
   target.length_ = length_;
   return {};
 }
@@ -126,6 +138,7 @@ CoreStatus SequenceBlockTable::install_shared_prefix(std::span<const BlockId> pa
     }
   }
   entries_.assign(pages.begin(), pages.end());
+  recount_continued();
   length_ = tokens;
   return {};
 }
@@ -156,6 +169,7 @@ CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
     if (b != kInvalidBlock) (void)pool.release(b);
   }
   entries_.clear();
+  continued_ = 0;
   length_ = 0;
   return {};
 }

@@ -8,6 +8,10 @@
 //     pages covering [0, length()) (invariant I3).
 //   - Every operation is failure-atomic: on error the table and the pool are
 //     exactly as before.
+//   - continued_pages() counts the pages whose block is the one right after the
+//     previous page's block (entries p-1, p both valid, entry p == entry p-1 + 1):
+//     how much of the table is physically contiguous. Kept by every operation in
+//     O(pages changed).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +46,8 @@ class SequenceBlockTable {
   // Stored entries; logical pages past the end are kInvalidBlock.
   std::span<const BlockId> entries() const { return entries_; }
   bool empty() const;  // no valid entry and length 0
+  // Valid pages that continue their predecessor's block (see the contract).
+  std::uint32_t continued_pages() const { return continued_; }
 
   // The block of a logical page, or nullopt when the entry is invalid or out of range.
   std::optional<BlockId> get(std::uint32_t logical_page) const;
@@ -100,10 +106,19 @@ class SequenceBlockTable {
  private:
   friend struct BlockTableTestAccess;  // plants faults in tests
 
+  bool continues(std::size_t page) const {
+    return page > 0 && page < entries_.size() && entries_[page] != kInvalidBlock &&
+           entries_[page - 1] != kInvalidBlock && entries_[page] == entries_[page - 1] + 1;
+  }
+  // entries_[page] = b, keeping continued_. REQUIRES: page < entries_.size().
+  void set_entry(std::size_t page, BlockId b);
+  void recount_continued();
+
   std::uint32_t capacity_pages_;
   std::uint32_t page_tokens_;
   std::uint32_t length_ = 0;
   std::vector<BlockId> entries_;
+  std::uint32_t continued_ = 0;
 };
 
 }  // namespace kvreplay

@@ -193,7 +193,9 @@ InputResult<Replayer::Step> Replayer::on_free(const Event& event, const std::str
     }
     return bad(event, file, "seq", fmt::format("{} is not admitted", event.seq));
   }
+  count_layout(state_, it->second.table, -1);
   const Step step = release(it->second.table, event);
+  if (step != Step::kDone) count_layout(state_, it->second.table, +1);
   if (step == Step::kDone) {
     if (observer_) observer_->on_release(TableKey::sequence(event.seq), event);
     sequences_.erase(it);
@@ -291,6 +293,7 @@ Replayer::Step Replayer::admit(const Event& event) {
   totals_.tokens_appended += fresh;
   state_.logical_tokens += event.prompt;
   state_.table_entries += record.table.entries().size();
+  count_layout(state_, record.table, +1);
   // The copy check (I4/I5) runs on the sequence's table once it is in place.
   auto [it, inserted] = sequences_.emplace(event.seq, std::move(record));
   (void)inserted;
@@ -341,7 +344,9 @@ Replayer::Step Replayer::append_to(Sequence& sequence, std::uint32_t tokens, con
     return Step::kDone;
   }
   std::size_t pages_before = sequence.table.entries().size();
+  count_layout(state_, sequence.table, -1);
   auto appended = sequence.table.append(tokens, pool_);
+  count_layout(state_, sequence.table, +1);
   if (!appended) {
     if (appended.error() != CoreError::kPoolExhausted) {
       return core_failure(event, appended.error(), sequence.label);
@@ -389,6 +394,7 @@ Replayer::Step Replayer::fork(const Event& event) {
   ++totals_.forks;
   state_.logical_tokens += child.table.length();
   state_.table_entries += child.table.entries().size();
+  count_layout(state_, child.table, +1);
   auto [it, inserted] = sequences_.emplace(event.child, std::move(child));
   (void)inserted;
   if (observer_) {
@@ -435,8 +441,23 @@ void record_event(ReplayState& state, ReplayTotals& totals, std::uint32_t used,
     ++totals.waste_ratio_events;
     totals.waste_ratio_max = std::max(totals.waste_ratio_max, state.waste_ratio);
   }
+  double runs = 0.0, continued = 0.0;
+  if (state.seq_tables > 0) {
+    runs = static_cast<double>(state.seq_pages - state.seq_continued) /
+           static_cast<double>(state.seq_tables);
+    totals.runs_per_seq_sum += runs;
+    ++totals.runs_events;
+    if (state.seq_pages > state.seq_tables) {
+      continued = static_cast<double>(state.seq_continued) /
+                  static_cast<double>(state.seq_pages - state.seq_tables);
+      totals.continued_share_sum += continued;
+      ++totals.continued_events;
+    }
+  }
   if (used > totals.peak_used) {
     totals.peak_used = used;
+    totals.runs_per_seq_at_peak = runs;
+    totals.continued_share_at_peak = continued;
     totals.waste_ratio_at_peak = state.waste_ratio;
     totals.waste_slots_at_peak = state.waste_slots;
     totals.saved_blocks_at_peak =

@@ -54,7 +54,27 @@ struct ReplayState {
   std::uint64_t physical_tokens = 0;
   std::uint64_t table_entries = 0;  // valid entries of all sequence and prefix tables
   std::uint64_t live_sequences = 0;
+  // Block layout of the sequence tables (prefix tables apart): their pages, the
+  // pages that continue their predecessor's block, and the tables with a page.
+  std::uint64_t seq_pages = 0;
+  std::uint64_t seq_continued = 0;
+  std::uint64_t seq_tables = 0;
 };
+
+// Adds (sign +1) or takes out (sign -1) one sequence table's layout in `state`.
+inline void count_layout(ReplayState& state, const SequenceBlockTable& table, int sign) {
+  const std::uint64_t pages = table.entries().size();
+  if (pages == 0) return;
+  if (sign > 0) {
+    state.seq_pages += pages;
+    state.seq_continued += table.continued_pages();
+    ++state.seq_tables;
+  } else {
+    state.seq_pages -= pages;
+    state.seq_continued -= table.continued_pages();
+    --state.seq_tables;
+  }
+}
 
 struct ReplayTotals {
   std::uint64_t events = 0;
@@ -77,7 +97,23 @@ struct ReplayTotals {
   std::uint64_t oom_events = 0;
   std::optional<std::uint64_t> oom_first_event;
   std::uint64_t skipped_events = 0;  // events of sequences whose admit/fork was skipped
+  // Layout, after each event (step) with a sequence holding a page: physically
+  // contiguous runs per sequence table, and the share of pages (after a
+  // table's first) that continue their predecessor's block; at the peak_used event too.
+  double runs_per_seq_sum = 0.0;
+  std::uint64_t runs_events = 0;
+  double continued_share_sum = 0.0;
+  std::uint64_t continued_events = 0;  // events with a page that has a predecessor
+  double runs_per_seq_at_peak = 0.0;
+  double continued_share_at_peak = 0.0;
 
+  double runs_per_seq_mean() const {
+    return runs_events == 0 ? 0.0 : runs_per_seq_sum / static_cast<double>(runs_events);
+  }
+  double continued_share_mean() const {
+    return continued_events == 0 ? 0.0
+                                 : continued_share_sum / static_cast<double>(continued_events);
+  }
   double waste_ratio_mean() const {
     return waste_ratio_events == 0 ? 0.0
                                    : waste_ratio_sum / static_cast<double>(waste_ratio_events);

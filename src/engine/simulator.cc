@@ -292,6 +292,7 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
       state_.logical_tokens += hit_tokens;
       state_.table_entries += hits.size();
       request_entries_ += hits.size();
+      count_layout(state_, owned->samples[0].table, +1);
     }
   }
   owned->prefilled = hit_tokens;
@@ -347,6 +348,7 @@ bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t in
         state_.logical_tokens += child.table.length();
         state_.table_entries += child.table.entries().size();
         request_entries_ += child.table.entries().size();
+        count_layout(state_, child.table, +1);
         flight.samples.push_back(std::move(child));
       } else {
         // Contiguous baselines copy the prompt into each sample's own region.
@@ -408,7 +410,9 @@ bool Simulator::append(Flight& flight, Sample& sample, std::uint32_t tokens, std
     }
   }
   std::size_t pages_before = sample.table.entries().size();
+  count_layout(state_, sample.table, -1);
   auto appended = sample.table.append(tokens, pool_);
+  count_layout(state_, sample.table, +1);
   if (!appended) {
     violation_ = Violation{
         sim_.steps + 1, flight.request.line, "I1",
@@ -434,6 +438,7 @@ void Simulator::release_sample(Sample& sample) {
     free_region(sample.region, sample.region_slots);
     return;
   }
+  count_layout(state_, sample.table, -1);
   std::vector<BlockId> blocks(sample.table.entries().begin(), sample.table.entries().end());
   state_.table_entries -= blocks.size();
   request_entries_ -= blocks.size();

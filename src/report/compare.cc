@@ -26,7 +26,7 @@ constexpr std::optional<Threshold> kInformational = std::nullopt;
 // threshold is not a noise margin: it is how much worse a change may make a
 // metric before a gate fails. Ratios get absolute slack (0.001 = 0.1 point),
 // counts relative slack (1% of the base); oom.events may not grow at all.
-constexpr std::array<CompareMetric, 24> kMetrics = {{
+constexpr std::array<CompareMetric, 28> kMetrics = {{
     {"blocks.peak_used", false, relative(0.01)},
     {"blocks.peak_in_use", false, kInformational},  // simulate
     {"blocks.final_used", false, kInformational},
@@ -36,6 +36,12 @@ constexpr std::array<CompareMetric, 24> kMetrics = {{
     {"fragmentation.waste_ratio_max", false, absolute(0.001)},
     {"fragmentation.waste_slots_at_peak", false, kInformational},
     {"tokens.peak_physical", false, kInformational},
+    // Placement: what an allocator change moves (a paged kernel's locality, the
+    // size of KV transfers between tiers).
+    {"layout.runs_per_seq_mean", false, relative(0.05)},
+    {"layout.continued_share_mean", true, absolute(0.01)},
+    {"layout.runs_per_seq_at_peak", false, kInformational},
+    {"layout.continued_share_at_peak", true, kInformational},
     {"sharing.saved_blocks_at_peak", true, kInformational},
     {"cow.copies", false, relative(0.01)},
     {"cow.bytes", false, kInformational},
@@ -313,8 +319,12 @@ Result<void, std::string> check_shape(const nlohmann::json& report, std::string_
                                     v["event"].type_name())};
     }
   }
+  // The contiguous baselines reserve regions, not tables: no layout to gate.
+  const nlohmann::json* allocator = at_path(report, "config.simulation.allocator");
+  const bool regions = allocator != nullptr && allocator->is_string() && *allocator != "paged";
   for (const CompareMetric& metric : kMetrics) {
     if (kind == "replay" && simulate_only(metric.path)) continue;
+    if (regions && metric.path.starts_with("layout.")) continue;
     if (thresholds.find(metric.path)) {
       if (auto ok = required(metric.path, &nlohmann::json::is_number, "a number", "a gated metric");
           !ok)

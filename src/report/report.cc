@@ -60,6 +60,10 @@ nlohmann::json base_report(const ReportSource& source) {
                              {"waste_ratio_mean", totals.waste_ratio_mean()},
                              {"waste_ratio_max", totals.waste_ratio_max},
                              {"waste_slots_at_peak", totals.waste_slots_at_peak}};
+  report["layout"] = {{"runs_per_seq_mean", totals.runs_per_seq_mean()},
+                      {"runs_per_seq_at_peak", totals.runs_per_seq_at_peak},
+                      {"continued_share_mean", totals.continued_share_mean()},
+                      {"continued_share_at_peak", totals.continued_share_at_peak}};
   report["sharing"] = {{"forks", totals.forks},
                        {"prefix_installs", totals.prefix_installs},
                        {"shared_pages_installed", totals.shared_pages_installed},
@@ -142,6 +146,12 @@ std::string base_summary(const ReportSource& input, bool color) {
   line("appended", std::to_string(totals.tokens_appended));
   line("peak logical / physical",
        fmt::format("{} / {}", totals.peak_logical, totals.peak_physical));
+  out += paint.bold("layout (physically contiguous runs of a sequence's blocks)") + "\n";
+  line("runs per sequence", fmt::format("{:.2f} mean, {:.2f} at peak", totals.runs_per_seq_mean(),
+                                        totals.runs_per_seq_at_peak));
+  line("pages continuing the last",
+       fmt::format("{} mean, {} at peak", percent(totals.continued_share_mean()),
+                   percent(totals.continued_share_at_peak)));
   out += paint.bold("sharing") + "\n";
   line("forks", std::to_string(totals.forks));
   line("prefix installs (pages)",

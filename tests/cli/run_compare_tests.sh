@@ -244,7 +244,7 @@ gate() {  # gate ARGS...: sets rc; output in $work/out
 }
 gate --update --baselines "$work/base"
 check '[[ $rc -eq 0 ]]' "--update: exit $rc: $(err_text)"
-for name in fork_cow prefix_partial prefix_drop oom_fail oom_skip document quickstart; do
+for name in fork_cow prefix_partial prefix_drop oom_fail oom_skip document quickstart churn; do
   check '[[ -s $work/base/'"$name"'.json ]]' "no baseline $name.json"
 done
 check '! grep -q "\"timing\"" "$work"/base/*.json' "baselines keep the timing object"
@@ -253,11 +253,18 @@ cp -r "$work/base" "$work/base_first"
 gate --update --baselines "$work/base"
 check 'diff -r "$work/base_first" "$work/base" >/dev/null' "baselines differ between two updates"
 gate --baselines "$work/base"
-check '[[ $rc -eq 0 ]] && out_has "gate: 7 cases: 7 passed, 0 regressed, 0 errors"' \
+check '[[ $rc -eq 0 ]] && out_has "gate: 8 cases: 8 passed, 0 regressed, 0 errors"' \
   "gate: exit $rc, $(tail -n 1 "$work/out")"
 gate --baselines "$work/base" --replay-args "--alloc-order lowest" --quiet
 check '[[ $rc -eq 0 ]]' "gate, another alloc order: exit $rc"
 check '[[ $(wc -l <"$work/out") -eq 1 ]]' "--quiet printed more than the last line"
+# An allocator change is visible: baselines under fifo, then the default lifo
+# regresses churn's layout (and nothing else).
+gate --update --baselines "$work/fifo_base" --replay-args "--alloc-order fifo"
+gate --baselines "$work/fifo_base"
+check '[[ $rc -eq 1 ]] && out_has "REGRESSED churn" && out_has "1 regressed" &&
+       err_has "layout.runs_per_seq_mean"' \
+  "lifo against fifo baselines: exit $rc, $(tail -n 1 "$work/out")"
 jq '.blocks.peak_used -= 5' "$work/base/quickstart.json" >"$work/q.json" &&
   mv "$work/q.json" "$work/base/quickstart.json"
 gate --baselines "$work/base"

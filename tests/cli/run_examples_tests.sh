@@ -32,9 +32,10 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-examples.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 
 # Examples that exit with something other than 0 on purpose: the exact line, then
-# the exit code and why. (None today; a `compare` example showing a regression
-# would be listed here with 1.)
-declare -A expected=()
+# the exit code and why, as "CODE|why".
+declare -A expected=(
+  ["kvreplay compare fifo.json lifo.json --quiet"]="1|README: an allocator change that regresses the layout"
+)
 # Examples left out, with the reason: the exact line. Each must still exist, so
 # the list cannot go stale. (None today: the published-figure reproductions on
 # ../shared take seconds.)

@@ -37,6 +37,43 @@ TEST_CASE("table: get returns the block of valid pages and nothing elsewhere") {
   CHECK_FALSE(table.empty());
 }
 
+TEST_CASE("table: continued_pages counts pages whose block follows the previous page's") {
+  BlockPool pool(16, AllocOrder::kLowest);
+  SequenceBlockTable table(8, 4);
+  must_append(table, 12, pool);  // b0 b1 b2
+  CHECK(entries_of(table) == std::vector<BlockId>{0, 1, 2});
+  CHECK(table.continued_pages() == 2u);
+  // A fork shares the pages, and the count.
+  SequenceBlockTable child(8, 4);
+  REQUIRE(table.fork_into(child, pool).ok());
+  CHECK(child.continued_pages() == 2u);
+  // Making page 1 writable copies it to b3: [b0 b3 b2] continues nowhere.
+  REQUIRE(child.ensure_writable(1, pool).ok());
+  CHECK(entries_of(child) == std::vector<BlockId>{0, 3, 2});
+  CHECK(child.continued_pages() == 0u);
+  // A new page takes b4, the lowest free block, which does not follow b2.
+  must_append(child, 1, pool);
+  CHECK(entries_of(child) == std::vector<BlockId>{0, 3, 2, 4});
+  CHECK(child.continued_pages() == 0u);
+  must_append(child, 4, pool);  // b5 after b4
+  CHECK(child.continued_pages() == 1u);
+  // A shared prefix installed into an empty table is counted at once.
+  SequenceBlockTable shared(8, 4);
+  REQUIRE(shared.install_shared_prefix(std::vector<BlockId>{0, 1, 2}, 12, pool).ok());
+  CHECK(shared.continued_pages() == 2u);
+  // A failed append changes nothing, the count included.
+  BlockPool tiny(2, AllocOrder::kLowest);
+  SequenceBlockTable full(8, 4);
+  must_append(full, 8, tiny);
+  const SequenceBlockTable before = full;
+  CHECK_FALSE(full.append(4, tiny).ok());
+  CHECK(full == before);
+  CHECK(full.continued_pages() == 1u);
+  // Releasing leaves nothing to count.
+  REQUIRE(child.release_all(pool).ok());
+  CHECK(child.continued_pages() == 0u);
+}
+
 TEST_CASE("table: append of a single page allocates one block and records filled") {
   for (AllocOrder order : kAllOrders) {
     INFO(to_string(order));

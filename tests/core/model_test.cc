@@ -516,6 +516,15 @@ class Run {
       return fmt::format("{}: entries [{}], model [{}]", live.label,
                          fmt::join(table.entries(), ","), fmt::join(model.pages, ","));
     }
+    // The kept count of pages that continue their predecessor's block, recounted.
+    std::uint32_t continued = 0;
+    for (std::size_t page = 1; page < model.pages.size(); ++page) {
+      continued += model.pages[page] == model.pages[page - 1] + 1 ? 1 : 0;
+    }
+    if (table.continued_pages() != continued) {
+      return fmt::format("{}: continued_pages {}, recounted {} over [{}]", live.label,
+                         table.continued_pages(), continued, fmt::join(model.pages, ","));
+    }
     for (std::uint32_t position = 0; position < model.length; ++position) {
       const BlockId b = model.pages[position / c_.page_tokens];
       const std::uint64_t value =

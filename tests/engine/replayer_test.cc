@@ -265,5 +265,48 @@ TEST_CASE("replayer: --check off runs no check, not even for a check event") {
   CHECK(d.replayer.totals().events == 2);
 }
 
+TEST_CASE("replayer layout: runs and continued pages of the sequence tables, per order") {
+  // Two sequences grow in turn, so their pages interleave: under lowest, seq 1
+  // gets b0 b2 b4, seq 2 b1 b3 b5 (3 runs each); freeing seq 1 and admitting
+  // seq 3 for 3 pages hands it b0 b2 b4 again.
+  RunConfig config = small_config(16);
+  config.alloc_order = AllocOrder::kLowest;
+  Replayer r(config, CheckPolicy{CheckPolicy::Mode::kEvery, 1}, OomPolicy::kFail);
+  std::uint64_t index = 0;
+  auto apply = [&](Event e) {
+    e.index = ++index;
+    e.line = index + 1;
+    auto outcome = r.apply(e, "t.jsonl");
+    REQUIRE(outcome);
+    REQUIRE(outcome.value() == Replayer::Outcome::kApplied);
+  };
+  apply(admit(1, 4));
+  apply(admit(2, 4));
+  CHECK(r.state().seq_pages == 2);
+  CHECK(r.state().seq_continued == 0);
+  CHECK(r.state().seq_tables == 2);
+  for (int i = 0; i < 2; ++i) {
+    apply(append(1, 4));
+    apply(append(2, 4));
+  }
+  CHECK(r.state().seq_pages == 6);
+  CHECK(r.state().seq_continued == 0);  // [0 2 4] and [1 3 5]
+  // One sequence alone, growing by whole pages from an empty pool tail: contiguous.
+  apply(admit(3, 16));  // b6 b7 b8 b9
+  CHECK(r.state().seq_pages == 10);
+  CHECK(r.state().seq_continued == 3);
+  CHECK(r.state().seq_tables == 3);
+  apply(free_seq(3));
+  apply(free_seq(1));
+  CHECK(r.state().seq_pages == 3);
+  CHECK(r.state().seq_tables == 1);
+  // Figures after each event: runs per sequence and the continued share.
+  const ReplayTotals& t = r.totals();
+  CHECK(t.runs_events == 9);
+  // At the peak (10 blocks, after admitting seq 3): (10 - 3) runs / 3 sequences.
+  CHECK(t.runs_per_seq_at_peak == Approx(7.0 / 3.0));
+  CHECK(t.continued_share_at_peak == Approx(3.0 / 7.0));
+}
+
 }  // namespace
 }  // namespace kvreplay

@@ -25,6 +25,8 @@ json replay_report() {
     "tokens": {"appended": 797, "peak_logical": 1601, "peak_physical": 817},
     "fragmentation": {"waste_ratio_at_peak": 0.08817, "waste_ratio_mean": 0.09719,
                       "waste_ratio_max": 0.169271, "waste_slots_at_peak": 79},
+    "layout": {"runs_per_seq_mean": 2.27, "runs_per_seq_at_peak": 2.44,
+               "continued_share_mean": 0.8697, "continued_share_at_peak": 0.854},
     "sharing": {"forks": 2, "prefix_installs": 7, "shared_pages_installed": 49,
                 "saved_blocks_at_peak": 49},
     "cow": {"copies": 9, "bytes": 6291456},
