@@ -48,6 +48,9 @@ struct MinSearch {
   std::optional<InputError> error;
   std::optional<std::uint32_t> violated_blocks;  // a probe whose invariant check failed
   ViolationText violation;
+  // Swept pools at or above an answer that still preempted (or skipped): each
+  // raised the answer past it, since preemptions need not fall as memory grows.
+  std::vector<std::uint32_t> raised_past;
 };
 
 // Runs `count` jobs on up to `jobs` threads; job i writes only its own slot.
@@ -69,6 +72,29 @@ ViolationText first_violation(const SimulationResult& result) {
   if (violations.empty()) return {"invariant violated", "?"};
   return {fmt::format("invariant {} violated", violations[0]["invariant"].get<std::string>()),
           violations[0]["message"].get<std::string>()};
+}
+
+// What --kv-memory must say for a pool of exactly `blocks` blocks: GiB with the
+// fewest decimals whose value, rounded up, still floors to `blocks` (checked by
+// parsing it back as --kv-memory is parsed); bytes when no decimal does.
+std::string reproducible_memory(std::uint32_t blocks, const PagedKvConfig& kv) {
+  const std::uint64_t bytes = std::uint64_t{blocks} * kv.block_bytes();
+  const double gib = static_cast<double>(bytes) / static_cast<double>(1ull << 30);
+  for (int decimals = 0; decimals <= 9; ++decimals) {
+    const double scale = std::pow(10.0, decimals);
+    const std::string text = fmt::format("{:.{}f}GiB", std::ceil(gib * scale) / scale, decimals);
+    auto parsed = parse_memory_size(text);
+    if (!parsed) continue;
+    auto pool = pool_blocks_for_memory(kv, parsed.value());
+    if (pool && pool.value() == blocks) return text;
+  }
+  return std::to_string(bytes);
+}
+
+// How a row names its model: the preset, or the geometry when options changed it.
+std::string model_label(const RunConfig& config) {
+  if (!config.model.empty()) return config.model;
+  return fmt::format("{}x{}x{}", config.kv.layers, config.kv.kv_heads, config.kv.head_dim);
 }
 
 bool serves_without_preemption(const SimulationResult& result) {
@@ -182,8 +208,15 @@ int run_plan(const PlanRequest& request) {
       for (const MinSearch& s : searches)
         seen = seen || (s.model == cell.model && s.page_tokens == cell.page_tokens);
       if (!seen)
-        searches.push_back(MinSearch{cell.model, cell.page_tokens, cell.config, std::nullopt, 0,
-                                     std::nullopt, std::nullopt, ViolationText{}});
+        searches.push_back(MinSearch{cell.model,
+                                     cell.page_tokens,
+                                     cell.config,
+                                     std::nullopt,
+                                     0,
+                                     std::nullopt,
+                                     std::nullopt,
+                                     ViolationText{},
+                                     {}});
     }
     parallel_for(searches.size(), jobs, [&](std::size_t i) {
       MinSearch& search = searches[i];
@@ -207,22 +240,44 @@ int run_plan(const PlanRequest& request) {
         }
         return serves_without_preemption(result.value());
       };
-      std::uint64_t high = search.config.kv.pool_blocks;
-      for (;;) {
-        auto ok = probe(static_cast<std::uint32_t>(high));
-        if (!ok) return;
-        if (*ok) break;
-        if (high * 2 > kMaxSupportedPoolBlocks) return;  // not found
-        high *= 2;
+      // The smallest passing pool above `low` (which fails, or is 0): doubling
+      // from `start` to a passing pool, then bisection. 0 when none below the bound.
+      auto smallest_above = [&](std::uint64_t low,
+                                std::uint64_t start) -> std::optional<std::uint64_t> {
+        std::uint64_t high = std::max<std::uint64_t>(start, low + 1);
+        for (;;) {
+          auto ok = probe(static_cast<std::uint32_t>(high));
+          if (!ok) return std::nullopt;
+          if (*ok) break;
+          low = high;
+          if (high * 2 > kMaxSupportedPoolBlocks) return 0;  // not found
+          high *= 2;
+        }
+        while (high - low > 1) {
+          std::uint64_t mid = low + (high - low) / 2;
+          auto ok = probe(static_cast<std::uint32_t>(mid));
+          if (!ok) return std::nullopt;
+          (*ok ? high : low) = mid;
+        }
+        return high;
+      };
+      auto found = smallest_above(0, search.config.kv.pool_blocks);
+      // The answer must hold at every swept size above it too: a swept pool at
+      // or above it that still preempts raises the search past it.
+      while (found && *found != 0) {
+        std::uint64_t failing = 0;
+        for (const PlanCell& cell : cells) {
+          if (cell.model != search.model || cell.page_tokens != search.page_tokens) continue;
+          if (cell.config.kv.pool_blocks < *found) continue;
+          if (!serves_without_preemption(*cell.result)) {
+            failing = std::max<std::uint64_t>(failing, cell.config.kv.pool_blocks);
+          }
+        }
+        if (failing == 0) break;
+        search.raised_past.push_back(static_cast<std::uint32_t>(failing));
+        found = smallest_above(failing, failing + 1);
       }
-      std::uint64_t low = 0;  // fails (or untested 0)
-      while (high - low > 1) {
-        std::uint64_t mid = low + (high - low) / 2;
-        auto ok = probe(static_cast<std::uint32_t>(mid));
-        if (!ok) return;
-        (*ok ? high : low) = mid;
-      }
-      search.blocks = static_cast<std::uint32_t>(high);
+      if (found && *found != 0) search.blocks = static_cast<std::uint32_t>(*found);
     });
     if (progress) progress->clear();
     for (const MinSearch& search : searches) {
@@ -253,13 +308,31 @@ int run_plan(const PlanRequest& request) {
   }
   plan["simulation"] = sim_options_json(options);
   plan["simulation"]["check"] = options.check.name();
+  // Every setting that changes a figure, as the sweep resolved it (the swept
+  // model, page size and pool vary per cell: cells[].config).
+  if (!cells.empty()) {
+    nlohmann::json common = cells[0].config.to_json();
+    for (const char* swept :
+         {"model", "layers", "kv_heads", "head_dim", "page_tokens", "pool_blocks", "kv_memory",
+          "bytes_per_token", "block_bytes", "pool_bytes"}) {
+      common.erase(swept);
+    }
+    plan["config"] = std::move(common);
+  }
   nlohmann::json rows = nlohmann::json::array();
-  std::string table = fmt::format(
-      "{:<12} {:>6} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10}\n", "model", "page",
-      "kv_memory", "blocks", "peak", "waste", "preempt", "hit_rate", "finished", "out_tok/s");
+  std::string table =
+      fmt::format("{:<12} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10}\n",
+                  "model", "page", "kv_memory", "blocks", "peak", "in_use", "waste", "preempt",
+                  "hit_rate", "finished", "skipped", "out_tok/s");
+  bool any_skipped = !warned.empty();
   for (const PlanCell& cell : cells) {
     const nlohmann::json& r = cell.result->report;
+    any_skipped = any_skipped || r["requests"]["skipped"].get<std::uint64_t>() >
+                                     r["requests"]["skipped_pool_too_small"].get<std::uint64_t>();
     nlohmann::json row = {{"model", cell.model},
+                          {"label", model_label(cell.config)},
+                          {"config", cell.config.to_json()},
+                          {"peak_in_use", r["blocks"]["peak_in_use"]},
                           {"page_tokens", cell.page_tokens},
                           {"kv_memory", cell.kv_memory},
                           {"kv_memory_bytes", cell.config.kv_memory.value_or(0)},
@@ -275,36 +348,50 @@ int run_plan(const PlanRequest& request) {
                           {"virtual_seconds", r["scheduler"]["virtual_seconds"]},
                           {"invariant_checks", r["invariants"]["checks"]}};
     table += fmt::format(
-        "{:<12} {:>6} {:>10} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>10.1f}\n", cell.model,
-        cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
+        "{:<12} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f}\n",
+        model_label(cell.config), cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
         r["blocks"]["peak_used"].get<std::uint64_t>(),
+        r["blocks"]["peak_in_use"].get<std::uint64_t>(),
         r["fragmentation"]["waste_ratio_mean"].get<double>() * 100.0,
         r["scheduler"]["preemptions"].get<std::uint64_t>(),
         r["prefix_cache"]["hit_rate"].get<double>(), r["requests"]["finished"].get<std::uint64_t>(),
+        r["requests"]["skipped"].get<std::uint64_t>(),
         r["scheduler"]["output_tokens_per_second"].get<double>());
     rows.push_back(std::move(row));
   }
   plan["cells"] = std::move(rows);
   nlohmann::json minimum = nlohmann::json::array();
   if (request.search_min) {
-    table += warned.empty()
-                 ? "\nsmallest KV memory with no preemption (every request served):\n"
+    table += !any_skipped
+                 ? "\nsmallest KV memory with no preemption (every request served), verified at "
+                   "every swept size above it:\n"
                  : "\nsmallest KV memory with no preemption (every request that can fit served; "
-                   "see the warnings):\n";
+                   "some were skipped: see the warnings), verified at every swept size above it:\n";
     for (const MinSearch& search : searches) {
       std::uint64_t bytes = search.blocks ? *search.blocks * search.config.kv.block_bytes() : 0;
+      const std::string memory =
+          search.blocks ? reproducible_memory(*search.blocks, search.config.kv) : std::string();
       minimum.push_back(
           {{"model", search.model},
+           {"label", model_label(search.config)},
            {"page_tokens", search.page_tokens},
            {"pool_blocks",
             search.blocks ? nlohmann::json(*search.blocks) : nlohmann::json(nullptr)},
            {"kv_memory_bytes", search.blocks ? nlohmann::json(bytes) : nlohmann::json(nullptr)},
+           {"kv_memory", search.blocks ? nlohmann::json(memory) : nlohmann::json(nullptr)},
+           {"raised_past_pool_blocks", search.raised_past},
            {"probes", search.probes}});
-      table += search.blocks ? fmt::format("  {:<12} page {:>4}: {} blocks = {} ({} simulations)\n",
-                                           search.model, search.page_tokens, *search.blocks,
-                                           bytes_text(bytes), search.probes)
-                             : fmt::format("  {:<12} page {:>4}: not found below 2^31 blocks\n",
-                                           search.model, search.page_tokens);
+      std::string raised;
+      for (std::uint32_t failing : search.raised_past) {
+        raised += fmt::format("; raised past the swept {} blocks, which preempt", failing);
+      }
+      table +=
+          search.blocks
+              ? fmt::format("  {:<12} page {:>4}: --kv-memory {} = {} blocks ({} simulations{})\n",
+                            model_label(search.config), search.page_tokens, memory, *search.blocks,
+                            search.probes, raised)
+              : fmt::format("  {:<12} page {:>4}: not found below 2^31 blocks\n",
+                            model_label(search.config), search.page_tokens);
     }
   }
   plan["min_kv_memory"] = std::move(minimum);

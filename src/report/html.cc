@@ -342,7 +342,7 @@ std::string render_plan_html(const nlohmann::json& plan) {
     body += fmt::format(
         "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-        escape_html(value_text(at_path(c, {"model"}))),
+        escape_html(value_text(at_path(c, {c.contains("label") ? "label" : "model"}))),
         escape_html(value_text(at_path(c, {"page_tokens"}))),
         escape_html(value_text(at_path(c, {"kv_memory"}))),
         escape_html(value_text(at_path(c, {"pool_blocks"}))),
@@ -360,16 +360,18 @@ std::string render_plan_html(const nlohmann::json& plan) {
     body +=
         "<h2>Smallest KV memory with no preemption</h2>\n<table class=\"sweep\">\n"
         "<tr><th>model</th><th>page</th><th>blocks</th><th>KV memory (bytes)</th>"
-        "<th>simulations</th></tr>\n";
+        "<th>--kv-memory</th><th>simulations</th></tr>\n";
     for (const nlohmann::json& m : minimum) {
-      body += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                          escape_html(value_text(at_path(m, {"model"}))),
-                          escape_html(value_text(at_path(m, {"page_tokens"}))),
-                          escape_html(at_path(m, {"pool_blocks"}).is_null()
-                                          ? std::string("not found")
-                                          : value_text(at_path(m, {"pool_blocks"}))),
-                          escape_html(value_text(at_path(m, {"kv_memory_bytes"}))),
-                          escape_html(value_text(at_path(m, {"probes"}))));
+      body += fmt::format(
+          "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+          escape_html(value_text(at_path(m, {m.contains("label") ? "label" : "model"}))),
+          escape_html(value_text(at_path(m, {"page_tokens"}))),
+          escape_html(at_path(m, {"pool_blocks"}).is_null()
+                          ? std::string("not found")
+                          : value_text(at_path(m, {"pool_blocks"}))),
+          escape_html(value_text(at_path(m, {"kv_memory_bytes"}))),
+          escape_html(value_text(at_path(m, {"kv_memory"}))),
+          escape_html(value_text(at_path(m, {"probes"}))));
     }
     body += "</table>\n";
   }

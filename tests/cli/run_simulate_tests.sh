@@ -82,7 +82,7 @@ finish "plan: n above --max-seqs is skipped, warned once, and the search ends"
 
 run plan "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 -j 1
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
-check 'grep -q "every request that can fit served; see the warnings" "$work/out"' \
+check 'grep -q "every request that can fit served; some were skipped: see the warnings" "$work/out"' \
   "the table claims every request served: $(grep smallest "$work/out")"
 finish "plan: never claims every request served when some were skipped"
 
@@ -123,6 +123,39 @@ check '[[ -s $work/report.json ]] && [[ $(key .requests.finished) == 3 ]]' \
   "requests.finished is not 3"
 check '[[ ! -s $work/err ]]' "stderr: $(err_text)"
 finish "simulate: --max-batched-tokens 1 and a pool just large enough still finish"
+
+# plan's answer reproduces (SPEC 3.4). On the Azure slice, 1595 blocks serve
+# every request without preemption but 1611 (3222MiB) preempt once: the search
+# answer must be raised past that swept size, and the printed --kv-memory must
+# give exactly the answer's pool, which serves without preemption.
+limit=120
+run plan traces/requests/azure_conv.csv --kv-memory 1GiB,3222MiB,8GiB -j 2 \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+answer=$(key '.min_kv_memory[0].pool_blocks')
+memory=$(key '.min_kv_memory[0].kv_memory')
+check '[[ $(key ".cells[1].pool_blocks") == 1611 && $(key ".cells[1].preemptions") -gt 0 ]]' \
+  "the swept 3222MiB is not 1611 blocks that preempt: $(key '.cells[1] | tostring')"
+check '[[ $answer -gt 1611 ]] && [[ $(key ".min_kv_memory[0].raised_past_pool_blocks | tostring") == "[1611]" ]]' \
+  "the answer $answer was not raised past 1611: $(key '.min_kv_memory[0] | tostring')"
+check 'grep -qF -- "--kv-memory $memory = $answer blocks" "$work/out" && grep -qF "raised past the swept 1611 blocks" "$work/out"' \
+  "the table does not print the reproducing size: $(grep -A1 smallest "$work/out" | tr '\n' '|')"
+run simulate traces/requests/azure_conv.csv --kv-memory "$memory" -q --report "$work/report.json"
+check '[[ $rc -eq 0 ]] && [[ $(key .config.pool_blocks) == "$answer" ]] &&
+       [[ $(key .scheduler.preemptions) == 0 && $(key .requests.skipped) == 0 ]]' \
+  "simulate --kv-memory $memory: exit $rc, $(key '[.config.pool_blocks, .scheduler.preemptions, .requests.skipped] | tostring')"
+finish "plan: the answer holds at every swept size above it, and its printed size reproduces it"
+
+# Every setting that changes a figure is recorded, and rows are labelled by the
+# geometry when options override the preset's.
+run plan traces/requests/azure_conv.csv --kv-memory 4GiB --layers 40 --dtype fp8 \
+  --max-seq-tokens 8192 --no-search -q --report "$work/report.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(key ".config | tostring") == "{\"alloc_order\":\"lifo\",\"dtype\":\"fp8\",\"max_seq_tokens\":8192}" ]]' \
+  "plan.config: $(key '.config | tostring')"
+check '[[ $(key ".cells[0].label") == 40x8x128 && $(key ".cells[0].config.layers") == 40 ]]' \
+  "the row is labelled $(key '.cells[0].label')"
+finish "plan: settings recorded, overridden geometry in the labels"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

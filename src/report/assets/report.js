@@ -163,8 +163,9 @@
   } else if (data.kind === 'plan') {
     var groups = [], byKey = {};
     data.cells.forEach(function (c) {
-      var key = c.model + ', page ' + c.page_tokens;
-      if (!(key in byKey)) { byKey[key] = groups.length; groups.push({name: key, model: c.model, page: c.page_tokens, cells: []}); }
+      var name = c.label || c.model;
+      var key = name + ', page ' + c.page_tokens;
+      if (!(key in byKey)) { byKey[key] = groups.length; groups.push({name: key, model: name, page: c.page_tokens, cells: []}); }
       groups[byKey[key]].cells.push(c);
     });
     groups.forEach(function (g) { g.cells.sort(function (a, b) { return a.kv_memory_bytes - b.kv_memory_bytes; }); });
@@ -176,7 +177,7 @@
       var vlines = [];
       if (withMin) {
         data.min_kv_memory.forEach(function (m) {
-          var i = byKey[m.model + ', page ' + m.page_tokens];
+          var i = byKey[(m.label || m.model) + ', page ' + m.page_tokens];
           if (m.kv_memory_bytes !== null && i !== undefined) vlines.push({x: m.kv_memory_bytes / 1073741824, color: palette[i % palette.length]});
         });
       }
