@@ -70,6 +70,10 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,
                  "request format: native, mooncake, azure, burstgpt (default: by content)")
       ->group("Simulation");
+  app.add_option("--engine", engine,
+                 "scheduler to imitate: generic (default) or vllm (vLLM v1's rules, README)")
+      ->check(CLI::IsMember(engine_names()))
+      ->group("Simulation");
   app.add_option("--allocator", allocator,
                  "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
       ->check(CLI::IsMember(allocator_names()))
@@ -85,10 +89,10 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                  "token budget per step, chunked prefill (default 8192)")
       ->check(CLI::Range(1u, 1u << 30))
       ->group("Simulation");
-  app.add_option("--watermark", defaults.watermark,
-                 "fraction of blocks kept free at admission (default 0.01)")
-      ->check(CLI::Range(0.0, 0.5))
-      ->group("Simulation");
+  watermark = app.add_option("--watermark", defaults.watermark,
+                             "fraction of blocks kept free at admission (default 0.01; vllm: 0)")
+                  ->check(CLI::Range(0.0, 0.5))
+                  ->group("Simulation");
   app.add_option("--step-ms", defaults.cost.step_ms, "cost model: fixed ms per step (default 5)")
       ->check(CLI::Range(0.0, 1e6))
       ->group("Cost model");
@@ -110,6 +114,11 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
                                                   std::optional<RequestFormat>& out_format) const {
   out = defaults;
   out.allocator = *parse_allocator(allocator);
+  out.engine = *parse_engine(engine);
+  // vLLM has no watermark unless one is asked for (SPEC 3.1).
+  if (out.engine == EngineKind::kVllm && (watermark == nullptr || watermark->count() == 0)) {
+    out.watermark = 0.0;
+  }
   out.evict = *parse_evict_policy(evict);
   out.prefix_cache = !no_prefix_cache;
   out.check = *CheckPolicy::parse(check);

@@ -39,7 +39,8 @@ struct ConfigOptions {
 
 // Options shared by simulate and plan.
 struct SimOptionsCli {
-  std::string format, allocator = "paged", evict = "lru", check = "end";
+  std::string format, allocator = "paged", evict = "lru", check = "end", engine = "generic";
+  CLI::Option* watermark = nullptr;
   bool no_prefix_cache = false;
   SimOptions defaults;
 

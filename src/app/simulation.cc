@@ -56,7 +56,8 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
 }  // namespace
 
 nlohmann::json sim_options_json(const SimOptions& options) {
-  return {{"allocator", std::string(to_string(options.allocator))},
+  return {{"engine", std::string(to_string(options.engine))},
+          {"allocator", std::string(to_string(options.allocator))},
           {"prefix_cache", options.prefix_cache && options.allocator == AllocatorKind::kPaged},
           {"evict", std::string(to_string(options.evict))},
           {"max_seqs", options.max_seqs},

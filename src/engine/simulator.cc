@@ -20,7 +20,25 @@ constexpr EnumName<AllocatorKind> kAllocatorNames[] = {
 };
 static_assert(enum_names_unique(kAllocatorNames));
 
+constexpr EnumName<EngineKind> kEngineNames[] = {
+    {EngineKind::kGeneric, "generic"},
+    {EngineKind::kVllm, "vllm"},
+};
+static_assert(enum_names_unique(kEngineNames));
+
 }  // namespace
+
+std::string_view to_string(EngineKind kind) {
+  return enum_name(kEngineNames, kind);
+}
+
+std::optional<EngineKind> parse_engine(std::string_view name) {
+  return enum_parse(kEngineNames, name);
+}
+
+std::vector<std::string> engine_names() {
+  return enum_names(kEngineNames);
+}
 
 std::string_view to_string(AllocatorKind kind) {
   return enum_name(kAllocatorNames, kind);
@@ -52,6 +70,12 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
   watermark_blocks_ = static_cast<std::uint32_t>(
       std::floor(options.watermark * static_cast<double>(config.kv.pool_blocks)));
   if (!paged()) free_ranges_[0] = std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens;
+  if (vllm()) {
+    // BlockPool.__init__ (vllm/v1/core/block_pool.py) takes block 0 off the
+    // free queue as the null block: it never holds KV, and N - 1 blocks do.
+    auto null_block = pool_.allocate();
+    if (null_block) null_block_ = null_block.value();
+  }
 }
 
 Simulator::~Simulator() = default;
@@ -107,7 +131,7 @@ std::optional<SkipReason> Simulator::never_fits(const Request& request, std::uin
 void Simulator::submit(Request request) {
   ++sim_.requests;
   std::uint64_t need = 0;
-  if (auto reason = never_fits(request, need)) {
+  if (auto reason = vllm() ? never_fits_vllm(request, need) : never_fits(request, need)) {
     ++sim_.skipped;
     if (*reason == SkipReason::kTooLong) ++sim_.skipped_too_long;
     if (*reason == SkipReason::kTooManySamples) ++sim_.skipped_too_many_samples;
@@ -137,6 +161,10 @@ std::optional<PageKey> Simulator::page_key(const Flight& flight, std::uint32_t p
 
 bool Simulator::run_until(double horizon) {
   for (;;) {
+    while (vllm() && !arriving_.empty() && arriving_.front().arrival <= now_) {
+      enqueue_vllm(std::move(arriving_.front()));
+      arriving_.pop_front();
+    }
     while (!arriving_.empty() && arriving_.front().arrival <= now_) {
       auto flight = std::make_unique<Flight>();
       flight->request = std::move(arriving_.front());
@@ -157,6 +185,7 @@ bool Simulator::run_until(double horizon) {
 }
 
 bool Simulator::step() {
+  if (vllm()) return step_vllm();
   ++tick_;
   step_prefill_tokens_ = step_decode_seqs_ = step_context_tokens_ = 0;
   std::uint32_t budget = options_.max_batched_tokens;
@@ -546,6 +575,7 @@ bool Simulator::check_now() {
     }
   }
   cache_.holds(holds_);
+  if (null_block_) holds_.push_back(*null_block_);
   ++totals_.checks;
   auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_, holds_);
   if (!found) return true;

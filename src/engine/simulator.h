@@ -53,6 +53,21 @@ std::string_view to_string(AllocatorKind kind);
 std::optional<AllocatorKind> parse_allocator(std::string_view name);
 std::vector<std::string> allocator_names();  // in table order, for the command line
 
+// The scheduler a simulation imitates (SPEC 3.1).
+//   generic: the engine-neutral scheduler described at the top of this file
+//            (fork + COW for n > 1, a watermark, recompute from scratch);
+//   vllm:    vLLM v1's synchronous scheduler and KV cache manager
+//            (engine/vllm_scheduler.cc, each rule citing the vLLM function it
+//            comes from): block 0 is the null block, allocation per step for
+//            the tokens scheduled, the last running request preempted and
+//            re-prefilled with the tokens it generated, nothing admitted in a
+//            step that preempted, finished requests freed at the end of the
+//            step, every full block cached when allocated, n > 1 fanned out.
+enum class EngineKind : std::uint8_t { kGeneric, kVllm };
+std::string_view to_string(EngineKind kind);
+std::optional<EngineKind> parse_engine(std::string_view name);
+std::vector<std::string> engine_names();
+
 // step_ms = step_ms + prefill_tokens * prefill_token_ms + decode_seqs * decode_seq_ms
 //         + context_tokens_read * bytes_per_token / (kv_bandwidth_gbps * 1e6)
 // Defaults are rough figures for an 8B model on one H100-class GPU.
@@ -70,6 +85,7 @@ struct SimOptions {
   bool prefix_cache = true;
   EvictPolicy evict = EvictPolicy::kLru;
   AllocatorKind allocator = AllocatorKind::kPaged;
+  EngineKind engine = EngineKind::kGeneric;
   CostModel cost;
   CheckPolicy check;
 };
@@ -188,9 +204,31 @@ class Simulator {
     std::vector<BlockId> hit_blocks;
     std::vector<PageKey> hit_keys;
     std::vector<Sample> samples;
+    // vllm: one table per request (n > 1 fanned out into children). uid keys
+    // the request's own pages in the cache, prompt_uid the prompt pages its
+    // siblings share; computed is vLLM's num_computed_tokens.
+    std::uint64_t uid = 0;
+    std::uint64_t prompt_uid = 0;
+    std::uint32_t computed = 0;
+    std::uint32_t generated = 0;
+    std::uint32_t preemptions = 0;
+    std::shared_ptr<std::uint32_t> siblings_left;  // children of the request not finished
   };
 
   bool step();
+  bool vllm() const { return options_.engine == EngineKind::kVllm && paged(); }
+  // engine/vllm_scheduler.cc
+  bool step_vllm();
+  void enqueue_vllm(Request request);
+  bool schedule_running_vllm(std::uint32_t& budget, bool& preempted,
+                             std::vector<std::pair<Flight*, std::uint32_t>>& scheduled);
+  bool schedule_waiting_vllm(std::uint32_t& budget,
+                             std::vector<std::pair<Flight*, std::uint32_t>>& scheduled);
+  bool allocate_vllm(Flight& flight, std::uint32_t tokens);
+  void preempt_vllm(std::unique_ptr<Flight> victim);
+  bool cache_full_blocks_vllm(Flight& flight);
+  PageKey vllm_key(const Flight& flight, std::uint32_t page) const;
+  std::optional<SkipReason> never_fits_vllm(const Request& request, std::uint64_t& need) const;
   bool admit_next(std::uint32_t& budget, bool& stop);
   bool run_flight(Flight& flight, std::uint32_t& budget, std::size_t index, bool& preempted_self);
   bool append(Flight& flight, Sample& sample, std::uint32_t tokens, std::size_t index,
@@ -230,6 +268,8 @@ class Simulator {
   std::uint64_t next_order_ = 0;
   std::uint64_t running_samples_ = 0;
   std::uint64_t request_entries_ = 0;  // valid entries of the running samples' tables
+  std::uint64_t next_uid_ = 0;         // vllm: request identities for cache keys
+  std::optional<BlockId> null_block_;  // vllm: block 0, held for the life of the pool
   double now_ = 0.0;
   std::uint64_t tick_ = 0;
   std::uint32_t watermark_blocks_ = 0;

@@ -157,5 +157,24 @@ check '[[ $(key ".cells[0].label") == 40x8x128 && $(key ".cells[0].config.layers
   "the row is labelled $(key '.cells[0].label')"
 finish "plan: settings recorded, overridden geometry in the labels"
 
+# --engine vllm from the command line: recorded, no watermark unless given,
+# every invariant at every step, each output token counted once.
+want_output=$(awk -F, 'NR > 1 { s += $3 } END { print s }' traces/requests/azure_conv.csv)
+run simulate traces/requests/azure_conv.csv --engine vllm --kv-memory 1GiB --check every -q \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(key .config.simulation.engine) == vllm && $(key .config.simulation.watermark) == 0 ]]' \
+  "config.simulation: $(key '.config.simulation | tostring')"
+check '[[ $(key ".invariants.violations | length") == 0 && $(key .requests.finished) == 1000 ]]' \
+  "violations or unfinished requests: $(key '[.invariants, .requests] | tostring')"
+check '[[ $(key .scheduler.preemptions) -gt 0 && $(key .scheduler.output_tokens) == "$want_output" ]]' \
+  "output tokens $(key .scheduler.output_tokens), want $want_output (preemptions $(key .scheduler.preemptions))"
+run simulate traces/requests/azure_conv.csv --engine vllm --watermark 0.05 --kv-memory 1GiB -q \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .config.simulation.watermark) == 0.05 ]]' "a given --watermark is kept"
+run simulate traces/requests/azure_conv.csv --engine sglang --kv-memory 1GiB -q
+check '[[ $rc -eq 2 ]] && grep -q -- "--engine" "$work/err"' "an unknown engine: exit $rc, $(err_text)"
+finish "simulate --engine vllm: recorded, checked at every step, output counted once"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -1,0 +1,166 @@
+// The vllm engine rule by rule, on micro-traces worked by hand (4-token blocks,
+// pools of a few blocks). Each case records, after every step, the blocks in
+// use (block 0, the null block, included), preemptions, prompt tokens
+// computed and output tokens, and compares them with the figures derived from
+// vLLM's rules (traces/README.md, "The vllm engine, worked by hand").
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/simulator.h"
+
+namespace kvreplay {
+namespace {
+
+RunConfig config_of(std::uint32_t pool_blocks) {
+  RunConfig config;
+  config.kv.layers = 1;
+  config.kv.kv_heads = 1;
+  config.kv.head_dim = 4;
+  config.kv.dtype = Dtype::kFp32;
+  config.kv.page_tokens = 4;
+  config.kv.pool_blocks = pool_blocks;
+  config.kv.max_seq_tokens = 256;
+  return config;
+}
+
+SimOptions vllm_options() {
+  SimOptions options;
+  options.engine = EngineKind::kVllm;
+  options.watermark = 0.0;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
+  return options;
+}
+
+Request request(std::string id, std::uint32_t prompt, std::uint32_t output, std::uint32_t n = 1) {
+  Request r;
+  r.id = std::move(id);
+  r.prompt = prompt;
+  r.output = output;
+  r.n = n;
+  return r;
+}
+
+struct Steps {
+  std::vector<std::uint32_t> in_use;
+  std::vector<std::uint64_t> preemptions;
+  std::vector<std::uint64_t> prompt_computed;
+  std::vector<std::uint64_t> output;
+};
+
+// Runs every request (all arriving at 0) to the end, checking the invariants
+// after every step; returns the figures after each step.
+Steps run(Simulator& sim, std::vector<Request> requests) {
+  Steps steps;
+  sim.on_step = [&steps](const Simulator& s) {
+    steps.in_use.push_back(s.in_use_blocks());
+    steps.preemptions.push_back(s.sim_totals().preemptions);
+    steps.prompt_computed.push_back(s.sim_totals().prompt_tokens_computed);
+    steps.output.push_back(s.sim_totals().output_tokens);
+  };
+  for (Request& r : requests) sim.submit(std::move(r));
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  INFO((sim.violation() ? sim.violation()->message : std::string()));
+  REQUIRE_FALSE(sim.violation());
+  return steps;
+}
+
+using U32s = std::vector<std::uint32_t>;
+using U64s = std::vector<std::uint64_t>;
+
+TEST_CASE("vllm: the null block, blocks per step, finished requests freed at the step's end") {
+  // Pool 4: block 0 is the null block (BlockPool.__init__), 3 hold KV. A
+  // 6-token prompt takes 2 blocks in step 1 (allocate_slots for the tokens
+  // scheduled, not for the whole request); decodes fill page 1 in place; the
+  // 9th token needs page 2 in step 4, which also finishes the request: its
+  // blocks are freed at the end of the step (full pages stay cached).
+  Simulator sim(config_of(4), vllm_options());
+  const Steps steps = run(sim, {request("a", 6, 4)});
+  CHECK(steps.in_use == U32s{3, 3, 3, 1});
+  CHECK(steps.output == U64s{1, 2, 3, 4});
+  CHECK(steps.prompt_computed == U64s{6, 6, 6, 6});
+  CHECK(steps.preemptions == U64s{0, 0, 0, 0});
+  // The null block and the two full pages (prompt page 0, page 1 of tokens
+  // 4..7) stay used: one in use, two cache residency.
+  CHECK(sim.pool().used_count() == 3);
+  CHECK(sim.cache_resident_blocks() == 2);
+  CHECK(sim.sim_totals().finished == 1);
+}
+
+TEST_CASE("vllm: preemption keeps the generated tokens and admits nothing in that step") {
+  // Pool 5 (4 KV blocks), A and B: 4-token prompts, 6 output tokens each.
+  // Steps 1-5: both run, 2 blocks each from step 2. Step 6: A needs page 2,
+  // nothing is free: the last running request, B, is preempted (its cached
+  // pages stay cached and evictable), A takes B's evicted page 1, generates
+  // its 6th token and finishes. B is not readmitted in step 6. Step 7: B
+  // (num_tokens 4 + 5 = 9) hits its cached page 0, re-prefills 5 tokens, and
+  // its 6th token comes out: 12 output tokens in all, none counted twice.
+  Simulator sim(config_of(5), vllm_options());
+  const Steps steps = run(sim, {request("a", 4, 6), request("b", 4, 6)});
+  CHECK(steps.preemptions == U64s{0, 0, 0, 0, 0, 1, 1});
+  CHECK(steps.output == U64s{2, 4, 6, 8, 10, 11, 12});
+  CHECK(steps.in_use == U32s{3, 5, 5, 5, 5, 1, 1});
+  CHECK(steps.prompt_computed == U64s{8, 8, 8, 8, 8, 8, 13});
+  const SimTotals& t = sim.sim_totals();
+  // PrefixCacheStats: the first admissions' 8 tokens, no hits; B's readmission
+  // apart: num_tokens 9, 4 of them hits.
+  CHECK(t.queries == 8);
+  CHECK(t.hits == 0);
+  CHECK(t.preempted_queries == 9);
+  CHECK(t.preempted_hits == 4);
+  CHECK(t.finished == 2);
+}
+
+TEST_CASE("vllm: a hit stops one token short, and n > 1 fans out into requests that share") {
+  // Two requests with the same 8-token prompt (hash blocks of 4 tokens): the
+  // second hits at most num_tokens - 1 = 7 tokens, so only page 0, and
+  // computes the last block again (get_computed_blocks).
+  Request a = request("a", 8, 1);
+  a.hash_ids = {11, 12};
+  a.hash_block_tokens = 4;
+  Request b = request("b", 8, 1);
+  b.hash_ids = a.hash_ids;
+  b.hash_block_tokens = 4;
+  {
+    Simulator sim(config_of(16), vllm_options());
+    const Steps steps = run(sim, {a, b});
+    CHECK(sim.sim_totals().queries == 16);
+    CHECK(sim.sim_totals().hits == 4);
+    // Both in step 1: a computes 8 tokens, b 4 (its page 0 a hit of a's,
+    // cached when a's blocks were allocated in the same step).
+    CHECK(steps.prompt_computed == U64s{12});
+    CHECK(sim.totals().prefix_installs == 1);
+  }
+  // n = 3: three child requests (ParentRequest), no fork, no copy; the second
+  // and third hit the first's prompt page 0 (8 tokens, at most 7 hit).
+  Simulator sim(config_of(32), vllm_options());
+  const Steps steps = run(sim, {request("p", 8, 2, 3)});
+  CHECK(sim.totals().forks == 0);
+  CHECK(sim.totals().cow_copies == 0);
+  CHECK(sim.sim_totals().hits == 8);
+  CHECK(sim.sim_totals().output_tokens == 6);
+  CHECK(sim.sim_totals().finished == 1);  // one request, its three children done
+  CHECK(steps.prompt_computed.front() == 8 + 4 + 4);
+}
+
+TEST_CASE("vllm: a waiting request that cannot get its blocks stops admission (head of line)") {
+  // Pool 4 (3 KV blocks). A (prompt 8) takes 2 blocks; B (prompt 8) needs 2,
+  // 1 is free: B waits, and so does C (prompt 1, 1 block) behind it, though
+  // C alone would fit.
+  Simulator sim(config_of(4), vllm_options());
+  const Steps steps = run(sim, {request("a", 8, 2), request("b", 8, 1), request("c", 1, 1)});
+  // Step 1: only A runs (2 blocks + null). A finishes in step 2; B and C are
+  // admitted in step 3 (A's freed blocks are free from then).
+  CHECK(steps.in_use.size() >= 3);
+  CHECK(steps.in_use[0] == 3);
+  CHECK(steps.prompt_computed[0] == 8);
+  CHECK(steps.prompt_computed[1] == 8);
+  CHECK(steps.prompt_computed[2] == 8 + 8 + 1);
+  CHECK(sim.sim_totals().finished == 3);
+}
+
+}  // namespace
+}  // namespace kvreplay
