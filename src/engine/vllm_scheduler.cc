@@ -193,13 +193,23 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     const std::uint32_t num_tokens = flight.request.prompt + flight.generated;
     // KVCacheManager.get_computed_blocks: the longest chain of cached full
     // blocks, at most num_tokens - 1 tokens (the last one is computed for its logits).
+    // A request waiting at the head is looked up again every step: the hits of
+    // its last attempt that are still cached as they were are kept (the same
+    // chain get_computed_blocks would walk), and the search goes on from there.
     std::vector<BlockId>& hits = flight.hit_blocks;
-    hits.clear();
+    std::vector<PageKey>& keys = flight.hit_keys;
     if (options_.prefix_cache) {
-      for (std::uint32_t page = 0; (std::uint64_t{page} + 1) * pt <= num_tokens - 1; ++page) {
-        auto block = cache_.find(vllm_key(flight, page));
+      std::size_t valid = 0;
+      while (valid < hits.size() && cache_.cached_as(hits[valid], keys[valid])) ++valid;
+      hits.resize(valid);
+      keys.resize(valid);
+      for (auto page = static_cast<std::uint32_t>(valid);
+           (std::uint64_t{page} + 1) * pt <= num_tokens - 1; ++page) {
+        const PageKey key = vllm_key(flight, page);
+        auto block = cache_.find(key);
         if (!block) break;
         hits.push_back(*block);
+        keys.push_back(key);
       }
     }
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
@@ -249,6 +259,7 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     owned->computed = hit_tokens;
     owned->cached_pages = static_cast<std::uint32_t>(hits.size());
     hits.clear();
+    keys.clear();
     running_.push_back(std::move(owned));
     Flight& admitted = *running_.back();
     if (!allocate_vllm(admitted, tokens)) return false;
