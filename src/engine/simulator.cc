@@ -84,6 +84,17 @@ SequenceBlockTable Simulator::new_table() const {
   return SequenceBlockTable(config_.kv.pages_per_seq(), config_.kv.page_tokens);
 }
 
+std::vector<std::vector<BlockId>> Simulator::running_block_tables() const {
+  std::vector<std::vector<BlockId>> out;
+  for (const auto& flight : running_) {
+    for (const Sample& sample : flight->samples) {
+      if (sample.done) continue;
+      out.emplace_back(sample.table.entries().begin(), sample.table.entries().end());
+    }
+  }
+  return out;
+}
+
 bool Simulator::idle() const {
   return arriving_.empty() && waiting_.empty() && running_.empty();
 }

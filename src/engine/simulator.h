@@ -179,6 +179,9 @@ class Simulator {
   // blocks no request holds (see SimTotals::peak_in_use).
   std::uint32_t in_use_blocks() const { return state_.used - cache_resident_blocks(); }
   std::uint32_t cache_resident_blocks() const { return paged() ? cache_.evictable() : 0; }
+  // The block tables of the running requests (samples), in running order:
+  // what the tests compare with vLLM's block ids.
+  std::vector<std::vector<BlockId>> running_block_tables() const;
 
   // Called after every step (for the timeline).
   std::function<void(const Simulator&)> on_step;

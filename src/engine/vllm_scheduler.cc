@@ -3,10 +3,12 @@
 // vLLM function it comes from (vllm/v1/core/sched/scheduler.py,
 // kv_cache_manager.py, block_pool.py; vllm/v1/engine/parallel_sampling.py).
 //
-// kvreplay's deviations, documented in the README: a key holds one cached block
-// (vLLM keeps duplicates of a hash, which stay cached when freed); free blocks
-// are handed out in --alloc-order, not vLLM's free-queue order, which moves
-// block ids (the layout figures) but no count.
+// Under --alloc-order lifo the block ids are those of vLLM's free queue
+// (FreeKVCacheBlockQueue): freed uncached blocks first, the last freed first
+// (the pool's lifo list), then never-used blocks in id order, then cached ones
+// in the order they were freed (the prefix cache's lru queue), evicted as
+// reached (allocate_vllm). kvreplay's deviation, documented in the README: a
+// key holds one cached block (vLLM keeps duplicates of a hash).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -104,18 +106,38 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   // only, never for the whole request ahead. BlockPool.get_new_blocks pops the
   // free queue, evicting a cached block only when it reaches one (lazy).
   Sample& sample = flight.samples[0];
-  auto needed = sample.table.blocks_needed(tokens, pool_);
-  if (!needed) {
-    violation_ = Violation{
-        sim_.steps + 1, flight.request.line, "I1",
-        fmt::format("request {}: allocate_slots failed: {}", flight.request.id, needed.error())};
-    return false;
-  }
-  while (pool_.free_count() < needed.value() && cache_.evict_one(pool_)) {
-  }
   const std::size_t pages_before = sample.table.entries().size();
   count_layout(state_, sample.table, -1);
-  auto appended = sample.table.append(tokens, pool_);
+  // The free queue holds the uncached free blocks first and the evictable
+  // cached ones behind them: pages take the free blocks first, and only then
+  // a cached block each, evicted as the queue reaches it.
+  const std::uint32_t pt = config_.kv.page_tokens;
+  std::uint32_t remaining = tokens;
+  CoreResult<AppendEffect> appended = AppendEffect{};
+  while (remaining > 0) {
+    auto needed_now = sample.table.blocks_needed(remaining, pool_);
+    if (!needed_now) {
+      appended = Unexpected{needed_now.error()};
+      break;
+    }
+    std::uint32_t chunk = remaining;
+    if (needed_now.value() > pool_.free_count()) {
+      const std::uint32_t room =
+          sample.table.length() % pt == 0 ? 0 : pt - sample.table.length() % pt;
+      chunk = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(remaining, room + std::uint64_t{pool_.free_count()} * pt));
+      if (chunk == 0) {
+        if (!cache_.evict_one(pool_)) {
+          appended = Unexpected{CoreError::kPoolExhausted};
+          break;
+        }
+        continue;
+      }
+    }
+    appended = sample.table.append(chunk, pool_);
+    if (!appended) break;
+    remaining -= chunk;
+  }
   count_layout(state_, sample.table, +1);
   if (!appended) {
     violation_ = Violation{

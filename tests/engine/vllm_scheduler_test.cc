@@ -162,5 +162,74 @@ TEST_CASE("vllm: a waiting request that cannot get its blocks stops admission (h
   CHECK(sim.sim_totals().finished == 3);
 }
 
+TEST_CASE("vllm: block ids and eviction order of vLLM's test_prefix_caching test_prefill") {
+  // Ported from vLLM's tests/v1/core/test_prefix_caching.py, test_prefill:
+  // 16-token blocks, 11 blocks (block 0 the null block). The expected ids are
+  // vLLM's. Each request here outputs 2 tokens, so it is still running after
+  // the step that admits it (when its table is read) and finishes in the next
+  // without a new block.
+  RunConfig config = config_of(11);
+  config.kv.page_tokens = 16;
+  config.alloc_order = AllocOrder::kLifo;
+  const std::vector<std::uint64_t> common = {100, 101, 102};  // 3 full blocks of 16
+  auto with_hashes = [&](std::string id, std::uint32_t prompt, std::uint64_t tail) {
+    Request r = request(std::move(id), prompt, 2);
+    r.hash_ids = common;
+    r.hash_ids.push_back(tail);
+    r.hash_block_tokens = 16;
+    return r;
+  };
+  Request req0 = with_hashes("0", 48 + 7, 200);
+  Request req1 = with_hashes("1", 48 + 5, 201);
+  Request req2 = with_hashes("2", 48 + 6, 202);
+  req2.arrival = 1.0;
+  // vLLM's req3 has 160 tokens; 159 and 2 outputs take the same 10 blocks and
+  // keep it running (its table readable) after the step that admits it.
+  Request req3 = request("3", 16 * 10 - 1, 2);
+  req3.hash_ids = {300, 301, 302, 303, 304, 305, 306, 307, 308, 309};
+  req3.hash_block_tokens = 16;
+  req3.arrival = 2.0;
+
+  Simulator sim(config, vllm_options());
+  std::vector<std::vector<std::vector<BlockId>>> tables;  // after each step
+  std::vector<std::uint32_t> free_blocks;
+  sim.on_step = [&](const Simulator& s) {
+    tables.push_back(s.running_block_tables());
+    free_blocks.push_back(s.pool().free_count());
+  };
+  for (Request r : {req0, req1, req2, req3}) {
+    REQUIRE(sim.run_until(r.arrival));
+    sim.submit(std::move(r));
+  }
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  REQUIRE_FALSE(sim.violation());
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    std::string text;
+    for (const auto& t : tables[i]) {
+      text += "[";
+      for (BlockId b : t) text += std::to_string(b) + " ";
+      text += "]";
+    }
+    UNSCOPED_INFO("step " << i + 1 << ": " << text << " free " << free_blocks[i]);
+  }
+  REQUIRE(tables.size() >= 5);
+  using Table = std::vector<BlockId>;
+  // Step 1: req0 misses and gets [1, 2, 3, 4]; req1 hits [1, 2, 3] (cached
+  // when req0's blocks were allocated) and gets [5]; 5 blocks stay free.
+  CHECK(tables[0] == std::vector<Table>{{1, 2, 3, 4}, {1, 2, 3, 5}});
+  CHECK(free_blocks[0] == 5);
+  CHECK(sim.sim_totals().hits >= 48);
+  // Step 2 frees both (req0, then req1, each tail first): the free queue is
+  // then [5, 4, 6, 7, 8, 9, 10] uncached, then 3, 2, 1 cached.
+  CHECK(tables[1].empty());
+  // Step 3: req2 hits [1, 2, 3] although they are free, and reuses block 5.
+  CHECK(tables[2] == std::vector<Table>{{1, 2, 3, 5}});
+  // Step 5: req3 misses and takes every block in the free queue's order,
+  // evicting the cached ones last: 5, 4, 6, 7, 8, 9, 10, 3, 2, 1.
+  CHECK(tables[4] == std::vector<Table>{{5, 4, 6, 7, 8, 9, 10, 3, 2, 1}});
+  CHECK(free_blocks[4] == 0);
+}
+
 }  // namespace
 }  // namespace kvreplay
