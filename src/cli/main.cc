@@ -72,7 +72,7 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // Temporaries removed on SIGINT/SIGTERM/SIGHUP/SIGPIPE; a stdout write error exits 2.
-  kvreplay::install_output_guards();
+  kvreplay::install_output_guards(kvreplay::kExitInput);
   CLI::App app{"kvreplay: replay and simulate paged KV-cache traces against a real block pool"};
   app.set_version_flag("--version", [] { return version_text(); });
   app.footer(

@@ -19,6 +19,7 @@ namespace {
 // stream's error flag tells (a failed fflush elsewhere whose errno is gone).
 constexpr int kUnknown = -1;
 std::atomic<int> g_stdout_error{0};
+std::atomic<int> g_write_error_exit{1};  // set by install_output_guards
 
 void remember_stdout_error(int error) {
   int none = 0;
@@ -36,7 +37,7 @@ void check_stdout_at_exit() {
   if (::write(STDERR_FILENO, line.data(), line.size()) < 0) {
     // Nowhere left to say it: the exit code still does.
   }
-  ::_exit(2);
+  ::_exit(g_write_error_exit.load());
 }
 
 }  // namespace
@@ -49,9 +50,10 @@ void put_text(std::FILE* stream, std::string_view text) {
   }
 }
 
-void install_output_guards() {
+void install_output_guards(int write_error_exit) {
   static std::atomic<bool> installed{false};
   if (installed.exchange(true)) return;
+  g_write_error_exit.store(write_error_exit);
   install_signal_cleanup();
   std::atexit(check_stdout_at_exit);
 }

@@ -18,8 +18,9 @@ void put_text(std::FILE* stream, std::string_view text);
 //   - an exit hook that flushes standard output and, when anything written to
 //     it failed (a full disk, /dev/full, EPIPE with SIGPIPE ignored), prints
 //       kvreplay: cannot write to standard output: No space left on device
-//     on stderr and ends the process with exit code 2, whatever the command
+//     on stderr and ends the process with `write_error_exit` (kvreplay: 2, an
+//     output that cannot be written, app/exit_codes.h), whatever the command
 //     returned.
-void install_output_guards();
+void install_output_guards(int write_error_exit);
 
 }  // namespace kvreplay
