@@ -231,5 +231,51 @@ TEST_CASE("vllm: block ids and eviction order of vLLM's test_prefix_caching test
   CHECK(free_blocks[4] == 0);
 }
 
+TEST_CASE("vllm: the free queue and hits of vLLM's test_prefix_caching test_evict") {
+  // Ported from vLLM's tests/v1/core/test_prefix_caching.py, test_evict: 16-token
+  // blocks, 11 blocks. req0 (5 full blocks + 7 tokens) gets 1..6 and req1 (3
+  // blocks) 7..9; freeing req0 then req1 leaves the queue [6, 10] uncached
+  // (partial blocks at the head) then 5, 4, 3, 2, 1, 9, 8, 7 cached; req2
+  // hits [1, 2] and takes 6 for its 3 new tokens, leaving 7 free blocks. Each
+  // request outputs 2 tokens (vLLM's test computes no output), so req1 has 47
+  // prompt tokens: its decode token completes its 3rd block, as vLLM's 48 do.
+  RunConfig config = config_of(11);
+  config.kv.page_tokens = 16;
+  auto hashed = [](std::string id, std::uint32_t prompt, std::vector<std::uint64_t> ids,
+                   double arrival) {
+    Request r = request(std::move(id), prompt, 2);
+    r.hash_ids = std::move(ids);
+    r.hash_block_tokens = 16;
+    r.arrival = arrival;
+    return r;
+  };
+  Request req0 = hashed("0", 5 * 16 + 7, {10, 11, 12, 13, 14, 15}, 0.0);
+  Request req1 = hashed("1", 3 * 16 - 1, {20, 21, 22}, 0.0);
+  Request req2 = hashed("2", 2 * 16 + 3, {10, 11, 30}, 1.0);
+
+  Simulator sim(config, vllm_options());
+  std::vector<std::vector<std::vector<BlockId>>> tables;
+  std::vector<std::uint32_t> free_blocks;  // free, plus cached blocks no request holds
+  sim.on_step = [&](const Simulator& s) {
+    tables.push_back(s.running_block_tables());
+    free_blocks.push_back(s.pool().free_count() + s.cache_resident_blocks());
+  };
+  for (Request r : {req0, req1, req2}) {
+    REQUIRE(sim.run_until(r.arrival));
+    sim.submit(std::move(r));
+  }
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  REQUIRE_FALSE(sim.violation());
+  REQUIRE(tables.size() >= 3);
+  using Table = std::vector<BlockId>;
+  CHECK(tables[0] == std::vector<Table>{{1, 2, 3, 4, 5, 6}, {7, 8, 9}});
+  CHECK(free_blocks[0] == 1);  // 10 - (6 + 3)
+  CHECK(tables[1].empty());
+  CHECK(free_blocks[1] == 10);
+  CHECK(tables[2] == std::vector<Table>{{1, 2, 6}});
+  CHECK(free_blocks[2] == 7);
+}
+
 }  // namespace
 }  // namespace kvreplay
