@@ -219,6 +219,10 @@ bool Simulator::step() {
     if (!admit_next(budget, stop)) return false;
   }
   sim_.max_running = std::max(sim_.max_running, running_samples_);
+  return end_step();
+}
+
+bool Simulator::end_step() {
   const CostModel& cost = options_.cost;
   double step_ms =
       cost.step_ms + static_cast<double>(step_prefill_tokens_) * cost.prefill_token_ms +
@@ -300,41 +304,10 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
   owned->order = next_order_++;
   running_samples_ += request.n;
   const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
-  if (paged() && options_.prefix_cache) {
-    // KVCacheManager.record_prefix_cache_stats: num_tokens, not just the
-    // prompt; a request starts over here, so they are its prompt tokens.
-    (owned->admitted_before ? sim_.preempted_queries : sim_.queries) += request.prompt;
-    (owned->admitted_before ? sim_.preempted_hits : sim_.hits) += hit_tokens;
-  }
-  if (!owned->admitted_before) {
-    // Hits count once per request: never when a preempted request is recomputed.
-    owned->admitted_before = true;
-    sim_.query_tokens += request.prompt;
-    sim_.hit_tokens += hit_tokens;
-    sim_.hit_blocks += hits.size();
-    sim_.hit_rate_sum += static_cast<double>(hit_tokens) / static_cast<double>(request.prompt);
-    ++sim_.hit_rate_requests;
-  }
-  if (paged()) {
-    owned->samples.clear();
-    owned->samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0});
-    if (!hits.empty()) {
-      for (BlockId b : hits) cache_.touch(b, tick_);
-      if (auto installed = owned->samples[0].table.install_shared_prefix(hits, hit_tokens, pool_);
-          !installed) {
-        violation_ = Violation{sim_.steps + 1, request.line, "I1",
-                               fmt::format("request {}: install_shared_prefix failed: {}",
-                                           request.id, installed.error())};
-        return false;
-      }
-      ++totals_.prefix_installs;
-      totals_.shared_pages_installed += hits.size();
-      state_.logical_tokens += hit_tokens;
-      state_.table_entries += hits.size();
-      request_entries_ += hits.size();
-      count_layout(state_, owned->samples[0].table, +1);
-    }
-  }
+  // A request starts over here, so the tokens it looks up are its prompt's.
+  count_admission(request, request.prompt, hits.size(), hit_tokens, owned->admitted_before);
+  owned->admitted_before = true;
+  if (paged() && !install_hits(*owned, hits, hit_tokens)) return false;
   owned->prefilled = hit_tokens;
   owned->cached_pages = static_cast<std::uint32_t>(hits.size());
   owned->hit_blocks.clear();
@@ -468,6 +441,47 @@ bool Simulator::append(Flight& flight, Sample& sample, std::uint32_t tokens, std
   state_.logical_tokens += tokens;
   state_.table_entries += sample.table.entries().size() - pages_before;
   request_entries_ += sample.table.entries().size() - pages_before;
+  return true;
+}
+
+void Simulator::count_admission(const Request& request, std::uint32_t num_tokens,
+                                std::size_t hit_blocks, std::uint32_t hit_tokens,
+                                bool readmission) {
+  if (paged() && options_.prefix_cache) {
+    // KVCacheManager.record_prefix_cache_stats: num_tokens and hits, a
+    // preempted request's apart (PrefixCacheStats).
+    (readmission ? sim_.preempted_queries : sim_.queries) += num_tokens;
+    (readmission ? sim_.preempted_hits : sim_.hits) += hit_tokens;
+  }
+  if (readmission) return;
+  // The hit rates count each request once: never its recomputation.
+  sim_.query_tokens += request.prompt;
+  sim_.hit_tokens += hit_tokens;
+  sim_.hit_blocks += hit_blocks;
+  sim_.hit_rate_sum += static_cast<double>(hit_tokens) / static_cast<double>(request.prompt);
+  ++sim_.hit_rate_requests;
+}
+
+bool Simulator::install_hits(Flight& flight, const std::vector<BlockId>& hits,
+                             std::uint32_t hit_tokens) {
+  flight.samples.clear();
+  flight.samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0});
+  if (hits.empty()) return true;
+  // Hit blocks leave the eviction candidates (BlockPool.touch) before any allocation.
+  for (BlockId b : hits) cache_.touch(b, tick_);
+  SequenceBlockTable& table = flight.samples[0].table;
+  if (auto installed = table.install_shared_prefix(hits, hit_tokens, pool_); !installed) {
+    violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                           fmt::format("request {}: install_shared_prefix failed: {}",
+                                       flight.request.id, installed.error())};
+    return false;
+  }
+  ++totals_.prefix_installs;
+  totals_.shared_pages_installed += hits.size();
+  state_.logical_tokens += hit_tokens;
+  state_.table_entries += hits.size();
+  request_entries_ += hits.size();
+  count_layout(state_, table, +1);
   return true;
 }
 

@@ -219,6 +219,15 @@ class Simulator {
   };
 
   bool step();
+  // The end of every step: virtual time by the cost model, the figures, the
+  // checks the policy asks for, on_step. False when a check failed.
+  bool end_step();
+  // An admission's prefix-cache figures: PrefixCacheStats (a readmission of a
+  // preempted request apart) and, at the first admission, the hit rates.
+  void count_admission(const Request& request, std::uint32_t num_tokens, std::size_t hit_blocks,
+                       std::uint32_t hit_tokens, bool readmission);
+  // A new table for the flight's first sample holding `hits` (touched first).
+  bool install_hits(Flight& flight, const std::vector<BlockId>& hits, std::uint32_t hit_tokens);
   bool vllm() const { return options_.engine == EngineKind::kVllm && paged(); }
   // engine/vllm_scheduler.cc
   bool step_vllm();

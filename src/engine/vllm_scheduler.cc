@@ -244,40 +244,9 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
 
     std::unique_ptr<Flight> owned = std::move(waiting_.front());
     waiting_.pop_front();
-    // KVCacheManager.record_prefix_cache_stats: num_tokens and hits, a
-    // preempted request's apart (PrefixCacheStats).
-    if (options_.prefix_cache) {
-      (owned->preemptions > 0 ? sim_.preempted_queries : sim_.queries) += num_tokens;
-      (owned->preemptions > 0 ? sim_.preempted_hits : sim_.hits) += hit_tokens;
-    }
-    if (owned->preemptions == 0) {
-      sim_.query_tokens += flight.request.prompt;
-      sim_.hit_tokens += hit_tokens;
-      sim_.hit_blocks += hits.size();
-      sim_.hit_rate_sum +=
-          static_cast<double>(hit_tokens) / static_cast<double>(flight.request.prompt);
-      ++sim_.hit_rate_requests;
-    }
+    count_admission(flight.request, num_tokens, hits.size(), hit_tokens, owned->preemptions > 0);
     owned->order = next_order_++;
-    owned->samples.clear();
-    owned->samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0});
-    if (!hits.empty()) {
-      // BlockPool.touch: hit blocks leave the free queue before any allocation.
-      for (BlockId b : hits) cache_.touch(b, tick_);
-      if (auto installed = owned->samples[0].table.install_shared_prefix(hits, hit_tokens, pool_);
-          !installed) {
-        violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                               fmt::format("request {}: install_shared_prefix failed: {}",
-                                           flight.request.id, installed.error())};
-        return false;
-      }
-      ++totals_.prefix_installs;
-      totals_.shared_pages_installed += hits.size();
-      state_.logical_tokens += hit_tokens;
-      state_.table_entries += hits.size();
-      request_entries_ += hits.size();
-      count_layout(state_, owned->samples[0].table, +1);
-    }
+    if (!install_hits(*owned, hits, hit_tokens)) return false;
     owned->computed = hit_tokens;
     owned->cached_pages = static_cast<std::uint32_t>(hits.size());
     hits.clear();
@@ -342,23 +311,7 @@ bool Simulator::step_vllm() {
     running_ = std::move(still);
   }
   running_samples_ = running_.size();
-
-  const CostModel& cost = options_.cost;
-  const double step_ms =
-      cost.step_ms + static_cast<double>(step_prefill_tokens_) * cost.prefill_token_ms +
-      static_cast<double>(step_decode_seqs_) * cost.decode_seq_ms +
-      static_cast<double>(step_context_tokens_) *
-          static_cast<double>(config_.kv.bytes_per_token()) / (cost.kv_bandwidth_gbps * 1e6);
-  now_ += step_ms / 1000.0;
-  ++sim_.steps;
-  sim_.virtual_seconds = now_;
-  record();
-  const bool due =
-      options_.check.mode == CheckPolicy::Mode::kEvery ||
-      (options_.check.mode == CheckPolicy::Mode::kEveryN && sim_.steps % options_.check.every == 0);
-  if (due && !check_now()) return false;
-  if (on_step) on_step(*this);
-  return true;
+  return end_step();
 }
 
 }  // namespace kvreplay
