@@ -170,10 +170,14 @@ void PrefixCache::touch(BlockId b, std::uint64_t tick) {
 
 CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,
                                      std::uint64_t tick) {
-  if (entry_of(b).cached || find(key)) return false;
-  if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
-  index_insert(key, b);
   Entry& cached = entry_of(b);
+  if (cached.cached) return false;
+  if ((size_ + 1) * 2 > slots_.size()) grow_index();  // at most half full
+  const std::size_t slot = slot_of(key);  // one probe: the lookup finds the free slot too
+  if (slots_[slot].block != kInvalidBlock) return false;
+  if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
+  slots_[slot] = Slot{key.chain, key.offset, b};
+  ++size_;
   cached.key = key;
   cached.inserted = cached.last_use = tick;
   cached.hits = 0;
@@ -207,6 +211,11 @@ bool PrefixCache::evict_one(BlockPool& pool) {
     entry.cached = false;
     index_erase(entry.key);
     (void)pool.release(candidate.block);  // held by the cache alone: frees it
+    if (eviction_log_.size() >= std::max(entries_.size(), kCandidateSlack)) {
+      log_base_ = evictions_;
+      eviction_log_.clear();
+    }
+    eviction_log_.push_back(candidate.block);
     ++evictions_;
     return true;
   }

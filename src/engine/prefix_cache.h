@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,15 @@ class PrefixCache {
   // Blocks that evict_one() could free.
   std::uint32_t evictable() const { return evictable_count_; }
   std::uint64_t evictions() const { return evictions_; }
+  // The blocks evicted since evictions() was `since`, oldest first, or nullopt
+  // when the log no longer reaches back that far. A caller holding hits across
+  // calls re-verifies them in time proportional to the evictions, not to the
+  // hits: a block stops being cached only by eviction. The log keeps at most
+  // max(blocks ever cached, kCandidateSlack) entries.
+  std::optional<std::span<const BlockId>> evicted_since(std::uint64_t since) const {
+    if (since < log_base_ || since > evictions_) return std::nullopt;
+    return std::span<const BlockId>(eviction_log_).subspan(since - log_base_);
+  }
   std::size_t size() const { return size_; }
   // Eviction candidates queued, stale ones included (bounded: see the contract).
   std::size_t candidates() const { return heap_.size() + queue_.size(); }
@@ -126,6 +136,8 @@ class PrefixCache {
   std::vector<Slot> slots_;
   std::size_t size_ = 0;
   std::uint64_t evictions_ = 0;
+  std::vector<BlockId> eviction_log_;  // evictions [log_base_, evictions_)
+  std::uint64_t log_base_ = 0;
 };
 
 }  // namespace kvreplay

@@ -253,28 +253,21 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
   if (paged()) {
     if (options_.prefix_cache) {
       // Keep the hits of the last attempt that are still cached, then search on.
-      std::size_t valid = 0;
-      while (valid < hits.size() && cache_.cached_as(hits[valid], flight.hit_keys[valid])) ++valid;
-      hits.resize(valid);
-      flight.hit_keys.resize(valid);
+      verify_hits(flight);
       // At least one prompt token is always computed (it yields the first output).
-      for (auto page = static_cast<std::uint32_t>(valid);
+      for (auto page = static_cast<std::uint32_t>(hits.size());
            (std::uint64_t{page} + 1) * pt < request.prompt; ++page) {
         auto key = page_key(flight, page);
         if (!key) break;
         auto block = cache_.find(*key);
         if (!block) break;
-        hits.push_back(*block);
-        flight.hit_keys.push_back(*key);
+        add_hit(flight, *block, *key);
       }
     }
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
     const std::uint32_t chunk = std::min(request.prompt - hit_tokens, budget);
     const std::uint64_t needed = ceil_div(std::uint64_t{hit_tokens} + chunk, pt) - hits.size();
-    std::uint64_t evictable_hits = 0;
-    for (BlockId b : hits) evictable_hits += pool_.refcount(b) == 1 ? 1 : 0;
-    const std::uint64_t available = pool_.free_count() + cache_.evictable() - evictable_hits;
-    if (available < needed + watermark_blocks_) {
+    if (!room_beside_hits(hits, needed)) {
       stop = true;
       return true;
     }
@@ -460,6 +453,52 @@ void Simulator::count_admission(const Request& request, std::uint32_t num_tokens
   sim_.hit_blocks += hit_blocks;
   sim_.hit_rate_sum += static_cast<double>(hit_tokens) / static_cast<double>(request.prompt);
   ++sim_.hit_rate_requests;
+}
+
+void Simulator::verify_hits(Flight& flight) {
+  std::vector<BlockId>& hits = flight.hit_blocks;
+  std::size_t valid = hits.size();
+  std::optional<std::span<const BlockId>> evicted;
+  if (flight.track_id != 0 && flight.track_id == tracked_) evicted = cache_.evicted_since(tracked_mark_);
+  if (evicted) {
+    for (BlockId b : *evicted) {
+      if (b >= hit_slots_.size()) continue;
+      const HitSlot& slot = hit_slots_[b];
+      if (slot.owner == tracked_ && slot.pos < valid && hits[slot.pos] == b) valid = slot.pos;
+    }
+  } else {
+    valid = 0;
+    while (valid < hits.size() && cache_.cached_as(hits[valid], flight.hit_keys[valid])) ++valid;
+    flight.track_id = tracked_ = tracked_ + 1;
+    hits.resize(valid);
+    for (std::size_t i = 0; i < valid; ++i) {
+      if (hits[i] >= hit_slots_.size()) hit_slots_.resize(std::size_t{hits[i]} + 1);
+      hit_slots_[hits[i]] = HitSlot{tracked_, static_cast<std::uint32_t>(i)};
+    }
+  }
+  hits.resize(valid);
+  flight.hit_keys.resize(valid);
+  tracked_mark_ = cache_.evictions();
+}
+
+bool Simulator::room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed) const {
+  // Free blocks and evictable cached ones, less the hits that are evictable
+  // (touching them takes them off the free queue). The hits are counted only
+  // when the bounds leave the answer open.
+  const std::uint64_t available = pool_.free_count() + cache_.evictable();
+  const std::uint64_t wanted = needed + watermark_blocks_;
+  if (available < wanted) return false;
+  if (available >= wanted + hits.size()) return true;
+  std::uint64_t evictable_hits = 0;
+  for (BlockId b : hits) evictable_hits += pool_.refcount(b) == 1 ? 1 : 0;
+  return available - evictable_hits >= wanted;
+}
+
+void Simulator::add_hit(Flight& flight, BlockId block, const PageKey& key) {
+  if (block >= hit_slots_.size()) hit_slots_.resize(std::size_t{block} + 1);
+  hit_slots_[block] = HitSlot{flight.track_id, static_cast<std::uint32_t>(flight.hit_blocks.size())};
+  flight.hit_blocks.push_back(block);
+  flight.hit_keys.push_back(key);
 }
 
 bool Simulator::install_hits(Flight& flight, const std::vector<BlockId>& hits,

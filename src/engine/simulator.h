@@ -206,6 +206,7 @@ class Simulator {
     // every admission attempt.
     std::vector<BlockId> hit_blocks;
     std::vector<PageKey> hit_keys;
+    std::uint64_t track_id = 0;  // names this flight's hits in hit_slots_
     std::vector<Sample> samples;
     // vllm: one table per request (n > 1 fanned out into children). uid keys
     // the request's own pages in the cache, prompt_uid the prompt pages its
@@ -228,6 +229,13 @@ class Simulator {
                        std::uint32_t hit_tokens, bool readmission);
   // A new table for the flight's first sample holding `hits` (touched first).
   bool install_hits(Flight& flight, const std::vector<BlockId>& hits, std::uint32_t hit_tokens);
+  // Keeps the leading hits of the flight's last attempt that are still cached
+  // under their keys. For the flight verified last, only the blocks evicted
+  // since are looked at; any other is verified hit by hit and becomes that flight.
+  void verify_hits(Flight& flight);
+  void add_hit(Flight& flight, BlockId block, const PageKey& key);
+  // Whether `needed` blocks (and the watermark) can be had besides `hits`.
+  bool room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed) const;
   bool vllm() const { return options_.engine == EngineKind::kVllm && paged(); }
   // engine/vllm_scheduler.cc
   bool step_vllm();
@@ -292,6 +300,14 @@ class Simulator {
   std::optional<Violation> violation_;
   std::vector<TableRef> table_refs_;
   std::vector<BlockId> holds_;
+  // By block: which tracked flight's hit it is, and where (see verify_hits).
+  struct HitSlot {
+    std::uint64_t owner = 0;
+    std::uint32_t pos = 0;
+  };
+  std::vector<HitSlot> hit_slots_;
+  std::uint64_t tracked_ = 0;       // track_id of the flight verified last
+  std::uint64_t tracked_mark_ = 0;  // cache_.evictions() when it was verified
   // Per step, for the cost model.
   std::uint64_t step_prefill_tokens_ = 0;
   std::uint64_t step_decode_seqs_ = 0;

@@ -106,6 +106,14 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   // only, never for the whole request ahead. BlockPool.get_new_blocks pops the
   // free queue, evicting a cached block only when it reaches one (lazy).
   Sample& sample = flight.samples[0];
+  if (sample.table.append_in_place(tokens, pool_)) {
+    // The common decode step: the tokens fit the partial last page, which
+    // this request holds alone (no block taken, the layout unchanged).
+    sample.length += tokens;
+    totals_.tokens_appended += tokens;
+    state_.logical_tokens += tokens;
+    return cache_full_blocks_vllm(flight);
+  }
   const std::size_t pages_before = sample.table.entries().size();
   count_layout(state_, sample.table, -1);
   // The free queue holds the uncached free blocks first and the evictable
@@ -114,14 +122,11 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   const std::uint32_t pt = config_.kv.page_tokens;
   std::uint32_t remaining = tokens;
   CoreResult<AppendEffect> appended = AppendEffect{};
-  while (remaining > 0) {
-    auto needed_now = sample.table.blocks_needed(remaining, pool_);
-    if (!needed_now) {
-      appended = Unexpected{needed_now.error()};
-      break;
-    }
+  auto needed = sample.table.blocks_needed(remaining, pool_);
+  if (!needed) appended = Unexpected{needed.error()};
+  while (needed && remaining > 0) {
     std::uint32_t chunk = remaining;
-    if (needed_now.value() > pool_.free_count()) {
+    if (needed.value() > pool_.free_count()) {
       const std::uint32_t room =
           sample.table.length() % pt == 0 ? 0 : pt - sample.table.length() % pt;
       chunk = static_cast<std::uint32_t>(
@@ -137,6 +142,9 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
     appended = sample.table.append(chunk, pool_);
     if (!appended) break;
     remaining -= chunk;
+    // A short chunk ends on a page boundary (it filled the partial page and
+    // took every free block): what is left needs one fresh block per page.
+    needed = static_cast<std::uint32_t>(ceil_div(remaining, pt));
   }
   count_layout(state_, sample.table, +1);
   if (!appended) {
@@ -221,26 +229,19 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     std::vector<BlockId>& hits = flight.hit_blocks;
     std::vector<PageKey>& keys = flight.hit_keys;
     if (options_.prefix_cache) {
-      std::size_t valid = 0;
-      while (valid < hits.size() && cache_.cached_as(hits[valid], keys[valid])) ++valid;
-      hits.resize(valid);
-      keys.resize(valid);
-      for (auto page = static_cast<std::uint32_t>(valid);
+      verify_hits(flight);
+      for (auto page = static_cast<std::uint32_t>(hits.size());
            (std::uint64_t{page} + 1) * pt <= num_tokens - 1; ++page) {
         const PageKey key = vllm_key(flight, page);
         auto block = cache_.find(key);
         if (!block) break;
-        hits.push_back(*block);
-        keys.push_back(key);
+        add_hit(flight, *block, key);
       }
     }
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
     const std::uint32_t tokens = std::min(num_tokens - hit_tokens, budget);
     const std::uint64_t needed = ceil_div(std::uint64_t{hit_tokens} + tokens, pt) - hits.size();
-    std::uint64_t evictable_hits = 0;
-    for (BlockId b : hits) evictable_hits += pool_.refcount(b) == 1 ? 1 : 0;
-    const std::uint64_t available = pool_.free_count() + cache_.evictable() - evictable_hits;
-    if (available < needed + watermark_blocks_) break;  // allocate_slots returned None
+    if (!room_beside_hits(hits, needed)) break;  // allocate_slots returned None
 
     std::unique_ptr<Flight> owned = std::move(waiting_.front());
     waiting_.pop_front();

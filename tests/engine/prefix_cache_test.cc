@@ -263,3 +263,43 @@ TEST_CASE("prefix_cache: the key index finds every key through growth and deleti
   CHECK(gone == kBlocks / 3);
   CHECK(found == kBlocks - kBlocks / 3);
 }
+
+TEST_CASE("prefix_cache: the eviction log names the blocks evicted since a count, and forgets") {
+  BlockPool pool(8);
+  PrefixCache cache(EvictPolicy::kLru, 8);
+  std::vector<BlockId> blocks = cache_pages(cache, pool, 4, 1);
+  auto none = cache.evicted_since(0);
+  REQUIRE(none.has_value());
+  CHECK(none->empty());
+  CHECK_FALSE(cache.evicted_since(1).has_value());  // a count not reached yet
+  REQUIRE(cache.evict_one(pool));
+  REQUIRE(cache.evict_one(pool));
+  auto since0 = cache.evicted_since(0);
+  REQUIRE(since0.has_value());
+  CHECK(std::vector<BlockId>(since0->begin(), since0->end()) ==
+        std::vector<BlockId>{blocks[0], blocks[1]});
+  auto since1 = cache.evicted_since(1);
+  REQUIRE(since1.has_value());
+  CHECK(std::vector<BlockId>(since1->begin(), since1->end()) == std::vector<BlockId>{blocks[1]});
+
+  // The log is bounded: past max(blocks ever cached, slack) entries it starts
+  // over, and counts before the restart are no longer answered.
+  constexpr std::uint32_t kBlocks = 4;
+  BlockPool small(kBlocks);
+  PrefixCache churn(EvictPolicy::kLru, kBlocks);
+  std::uint64_t tick = 1;
+  const std::uint64_t rounds = PrefixCache::kCandidateSlack + 8;
+  for (std::uint64_t round = 0; round < rounds; ++round) {
+    auto block = small.allocate();
+    REQUIRE(block.ok());
+    REQUIRE(churn.insert(PageKey{round, 16}, block.value(), small, tick).ok());
+    REQUIRE(small.release(block.value()).ok());
+    churn.released(block.value(), small, tick++);
+    REQUIRE(churn.evict_one(small));
+  }
+  CHECK(churn.evictions() == rounds);
+  CHECK_FALSE(churn.evicted_since(0).has_value());
+  auto recent = churn.evicted_since(rounds - 1);
+  REQUIRE(recent.has_value());
+  CHECK(recent->size() == 1);
+}
