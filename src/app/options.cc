@@ -70,9 +70,14 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,
                  "request format: native, mooncake, azure, burstgpt (default: by content)")
       ->group("Simulation");
-  app.add_option("--engine", engine,
-                 "scheduler to imitate: generic (default) or vllm (vLLM v1's rules, README)")
+  engine_option = app.add_option("--engine", engine,
+                 "scheduler to imitate: vllm (default: vLLM v1's rules, README) or generic")
       ->check(CLI::IsMember(engine_names()))
+      ->group("Simulation");
+  app.add_option("--gpu-class", gpu_class,
+                 "vllm: the `vllm serve` batch defaults of a large GPU (>= 70 GiB, not A100: "
+                 "8192 tokens, 1024 seqs; default) or a small one (2048, 256)")
+      ->check(CLI::IsMember(gpu_class_names()))
       ->group("Simulation");
   app.add_option("--allocator", allocator,
                  "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
@@ -82,13 +87,16 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
       ->check(CLI::IsMember(evict_policy_names()))
       ->group("Simulation");
   app.add_flag("--no-prefix-cache", no_prefix_cache, "disable prefix caching")->group("Simulation");
-  app.add_option("--max-seqs", defaults.max_seqs, "most sequences running at once (default 256)")
-      ->check(CLI::Range(1u, 1u << 20))
-      ->group("Simulation");
-  app.add_option("--max-batched-tokens", defaults.max_batched_tokens,
-                 "token budget per step, chunked prefill (default 8192)")
-      ->check(CLI::Range(1u, 1u << 30))
-      ->group("Simulation");
+  max_seqs = app.add_option("--max-seqs", defaults.max_seqs,
+                            "most sequences running at once (default: vllm by --gpu-class, "
+                            "generic 256)")
+                 ->check(CLI::Range(1u, 1u << 20))
+                 ->group("Simulation");
+  max_batched_tokens = app.add_option("--max-batched-tokens", defaults.max_batched_tokens,
+                                      "token budget per step, chunked prefill (default: vllm by "
+                                      "--gpu-class, generic 8192)")
+                           ->check(CLI::Range(1u, 1u << 30))
+                           ->group("Simulation");
   watermark = app.add_option("--watermark", defaults.watermark,
                              "fraction of blocks kept free at admission (default 0.01; vllm: 0)")
                   ->check(CLI::Range(0.0, 0.5))
@@ -115,9 +123,24 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   out = defaults;
   out.allocator = *parse_allocator(allocator);
   out.engine = *parse_engine(engine);
-  // vLLM has no watermark unless one is asked for (SPEC 3.1).
-  if (out.engine == EngineKind::kVllm && (watermark == nullptr || watermark->count() == 0)) {
-    out.watermark = 0.0;
+  out.gpu_class = *parse_gpu_class(gpu_class);
+  auto given = [](const CLI::Option* option) { return option != nullptr && option->count() > 0; };
+  if (out.engine == EngineKind::kVllm && out.allocator != AllocatorKind::kPaged) {
+    // The contiguous allocators model the generic scheduler's whole-request reservation.
+    if (given(engine_option)) {
+      return fmt::format("--engine vllm needs --allocator paged (the {} allocator runs the generic "
+                         "scheduler: give --engine generic)",
+                         allocator);
+    }
+    out.engine = EngineKind::kGeneric;
+  }
+  if (out.engine == EngineKind::kVllm) {
+    // vLLM has no watermark unless one is asked for (SPEC 3.1), and its batch
+    // limits are those `vllm serve` picks for the GPU class.
+    if (!given(watermark)) out.watermark = 0.0;
+    const BatchDefaults batch = vllm_serve_batch_defaults(out.gpu_class);
+    if (!given(max_seqs)) out.max_seqs = batch.max_seqs;
+    if (!given(max_batched_tokens)) out.max_batched_tokens = batch.max_batched_tokens;
   }
   out.evict = *parse_evict_policy(evict);
   out.prefix_cache = !no_prefix_cache;

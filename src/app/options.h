@@ -39,8 +39,12 @@ struct ConfigOptions {
 
 // Options shared by simulate and plan.
 struct SimOptionsCli {
-  std::string format, allocator = "paged", evict = "lru", check = "end", engine = "generic";
+  std::string format, allocator = "paged", evict = "lru", check = "end", engine = "vllm",
+                     gpu_class = "large";
   CLI::Option* watermark = nullptr;
+  CLI::Option* engine_option = nullptr;
+  CLI::Option* max_seqs = nullptr;
+  CLI::Option* max_batched_tokens = nullptr;
   bool no_prefix_cache = false;
   SimOptions defaults;
 

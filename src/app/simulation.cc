@@ -37,9 +37,13 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
       case SkipReason::kPoolTooSmall:
         why = sim.options().allocator == AllocatorKind::kPaged
                   ? fmt::format(
-                        "more blocks than the pool of {} less the --watermark (first: line {}, "
+                        "more blocks than the pool of {} less {} (first: line {}, "
                         "{} blocks; give a larger --kv-memory or --pool-blocks)",
-                        config.kv.pool_blocks, first->line, first->need)
+                        config.kv.pool_blocks,
+                        sim.options().engine != EngineKind::kVllm ? "the --watermark"
+                        : sim.options().watermark > 0.0 ? "the null block and the --watermark"
+                                                        : "the null block",
+                        first->line, first->need)
                   : fmt::format(
                         "larger than the pool of {} slots (first: line {}, {} slots; give a "
                         "larger --kv-memory or --pool-blocks)",
@@ -56,7 +60,7 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
 }  // namespace
 
 nlohmann::json sim_options_json(const SimOptions& options) {
-  return {{"engine", std::string(to_string(options.engine))},
+  nlohmann::json out = {{"engine", std::string(to_string(options.engine))},
           {"allocator", std::string(to_string(options.allocator))},
           {"prefix_cache", options.prefix_cache && options.allocator == AllocatorKind::kPaged},
           {"evict", std::string(to_string(options.evict))},
@@ -68,6 +72,8 @@ nlohmann::json sim_options_json(const SimOptions& options) {
             {"prefill_token_ms", options.cost.prefill_token_ms},
             {"decode_seq_ms", options.cost.decode_seq_ms},
             {"kv_bandwidth_gbps", options.cost.kv_bandwidth_gbps}}}};
+  if (options.engine == EngineKind::kVllm) out["gpu_class"] = std::string(to_string(options.gpu_class));
+  return out;
 }
 
 InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {

@@ -26,6 +26,12 @@ constexpr EnumName<EngineKind> kEngineNames[] = {
 };
 static_assert(enum_names_unique(kEngineNames));
 
+constexpr EnumName<GpuClass> kGpuClassNames[] = {
+    {GpuClass::kLarge, "large"},
+    {GpuClass::kSmall, "small"},
+};
+static_assert(enum_names_unique(kGpuClassNames));
+
 }  // namespace
 
 std::string_view to_string(EngineKind kind) {
@@ -38,6 +44,27 @@ std::optional<EngineKind> parse_engine(std::string_view name) {
 
 std::vector<std::string> engine_names() {
   return enum_names(kEngineNames);
+}
+
+std::string_view to_string(GpuClass gpu_class) {
+  return enum_name(kGpuClassNames, gpu_class);
+}
+
+std::optional<GpuClass> parse_gpu_class(std::string_view name) {
+  return enum_parse(kGpuClassNames, name);
+}
+
+std::vector<std::string> gpu_class_names() {
+  return enum_names(kGpuClassNames);
+}
+
+BatchDefaults vllm_serve_batch_defaults(GpuClass gpu_class) {
+  // EngineArgs.get_batch_defaults, OPENAI_API_SERVER column.
+  switch (gpu_class) {
+    case GpuClass::kLarge: return BatchDefaults{8192, 1024};
+    case GpuClass::kSmall: return BatchDefaults{2048, 256};
+  }
+  return BatchDefaults{2048, 256};
 }
 
 std::string_view to_string(AllocatorKind kind) {

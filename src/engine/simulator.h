@@ -68,6 +68,21 @@ std::string_view to_string(EngineKind kind);
 std::optional<EngineKind> parse_engine(std::string_view name);
 std::vector<std::string> engine_names();
 
+// The GPU class that picks `vllm serve`'s batch defaults
+// (EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py, usage context
+// OPENAI_API_SERVER): a GPU with at least 70 GiB that is not an A100 (H100,
+// H200, B200, MI300X) is large; any other (A100, L40S, L4, A10G) is small.
+enum class GpuClass : std::uint8_t { kLarge, kSmall };
+std::string_view to_string(GpuClass gpu_class);
+std::optional<GpuClass> parse_gpu_class(std::string_view name);
+std::vector<std::string> gpu_class_names();
+struct BatchDefaults {
+  std::uint32_t max_batched_tokens;
+  std::uint32_t max_seqs;
+};
+// large: 8192 tokens and 1024 sequences per step; small: 2048 and 256.
+BatchDefaults vllm_serve_batch_defaults(GpuClass gpu_class);
+
 // step_ms = step_ms + prefill_tokens * prefill_token_ms + decode_seqs * decode_seq_ms
 //         + context_tokens_read * bytes_per_token / (kv_bandwidth_gbps * 1e6)
 // Defaults are rough figures for an 8B model on one H100-class GPU.
@@ -85,7 +100,10 @@ struct SimOptions {
   bool prefix_cache = true;
   EvictPolicy evict = EvictPolicy::kLru;
   AllocatorKind allocator = AllocatorKind::kPaged;
+  // The library's default; the command line's is vllm (app/options.cc), with
+  // vllm_serve_batch_defaults for max_seqs and max_batched_tokens.
   EngineKind engine = EngineKind::kGeneric;
+  GpuClass gpu_class = GpuClass::kLarge;  // recorded: which batch defaults apply
   CostModel cost;
   CheckPolicy check;
 };

@@ -27,7 +27,9 @@ run() {  # run ARGS...: sets rc (124: timed out); stdout and stderr in $work/out
 err_text() { head -c 600 "$work/err" | tr '\n' '|'; }
 key() { jq -r "$1" "$work/report.json"; }
 
-# Request 2 asks for 8 samples; --max-seqs 4 can never run them at once.
+# Request 2 asks for 8 samples; under the generic engine (fork + COW) --max-seqs 4
+# can never run them at once. The vllm engine fans them out into requests of
+# their own (vLLM's ParentRequest), so nothing is skipped there.
 cat >"$work/samples.jsonl" <<'EOF'
 {"arrival": 0, "prompt": 40, "output": 8}
 {"arrival": 0.1, "prompt": 40, "output": 8, "n": 8}
@@ -37,7 +39,7 @@ EOF
 
 for allocator in paged contiguous-max; do
   run simulate "$work/samples.jsonl" --kv-memory 1GiB --max-seq-tokens 256 --max-seqs 4 \
-    --allocator "$allocator" -q \
+    --engine generic --allocator "$allocator" -q \
     --report "$work/report.json" --timeline "$work/timeline.csv"
   check '[[ $rc -eq 0 ]]' "exit $rc (124: it did not end): $(err_text)"
   check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped) == 2 ]]' \
@@ -57,18 +59,31 @@ for allocator in paged contiguous-max; do
   finish "simulate --allocator $allocator: n above --max-seqs is skipped, counted, warned"
 done
 
+run simulate "$work/samples.jsonl" --kv-memory 1GiB --max-seq-tokens 256 --max-seqs 4 -q \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 && ! -s $work/err ]]' "exit $rc: $(err_text)"
+check '[[ -s $work/report.json ]] && [[ $(key .config.simulation.engine) == vllm ]]' \
+  "the default engine is $(key .config.simulation.engine)"
+check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped) == 0 && $(key .requests.finished) == 4 ]]' \
+  "requests: $(key '.requests | tostring')"
+check '[[ -s $work/report.json ]] && [[ $(key .scheduler.output_tokens) == $((8 * (1 + 8 + 4 + 9))) ]]' \
+  "output tokens $(key .scheduler.output_tokens): each child generates its own"
+finish "simulate (vllm, the default): n above --max-seqs fans out, nothing skipped"
+
 # Without --quiet the summary counts them too; the same run twice gives the same report.
-run simulate "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 --report "$work/report.json"
+run simulate "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 --engine generic \
+  --report "$work/report.json"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
 check 'grep -q "4 total, 2 finished, 2 skipped" "$work/out"' "summary: $(head -c 600 "$work/out")"
 check 'grep -q "n above --max-seqs 4" "$work/err"' "no warning: $(err_text)"
 jq 'del(.timing)' "$work/report.json" >"$work/first.json" 2>/dev/null
-run simulate "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 --report "$work/report.json"
+run simulate "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 --engine generic \
+  --report "$work/report.json"
 check 'jq "del(.timing)" "$work/report.json" | cmp -s - "$work/first.json"' "reports differ"
 finish "simulate: the summary counts skipped requests; the report is deterministic"
 
 # plan: the sweep and its search for the smallest memory end too, and say so once.
-run plan "$work/samples.jsonl" --kv-memory 256MiB,1GiB --max-seqs 4 -j 2 -q \
+run plan "$work/samples.jsonl" --kv-memory 256MiB,1GiB --max-seqs 4 --engine generic -j 2 -q \
   --report "$work/report.json"
 check '[[ $rc -eq 0 ]]' "exit $rc (124: it did not end): $(err_text)"
 check '[[ $(wc -l <"$work/err") -eq 1 ]]' "stderr is not one line: $(err_text)"
@@ -80,7 +95,7 @@ check '[[ -s $work/report.json ]] && [[ $(key ".min_kv_memory[0].pool_blocks") !
   "no smallest memory found for the requests that can fit"
 finish "plan: n above --max-seqs is skipped, warned once, and the search ends"
 
-run plan "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 -j 1
+run plan "$work/samples.jsonl" --kv-memory 1GiB --max-seqs 4 --engine generic -j 1
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
 check 'grep -q "every request that can fit served; some were skipped: see the warnings" "$work/out"' \
   "the table claims every request served: $(grep smallest "$work/out")"
@@ -96,7 +111,7 @@ cat >"$work/sizes.jsonl" <<'EOF'
 {"arrival": 0.4, "prompt": 250, "output": 10}
 EOF
 run simulate "$work/sizes.jsonl" --pool-blocks 8 --page-tokens 16 --max-seq-tokens 256 \
-  --watermark 0 -q --report "$work/report.json"
+  --engine generic --watermark 0 -q --report "$work/report.json"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
 check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped) == 3 ]]' "requests.skipped is not 3"
 check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped_pool_too_small) == 1 ]]' \
@@ -106,6 +121,15 @@ check 'grep -qF "2 requests skipped: longer than --max-seq-tokens 256 (first: li
   "no --max-seq-tokens warning: $(err_text)"
 check 'grep -qF "1 request skipped: more blocks than the pool of 8 less the --watermark (first: line 4, 13 blocks; give a larger --kv-memory or --pool-blocks)" "$work/err"' \
   "no pool warning: $(err_text)"
+# vllm: block 0 is the null block, so 7 blocks hold KV and the 119-token
+# request (8 blocks) never fits either.
+run simulate "$work/sizes.jsonl" --pool-blocks 8 --page-tokens 16 --max-seq-tokens 256 -q \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ -s $work/report.json ]] && [[ $(key .requests.skipped) == 4 && $(key .requests.skipped_pool_too_small) == 2 ]]' \
+  "vllm requests: $(key '.requests | tostring')"
+check 'grep -qF "2 requests skipped: more blocks than the pool of 8 less the null block (first: line 3, 8 blocks; give a larger --kv-memory or --pool-blocks)" "$work/err"' \
+  "no vllm pool warning: $(err_text)"
 finish "simulate: too long and too large requests are warned about with their option"
 
 # A request that fits is always admitted once nothing else runs, whatever the
@@ -129,7 +153,7 @@ finish "simulate: --max-batched-tokens 1 and a pool just large enough still fini
 # answer must be raised past that swept size, and the printed --kv-memory must
 # give exactly the answer's pool, which serves without preemption.
 limit=120
-run plan traces/requests/azure_conv.csv --kv-memory 1GiB,3222MiB,8GiB -j 2 \
+run plan traces/requests/azure_conv.csv --kv-memory 1GiB,3222MiB,8GiB -j 2 --engine generic \
   --report "$work/report.json"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
 answer=$(key '.min_kv_memory[0].pool_blocks')
@@ -140,11 +164,25 @@ check '[[ $answer -gt 1611 ]] && [[ $(key ".min_kv_memory[0].raised_past_pool_bl
   "the answer $answer was not raised past 1611: $(key '.min_kv_memory[0] | tostring')"
 check 'grep -qF -- "--kv-memory $memory = $answer blocks" "$work/out" && grep -qF "raised past the swept 1611 blocks" "$work/out"' \
   "the table does not print the reproducing size: $(grep -A1 smallest "$work/out" | tr '\n' '|')"
-run simulate traces/requests/azure_conv.csv --kv-memory "$memory" -q --report "$work/report.json"
+run simulate traces/requests/azure_conv.csv --kv-memory "$memory" --engine generic -q \
+  --report "$work/report.json"
 check '[[ $rc -eq 0 ]] && [[ $(key .config.pool_blocks) == "$answer" ]] &&
        [[ $(key .scheduler.preemptions) == 0 && $(key .requests.skipped) == 0 ]]' \
   "simulate --kv-memory $memory: exit $rc, $(key '[.config.pool_blocks, .scheduler.preemptions, .requests.skipped] | tostring')"
 finish "plan: the answer holds at every swept size above it, and its printed size reproduces it"
+
+# The same under the default engine (vllm): the printed size reproduces the answer.
+run plan traces/requests/azure_conv.csv --kv-memory 1GiB,2GiB,4GiB -j 2 -q --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .simulation.engine) == vllm && $(key .simulation.gpu_class) == large ]]' \
+  "exit $rc: $(err_text)"
+answer=$(key '.min_kv_memory[0].pool_blocks')
+memory=$(key '.min_kv_memory[0].kv_memory')
+check '[[ $answer -gt 1024 && $answer -lt 2048 ]]' "vllm answer $answer blocks"
+run simulate traces/requests/azure_conv.csv --kv-memory "$memory" -q --report "$work/report.json"
+check '[[ $rc -eq 0 ]] && [[ $(key .config.pool_blocks) == "$answer" ]] &&
+       [[ $(key .scheduler.preemptions) == 0 && $(key .config.simulation.engine) == vllm ]]' \
+  "simulate --kv-memory $memory: exit $rc, $(key '[.config.pool_blocks, .scheduler.preemptions] | tostring')"
+finish "plan (vllm): the printed size reproduces the answer"
 
 # Every setting that changes a figure is recorded, and rows are labelled by the
 # geometry when options override the preset's.
@@ -175,6 +213,32 @@ check '[[ $rc -eq 0 && $(key .config.simulation.watermark) == 0.05 ]]' "a given 
 run simulate traces/requests/azure_conv.csv --engine sglang --kv-memory 1GiB -q
 check '[[ $rc -eq 2 ]] && grep -q -- "--engine" "$work/err"' "an unknown engine: exit $rc, $(err_text)"
 finish "simulate --engine vllm: recorded, checked at every step, output counted once"
+
+# vllm's batch limits are `vllm serve`'s for the GPU class unless given; the
+# generic engine keeps its own (256 sequences, 8192 tokens).
+sim_key() { key ".config.simulation | [.max_batched_tokens, .max_seqs, .gpu_class] | tostring"; }
+run simulate traces/requests/azure_conv.csv --kv-memory 1GiB -q --report "$work/report.json"
+check '[[ $rc -eq 0 && $(sim_key) == "[8192,1024,\"large\"]" ]]' "default: $(sim_key)"
+run simulate traces/requests/azure_conv.csv --kv-memory 1GiB --gpu-class small -q \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 && $(sim_key) == "[2048,256,\"small\"]" ]]' "--gpu-class small: $(sim_key)"
+run simulate traces/requests/azure_conv.csv --kv-memory 1GiB --gpu-class small --max-seqs 64 \
+  --max-batched-tokens 4096 -q --report "$work/report.json"
+check '[[ $rc -eq 0 && $(sim_key) == "[4096,64,\"small\"]" ]]' "given limits: $(sim_key)"
+run simulate traces/requests/azure_conv.csv --kv-memory 1GiB --engine generic -q \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 && $(sim_key) == "[8192,256,null]" ]]' "generic: $(sim_key)"
+run simulate traces/requests/azure_conv.csv --kv-memory 1GiB --gpu-class medium -q
+check '[[ $rc -eq 2 ]] && grep -q -- "--gpu-class" "$work/err"' "an unknown class: exit $rc, $(err_text)"
+run simulate traces/requests/azure_conv.csv --kv-memory 8GiB --allocator contiguous-max -q \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .config.simulation.engine) == generic ]]' \
+  "a contiguous allocator runs $(key .config.simulation.engine): exit $rc"
+run simulate traces/requests/azure_conv.csv --kv-memory 8GiB --allocator contiguous-max \
+  --engine vllm -q
+check '[[ $rc -eq 2 ]] && grep -q -- "--engine vllm needs --allocator paged" "$work/err"' \
+  "vllm with a contiguous allocator: exit $rc, $(err_text)"
+finish "simulate: vllm serve batch defaults by --gpu-class, given limits win"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
