@@ -5,6 +5,7 @@
 // vLLM's rules (traces/README.md, "The vllm engine, worked by hand").
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -275,6 +276,174 @@ TEST_CASE("vllm: the free queue and hits of vLLM's test_prefix_caching test_evic
   CHECK(free_blocks[1] == 10);
   CHECK(tables[2] == std::vector<Table>{{1, 2, 6}});
   CHECK(free_blocks[2] == 7);
+}
+
+// A request with the trace's hash ids over 16-token blocks.
+Request hashed_request(std::string id, std::uint32_t prompt, std::uint32_t output,
+                       std::vector<std::uint64_t> ids, double arrival) {
+  Request r = request(std::move(id), prompt, output);
+  r.hash_ids = std::move(ids);
+  r.hash_block_tokens = 16;
+  r.arrival = arrival;
+  return r;
+}
+
+// What a case reads after every step (on_step runs after the step's frees).
+struct Observed {
+  std::vector<std::vector<std::vector<BlockId>>> tables;
+  std::vector<std::uint32_t> free_blocks;
+  std::vector<std::uint32_t> in_use;
+};
+
+Observed run_observed(Simulator& sim, std::vector<Request> requests,
+                      const std::function<void(const Simulator&)>& extra = {}) {
+  Observed seen;
+  sim.on_step = [&seen, &extra](const Simulator& s) {
+    seen.tables.push_back(s.running_block_tables());
+    seen.free_blocks.push_back(s.pool().free_count());
+    seen.in_use.push_back(s.in_use_blocks());
+    if (extra) extra(s);
+  };
+  for (Request& r : requests) {
+    REQUIRE(sim.run_until(r.arrival));
+    sim.submit(std::move(r));
+  }
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  INFO((sim.violation() ? sim.violation()->message : std::string()));
+  REQUIRE_FALSE(sim.violation());
+  return seen;
+}
+
+using Tables = std::vector<std::vector<BlockId>>;
+
+TEST_CASE("vllm: a hit keeps its block and the new block evicts another, as in test_computed_blocks_not_evicted") {
+  // vLLM's tests/v1/core/test_prefix_caching.py, test_computed_blocks_not_evicted:
+  // 16-token blocks, 3 blocks (block 0 the null block). req0 and req1 each
+  // fill one block (1 and 2), both cached, both freed (req0 first). req2's
+  // first block is req0's: it hits block 1 (BlockPool.touch takes it off the
+  // free queue), so its new block is 2, evicting req1's cached block rather
+  // than the block it hits. Here req0 and req1 fill their block with the
+  // prompt's 16 tokens and finish (1 output token); req2 has 31 prompt tokens
+  // and 2 outputs (32 tokens, 2 blocks) so it is still running after the step
+  // that admits it.
+  RunConfig config = config_of(3);
+  config.kv.page_tokens = 16;
+  Simulator sim(config, vllm_options());
+  Observed seen = run_observed(sim, {hashed_request("0", 16, 1, {10}, 0.0),
+                                     hashed_request("1", 16, 1, {20}, 0.0),
+                                     hashed_request("2", 31, 2, {10, 30}, 1.0)});
+  REQUIRE(seen.tables.size() == 3);
+  // Step 1: both computed, cached, finished and freed; 2 blocks stay resident.
+  CHECK(seen.tables[0].empty());
+  CHECK(seen.in_use[0] == 1);  // the null block
+  // Step 2: req2 hits block 1 (16 tokens) and takes block 2 for tokens 16..30.
+  CHECK(seen.tables[1] == Tables{{1, 2}});
+  CHECK(sim.evictions() == 1);
+  CHECK(sim.sim_totals().queries == 16 + 16 + 31);
+  CHECK(sim.sim_totals().hits == 16);
+}
+
+TEST_CASE("vllm: no hit without the prefix cache, as in test_basic_prefix_caching_disabled") {
+  // vLLM's test_basic_prefix_caching_disabled: 4-token blocks, 5 blocks,
+  // caching off. req1 (10 tokens) takes 3 blocks and is freed; req2, whose
+  // 16 tokens share req1's prefix, finds nothing and takes all 4 free blocks;
+  // req3 (4 tokens) then gets none (allocate_slots returns None) until req2
+  // ends. Here req2 has 15 prompt tokens and 2 outputs (16 tokens, 4 blocks)
+  // so the step that admits it can be read while it runs.
+  RunConfig config = config_of(5);
+  SimOptions options = vllm_options();
+  options.prefix_cache = false;
+  Simulator sim(config, options);
+  auto plain = [](std::string id, std::uint32_t prompt, std::uint32_t output, double arrival) {
+    Request r = request(std::move(id), prompt, output);
+    r.hash_ids = {1, 2, 3, 4};
+    r.hash_block_tokens = 4;
+    r.arrival = arrival;
+    return r;
+  };
+  Observed seen = run_observed(sim, {plain("1", 10, 2, 0.0), plain("2", 15, 2, 1.0),
+                                     plain("3", 4, 1, 1.0)});
+  REQUIRE(seen.tables.size() >= 4);
+  CHECK(seen.tables[0].size() == 1);
+  CHECK(seen.tables[0][0].size() == 3);  // req1: 10 tokens, 3 blocks
+  CHECK(seen.tables[1].empty());         // req1 finished and freed
+  // req2 takes the 4 free blocks; req3 is not admitted beside it.
+  CHECK(seen.tables[2].size() == 1);
+  CHECK(seen.tables[2][0].size() == 4);
+  CHECK(seen.free_blocks[2] == 0);
+  CHECK(sim.sim_totals().hits == 0);
+  CHECK(sim.sim_totals().queries == 0);  // stats record lookups only with caching on
+  CHECK(sim.sim_totals().finished == 3);
+}
+
+TEST_CASE("vllm: a request whose hits leave too few blocks is refused untouched, as in test_prefill_not_enough_free_blocks_with_computed_blocks") {
+  // vLLM's test_prefill_not_enough_free_blocks_with_computed_blocks: 16-token
+  // blocks, 11 blocks. req3's 144 tokens hit 6 cached blocks (req0's 3 and
+  // req1's 3) but need 3 more, and the free queue holds only 2 besides its
+  // own hits: allocate_slots returns None and the hits' reference counts are
+  // unchanged. Here it happens in steps:
+  //   step 1: req0 (48 tokens) gets 1..3; req1 (96) hits them and gets 4..6,
+  //           finishes and is freed (4..6 cached, evictable); req2 (32) gets
+  //           7..8; req3 hits 1..6 but only 2 blocks are free: refused.
+  //   step 2: req0 and req2 decode a token into new blocks 9 and 10 and
+  //           finish; req3 again: 0 free + 3 evictable, all 3 its own hits:
+  //           refused, 4..6 still held by the cache alone.
+  //   step 3: everything freed; req3 hits 1..6 and takes 10, 9 (uncached,
+  //           the last freed first), then evicts 8 (the oldest cached block
+  //           it does not hit).
+  RunConfig config = config_of(11);
+  config.kv.page_tokens = 16;
+  Simulator sim(config, vllm_options());
+  std::vector<std::vector<std::uint32_t>> hit_refs;  // refcounts of 4, 5, 6 after each step
+  Observed seen = run_observed(
+      sim,
+      {hashed_request("0", 48, 2, {1, 2, 3}, 0.0),
+       hashed_request("1", 96, 1, {1, 2, 3, 4, 5, 6}, 0.0),
+       hashed_request("2", 32, 2, {7, 8}, 0.0),
+       hashed_request("3", 144, 2, {1, 2, 3, 4, 5, 6, 9, 10, 11}, 0.0)},
+      [&hit_refs](const Simulator& s) {
+        hit_refs.push_back({s.pool().refcount(4), s.pool().refcount(5), s.pool().refcount(6)});
+      });
+  REQUIRE(seen.tables.size() >= 3);
+  CHECK(seen.tables[0] == Tables{{1, 2, 3}, {7, 8}});
+  CHECK(seen.free_blocks[0] == 2);
+  CHECK(hit_refs[0] == std::vector<std::uint32_t>{1, 1, 1});  // the cache's hold only
+  CHECK(seen.tables[1].empty());                               // req3 refused again
+  CHECK(hit_refs[1] == std::vector<std::uint32_t>{1, 1, 1});
+  CHECK(seen.tables[2] == Tables{{1, 2, 3, 4, 5, 6, 10, 9, 8}});
+  CHECK(hit_refs[2] == std::vector<std::uint32_t>{2, 2, 2});  // req3 and the cache
+  // PrefixCacheStats: one lookup per admission, in tokens.
+  CHECK(sim.sim_totals().queries == 48 + 96 + 32 + 144);
+  CHECK(sim.sim_totals().hits == 48 + 96);
+}
+
+TEST_CASE("vllm: a reused block loses its hash, as in test_hash_block_correct_reuse") {
+  // vLLM's test_hash_block_correct_reuse: 16-token blocks, 2 blocks (one
+  // holds KV). req0 fills and caches block 1 and is freed; req1's 15 tokens
+  // (a prefix of req0's, not a full block) hit nothing and take block 1,
+  // evicting it: its hash is cleared. Here a third request with req0's prompt
+  // then finds no hit.
+  RunConfig config = config_of(2);
+  config.kv.page_tokens = 16;
+  Simulator sim(config, vllm_options());
+  std::vector<std::uint32_t> resident;
+  std::vector<bool> cached;  // req0's full block (hash 5, tokens 0..15) after each step
+  Observed seen = run_observed(sim,
+                               {hashed_request("0", 16, 1, {5}, 0.0),
+                                hashed_request("1", 15, 1, {5}, 1.0),
+                                hashed_request("2", 16, 1, {5}, 2.0)},
+                               [&](const Simulator& s) {
+                                 resident.push_back(s.cache_resident_blocks());
+                                 cached.push_back(s.prefix_cache().find(PageKey{5, 16}).has_value());
+                               });
+  REQUIRE(seen.tables.size() == 3);
+  CHECK(resident == std::vector<std::uint32_t>{1, 0, 1});
+  CHECK(cached == std::vector<bool>{true, false, true});  // req2 computes and caches it again
+  CHECK(sim.evictions() == 1);
+  // req0 and req2 look up 16 tokens each, req1 15; nothing is hit.
+  CHECK(sim.sim_totals().queries == 16 + 15 + 16);
+  CHECK(sim.sim_totals().hits == 0);
 }
 
 }  // namespace
