@@ -45,8 +45,8 @@ std::uint64_t mix(const PageKey& key) {
 
 }  // namespace
 
-PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks)
-    : policy_(policy), pool_blocks_(pool_blocks) {
+PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates)
+    : policy_(policy), pool_blocks_(pool_blocks), duplicates_(duplicates) {
   // Both tables grow with what is cached, not with the pool.
   slots_.resize(1024);
 }
@@ -63,9 +63,22 @@ void PrefixCache::grow_index() {
   std::vector<Slot> old(slots_.size() * 2);
   old.swap(slots_);
   size_ = 0;
-  for (const Slot& slot : old) {
+  // Start after an empty slot, so that a run wrapping past the end is
+  // reinserted in probe order (duplicates keep their order).
+  const std::size_t n = old.size();
+  std::size_t start = 0;
+  while (old[start].block != kInvalidBlock) ++start;  // at most half full: one is empty
+  for (std::size_t i = 1; i <= n; ++i) {
+    const Slot& slot = old[(start + i) % n];
     if (slot.block != kInvalidBlock) index_insert(PageKey{slot.chain, slot.offset}, slot.block);
   }
+}
+
+std::size_t PrefixCache::free_slot_of(const PageKey& key) const {
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
+  while (slots_[slot].block != kInvalidBlock) slot = (slot + 1) & mask;
+  return slot;
 }
 
 std::size_t PrefixCache::slot_of(const PageKey& key) const {
@@ -80,13 +93,18 @@ std::size_t PrefixCache::slot_of(const PageKey& key) const {
 
 void PrefixCache::index_insert(const PageKey& key, BlockId b) {
   if ((size_ + 1) * 2 > slots_.size()) grow_index();  // at most half full
-  slots_[slot_of(key)] = Slot{key.chain, key.offset, b};
+  slots_[free_slot_of(key)] = Slot{key.chain, key.offset, b};
   ++size_;
 }
 
-void PrefixCache::index_erase(const PageKey& key) {
+void PrefixCache::index_erase(const PageKey& key, BlockId b) {
   const std::size_t mask = slots_.size() - 1;
   std::size_t hole = slot_of(key);
+  while (slots_[hole].block != kInvalidBlock &&
+         !(slots_[hole].block == b && slots_[hole].chain == key.chain &&
+           slots_[hole].offset == key.offset)) {
+    hole = (hole + 1) & mask;
+  }
   if (slots_[hole].block == kInvalidBlock) return;
   slots_[hole].block = kInvalidBlock;
   --size_;
@@ -173,8 +191,13 @@ CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& p
   Entry& cached = entry_of(b);
   if (cached.cached) return false;
   if ((size_ + 1) * 2 > slots_.size()) grow_index();  // at most half full
-  const std::size_t slot = slot_of(key);  // one probe: the lookup finds the free slot too
-  if (slots_[slot].block != kInvalidBlock) return false;
+  // One probe: the lookup finds the free slot too (past the key's entries
+  // when duplicates are kept).
+  std::size_t slot = slot_of(key);
+  if (slots_[slot].block != kInvalidBlock) {
+    if (!duplicates_) return false;
+    slot = free_slot_of(key);
+  }
   if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
   slots_[slot] = Slot{key.chain, key.offset, b};
   ++size_;
@@ -209,7 +232,7 @@ bool PrefixCache::evict_one(BlockPool& pool) {
     Entry& entry = entries_[candidate.block];
     make_unevictable(candidate.block);
     entry.cached = false;
-    index_erase(entry.key);
+    index_erase(entry.key, candidate.block);
     (void)pool.release(candidate.block);  // held by the cache alone: frees it
     if (eviction_log_.size() >= std::max(entries_.size(), kCandidateSlack)) {
       log_base_ = evictions_;

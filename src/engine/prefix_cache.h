@@ -14,6 +14,10 @@
 //     block k (tokens [k*B, (k+1)*B)) has key (hash_ids[k], E - k*B). Equal hash
 //     ids mean an identical prefix up to and including that block, so any page
 //     size works, whether or not it divides B.
+//   - Duplicates (vLLM's BlockHashToBlockMap, which keeps every block cached
+//     under a hash): when constructed with `duplicates`, insert caches a block
+//     under a key already cached, and find returns the earliest-cached block
+//     still cached under the key. Without, a key holds one block.
 //   - Memory grows with the blocks ever cached, not with the pool's size nor
 //     with the number of operations: eviction candidates that went stale (the
 //     block was hit or evicted) are purged once they outnumber the live ones,
@@ -45,8 +49,9 @@ struct PageKey {
 
 class PrefixCache {
  public:
-  PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks);
+  PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates = false);
 
+  // The block cached under key (with duplicates, the earliest cached).
   std::optional<BlockId> find(const PageKey& key) const;
   // Whether block b is still cached under key (cheaper than find).
   bool cached_as(BlockId b, const PageKey& key) const {
@@ -55,8 +60,9 @@ class PrefixCache {
   // A sequence is about to retain cached block b (a hit): it stops being evictable.
   void touch(BlockId b, std::uint64_t tick);
   // Caches block b (held by a sequence) under key; the cache retains it.
-  // Returns false, doing nothing, when the key is already cached or the
-  // block already belongs to the cache. Error: that of BlockPool::retain.
+  // Returns false, doing nothing, when the block already belongs to the cache
+  // or (without duplicates) the key is already cached. Error: that of
+  // BlockPool::retain.
   CoreResult<bool> insert(const PageKey& key, BlockId b, BlockPool& pool, std::uint64_t tick);
   // After a sequence released block b: if b is cached and only the cache holds
   // it now, it becomes evictable.
@@ -115,12 +121,17 @@ class PrefixCache {
   void purge_stale_if_due();
   bool stale(const Candidate& candidate) const;
   // Open-addressing key index (linear probing, backward-shift deletion).
-  std::size_t slot_of(const PageKey& key) const;
+  // Entries of one key keep their insertion order along the probe sequence:
+  // backward shifts never reorder entries of one home, and growth reinserts
+  // each probe run from its start.
+  std::size_t slot_of(const PageKey& key) const;  // first slot of key, or the empty one ending the run
+  std::size_t free_slot_of(const PageKey& key) const;  // the empty slot ending key's run
   void index_insert(const PageKey& key, BlockId b);
-  void index_erase(const PageKey& key);
+  void index_erase(const PageKey& key, BlockId b);
 
   EvictPolicy policy_;
   std::uint32_t pool_blocks_;
+  bool duplicates_;
   std::vector<Entry> entries_;   // by block id, grown on demand
   std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
   // lru: candidates in the order they became evictable (ranks only grow), with stale ones.

@@ -7,8 +7,9 @@
 // (FreeKVCacheBlockQueue): freed uncached blocks first, the last freed first
 // (the pool's lifo list), then never-used blocks in id order, then cached ones
 // in the order they were freed (the prefix cache's lru queue), evicted as
-// reached (allocate_vllm). kvreplay's deviation, documented in the README: a
-// key holds one cached block (vLLM keeps duplicates of a hash).
+// reached (allocate_vllm). Like BlockPool.cached_block_hash_to_block, the
+// cache keeps duplicates: a block recomputed under a key already cached is
+// cached too, and a hit takes the earliest.
 #include <fmt/format.h>
 
 #include <algorithm>

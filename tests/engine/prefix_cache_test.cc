@@ -303,3 +303,62 @@ TEST_CASE("prefix_cache: the eviction log names the blocks evicted since a count
   REQUIRE(recent.has_value());
   CHECK(recent->size() == 1);
 }
+
+TEST_CASE("prefix_cache: with duplicates a key holds every block cached under it, earliest first") {
+  constexpr std::uint32_t kKeys = 1500;  // two blocks per key: past several growths of the index
+  BlockPool pool(2 * kKeys);
+  PrefixCache cache(EvictPolicy::kFifo, 2 * kKeys, /*duplicates=*/true);
+  std::vector<BlockId> first, second;
+  for (int round = 0; round < 2; ++round) {
+    for (std::uint32_t k = 0; k < kKeys; ++k) {
+      auto block = pool.allocate();
+      REQUIRE(block.ok());
+      auto inserted = cache.insert(PageKey{k, 16}, block.value(), pool, 1 + round);
+      REQUIRE(inserted.ok());
+      REQUIRE(inserted.value());
+      (round == 0 ? first : second).push_back(block.value());
+    }
+  }
+  CHECK(cache.size() == 2 * kKeys);
+  bool earliest = true;
+  for (std::uint32_t k = 0; k < kKeys; ++k) earliest = earliest && cache.find(PageKey{k, 16}) == first[k];
+  CHECK(earliest);
+  // A block already cached is not cached twice, under any key.
+  auto again = cache.insert(PageKey{0, 16}, first[0], pool, 3);
+  REQUIRE(again.ok());
+  CHECK_FALSE(again.value());
+  // Released in insertion order; fifo evicts the first round first, and each
+  // key then finds its second block, until that goes too.
+  for (BlockId b : first) {
+    REQUIRE(pool.release(b).ok());
+    cache.released(b, pool, 4);
+  }
+  for (BlockId b : second) {
+    REQUIRE(pool.release(b).ok());
+    cache.released(b, pool, 5);
+  }
+  for (std::uint32_t k = 0; k < kKeys; ++k) REQUIRE(cache.evict_one(pool));
+  bool now_second = true;
+  for (std::uint32_t k = 0; k < kKeys; ++k) {
+    now_second = now_second && cache.find(PageKey{k, 16}) == second[k] &&
+                 !cache.cached_as(first[k], PageKey{k, 16});
+  }
+  CHECK(now_second);
+  while (cache.evict_one(pool)) {
+  }
+  CHECK(cache.size() == 0);
+  CHECK_FALSE(cache.find(PageKey{7, 16}).has_value());
+  CHECK(pool.free_count() == 2 * kKeys);
+
+  // Without duplicates the second insert of a key is refused.
+  BlockPool single_pool(4);
+  PrefixCache single(EvictPolicy::kLru, 4);
+  auto a = single_pool.allocate();
+  auto b = single_pool.allocate();
+  REQUIRE((a.ok() && b.ok()));
+  REQUIRE(single.insert(PageKey{1, 16}, a.value(), single_pool, 1).value());
+  auto refused = single.insert(PageKey{1, 16}, b.value(), single_pool, 1);
+  REQUIRE(refused.ok());
+  CHECK_FALSE(refused.value());
+  CHECK(single_pool.refcount(b.value()) == 1);
+}

@@ -446,5 +446,40 @@ TEST_CASE("vllm: a reused block loses its hash, as in test_hash_block_correct_re
   CHECK(sim.sim_totals().hits == 0);
 }
 
+TEST_CASE("vllm: a recomputed full block is cached again beside the first (duplicates kept)") {
+  // BlockHashToBlockMap keeps every block cached under a hash (block_pool.py:
+  // "we don't de-duplicate the blocks in the cache"). 4-token blocks, pool 6.
+  //   step 1: A (8 tokens, hash ids 11 12) gets 1, 2, both cached; A ends.
+  //   step 2: B, A's prompt again, hits page 0 only (at most 7 of 8 tokens),
+  //           recomputes page 1 into block 3 (never used, before the cached
+  //           ones in the free queue), cached under A's key beside block 2.
+  //   step 3: B decodes into block 4 and ends: 1, 2 and 3 stay cached (4 is
+  //           partial). Without duplicates block 3 would be freed uncached.
+  //   step 4: C (12 tokens, hash ids 11 12 13) hits pages 0 and 1: the
+  //           earliest block of each key, 1 and 2, and takes 4 for page 2.
+  RunConfig config = config_of(6);
+  auto prompt = [](std::string id, std::uint32_t tokens, std::uint32_t output,
+                   std::vector<std::uint64_t> ids, double arrival) {
+    Request r = request(std::move(id), tokens, output);
+    r.hash_ids = std::move(ids);
+    r.hash_block_tokens = 4;
+    r.arrival = arrival;
+    return r;
+  };
+  Simulator sim(config, vllm_options());
+  std::vector<std::uint32_t> resident;
+  Observed seen = run_observed(sim,
+                               {prompt("A", 8, 1, {11, 12}, 0.0), prompt("B", 8, 2, {11, 12}, 1.0),
+                                prompt("C", 12, 2, {11, 12, 13}, 2.0)},
+                               [&resident](const Simulator& s) {
+                                 resident.push_back(s.cache_resident_blocks());
+                               });
+  REQUIRE(seen.tables.size() == 5);
+  CHECK(seen.tables[1] == Tables{{1, 3}});
+  CHECK(resident[2] == 3);  // blocks 1, 2, 3
+  CHECK(seen.tables[3] == Tables{{1, 2, 4}});
+  CHECK(sim.sim_totals().hits == 4 + 8);
+}
+
 }  // namespace
 }  // namespace kvreplay
