@@ -1,6 +1,7 @@
 #include "engine/prefix_cache.h"
 
 #include <algorithm>
+#include <cassert>
 #include <functional>
 
 #include "core/enum_names.h"
@@ -47,34 +48,41 @@ std::uint64_t mix(const PageKey& key) {
 
 PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates)
     : policy_(policy), pool_blocks_(pool_blocks), duplicates_(duplicates) {
+  assert(pool_blocks <= kTombstone);  // block ids stay below the slot markers
   // Both tables grow with what is cached, not with the pool.
   slots_.resize(1024);
 }
 
-PrefixCache::Entry& PrefixCache::entry_of(BlockId b) {
-  if (b >= entries_.size()) {
-    entries_.resize(
-        std::min<std::size_t>(pool_blocks_, std::max<std::size_t>(b + 1, entries_.size() * 2)));
-  }
+PrefixCache::Entry& PrefixCache::grow_entries(BlockId b) {
+  entries_.resize(
+      std::min<std::size_t>(pool_blocks_, std::max<std::size_t>(b + 1, entries_.size() * 2)));
   return entries_[b];
 }
 
-void PrefixCache::grow_index() {
-  std::vector<Slot> old(slots_.size() * 2);
+void PrefixCache::rehash() {
+  // Doubles when live keys fill more than a quarter, else only drops the
+  // tombstones: O(slots) once per slots / 4 erasures or inserts at least.
+  std::vector<Slot> old(size_ * 4 > slots_.size() ? slots_.size() * 2 : slots_.size());
   old.swap(slots_);
   size_ = 0;
+  tombstones_ = 0;
   // Start after an empty slot, so that a run wrapping past the end is
   // reinserted in probe order (duplicates keep their order).
   const std::size_t n = old.size();
   std::size_t start = 0;
-  while (old[start].block != kInvalidBlock) ++start;  // at most half full: one is empty
+  while (old[start].block != kInvalidBlock) ++start;  // at most half taken: one is empty
   for (std::size_t i = 1; i <= n; ++i) {
     const Slot& slot = old[(start + i) % n];
-    if (slot.block != kInvalidBlock) index_insert(PageKey{slot.chain, slot.offset}, slot.block);
+    if (live(slot)) {
+      slots_[free_slot_of(PageKey{slot.chain, slot.offset})] = slot;
+      ++size_;
+    }
   }
 }
 
 std::size_t PrefixCache::free_slot_of(const PageKey& key) const {
+  // The empty slot ending the key's run: past its entries and tombstones, so
+  // a key's blocks stay in insertion order along the probe sequence.
   const std::size_t mask = slots_.size() - 1;
   std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
   while (slots_[slot].block != kInvalidBlock) slot = (slot + 1) & mask;
@@ -85,41 +93,36 @@ std::size_t PrefixCache::slot_of(const PageKey& key) const {
   const std::size_t mask = slots_.size() - 1;
   std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
   while (slots_[slot].block != kInvalidBlock &&
-         (slots_[slot].chain != key.chain || slots_[slot].offset != key.offset)) {
+         (slots_[slot].block == kTombstone || slots_[slot].chain != key.chain ||
+          slots_[slot].offset != key.offset)) {
     slot = (slot + 1) & mask;
   }
   return slot;
 }
 
+void PrefixCache::reserve_slot() {
+  if ((size_ + tombstones_ + 1) * 2 > slots_.size()) rehash();  // at most half taken
+}
+
 void PrefixCache::index_insert(const PageKey& key, BlockId b) {
-  if ((size_ + 1) * 2 > slots_.size()) grow_index();  // at most half full
+  reserve_slot();
   slots_[free_slot_of(key)] = Slot{key.chain, key.offset, b};
   ++size_;
 }
 
 void PrefixCache::index_erase(const PageKey& key, BlockId b) {
   const std::size_t mask = slots_.size() - 1;
-  std::size_t hole = slot_of(key);
-  while (slots_[hole].block != kInvalidBlock &&
-         !(slots_[hole].block == b && slots_[hole].chain == key.chain &&
-           slots_[hole].offset == key.offset)) {
-    hole = (hole + 1) & mask;
+  std::size_t slot = slot_of(key);
+  while (slots_[slot].block != kInvalidBlock &&
+         !(slots_[slot].block == b && slots_[slot].chain == key.chain &&
+           slots_[slot].offset == key.offset)) {
+    slot = (slot + 1) & mask;
   }
-  if (slots_[hole].block == kInvalidBlock) return;
-  slots_[hole].block = kInvalidBlock;
+  if (slots_[slot].block == kInvalidBlock) return;
+  // A tombstone: the run stays as it is, and rehash() drops it later.
+  slots_[slot].block = kTombstone;
   --size_;
-  // Backward-shift: move later entries of the probe run into the hole.
-  for (std::size_t next = (hole + 1) & mask; slots_[next].block != kInvalidBlock;
-       next = (next + 1) & mask) {
-    std::size_t home =
-        static_cast<std::size_t>(mix(PageKey{slots_[next].chain, slots_[next].offset})) & mask;
-    // Move it if its home is not in the cyclic range (hole, next].
-    bool stays = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next);
-    if (stays) continue;
-    slots_[hole] = slots_[next];
-    slots_[next].block = kInvalidBlock;
-    hole = next;
-  }
+  ++tombstones_;
 }
 
 std::optional<BlockId> PrefixCache::find(const PageKey& key) const {
@@ -156,10 +159,7 @@ bool PrefixCache::stale(const Candidate& candidate) const {
   return !entry.cached || !entry.evictable || entry.version != candidate.version;
 }
 
-void PrefixCache::purge_stale_if_due() {
-  // Each evictable block has exactly one live candidate (its latest version).
-  const std::size_t live = evictable_count_;
-  if (candidates() <= 2 * live + kCandidateSlack) return;
+void PrefixCache::purge_stale() {
   auto is_stale = [this](const Candidate& candidate) { return stale(candidate); };
   if (policy_ == EvictPolicy::kLru) {
     queue_.erase(std::remove_if(queue_.begin(), queue_.end(), is_stale), queue_.end());
@@ -190,7 +190,7 @@ CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& p
                                      std::uint64_t tick) {
   Entry& cached = entry_of(b);
   if (cached.cached) return false;
-  if ((size_ + 1) * 2 > slots_.size()) grow_index();  // at most half full
+  reserve_slot();
   // One probe: the lookup finds the free slot too (past the key's entries
   // when duplicates are kept).
   std::size_t slot = slot_of(key);

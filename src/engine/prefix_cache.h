@@ -111,19 +111,29 @@ class PrefixCache {
       return block > other.block;
     }
   };
-  Entry& entry_of(BlockId b);  // grows entries_ as needed
-  void grow_index();
+  Entry& entry_of(BlockId b) {  // grows entries_ as needed
+    return b < entries_.size() ? entries_[b] : grow_entries(b);
+  }
+  Entry& grow_entries(BlockId b);
+  // Rebuilds the key index without tombstones, twice as large when needed.
+  void rehash();
+  // Makes room for one more slot (live or tombstone: at most half the slots).
+  void reserve_slot();
   void make_evictable(BlockId b);
   void make_unevictable(BlockId b);
   // Drops stale candidates once they outnumber the live ones (amortised O(1)).
   // Eviction order is unchanged: the lru queue keeps its order, and the heap's
   // ranks are a strict order over live candidates (one per block).
-  void purge_stale_if_due();
+  void purge_stale_if_due() {
+    // Each evictable block has exactly one live candidate (its latest version).
+    if (candidates() > 2 * std::size_t{evictable_count_} + kCandidateSlack) purge_stale();
+  }
+  void purge_stale();
   bool stale(const Candidate& candidate) const;
-  // Open-addressing key index (linear probing, backward-shift deletion).
-  // Entries of one key keep their insertion order along the probe sequence:
-  // backward shifts never reorder entries of one home, and growth reinserts
-  // each probe run from its start.
+  // Open-addressing key index: linear probing, deletion by tombstone,
+  // tombstones dropped by rehash(). Entries of one key keep their insertion
+  // order along the probe sequence: an insert goes to the empty slot ending
+  // the run, and rehash() reinserts each probe run from its start.
   std::size_t slot_of(const PageKey& key) const;  // first slot of key, or the empty one ending the run
   std::size_t free_slot_of(const PageKey& key) const;  // the empty slot ending key's run
   void index_insert(const PageKey& key, BlockId b);
@@ -139,13 +149,16 @@ class PrefixCache {
   std::uint32_t evictable_count_ = 0;
   // One slot per cache line share: key and block together, so a probe costs
   // one memory access.
+  static constexpr BlockId kTombstone = kInvalidBlock - 1;  // an erased slot
   struct Slot {
     std::uint64_t chain = 0;
     std::uint32_t offset = 0;
-    BlockId block = kInvalidBlock;  // kInvalidBlock: empty
+    BlockId block = kInvalidBlock;  // kInvalidBlock: empty; kTombstone: erased
   };
+  static bool live(const Slot& slot) { return slot.block < kTombstone; }
   std::vector<Slot> slots_;
-  std::size_t size_ = 0;
+  std::size_t size_ = 0;        // live slots
+  std::size_t tombstones_ = 0;
   std::uint64_t evictions_ = 0;
   std::vector<BlockId> eviction_log_;  // evictions [log_base_, evictions_)
   std::uint64_t log_base_ = 0;

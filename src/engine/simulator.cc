@@ -559,7 +559,8 @@ void Simulator::release_sample(Sample& sample) {
     return;
   }
   count_layout(state_, sample.table, -1);
-  std::vector<BlockId> blocks(sample.table.entries().begin(), sample.table.entries().end());
+  std::vector<BlockId>& blocks = release_scratch_;
+  blocks.assign(sample.table.entries().begin(), sample.table.entries().end());
   state_.table_entries -= blocks.size();
   request_entries_ -= blocks.size();
   (void)sample.table.release_all(pool_);  // tables built by this simulator are consistent

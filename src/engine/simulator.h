@@ -318,6 +318,7 @@ class Simulator {
   std::optional<Violation> violation_;
   std::vector<TableRef> table_refs_;
   std::vector<BlockId> holds_;
+  std::vector<BlockId> release_scratch_;  // release_sample's copy of a table
   // By block: which tracked flight's hit it is, and where (see verify_hits).
   struct HitSlot {
     std::uint64_t owner = 0;
