@@ -107,6 +107,28 @@ CoreResult<AppendEffect> SequenceBlockTable::append(std::uint32_t tokens, BlockP
   return effect;
 }
 
+CoreResult<std::uint32_t> SequenceBlockTable::append_fresh(std::uint32_t tokens, BlockPool& pool) {
+  if (length_ % page_tokens_ != 0 || entries_.size() != length_ / page_tokens_) {
+    return Unexpected{CoreError::kPageOutOfRange};
+  }
+  const std::uint64_t new_length = std::uint64_t{length_} + tokens;
+  if (new_length > capacity_tokens()) return Unexpected{CoreError::kLengthExceeded};
+  const auto pages = static_cast<std::uint32_t>((std::uint64_t{tokens} + page_tokens_ - 1) / page_tokens_);
+  if (pages > pool.free_count()) return Unexpected{CoreError::kPoolExhausted};
+  // Commit: nothing below can fail (bad_alloc growing the vector is fatal).
+  std::uint32_t left = tokens;
+  for (std::uint32_t i = 0; i < pages; ++i) {
+    const BlockId b = pool.allocate().value();
+    entries_.push_back(b);
+    continued_ += continues(entries_.size() - 1) ? 1 : 0;
+    const std::uint32_t filled = std::min(left, page_tokens_);
+    pool.set_filled(b, filled);
+    left -= filled;
+  }
+  length_ = static_cast<std::uint32_t>(new_length);
+  return pages;
+}
+
 CoreStatus SequenceBlockTable::fork_into(SequenceBlockTable& target, BlockPool& pool) const {
   if (capacity_pages_ != target.capacity_pages_ || page_tokens_ != target.page_tokens_) {
     return Unexpected{CoreError::kSizeMismatch};

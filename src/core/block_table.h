@@ -78,6 +78,13 @@ class SequenceBlockTable {
     length_ += tokens;
     return true;
   }
+  // Appends `tokens` tokens from a page boundary (length() a multiple of the
+  // page size): a fresh block for each new page, taken in the pool's order,
+  // filled counts set. The same effect as append() there, without its
+  // copy-on-write path. Errors: kPageOutOfRange (length() is not on a page
+  // boundary, or a page past length() holds a block), kLengthExceeded,
+  // kPoolExhausted; nothing changes on error. Returns the pages added.
+  CoreResult<std::uint32_t> append_fresh(std::uint32_t tokens, BlockPool& pool);
   // The free blocks append(tokens) would take. Errors: those of append, bar
   // kPoolExhausted.
   CoreResult<std::uint32_t> blocks_needed(std::uint32_t tokens, const BlockPool& pool) const;

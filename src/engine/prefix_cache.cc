@@ -131,26 +131,58 @@ std::optional<BlockId> PrefixCache::find(const PageKey& key) const {
   return b;
 }
 
+void PrefixCache::lru_push_back(BlockId b) {
+  Entry& entry = entries_[b];
+  entry.prev = lru_tail_;
+  entry.next = kInvalidBlock;
+  if (lru_tail_ != kInvalidBlock) {
+    entries_[lru_tail_].next = b;
+  } else {
+    lru_head_ = b;
+  }
+  lru_tail_ = b;
+}
+
+void PrefixCache::lru_unlink(BlockId b) {
+  Entry& entry = entries_[b];
+  if (entry.prev != kInvalidBlock) {
+    entries_[entry.prev].next = entry.next;
+  } else {
+    lru_head_ = entry.next;
+  }
+  if (entry.next != kInvalidBlock) {
+    entries_[entry.next].prev = entry.prev;
+  } else {
+    lru_tail_ = entry.prev;
+  }
+  entry.prev = entry.next = kInvalidBlock;
+}
+
 void PrefixCache::make_evictable(BlockId b) {
   Entry& entry = entry_of(b);
+  if (policy_ == EvictPolicy::kLru) {
+    // To the back of the list: least recently released first.
+    if (entry.evictable) {
+      lru_unlink(b);
+    } else {
+      ++evictable_count_;
+    }
+    entry.evictable = true;
+    lru_push_back(b);
+    return;
+  }
   if (!entry.evictable) ++evictable_count_;
   entry.evictable = true;
   ++entry.version;
   Candidate candidate{0, 0, b, entry.version};
-  switch (policy_) {
-    case EvictPolicy::kLru: candidate.first = entry.last_use; break;
-    case EvictPolicy::kFifo: candidate.first = entry.inserted; break;
-    case EvictPolicy::kLfu:
-      candidate.first = entry.hits;
-      candidate.second = entry.last_use;
-      break;
-  }
-  if (policy_ == EvictPolicy::kLru) {
-    queue_.push_back(candidate);
+  if (policy_ == EvictPolicy::kFifo) {
+    candidate.first = entry.inserted;
   } else {
-    heap_.push_back(candidate);
-    std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+    candidate.first = entry.hits;
+    candidate.second = entry.last_use;
   }
+  heap_.push_back(candidate);
+  std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
   purge_stale_if_due();
 }
 
@@ -161,19 +193,18 @@ bool PrefixCache::stale(const Candidate& candidate) const {
 
 void PrefixCache::purge_stale() {
   auto is_stale = [this](const Candidate& candidate) { return stale(candidate); };
-  if (policy_ == EvictPolicy::kLru) {
-    queue_.erase(std::remove_if(queue_.begin(), queue_.end(), is_stale), queue_.end());
-    queue_.shrink_to_fit();
-  } else {
-    heap_.erase(std::remove_if(heap_.begin(), heap_.end(), is_stale), heap_.end());
-    std::make_heap(heap_.begin(), heap_.end(), std::greater<>{});
-  }
+  heap_.erase(std::remove_if(heap_.begin(), heap_.end(), is_stale), heap_.end());
+  std::make_heap(heap_.begin(), heap_.end(), std::greater<>{});
 }
 
 void PrefixCache::make_unevictable(BlockId b) {
   Entry& entry = entry_of(b);
-  if (entry.evictable) --evictable_count_;
+  if (entry.evictable) {
+    --evictable_count_;
+    if (policy_ == EvictPolicy::kLru) lru_unlink(b);
+  }
   entry.evictable = false;
+  if (policy_ == EvictPolicy::kLru) return;
   ++entry.version;  // its candidate goes stale
   purge_stale_if_due();
 }
@@ -218,31 +249,34 @@ void PrefixCache::released(BlockId b, const BlockPool& pool, std::uint64_t tick)
 }
 
 bool PrefixCache::evict_one(BlockPool& pool) {
-  while (!heap_.empty() || !queue_.empty()) {
-    Candidate candidate{};
-    if (policy_ == EvictPolicy::kLru) {
-      candidate = queue_.front();
-      queue_.pop_front();
-    } else {
-      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
-      candidate = heap_.back();
-      heap_.pop_back();
-    }
+  if (policy_ == EvictPolicy::kLru) {
+    if (lru_head_ == kInvalidBlock) return false;
+    evict_block(lru_head_, pool);
+    return true;
+  }
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
+    const Candidate candidate = heap_.back();
+    heap_.pop_back();
     if (stale(candidate)) continue;
-    Entry& entry = entries_[candidate.block];
-    make_unevictable(candidate.block);
-    entry.cached = false;
-    index_erase(entry.key, candidate.block);
-    (void)pool.release(candidate.block);  // held by the cache alone: frees it
-    if (eviction_log_.size() >= std::max(entries_.size(), kCandidateSlack)) {
-      log_base_ = evictions_;
-      eviction_log_.clear();
-    }
-    eviction_log_.push_back(candidate.block);
-    ++evictions_;
+    evict_block(candidate.block, pool);
     return true;
   }
   return false;
+}
+
+void PrefixCache::evict_block(BlockId b, BlockPool& pool) {
+  Entry& entry = entries_[b];
+  make_unevictable(b);
+  entry.cached = false;
+  index_erase(entry.key, b);
+  (void)pool.release(b);  // held by the cache alone: frees it
+  if (eviction_log_.size() >= std::max(entries_.size(), kCandidateSlack)) {
+    log_base_ = evictions_;
+    eviction_log_.clear();
+  }
+  eviction_log_.push_back(b);
+  ++evictions_;
 }
 
 void PrefixCache::holds(std::vector<BlockId>& out) const {

@@ -19,13 +19,14 @@
 //     under a key already cached, and find returns the earliest-cached block
 //     still cached under the key. Without, a key holds one block.
 //   - Memory grows with the blocks ever cached, not with the pool's size nor
-//     with the number of operations: eviction candidates that went stale (the
-//     block was hit or evicted) are purged once they outnumber the live ones,
-//     so after every call candidates() <= 2 * evictable() + kCandidateSlack.
+//     with the number of operations. lru keeps the evictable blocks in a list
+//     linked through the per-block entries (no stale candidates); under fifo
+//     and lfu, candidates that went stale (the block was hit or evicted) are
+//     purged once they outnumber the live ones. After every call
+//     candidates() <= 2 * evictable() + kCandidateSlack.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <span>
 #include <string>
@@ -83,7 +84,9 @@ class PrefixCache {
   }
   std::size_t size() const { return size_; }
   // Eviction candidates queued, stale ones included (bounded: see the contract).
-  std::size_t candidates() const { return heap_.size() + queue_.size(); }
+  std::size_t candidates() const {
+    return policy_ == EvictPolicy::kLru ? evictable_count_ : heap_.size();
+  }
   static constexpr std::size_t kCandidateSlack = 64;
   // Every block the cache holds a reference on (for the invariant checker).
   void holds(std::vector<BlockId>& out) const;
@@ -94,7 +97,9 @@ class PrefixCache {
     std::uint64_t inserted = 0;
     std::uint64_t last_use = 0;
     std::uint64_t hits = 0;
-    std::uint32_t version = 0;  // bumped whenever the block's evictable rank changes
+    std::uint32_t version = 0;  // fifo, lfu: bumped whenever the block's evictable rank changes
+    BlockId prev = kInvalidBlock;  // lru: neighbours in the eviction list
+    BlockId next = kInvalidBlock;
     bool cached = false;
     bool evictable = false;
   };
@@ -144,8 +149,15 @@ class PrefixCache {
   bool duplicates_;
   std::vector<Entry> entries_;   // by block id, grown on demand
   std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
-  // lru: candidates in the order they became evictable (ranks only grow), with stale ones.
-  std::deque<Candidate> queue_;
+  // lru: the evictable blocks in the order they became evictable (a doubly
+  // linked list through entries_, like vLLM's FreeKVCacheBlockQueue): O(1)
+  // to append, unlink and pop, no stale candidates.
+  BlockId lru_head_ = kInvalidBlock;
+  BlockId lru_tail_ = kInvalidBlock;
+  void lru_push_back(BlockId b);
+  void lru_unlink(BlockId b);
+  // Drops the cache's reference on evictable block b, freeing it.
+  void evict_block(BlockId b, BlockPool& pool);
   std::uint32_t evictable_count_ = 0;
   // One slot per cache line share: key and block together, so a probe costs
   // one memory access.

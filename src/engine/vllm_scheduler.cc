@@ -122,30 +122,27 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   // a cached block each, evicted as the queue reaches it.
   const std::uint32_t pt = config_.kv.page_tokens;
   std::uint32_t remaining = tokens;
-  CoreResult<AppendEffect> appended = AppendEffect{};
-  auto needed = sample.table.blocks_needed(remaining, pool_);
-  if (!needed) appended = Unexpected{needed.error()};
-  while (needed && remaining > 0) {
-    std::uint32_t chunk = remaining;
-    if (needed.value() > pool_.free_count()) {
-      const std::uint32_t room =
-          sample.table.length() % pt == 0 ? 0 : pt - sample.table.length() % pt;
-      chunk = static_cast<std::uint32_t>(
-          std::min<std::uint64_t>(remaining, room + std::uint64_t{pool_.free_count()} * pt));
-      if (chunk == 0) {
-        if (!cache_.evict_one(pool_)) {
-          appended = Unexpected{CoreError::kPoolExhausted};
-          break;
-        }
-        continue;
-      }
+  CoreStatus appended;
+  // The partial last page (this request's alone) takes what fits first.
+  const std::uint32_t room = sample.table.length() % pt == 0 ? 0 : pt - sample.table.length() % pt;
+  if (room > 0) {
+    const std::uint32_t chunk = std::min(room, remaining);
+    if (!sample.table.append_in_place(chunk, pool_)) appended = Unexpected{CoreError::kBlockNotLive};
+    remaining -= appended ? chunk : 0;
+  }
+  while (appended && remaining > 0) {
+    if (pool_.free_count() == 0 && !cache_.evict_one(pool_)) {
+      appended = Unexpected{CoreError::kPoolExhausted};
+      break;
     }
-    appended = sample.table.append(chunk, pool_);
-    if (!appended) break;
+    const std::uint32_t chunk = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(remaining, std::uint64_t{pool_.free_count()} * pt));
+    auto pages = sample.table.append_fresh(chunk, pool_);
+    if (!pages) {
+      appended = Unexpected{pages.error()};
+      break;
+    }
     remaining -= chunk;
-    // A short chunk ends on a page boundary (it filled the partial page and
-    // took every free block): what is left needs one fresh block per page.
-    needed = static_cast<std::uint32_t>(ceil_div(remaining, pt));
   }
   count_layout(state_, sample.table, +1);
   if (!appended) {

@@ -91,6 +91,52 @@ TEST_CASE("table: append of a single page allocates one block and records filled
   }
 }
 
+TEST_CASE("table: append_fresh is append from a page boundary, and refuses anything else untouched") {
+  for (AllocOrder order : kAllOrders) {
+    BlockPool fresh_pool(8, order);
+    BlockPool append_pool(8, order);
+    SequenceBlockTable fresh(4, 3);
+    SequenceBlockTable appended(4, 3);
+    // 7 tokens from empty, then 2 more after a full page boundary: the same
+    // blocks, fills, continued pages and pool as append.
+    auto pages = fresh.append_fresh(6, fresh_pool);
+    REQUIRE(pages.ok());
+    CHECK(pages.value() == 2u);
+    (void)must_append(appended, 6, append_pool);
+    auto more = fresh.append_fresh(2, fresh_pool);
+    REQUIRE(more.ok());
+    CHECK(more.value() == 1u);
+    (void)must_append(appended, 2, append_pool);
+    CHECK(fresh == appended);
+    CHECK(fresh.continued_pages() == appended.continued_pages());
+    CHECK(fresh_pool.snapshot() == append_pool.snapshot());
+    for (BlockId b : fresh.entries()) CHECK(fresh_pool.filled(b) == append_pool.filled(b));
+
+    // Not on a page boundary (8 tokens: page 2 holds 2): refused, nothing changes.
+    const SequenceBlockTable before = fresh;
+    const PoolSnapshot pool_before = fresh_pool.snapshot();
+    auto off_boundary = fresh.append_fresh(1, fresh_pool);
+    REQUIRE_FALSE(off_boundary.ok());
+    CHECK(off_boundary.error() == CoreError::kPageOutOfRange);
+    CHECK(fresh == before);
+    CHECK(fresh_pool.snapshot() == pool_before);
+  }
+  // Past capacity, and more pages than free blocks: refused, nothing changes.
+  BlockPool pool(3);
+  SequenceBlockTable table(4, 3);
+  REQUIRE(table.append_fresh(3, pool).ok());
+  const SequenceBlockTable before = table;
+  const PoolSnapshot pool_before = pool.snapshot();
+  auto too_long = table.append_fresh(10, pool);
+  REQUIRE_FALSE(too_long.ok());
+  CHECK(too_long.error() == CoreError::kLengthExceeded);
+  auto exhausted = table.append_fresh(7, pool);  // 3 pages, 2 free
+  REQUIRE_FALSE(exhausted.ok());
+  CHECK(exhausted.error() == CoreError::kPoolExhausted);
+  CHECK(table == before);
+  CHECK(pool.snapshot() == pool_before);
+}
+
 TEST_CASE("table: append across pages fills each page and leaves a partial last page") {
   BlockPool pool(8, AllocOrder::kFifo);
   SequenceBlockTable table(4, 3);
