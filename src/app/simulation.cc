@@ -242,7 +242,8 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   auto line = [&summary](std::string_view label, const std::string& value) {
     summary += fmt::format("  {:<26} {}\n", label, value);
   };
-  summary += fmt::format("{} ({}, prefix cache {})\n", Paint{terminal.color}.bold("simulation"),
+  summary += fmt::format("{} ({} engine, {}, prefix cache {})\n",
+                         Paint{terminal.color}.bold("simulation"), to_string(options.engine),
                          to_string(options.allocator),
                          options.prefix_cache && options.allocator == AllocatorKind::kPaged
                              ? fmt::format("on, evict {}", to_string(options.evict))
@@ -253,11 +254,11 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
        fmt::format("{:.4f} of prompt tokens ({:.4f} per request)", hit_rate, per_request));
   line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
   line("blocks in use",
-       fmt::format("peak {}, mean {:.1f} ({} at peak; cache residency apart, "
-                   "at most {} blocks)",
-                   grouped(st.peak_in_use), mean_in_use,
+       fmt::format("peak {} ({}), mean {}", grouped(st.peak_in_use),
                    bytes_text(std::uint64_t{st.peak_in_use} * sim.config().kv.block_bytes()),
-                   grouped(st.peak_cache_resident)));
+                   grouped(static_cast<std::uint64_t>(mean_in_use + 0.5))));
+  line("cached, no request", fmt::format("peak {} blocks (the cache gives them back on demand)",
+                                         grouped(st.peak_cache_resident)));
   line("steps / preemptions", fmt::format("{} / {}", st.steps, st.preemptions));
   line("max running sequences", std::to_string(st.max_running));
   line("virtual time",
