@@ -49,7 +49,8 @@ void ConfigOptions::add_to(CLI::App& app, bool swept) {
       group(app.add_option("--max-seq-tokens", max_seq_tokens, "longest sequence; default 32768")
                 ->check(positive));
   options[9] = group(app.add_option("--alloc-order", alloc_order,
-                                    "free-block order: lifo (default), fifo, lowest"));
+                                    "free-block order: lifo (default), fifo, lowest, vllm "
+                                    "(lifo with block 0 held as vLLM's null block)"));
 }
 ConfigOverrides ConfigOptions::overrides() const {
   ConfigOverrides out;

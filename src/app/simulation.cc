@@ -40,7 +40,7 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
                         "more blocks than the pool of {} less {} (first: line {}, "
                         "{} blocks; give a larger --kv-memory or --pool-blocks)",
                         config.kv.pool_blocks,
-                        sim.options().engine != EngineKind::kVllm ? "the --watermark"
+                        !sim.null_block() ? "the --watermark"
                         : sim.options().watermark > 0.0 ? "the null block and the --watermark"
                                                         : "the null block",
                         first->line, first->need)

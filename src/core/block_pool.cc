@@ -17,7 +17,7 @@ BlockPool::BlockPool(std::uint32_t total, AllocOrder order, std::uint32_t max_re
   // Every order hands out 0, 1, 2, ... from a fresh pool. The lifo stack pops
   // at the back, so it is stored reversed.
   for (std::uint32_t i = 0; i < total; ++i) {
-    free_slots_[i] = order == AllocOrder::kLifo ? total - 1 - i : i;
+    free_slots_[i] = stack() ? total - 1 - i : i;
   }
 }
 
@@ -25,7 +25,8 @@ BlockId BlockPool::pop_free() {
   assert(free_size_ > 0);
   BlockId b = kInvalidBlock;
   switch (order_) {
-    case AllocOrder::kLifo: b = free_slots_[free_size_ - 1]; break;
+    case AllocOrder::kLifo:
+    case AllocOrder::kVllm: b = free_slots_[free_size_ - 1]; break;
     case AllocOrder::kFifo:
       b = free_slots_[free_head_];
       free_head_ = free_head_ + 1 == total() ? 0 : free_head_ + 1;
@@ -42,7 +43,8 @@ BlockId BlockPool::pop_free() {
 void BlockPool::push_free(BlockId b) {
   assert(free_size_ < total());
   switch (order_) {
-    case AllocOrder::kLifo: free_slots_[free_size_] = b; break;
+    case AllocOrder::kLifo:
+    case AllocOrder::kVllm: free_slots_[free_size_] = b; break;
     case AllocOrder::kFifo: {
       std::uint64_t tail = (std::uint64_t{free_head_} + free_size_) % total();
       free_slots_[tail] = b;
@@ -112,6 +114,7 @@ std::vector<BlockId> BlockPool::free_list() const {
   out.reserve(free_size_);
   switch (order_) {
     case AllocOrder::kLifo:
+    case AllocOrder::kVllm:
       out.assign(free_slots_.rbegin() + (total() - free_size_), free_slots_.rend());
       break;
     case AllocOrder::kFifo:

@@ -107,6 +107,7 @@ class BlockPool {
  private:
   friend struct BlockPoolTestAccess;  // plants faults in tests
 
+  bool stack() const { return order_ == AllocOrder::kLifo || order_ == AllocOrder::kVllm; }
   BlockId pop_free();  // REQUIRES free_size_ > 0
   void push_free(BlockId b);
 

@@ -47,6 +47,7 @@ constexpr EnumName<AllocOrder> kAllocOrderNames[] = {
     {AllocOrder::kLifo, "lifo"},
     {AllocOrder::kFifo, "fifo"},
     {AllocOrder::kLowest, "lowest"},
+    {AllocOrder::kVllm, "vllm"},
 };
 static_assert(enum_names_unique(kAllocOrderNames));
 

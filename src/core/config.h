@@ -23,11 +23,15 @@ std::string_view to_string(Dtype dtype);
 std::optional<Dtype> parse_dtype(std::string_view name);
 std::vector<std::string> dtype_names();  // in table order, for the command line
 
-// Order in which BlockPool hands out free blocks. All three are deterministic.
+// Order in which BlockPool hands out free blocks. All are deterministic.
 //   lifo:   the most recently freed block first (initially 0, 1, 2, ...)
 //   fifo:   the least recently freed block first (initially 0, 1, 2, ...)
 //   lowest: the lowest-numbered free block first
-enum class AllocOrder : std::uint8_t { kLifo, kFifo, kLowest };
+//   vllm:   vLLM's FreeKVCacheBlockQueue (vllm/v1/core/kv_cache_utils.py): in
+//           the pool, lifo's order; a run on it (replay, simulate) first takes
+//           block 0 as vLLM's null block (BlockPool.__init__), held for the
+//           life of the pool, so N - 1 blocks hold KV.
+enum class AllocOrder : std::uint8_t { kLifo, kFifo, kLowest, kVllm };
 
 std::string_view to_string(AllocOrder order);
 std::optional<AllocOrder> parse_alloc_order(std::string_view name);

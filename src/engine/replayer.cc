@@ -31,7 +31,12 @@ Replayer::Replayer(const RunConfig& config, CheckPolicy check, OomPolicy on_oom)
     : config_(config),
       check_(check),
       on_oom_(on_oom),
-      pool_(config.kv.pool_blocks, config.alloc_order) {}
+      pool_(config.kv.pool_blocks, config.alloc_order) {
+  if (config.alloc_order == AllocOrder::kVllm) {
+    // vLLM's BlockPool takes block 0 off the free queue as the null block.
+    if (auto null_block = pool_.allocate()) null_block_ = null_block.value();
+  }
+}
 
 SequenceBlockTable Replayer::new_table() const {
   return SequenceBlockTable(config_.kv.pages_per_seq(), config_.kv.page_tokens);
@@ -479,7 +484,9 @@ bool Replayer::run_check(const Event* event) {
     table_refs_.push_back({&sequence.table, sequence.label});
   for (const auto& [id, shared] : prefixes_) table_refs_.push_back({&shared.table, shared.label});
   ++totals_.checks;
-  auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_);
+  std::span<const BlockId> holds;
+  if (null_block_) holds = std::span<const BlockId>(&*null_block_, 1);
+  auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_, holds);
   if (!found) return true;
   violation_ = Violation{event ? event->index : 0, event ? event->line : 0, found->invariant,
                          found->message};

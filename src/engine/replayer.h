@@ -189,6 +189,7 @@ class Replayer {
   CheckPolicy check_;
   OomPolicy on_oom_;
   BlockPool pool_;
+  std::optional<BlockId> null_block_;  // --alloc-order vllm: block 0, held for the life of the pool
   InvariantChecker checker_;
   std::vector<TableRef> table_refs_;     // scratch for checks
   std::vector<Sequence*> decode_batch_;  // scratch: the live sequences of a decode

@@ -97,9 +97,10 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
   watermark_blocks_ = static_cast<std::uint32_t>(
       std::floor(options.watermark * static_cast<double>(config.kv.pool_blocks)));
   if (!paged()) free_ranges_[0] = std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens;
-  if (vllm()) {
+  if (vllm() || (paged() && config.alloc_order == AllocOrder::kVllm)) {
     // BlockPool.__init__ (vllm/v1/core/block_pool.py) takes block 0 off the
     // free queue as the null block: it never holds KV, and N - 1 blocks do.
+    // The vllm engine always does; --alloc-order vllm does under generic too.
     auto null_block = pool_.allocate();
     if (null_block) null_block_ = null_block.value();
   }
@@ -162,7 +163,8 @@ std::optional<SkipReason> Simulator::never_fits(const Request& request, std::uin
   // Full prompt pages are shared by the samples; the rest is per sample.
   std::uint64_t shared = request.prompt / pt;
   need = shared + request.n * (ceil_div(final_length, pt) - shared);
-  if (need + watermark_blocks_ <= config_.kv.pool_blocks) return std::nullopt;
+  const std::uint64_t usable = config_.kv.pool_blocks - (null_block_ ? 1 : 0);
+  if (need + watermark_blocks_ <= usable) return std::nullopt;
   return SkipReason::kPoolTooSmall;
 }
 

@@ -197,6 +197,8 @@ class Simulator {
   // blocks no request holds (see SimTotals::peak_in_use).
   std::uint32_t in_use_blocks() const { return state_.used - cache_resident_blocks(); }
   std::uint32_t cache_resident_blocks() const { return paged() ? cache_.evictable() : 0; }
+  // vLLM's null block (vllm engine, or --alloc-order vllm): block 0, never KV.
+  const std::optional<BlockId>& null_block() const { return null_block_; }
   // The block tables of the running requests (samples), in running order:
   // what the tests compare with vLLM's block ids.
   std::vector<std::vector<BlockId>> running_block_tables() const;

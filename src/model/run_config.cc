@@ -184,7 +184,7 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
     auto parsed = parse_alloc_order(*order);
     if (!parsed)
       return fail("alloc_order", cli.alloc_order.has_value(),
-                  fmt::format("unknown order '{}' (expected lifo, fifo, lowest)", *order));
+                  fmt::format("unknown order '{}' (expected lifo, fifo, lowest, vllm)", *order));
     run.alloc_order = *parsed;
   }
   // Pool size: a CLI option replaces both header keys.

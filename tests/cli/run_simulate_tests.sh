@@ -240,5 +240,30 @@ check '[[ $rc -eq 2 ]] && grep -q -- "--engine vllm needs --allocator paged" "$w
   "vllm with a contiguous allocator: exit $rc, $(err_text)"
 finish "simulate: vllm serve batch defaults by --gpu-class, given limits win"
 
+# --alloc-order vllm: vLLM's free queue, block 0 held as the null block. Under
+# the vllm engine it is lifo (which already has the null block); elsewhere it
+# takes block 0 out of the pool, checked at every step.
+run simulate traces/requests/azure_conv.csv --kv-memory 1GiB --alloc-order vllm -q \
+  --report "$work/vllm_order.json"
+run simulate traces/requests/azure_conv.csv --kv-memory 1GiB -q --report "$work/report.json"
+check '[[ $rc -eq 0 ]] && [[ $(jq -r .config.alloc_order "$work/vllm_order.json") == vllm ]] &&
+       diff <(jq -S "del(.timing, .config.alloc_order)" "$work/vllm_order.json") \
+            <(jq -S "del(.timing, .config.alloc_order)" "$work/report.json") >/dev/null' \
+  "vllm engine: --alloc-order vllm is not lifo: $(err_text)"
+run replay traces/quickstart.jsonl --alloc-order vllm --check every -q --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .config.alloc_order) == vllm && $(key .blocks.final_used) == 1 ]] &&
+       [[ $(key ".invariants.violations | length") == 0 ]]' \
+  "replay --alloc-order vllm: exit $rc, $(key '[.blocks.final_used, .invariants] | tostring')"
+# The generic engine: 7 of 8 blocks hold KV, so the 8-block request never fits.
+run simulate "$work/sizes.jsonl" --pool-blocks 8 --page-tokens 16 --max-seq-tokens 256 \
+  --engine generic --watermark 0 --alloc-order vllm --check every -q --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .requests.skipped_pool_too_small) == 2 ]] &&
+       grep -qF "less the null block (first: line 3, 8 blocks" "$work/err"' \
+  "generic --alloc-order vllm: exit $rc, $(key '.requests | tostring'), $(err_text)"
+run replay traces/quickstart.jsonl --alloc-order newest -q
+check '[[ $rc -eq 2 ]] && grep -qF "expected lifo, fifo, lowest, vllm" "$work/err"' \
+  "an unknown order: exit $rc, $(err_text)"
+finish "--alloc-order vllm: the null block in replay and both engines, lifo's order"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

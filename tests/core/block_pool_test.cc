@@ -128,7 +128,8 @@ TEST_CASE("pool: each order matches its reference discipline over random frees a
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
         must_release(pool, b);
         switch (order) {
-          case AllocOrder::kLifo: free_ref.push_front(b); break;
+          case AllocOrder::kLifo:
+          case AllocOrder::kVllm: free_ref.push_front(b); break;
           case AllocOrder::kFifo: free_ref.push_back(b); break;
           case AllocOrder::kLowest:
             free_ref.insert(std::lower_bound(free_ref.begin(), free_ref.end(), b), b);

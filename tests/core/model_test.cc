@@ -147,7 +147,8 @@ class Reference {
     filled_[b] = 0;
     ++frees_;
     switch (order_) {
-      case AllocOrder::kLifo: free_.push_front(b); break;
+      case AllocOrder::kLifo:
+      case AllocOrder::kVllm: free_.push_front(b); break;
       case AllocOrder::kFifo: free_.push_back(b); break;
       case AllocOrder::kLowest:
         free_.insert(std::lower_bound(free_.begin(), free_.end(), b), b);

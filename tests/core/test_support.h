@@ -38,6 +38,7 @@ struct BlockPoolTestAccess {
     const auto size = static_cast<std::uint32_t>(list.size());
     switch (pool.order_) {
       case AllocOrder::kLifo:
+      case AllocOrder::kVllm:
         for (std::uint32_t i = 0; i < size; ++i) pool.free_slots_[size - 1 - i] = list[i];
         break;
       case AllocOrder::kFifo:
@@ -61,8 +62,8 @@ struct BlockTableTestAccess {
 
 namespace test {
 
-inline constexpr std::array<AllocOrder, 3> kAllOrders{AllocOrder::kLifo, AllocOrder::kFifo,
-                                                      AllocOrder::kLowest};
+inline constexpr std::array<AllocOrder, 4> kAllOrders{AllocOrder::kLifo, AllocOrder::kFifo,
+                                                    AllocOrder::kLowest, AllocOrder::kVllm};
 inline constexpr std::array<std::uint32_t, 3> kPageSizes{1, 3, 16};
 
 // Everything observable: the pool and a copy of each table, in a fixed order.
