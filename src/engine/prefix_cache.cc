@@ -166,12 +166,16 @@ void PrefixCache::make_evictable(BlockId b) {
       lru_unlink(b);
     } else {
       ++evictable_count_;
+      watched_evictable_ += entry.watched ? 1 : 0;
     }
     entry.evictable = true;
     lru_push_back(b);
     return;
   }
-  if (!entry.evictable) ++evictable_count_;
+  if (!entry.evictable) {
+    ++evictable_count_;
+    watched_evictable_ += entry.watched ? 1 : 0;
+  }
   entry.evictable = true;
   ++entry.version;
   Candidate candidate{0, 0, b, entry.version};
@@ -201,6 +205,7 @@ void PrefixCache::make_unevictable(BlockId b) {
   Entry& entry = entry_of(b);
   if (entry.evictable) {
     --evictable_count_;
+    watched_evictable_ -= entry.watched ? 1 : 0;
     if (policy_ == EvictPolicy::kLru) lru_unlink(b);
   }
   entry.evictable = false;
@@ -265,9 +270,31 @@ bool PrefixCache::evict_one(BlockPool& pool) {
   return false;
 }
 
+void PrefixCache::watch(BlockId b) {
+  Entry& entry = entry_of(b);
+  if (entry.watched) return;
+  entry.watched = true;
+  watched_.push_back(b);
+  watched_evictable_ += entry.evictable ? 1 : 0;
+}
+
+void PrefixCache::unwatch(BlockId b) {
+  if (b >= entries_.size()) return;
+  Entry& entry = entries_[b];
+  if (!entry.watched) return;
+  entry.watched = false;
+  watched_evictable_ -= entry.evictable ? 1 : 0;
+}
+
+void PrefixCache::unwatch_all() {
+  for (BlockId b : watched_) unwatch(b);
+  watched_.clear();
+}
+
 void PrefixCache::evict_block(BlockId b, BlockPool& pool) {
   Entry& entry = entries_[b];
   make_unevictable(b);
+  unwatch(b);
   entry.cached = false;
   index_erase(entry.key, b);
   (void)pool.release(b);  // held by the cache alone: frees it

@@ -72,6 +72,13 @@ class PrefixCache {
   bool evict_one(BlockPool& pool);
   // Blocks that evict_one() could free.
   std::uint32_t evictable() const { return evictable_count_; }
+  // Watched blocks: a caller marks some cached blocks (a waiting request's
+  // hits) and reads in O(1) how many of them are evictable now. Eviction
+  // unwatches a block.
+  void watch(BlockId b);
+  void unwatch(BlockId b);
+  void unwatch_all();
+  std::uint32_t watched_evictable() const { return watched_evictable_; }
   std::uint64_t evictions() const { return evictions_; }
   // The blocks evicted since evictions() was `since`, oldest first, or nullopt
   // when the log no longer reaches back that far. A caller holding hits across
@@ -102,6 +109,7 @@ class PrefixCache {
     BlockId next = kInvalidBlock;
     bool cached = false;
     bool evictable = false;
+    bool watched = false;
   };
   // A candidate for eviction; stale when its version no longer matches.
   struct Candidate {
@@ -159,6 +167,8 @@ class PrefixCache {
   // Drops the cache's reference on evictable block b, freeing it.
   void evict_block(BlockId b, BlockPool& pool);
   std::uint32_t evictable_count_ = 0;
+  std::uint32_t watched_evictable_ = 0;
+  std::vector<BlockId> watched_;  // every block watched since unwatch_all (some no longer)
   // One slot per cache line share: key and block together, so a probe costs
   // one memory access.
   static constexpr BlockId kTombstone = kInvalidBlock - 1;  // an erased slot

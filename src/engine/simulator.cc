@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 
@@ -332,8 +333,7 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
   if (paged() && !install_hits(*owned, hits, hit_tokens)) return false;
   owned->prefilled = hit_tokens;
   owned->cached_pages = static_cast<std::uint32_t>(hits.size());
-  owned->hit_blocks.clear();
-  owned->hit_keys.clear();
+  forget_hits(*owned);
   running_.push_back(std::move(owned));
   Flight& admitted = *running_.back();
   bool preempted_self = false;
@@ -495,7 +495,10 @@ void Simulator::verify_hits(Flight& flight) {
       const HitSlot& slot = hit_slots_[b];
       if (slot.owner == tracked_ && slot.pos < valid && hits[slot.pos] == b) valid = slot.pos;
     }
+    for (std::size_t i = valid; i < hits.size(); ++i) cache_.unwatch(hits[i]);
   } else {
+    // This flight becomes the tracked one: its hits, and only they, watched.
+    cache_.unwatch_all();
     valid = 0;
     while (valid < hits.size() && cache_.cached_as(hits[valid], flight.hit_keys[valid])) ++valid;
     flight.track_id = tracked_ = tracked_ + 1;
@@ -503,11 +506,21 @@ void Simulator::verify_hits(Flight& flight) {
     for (std::size_t i = 0; i < valid; ++i) {
       if (hits[i] >= hit_slots_.size()) hit_slots_.resize(std::size_t{hits[i]} + 1);
       hit_slots_[hits[i]] = HitSlot{tracked_, static_cast<std::uint32_t>(i)};
+      cache_.watch(hits[i]);
     }
   }
   hits.resize(valid);
   flight.hit_keys.resize(valid);
   tracked_mark_ = cache_.evictions();
+}
+
+void Simulator::forget_hits(Flight& flight) {
+  flight.hit_blocks.clear();
+  flight.hit_keys.clear();
+  if (flight.track_id == tracked_) {
+    cache_.unwatch_all();
+    tracked_ = 0;  // the next verification is hit by hit
+  }
 }
 
 bool Simulator::room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed) const {
@@ -518,14 +531,21 @@ bool Simulator::room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t
   const std::uint64_t wanted = needed + watermark_blocks_;
   if (available < wanted) return false;
   if (available >= wanted + hits.size()) return true;
-  std::uint64_t evictable_hits = 0;
-  for (BlockId b : hits) evictable_hits += pool_.refcount(b) == 1 ? 1 : 0;
+  // The hits are the tracked flight's, watched in the cache: those that are
+  // evictable (held by the cache alone) are counted as they change.
+  const std::uint64_t evictable_hits = cache_.watched_evictable();
+#ifndef NDEBUG
+  std::uint64_t recount = 0;
+  for (BlockId b : hits) recount += pool_.refcount(b) == 1 ? 1 : 0;
+  assert(recount == evictable_hits);
+#endif
   return available - evictable_hits >= wanted;
 }
 
 void Simulator::add_hit(Flight& flight, BlockId block, const PageKey& key) {
   if (block >= hit_slots_.size()) hit_slots_.resize(std::size_t{block} + 1);
   hit_slots_[block] = HitSlot{flight.track_id, static_cast<std::uint32_t>(flight.hit_blocks.size())};
+  cache_.watch(block);
   flight.hit_blocks.push_back(block);
   flight.hit_keys.push_back(key);
 }

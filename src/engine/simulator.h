@@ -254,6 +254,8 @@ class Simulator {
   // since are looked at; any other is verified hit by hit and becomes that flight.
   void verify_hits(Flight& flight);
   void add_hit(Flight& flight, BlockId block, const PageKey& key);
+  // Clears an admitted flight's hits; when it was the tracked one, no flight is.
+  void forget_hits(Flight& flight);
   // Whether `needed` blocks (and the watermark) can be had besides `hits`.
   bool room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed) const;
   bool vllm() const { return options_.engine == EngineKind::kVllm && paged(); }

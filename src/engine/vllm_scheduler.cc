@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
 #include <memory>
 #include <utility>
 
@@ -85,11 +86,30 @@ bool Simulator::cache_full_blocks_vllm(Flight& flight) {
   // every block that is full once the tokens scheduled this step are computed
   // is cached now, prompt and output blocks alike.
   Sample& sample = flight.samples[0];
-  const std::uint32_t full_pages = sample.table.length() / config_.kv.page_tokens;
-  for (std::uint32_t page = flight.cached_pages; page < full_pages; ++page) {
-    auto block = sample.table.get(page);
-    if (!block) break;
-    auto inserted = cache_.insert(vllm_key(flight, page), *block, pool_, tick_);
+  const std::uint32_t pt = config_.kv.page_tokens;
+  const std::uint32_t full_pages = sample.table.length() / pt;
+  if (flight.cached_pages >= full_pages) return true;
+  const std::span<const BlockId> entries = sample.table.entries();
+  // vllm_key of consecutive pages, walking the trace's hash blocks instead of
+  // dividing for each page (the keys are the same: checked in debug builds).
+  const Request& request = flight.request;
+  const std::uint64_t hash_block = request.hash_block_tokens;
+  std::uint64_t k = 0;  // hash block holding the page's last token
+  std::uint64_t end = (std::uint64_t{flight.cached_pages} + 1) * pt;
+  if (!request.hash_ids.empty()) k = (end - 1) / hash_block;
+  for (std::uint32_t page = flight.cached_pages; page < full_pages; ++page, end += pt) {
+    if (page >= entries.size() || entries[page] == kInvalidBlock) break;
+    PageKey key;
+    if (end <= request.prompt && !request.hash_ids.empty()) {
+      while ((k + 1) * hash_block < end) ++k;
+      key = k < request.hash_ids.size()
+                ? PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k * hash_block)}
+                : vllm_key(flight, page);
+    } else {
+      key = vllm_key(flight, page);
+    }
+    assert(key == vllm_key(flight, page));
+    auto inserted = cache_.insert(key, entries[page], pool_, tick_);
     if (!inserted) {
       violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
                              fmt::format("request {}: caching page {} failed: {}",
@@ -225,7 +245,6 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     // its last attempt that are still cached as they were are kept (the same
     // chain get_computed_blocks would walk), and the search goes on from there.
     std::vector<BlockId>& hits = flight.hit_blocks;
-    std::vector<PageKey>& keys = flight.hit_keys;
     if (options_.prefix_cache) {
       verify_hits(flight);
       for (auto page = static_cast<std::uint32_t>(hits.size());
@@ -248,8 +267,7 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     if (!install_hits(*owned, hits, hit_tokens)) return false;
     owned->computed = hit_tokens;
     owned->cached_pages = static_cast<std::uint32_t>(hits.size());
-    hits.clear();
-    keys.clear();
+    forget_hits(*owned);
     running_.push_back(std::move(owned));
     Flight& admitted = *running_.back();
     if (!allocate_vllm(admitted, tokens)) return false;
