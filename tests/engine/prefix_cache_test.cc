@@ -362,3 +362,42 @@ TEST_CASE("prefix_cache: with duplicates a key holds every block cached under it
   CHECK_FALSE(refused.value());
   CHECK(single_pool.refcount(b.value()) == 1);
 }
+
+TEST_CASE("prefix_cache: watched blocks count as evictable exactly while they are") {
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    INFO(to_string(policy));
+    BlockPool pool(8);
+    PrefixCache cache(policy, 8);
+    std::vector<BlockId> blocks = cache_pages(cache, pool, 4, 1);  // all evictable
+    cache.watch(blocks[0]);
+    cache.watch(blocks[1]);
+    cache.watch(blocks[1]);  // idempotent
+    CHECK(cache.watched_evictable() == 2);
+    // A hit makes a block unevictable; its release makes it evictable again.
+    cache.touch(blocks[0], 2);
+    REQUIRE(pool.retain(blocks[0]).ok());
+    CHECK(cache.watched_evictable() == 1);
+    cache.touch(blocks[2], 2);  // not watched
+    REQUIRE(pool.retain(blocks[2]).ok());
+    CHECK(cache.watched_evictable() == 1);
+    REQUIRE(pool.release(blocks[0]).ok());
+    cache.released(blocks[0], pool, 3);
+    CHECK(cache.watched_evictable() == 2);
+    cache.unwatch(blocks[0]);
+    CHECK(cache.watched_evictable() == 1);
+    // Eviction unwatches: the block cached again later is not counted.
+    while (cache.evict_one(pool)) {
+    }
+    CHECK(cache.watched_evictable() == 0);
+    auto again = pool.allocate();
+    REQUIRE(again.ok());
+    REQUIRE(cache.insert(PageKey{77, 16}, again.value(), pool, 4).ok());
+    REQUIRE(pool.release(again.value()).ok());
+    cache.released(again.value(), pool, 4);
+    CHECK(cache.watched_evictable() == 0);
+    cache.watch(again.value());
+    CHECK(cache.watched_evictable() == 1);
+    cache.unwatch_all();
+    CHECK(cache.watched_evictable() == 0);
+  }
+}
