@@ -37,24 +37,31 @@ TEST_CASE("simulator: Mooncake conversation trace matches the published reuse fi
   auto path = shared_trace("mooncake/conversation_trace.jsonl");
   // [shared] cases are registered only where ../shared/traces exists: a missing file fails.
   REQUIRE(std::filesystem::exists(path));
-  // Pages of 512 tokens (Mooncake's hash blocks) and a pool too large to evict.
-  RunConfig config = tiny_config(400000, 512);
-  config.kv.max_seq_tokens = 131072;
-  SimOptions options;
-  options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
-  auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
-  REQUIRE(result);
-  const auto& report = result.value().report;
-  CHECK(report["requests"]["total"] == 12031);
-  CHECK(report["requests"]["finished"] == 12031);
-  CHECK(report["prefix_cache"]["evictions"] == 0);
-  const double mean_input = report["prefix_cache"]["query_tokens"].get<double>() / 12031.0;
-  const double mean_output = report["scheduler"]["output_tokens"].get<double>() / 12031.0;
-  CHECK(mean_input == Approx(12035).margin(1.0));
-  CHECK(mean_output == Approx(343).margin(1.0));
-  CHECK(report["prefix_cache"]["hit_rate"].get<double>() == Approx(0.374).margin(0.01));
-  CHECK(report["prefix_cache"]["hit_rate_per_request"].get<double>() == Approx(0.409).margin(0.01));
-  CHECK(report["invariants"]["violations"].empty());
+  // Pages of 512 tokens (Mooncake's hash blocks) and a pool too large to evict;
+  // both engines.
+  for (auto engine : {kvreplay::EngineKind::kGeneric, kvreplay::EngineKind::kVllm}) {
+    INFO(to_string(engine));
+    RunConfig config = tiny_config(400000, 512);
+    config.kv.max_seq_tokens = 131072;
+    SimOptions options;
+    options.engine = engine;
+    options.watermark = engine == kvreplay::EngineKind::kVllm ? 0.0 : options.watermark;
+    options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
+    auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
+    REQUIRE(result);
+    const auto& report = result.value().report;
+    CHECK(report["requests"]["total"] == 12031);
+    CHECK(report["requests"]["finished"] == 12031);
+    CHECK(report["prefix_cache"]["evictions"] == 0);
+    const double mean_input = report["prefix_cache"]["query_tokens"].get<double>() / 12031.0;
+    const double mean_output = report["scheduler"]["output_tokens"].get<double>() / 12031.0;
+    CHECK(mean_input == Approx(12035).margin(1.0));
+    CHECK(mean_output == Approx(343).margin(1.0));
+    CHECK(report["prefix_cache"]["hit_rate"].get<double>() == Approx(0.374).margin(0.01));
+    CHECK(report["prefix_cache"]["hit_rate_per_request"].get<double>() ==
+          Approx(0.409).margin(0.01));
+    CHECK(report["invariants"]["violations"].empty());
+  }
 }
 
 TEST_CASE("simulator: Mooncake slice under memory pressure keeps every invariant at every step",
@@ -86,17 +93,23 @@ TEST_CASE(
   // [shared] cases are registered only where ../shared/traces exists: a missing file fails.
   REQUIRE(std::filesystem::exists(path));
   // 288,500 hash blocks of 512 tokens in the whole trace.
-  for (auto [blocks, expected] : {std::pair{10000u, 0.21}, std::pair{30000u, 0.33}}) {
-    RunConfig config = tiny_config(blocks, 512);
-    config.kv.max_seq_tokens = 131072;
-    SimOptions options;
-    options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
-    auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
-    REQUIRE(result);
-    const auto& report = result.value().report;
-    INFO("pool of " << blocks << " blocks: " << report["prefix_cache"].dump());
-    CHECK(report["prefix_cache"]["hit_blocks"].get<double>() / 288500.0 ==
-          Approx(expected).margin(0.015));
-    CHECK(report["prefix_cache"]["evictions"].get<std::uint64_t>() > 0);
-  }
+  // The vllm engine (its null block, per-step allocation, duplicates) gives
+  // the same figures within the margin.
+  for (auto engine : {kvreplay::EngineKind::kGeneric, kvreplay::EngineKind::kVllm})
+    for (auto [blocks, expected] : {std::pair{10000u, 0.21}, std::pair{30000u, 0.33}}) {
+      INFO(to_string(engine));
+      RunConfig config = tiny_config(blocks, 512);
+      config.kv.max_seq_tokens = 131072;
+      SimOptions options;
+      options.engine = engine;
+      options.watermark = engine == kvreplay::EngineKind::kVllm ? 0.0 : options.watermark;
+      options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
+      auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
+      REQUIRE(result);
+      const auto& report = result.value().report;
+      INFO("pool of " << blocks << " blocks: " << report["prefix_cache"].dump());
+      CHECK(report["prefix_cache"]["hit_blocks"].get<double>() / 288500.0 ==
+            Approx(expected).margin(0.015));
+      CHECK(report["prefix_cache"]["evictions"].get<std::uint64_t>() > 0);
+    }
 }
