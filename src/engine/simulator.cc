@@ -501,7 +501,7 @@ void Simulator::verify_hits(Flight& flight) {
     cache_.unwatch_all();
     valid = 0;
     while (valid < hits.size() && cache_.cached_as(hits[valid], flight.hit_keys[valid])) ++valid;
-    flight.track_id = tracked_ = tracked_ + 1;
+    flight.track_id = tracked_ = ++last_track_id_;  // never reused
     hits.resize(valid);
     for (std::size_t i = 0; i < valid; ++i) {
       if (hits[i] >= hit_slots_.size()) hit_slots_.resize(std::size_t{hits[i]} + 1);
@@ -523,7 +523,7 @@ void Simulator::forget_hits(Flight& flight) {
   }
 }
 
-bool Simulator::room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed) const {
+bool Simulator::room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed) {
   // Free blocks and evictable cached ones, less the hits that are evictable
   // (touching them takes them off the free queue). The hits are counted only
   // when the bounds leave the answer open.
@@ -534,10 +534,20 @@ bool Simulator::room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t
   // The hits are the tracked flight's, watched in the cache: those that are
   // evictable (held by the cache alone) are counted as they change.
   const std::uint64_t evictable_hits = cache_.watched_evictable();
+  if (options_.check.mode == CheckPolicy::Mode::kEvery && !violation_) {
+    std::uint64_t recount = 0;
+    for (BlockId b : hits) recount += pool_.refcount(b) == 1 ? 1 : 0;
+    if (recount != evictable_hits) {
+      violation_ = Violation{sim_.steps + 1, 0, "I1",
+                             fmt::format("a waiting request's evictable hits counted {}, "
+                                         "recounted {}",
+                                         evictable_hits, recount)};
+    }
+  }
 #ifndef NDEBUG
-  std::uint64_t recount = 0;
-  for (BlockId b : hits) recount += pool_.refcount(b) == 1 ? 1 : 0;
-  assert(recount == evictable_hits);
+  std::uint64_t debug_recount = 0;
+  for (BlockId b : hits) debug_recount += pool_.refcount(b) == 1 ? 1 : 0;
+  assert(debug_recount == evictable_hits);
 #endif
   return available - evictable_hits >= wanted;
 }

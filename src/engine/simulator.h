@@ -256,8 +256,10 @@ class Simulator {
   void add_hit(Flight& flight, BlockId block, const PageKey& key);
   // Clears an admitted flight's hits; when it was the tracked one, no flight is.
   void forget_hits(Flight& flight);
-  // Whether `needed` blocks (and the watermark) can be had besides `hits`.
-  bool room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed) const;
+  // Whether `needed` blocks (and the watermark) can be had besides `hits`
+  // (the tracked flight's). Under --check every the O(1) count of evictable
+  // hits is recounted, a difference recorded as a violation.
+  bool room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed);
   bool vllm() const { return options_.engine == EngineKind::kVllm && paged(); }
   // engine/vllm_scheduler.cc
   bool step_vllm();
@@ -329,7 +331,8 @@ class Simulator {
     std::uint32_t pos = 0;
   };
   std::vector<HitSlot> hit_slots_;
-  std::uint64_t tracked_ = 0;       // track_id of the flight verified last
+  std::uint64_t tracked_ = 0;       // track_id of the flight verified last, 0: none
+  std::uint64_t last_track_id_ = 0;
   std::uint64_t tracked_mark_ = 0;  // cache_.evictions() when it was verified
   // Per step, for the cost model.
   std::uint64_t step_prefill_tokens_ = 0;

@@ -481,5 +481,47 @@ TEST_CASE("vllm: a recomputed full block is cached again beside the first (dupli
   CHECK(sim.sim_totals().hits == 4 + 8);
 }
 
+TEST_CASE("vllm: waiting requests' hits stay exact through preemption, n > 1 and prefixes") {
+  // Requests that wait at the head with hits, get admitted, are preempted and
+  // wait again, beside n = 2 fan-outs sharing a prefix: under --check every
+  // the engine recounts a waiting request's evictable hits at each admission
+  // attempt (and every invariant each step), for both engines and several pools.
+  std::vector<Request> requests;
+  for (std::uint32_t i = 0; i < 60; ++i) {
+    Request r = request(std::to_string(i), 100 + i * 37 % 400, 20 + i * 13 % 60,
+                        i % 3 == 0 ? 2 : 1);
+    r.arrival = static_cast<double>(i / 20) + static_cast<double>(i % 20) * 0.05;
+    if (i % 2 == 0) {
+      r.prefix = "sys";
+      r.prefix_tokens = 64;
+    }
+    requests.push_back(r);
+  }
+  for (EngineKind engine : {EngineKind::kVllm, EngineKind::kGeneric}) {
+    for (std::uint32_t pool_blocks : {40u, 64u, 128u}) {
+      for (std::uint32_t page_tokens : {16u, 32u}) {
+        INFO(to_string(engine) << ", pool " << pool_blocks << ", page " << page_tokens);
+        RunConfig config = config_of(pool_blocks);
+        config.kv.page_tokens = page_tokens;
+        config.kv.max_seq_tokens = 4096;
+        SimOptions options = vllm_options();
+        options.engine = engine;
+        options.max_seqs = 8;
+        Simulator sim(config, options);
+        for (const Request& r : requests) {
+          REQUIRE(sim.run_until(r.arrival));
+          sim.submit(r);
+        }
+        REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+        REQUIRE(sim.finish());
+        INFO((sim.violation() ? sim.violation()->message : std::string()));
+        CHECK_FALSE(sim.violation());
+        CHECK(sim.sim_totals().finished + sim.sim_totals().skipped == 60);
+        if (pool_blocks == 40) CHECK(sim.sim_totals().preemptions > 0);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvreplay
