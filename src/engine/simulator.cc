@@ -488,7 +488,8 @@ void Simulator::verify_hits(Flight& flight) {
   std::vector<BlockId>& hits = flight.hit_blocks;
   std::size_t valid = hits.size();
   std::optional<std::span<const BlockId>> evicted;
-  if (flight.track_id != 0 && flight.track_id == tracked_) evicted = cache_.evicted_since(tracked_mark_);
+  if (flight.track_id != 0 && flight.track_id == tracked_)
+    evicted = cache_.evicted_since(tracked_mark_);
   if (evicted) {
     for (BlockId b : *evicted) {
       if (b >= hit_slots_.size()) continue;
@@ -502,12 +503,7 @@ void Simulator::verify_hits(Flight& flight) {
     valid = 0;
     while (valid < hits.size() && cache_.cached_as(hits[valid], flight.hit_keys[valid])) ++valid;
     flight.track_id = tracked_ = ++last_track_id_;  // never reused
-    hits.resize(valid);
-    for (std::size_t i = 0; i < valid; ++i) {
-      if (hits[i] >= hit_slots_.size()) hit_slots_.resize(std::size_t{hits[i]} + 1);
-      hit_slots_[hits[i]] = HitSlot{tracked_, static_cast<std::uint32_t>(i)};
-      cache_.watch(hits[i]);
-    }
+    for (std::size_t i = 0; i < valid; ++i) track_hit(hits[i], i);
   }
   hits.resize(valid);
   flight.hit_keys.resize(valid);
@@ -534,28 +530,36 @@ bool Simulator::room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t
   // The hits are the tracked flight's, watched in the cache: those that are
   // evictable (held by the cache alone) are counted as they change.
   const std::uint64_t evictable_hits = cache_.watched_evictable();
-  if (options_.check.mode == CheckPolicy::Mode::kEvery && !violation_) {
+  // Recounted under --check every (and always in debug builds, which assert).
+#ifdef NDEBUG
+  const bool recount_now = options_.check.mode == CheckPolicy::Mode::kEvery;
+#else
+  const bool recount_now = true;
+#endif
+  if (recount_now) {
     std::uint64_t recount = 0;
     for (BlockId b : hits) recount += pool_.refcount(b) == 1 ? 1 : 0;
-    if (recount != evictable_hits) {
+    assert(recount == evictable_hits);
+    if (recount != evictable_hits && !violation_) {
       violation_ = Violation{sim_.steps + 1, 0, "I1",
                              fmt::format("a waiting request's evictable hits counted {}, "
                                          "recounted {}",
                                          evictable_hits, recount)};
     }
   }
-#ifndef NDEBUG
-  std::uint64_t debug_recount = 0;
-  for (BlockId b : hits) debug_recount += pool_.refcount(b) == 1 ? 1 : 0;
-  assert(debug_recount == evictable_hits);
-#endif
   return available - evictable_hits >= wanted;
 }
 
-void Simulator::add_hit(Flight& flight, BlockId block, const PageKey& key) {
+void Simulator::track_hit(BlockId block, std::size_t pos) {
   if (block >= hit_slots_.size()) hit_slots_.resize(std::size_t{block} + 1);
-  hit_slots_[block] = HitSlot{flight.track_id, static_cast<std::uint32_t>(flight.hit_blocks.size())};
+  hit_slots_[block] = HitSlot{tracked_, static_cast<std::uint32_t>(pos)};
   cache_.watch(block);
+}
+
+void Simulator::add_hit(Flight& flight, BlockId block, const PageKey& key) {
+  // verify_hits made this flight the tracked one.
+  assert(flight.track_id == tracked_);
+  track_hit(block, flight.hit_blocks.size());
   flight.hit_blocks.push_back(block);
   flight.hit_keys.push_back(key);
 }

@@ -254,6 +254,8 @@ class Simulator {
   // since are looked at; any other is verified hit by hit and becomes that flight.
   void verify_hits(Flight& flight);
   void add_hit(Flight& flight, BlockId block, const PageKey& key);
+  // Records `block` as the tracked flight's hit at `pos`, and watches it.
+  void track_hit(BlockId block, std::size_t pos);
   // Clears an admitted flight's hits; when it was the tracked one, no flight is.
   void forget_hits(Flight& flight);
   // Whether `needed` blocks (and the watermark) can be had besides `hits`
@@ -331,7 +333,7 @@ class Simulator {
     std::uint32_t pos = 0;
   };
   std::vector<HitSlot> hit_slots_;
-  std::uint64_t tracked_ = 0;       // track_id of the flight verified last, 0: none
+  std::uint64_t tracked_ = 0;  // track_id of the flight verified last, 0: none
   std::uint64_t last_track_id_ = 0;
   std::uint64_t tracked_mark_ = 0;  // cache_.evictions() when it was verified
   // Per step, for the cost model.

@@ -26,6 +26,15 @@ RunConfig tiny_config(std::uint32_t pool_blocks, std::uint32_t page_tokens) {
   return config;
 }
 
+// An engine as the command line runs it (vllm: no watermark), checked at the end.
+SimOptions engine_options(kvreplay::EngineKind engine) {
+  SimOptions options;
+  options.engine = engine;
+  if (engine == kvreplay::EngineKind::kVllm) options.watermark = 0.0;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
+  return options;
+}
+
 std::filesystem::path shared_trace(const char* relative) {
   return std::filesystem::path(KVREPLAY_SHARED_DIR) / "traces" / relative;
 }
@@ -43,10 +52,7 @@ TEST_CASE("simulator: Mooncake conversation trace matches the published reuse fi
     INFO(to_string(engine));
     RunConfig config = tiny_config(400000, 512);
     config.kv.max_seq_tokens = 131072;
-    SimOptions options;
-    options.engine = engine;
-    options.watermark = engine == kvreplay::EngineKind::kVllm ? 0.0 : options.watermark;
-    options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
+    const SimOptions options = engine_options(engine);
     auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
     REQUIRE(result);
     const auto& report = result.value().report;
@@ -100,10 +106,7 @@ TEST_CASE(
       INFO(to_string(engine));
       RunConfig config = tiny_config(blocks, 512);
       config.kv.max_seq_tokens = 131072;
-      SimOptions options;
-      options.engine = engine;
-      options.watermark = engine == kvreplay::EngineKind::kVllm ? 0.0 : options.watermark;
-      options.check = CheckPolicy{CheckPolicy::Mode::kEnd, 1};
+      const SimOptions options = engine_options(engine);
       auto result = kvreplay::simulate_file(path.string(), std::nullopt, config, options, nullptr);
       REQUIRE(result);
       const auto& report = result.value().report;

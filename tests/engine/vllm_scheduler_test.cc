@@ -44,6 +44,30 @@ Request request(std::string id, std::uint32_t prompt, std::uint32_t output, std:
   return r;
 }
 
+// Submits each request at its arrival, runs to the end and checks that no
+// invariant failed (the options' --check decides how often they are checked).
+void run_to_end(Simulator& sim, std::vector<Request> requests) {
+  for (Request& r : requests) {
+    REQUIRE(sim.run_until(r.arrival));
+    sim.submit(std::move(r));
+  }
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  INFO((sim.violation() ? sim.violation()->message : std::string()));
+  REQUIRE_FALSE(sim.violation());
+}
+
+// A request with the trace's hash ids over blocks of `block_tokens`.
+Request hashed_request(std::string id, std::uint32_t prompt, std::uint32_t output,
+                       std::vector<std::uint64_t> ids, double arrival,
+                       std::uint32_t block_tokens = 16) {
+  Request r = request(std::move(id), prompt, output);
+  r.hash_ids = std::move(ids);
+  r.hash_block_tokens = block_tokens;
+  r.arrival = arrival;
+  return r;
+}
+
 struct Steps {
   std::vector<std::uint32_t> in_use;
   std::vector<std::uint64_t> preemptions;
@@ -61,11 +85,7 @@ Steps run(Simulator& sim, std::vector<Request> requests) {
     steps.prompt_computed.push_back(s.sim_totals().prompt_tokens_computed);
     steps.output.push_back(s.sim_totals().output_tokens);
   };
-  for (Request& r : requests) sim.submit(std::move(r));
-  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
-  REQUIRE(sim.finish());
-  INFO((sim.violation() ? sim.violation()->message : std::string()));
-  REQUIRE_FALSE(sim.violation());
+  run_to_end(sim, std::move(requests));
   return steps;
 }
 
@@ -198,13 +218,7 @@ TEST_CASE("vllm: block ids and eviction order of vLLM's test_prefix_caching test
     tables.push_back(s.running_block_tables());
     free_blocks.push_back(s.pool().free_count());
   };
-  for (Request r : {req0, req1, req2, req3}) {
-    REQUIRE(sim.run_until(r.arrival));
-    sim.submit(std::move(r));
-  }
-  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
-  REQUIRE(sim.finish());
-  REQUIRE_FALSE(sim.violation());
+  run_to_end(sim, {req0, req1, req2, req3});
   for (std::size_t i = 0; i < tables.size(); ++i) {
     std::string text;
     for (const auto& t : tables[i]) {
@@ -242,17 +256,9 @@ TEST_CASE("vllm: the free queue and hits of vLLM's test_prefix_caching test_evic
   // prompt tokens: its decode token completes its 3rd block, as vLLM's 48 do.
   RunConfig config = config_of(11);
   config.kv.page_tokens = 16;
-  auto hashed = [](std::string id, std::uint32_t prompt, std::vector<std::uint64_t> ids,
-                   double arrival) {
-    Request r = request(std::move(id), prompt, 2);
-    r.hash_ids = std::move(ids);
-    r.hash_block_tokens = 16;
-    r.arrival = arrival;
-    return r;
-  };
-  Request req0 = hashed("0", 5 * 16 + 7, {10, 11, 12, 13, 14, 15}, 0.0);
-  Request req1 = hashed("1", 3 * 16 - 1, {20, 21, 22}, 0.0);
-  Request req2 = hashed("2", 2 * 16 + 3, {10, 11, 30}, 1.0);
+  Request req0 = hashed_request("0", 5 * 16 + 7, 2, {10, 11, 12, 13, 14, 15}, 0.0);
+  Request req1 = hashed_request("1", 3 * 16 - 1, 2, {20, 21, 22}, 0.0);
+  Request req2 = hashed_request("2", 2 * 16 + 3, 2, {10, 11, 30}, 1.0);
 
   Simulator sim(config, vllm_options());
   std::vector<std::vector<std::vector<BlockId>>> tables;
@@ -261,13 +267,7 @@ TEST_CASE("vllm: the free queue and hits of vLLM's test_prefix_caching test_evic
     tables.push_back(s.running_block_tables());
     free_blocks.push_back(s.pool().free_count() + s.cache_resident_blocks());
   };
-  for (Request r : {req0, req1, req2}) {
-    REQUIRE(sim.run_until(r.arrival));
-    sim.submit(std::move(r));
-  }
-  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
-  REQUIRE(sim.finish());
-  REQUIRE_FALSE(sim.violation());
+  run_to_end(sim, {req0, req1, req2});
   REQUIRE(tables.size() >= 3);
   using Table = std::vector<BlockId>;
   CHECK(tables[0] == std::vector<Table>{{1, 2, 3, 4, 5, 6}, {7, 8, 9}});
@@ -276,16 +276,6 @@ TEST_CASE("vllm: the free queue and hits of vLLM's test_prefix_caching test_evic
   CHECK(free_blocks[1] == 10);
   CHECK(tables[2] == std::vector<Table>{{1, 2, 6}});
   CHECK(free_blocks[2] == 7);
-}
-
-// A request with the trace's hash ids over 16-token blocks.
-Request hashed_request(std::string id, std::uint32_t prompt, std::uint32_t output,
-                       std::vector<std::uint64_t> ids, double arrival) {
-  Request r = request(std::move(id), prompt, output);
-  r.hash_ids = std::move(ids);
-  r.hash_block_tokens = 16;
-  r.arrival = arrival;
-  return r;
 }
 
 // What a case reads after every step (on_step runs after the step's frees).
@@ -304,20 +294,15 @@ Observed run_observed(Simulator& sim, std::vector<Request> requests,
     seen.in_use.push_back(s.in_use_blocks());
     if (extra) extra(s);
   };
-  for (Request& r : requests) {
-    REQUIRE(sim.run_until(r.arrival));
-    sim.submit(std::move(r));
-  }
-  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
-  REQUIRE(sim.finish());
-  INFO((sim.violation() ? sim.violation()->message : std::string()));
-  REQUIRE_FALSE(sim.violation());
+  run_to_end(sim, std::move(requests));
   return seen;
 }
 
 using Tables = std::vector<std::vector<BlockId>>;
 
-TEST_CASE("vllm: a hit keeps its block and the new block evicts another, as in test_computed_blocks_not_evicted") {
+TEST_CASE(
+    "vllm: a hit keeps its block and the new block evicts another, as in "
+    "test_computed_blocks_not_evicted") {
   // vLLM's tests/v1/core/test_prefix_caching.py, test_computed_blocks_not_evicted:
   // 16-token blocks, 3 blocks (block 0 the null block). req0 and req1 each
   // fill one block (1 and 2), both cached, both freed (req0 first). req2's
@@ -330,9 +315,9 @@ TEST_CASE("vllm: a hit keeps its block and the new block evicts another, as in t
   RunConfig config = config_of(3);
   config.kv.page_tokens = 16;
   Simulator sim(config, vllm_options());
-  Observed seen = run_observed(sim, {hashed_request("0", 16, 1, {10}, 0.0),
-                                     hashed_request("1", 16, 1, {20}, 0.0),
-                                     hashed_request("2", 31, 2, {10, 30}, 1.0)});
+  Observed seen = run_observed(
+      sim, {hashed_request("0", 16, 1, {10}, 0.0), hashed_request("1", 16, 1, {20}, 0.0),
+            hashed_request("2", 31, 2, {10, 30}, 1.0)});
   REQUIRE(seen.tables.size() == 3);
   // Step 1: both computed, cached, finished and freed; 2 blocks stay resident.
   CHECK(seen.tables[0].empty());
@@ -362,8 +347,8 @@ TEST_CASE("vllm: no hit without the prefix cache, as in test_basic_prefix_cachin
     r.arrival = arrival;
     return r;
   };
-  Observed seen = run_observed(sim, {plain("1", 10, 2, 0.0), plain("2", 15, 2, 1.0),
-                                     plain("3", 4, 1, 1.0)});
+  Observed seen =
+      run_observed(sim, {plain("1", 10, 2, 0.0), plain("2", 15, 2, 1.0), plain("3", 4, 1, 1.0)});
   REQUIRE(seen.tables.size() >= 4);
   CHECK(seen.tables[0].size() == 1);
   CHECK(seen.tables[0][0].size() == 3);  // req1: 10 tokens, 3 blocks
@@ -377,7 +362,9 @@ TEST_CASE("vllm: no hit without the prefix cache, as in test_basic_prefix_cachin
   CHECK(sim.sim_totals().finished == 3);
 }
 
-TEST_CASE("vllm: a request whose hits leave too few blocks is refused untouched, as in test_prefill_not_enough_free_blocks_with_computed_blocks") {
+TEST_CASE(
+    "vllm: a request whose hits leave too few blocks is refused untouched, as in "
+    "test_prefill_not_enough_free_blocks_with_computed_blocks") {
   // vLLM's test_prefill_not_enough_free_blocks_with_computed_blocks: 16-token
   // blocks, 11 blocks. req3's 144 tokens hit 6 cached blocks (req0's 3 and
   // req1's 3) but need 3 more, and the free queue holds only 2 besides its
@@ -399,8 +386,7 @@ TEST_CASE("vllm: a request whose hits leave too few blocks is refused untouched,
   Observed seen = run_observed(
       sim,
       {hashed_request("0", 48, 2, {1, 2, 3}, 0.0),
-       hashed_request("1", 96, 1, {1, 2, 3, 4, 5, 6}, 0.0),
-       hashed_request("2", 32, 2, {7, 8}, 0.0),
+       hashed_request("1", 96, 1, {1, 2, 3, 4, 5, 6}, 0.0), hashed_request("2", 32, 2, {7, 8}, 0.0),
        hashed_request("3", 144, 2, {1, 2, 3, 4, 5, 6, 9, 10, 11}, 0.0)},
       [&hit_refs](const Simulator& s) {
         hit_refs.push_back({s.pool().refcount(4), s.pool().refcount(5), s.pool().refcount(6)});
@@ -409,7 +395,7 @@ TEST_CASE("vllm: a request whose hits leave too few blocks is refused untouched,
   CHECK(seen.tables[0] == Tables{{1, 2, 3}, {7, 8}});
   CHECK(seen.free_blocks[0] == 2);
   CHECK(hit_refs[0] == std::vector<std::uint32_t>{1, 1, 1});  // the cache's hold only
-  CHECK(seen.tables[1].empty());                               // req3 refused again
+  CHECK(seen.tables[1].empty());                              // req3 refused again
   CHECK(hit_refs[1] == std::vector<std::uint32_t>{1, 1, 1});
   CHECK(seen.tables[2] == Tables{{1, 2, 3, 4, 5, 6, 10, 9, 8}});
   CHECK(hit_refs[2] == std::vector<std::uint32_t>{2, 2, 2});  // req3 and the cache
@@ -429,14 +415,14 @@ TEST_CASE("vllm: a reused block loses its hash, as in test_hash_block_correct_re
   Simulator sim(config, vllm_options());
   std::vector<std::uint32_t> resident;
   std::vector<bool> cached;  // req0's full block (hash 5, tokens 0..15) after each step
-  Observed seen = run_observed(sim,
-                               {hashed_request("0", 16, 1, {5}, 0.0),
-                                hashed_request("1", 15, 1, {5}, 1.0),
-                                hashed_request("2", 16, 1, {5}, 2.0)},
-                               [&](const Simulator& s) {
-                                 resident.push_back(s.cache_resident_blocks());
-                                 cached.push_back(s.prefix_cache().find(PageKey{5, 16}).has_value());
-                               });
+  Observed seen =
+      run_observed(sim,
+                   {hashed_request("0", 16, 1, {5}, 0.0), hashed_request("1", 15, 1, {5}, 1.0),
+                    hashed_request("2", 16, 1, {5}, 2.0)},
+                   [&](const Simulator& s) {
+                     resident.push_back(s.cache_resident_blocks());
+                     cached.push_back(s.prefix_cache().find(PageKey{5, 16}).has_value());
+                   });
   REQUIRE(seen.tables.size() == 3);
   CHECK(resident == std::vector<std::uint32_t>{1, 0, 1});
   CHECK(cached == std::vector<bool>{true, false, true});  // req2 computes and caches it again
@@ -460,20 +446,15 @@ TEST_CASE("vllm: a recomputed full block is cached again beside the first (dupli
   RunConfig config = config_of(6);
   auto prompt = [](std::string id, std::uint32_t tokens, std::uint32_t output,
                    std::vector<std::uint64_t> ids, double arrival) {
-    Request r = request(std::move(id), tokens, output);
-    r.hash_ids = std::move(ids);
-    r.hash_block_tokens = 4;
-    r.arrival = arrival;
-    return r;
+    return hashed_request(std::move(id), tokens, output, std::move(ids), arrival, 4);
   };
   Simulator sim(config, vllm_options());
   std::vector<std::uint32_t> resident;
-  Observed seen = run_observed(sim,
-                               {prompt("A", 8, 1, {11, 12}, 0.0), prompt("B", 8, 2, {11, 12}, 1.0),
-                                prompt("C", 12, 2, {11, 12, 13}, 2.0)},
-                               [&resident](const Simulator& s) {
-                                 resident.push_back(s.cache_resident_blocks());
-                               });
+  Observed seen = run_observed(
+      sim,
+      {prompt("A", 8, 1, {11, 12}, 0.0), prompt("B", 8, 2, {11, 12}, 1.0),
+       prompt("C", 12, 2, {11, 12, 13}, 2.0)},
+      [&resident](const Simulator& s) { resident.push_back(s.cache_resident_blocks()); });
   REQUIRE(seen.tables.size() == 5);
   CHECK(seen.tables[1] == Tables{{1, 3}});
   CHECK(resident[2] == 3);  // blocks 1, 2, 3
@@ -488,8 +469,8 @@ TEST_CASE("vllm: waiting requests' hits stay exact through preemption, n > 1 and
   // attempt (and every invariant each step), for both engines and several pools.
   std::vector<Request> requests;
   for (std::uint32_t i = 0; i < 60; ++i) {
-    Request r = request(std::to_string(i), 100 + i * 37 % 400, 20 + i * 13 % 60,
-                        i % 3 == 0 ? 2 : 1);
+    Request r =
+        request(std::to_string(i), 100 + i * 37 % 400, 20 + i * 13 % 60, i % 3 == 0 ? 2 : 1);
     r.arrival = static_cast<double>(i / 20) + static_cast<double>(i % 20) * 0.05;
     if (i % 2 == 0) {
       r.prefix = "sys";
@@ -508,14 +489,7 @@ TEST_CASE("vllm: waiting requests' hits stay exact through preemption, n > 1 and
         options.engine = engine;
         options.max_seqs = 8;
         Simulator sim(config, options);
-        for (const Request& r : requests) {
-          REQUIRE(sim.run_until(r.arrival));
-          sim.submit(r);
-        }
-        REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
-        REQUIRE(sim.finish());
-        INFO((sim.violation() ? sim.violation()->message : std::string()));
-        CHECK_FALSE(sim.violation());
+        run_to_end(sim, requests);
         CHECK(sim.sim_totals().finished + sim.sim_totals().skipped == 60);
         if (pool_blocks == 40) CHECK(sim.sim_totals().preemptions > 0);
       }
