@@ -8,6 +8,7 @@ namespace kvreplay {
 
 BlockPool::BlockPool(std::uint32_t total, AllocOrder order, std::uint32_t max_refcount)
     : order_(order),
+      total_(total),
       max_refcount_(max_refcount),
       refcounts_(total, 0),
       filled_(total, 0),
@@ -21,75 +22,35 @@ BlockPool::BlockPool(std::uint32_t total, AllocOrder order, std::uint32_t max_re
   }
 }
 
-BlockId BlockPool::pop_free() {
+BlockId BlockPool::pop_free_queue() {
   assert(free_size_ > 0);
   BlockId b = kInvalidBlock;
-  switch (order_) {
-    case AllocOrder::kLifo:
-    case AllocOrder::kVllm: b = free_slots_[free_size_ - 1]; break;
-    case AllocOrder::kFifo:
-      b = free_slots_[free_head_];
-      free_head_ = free_head_ + 1 == total() ? 0 : free_head_ + 1;
-      break;
-    case AllocOrder::kLowest:
-      std::pop_heap(free_slots_.begin(), free_slots_.begin() + free_size_, std::greater<>{});
-      b = free_slots_[free_size_ - 1];
-      break;
+  if (order_ == AllocOrder::kFifo) {
+    b = free_slots_[free_head_];
+    free_head_ = free_head_ + 1 == total() ? 0 : free_head_ + 1;
+  } else {
+    std::pop_heap(free_slots_.begin(), free_slots_.begin() + free_size_, std::greater<>{});
+    b = free_slots_[free_size_ - 1];
   }
   --free_size_;
   return b;
 }
 
-void BlockPool::push_free(BlockId b) {
+void BlockPool::push_free_queue(BlockId b) {
   assert(free_size_ < total());
-  switch (order_) {
-    case AllocOrder::kLifo:
-    case AllocOrder::kVllm: free_slots_[free_size_] = b; break;
-    case AllocOrder::kFifo: {
-      std::uint64_t tail = (std::uint64_t{free_head_} + free_size_) % total();
-      free_slots_[tail] = b;
-      break;
-    }
-    case AllocOrder::kLowest:
-      free_slots_[free_size_] = b;
-      std::push_heap(free_slots_.begin(), free_slots_.begin() + free_size_ + 1, std::greater<>{});
-      break;
+  if (order_ == AllocOrder::kFifo) {
+    std::uint64_t tail = (std::uint64_t{free_head_} + free_size_) % total();
+    free_slots_[tail] = b;
+  } else {
+    free_slots_[free_size_] = b;
+    std::push_heap(free_slots_.begin(), free_slots_.begin() + free_size_ + 1, std::greater<>{});
   }
   ++free_size_;
-}
-
-CoreResult<BlockId> BlockPool::allocate() {
-  if (free_size_ == 0) return Unexpected{CoreError::kPoolExhausted};
-  BlockId b = pop_free();
-  refcounts_[b] = 1;
-  filled_[b] = 0;
-  ++allocations_;
-  return b;
 }
 
 CoreStatus BlockPool::allocate_n(std::uint32_t n, std::vector<BlockId>& out) {
   if (n > free_size_) return Unexpected{CoreError::kPoolExhausted};
   for (std::uint32_t i = 0; i < n; ++i) out.push_back(allocate().value());
-  return {};
-}
-
-CoreStatus BlockPool::retain(BlockId b) {
-  if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
-  if (refcounts_[b] == 0) return Unexpected{CoreError::kBlockNotLive};
-  if (refcounts_[b] >= max_refcount_) return Unexpected{CoreError::kRefcountOverflow};
-  ++refcounts_[b];
-  return {};
-}
-
-CoreStatus BlockPool::release(BlockId b) {
-  if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
-  if (refcounts_[b] == 0) return Unexpected{CoreError::kBlockNotLive};
-  if (--refcounts_[b] == 0) {
-    filled_total_ -= filled_[b];
-    filled_[b] = 0;
-    push_free(b);
-    ++frees_;
-  }
   return {};
 }
 

@@ -58,14 +58,49 @@ class BlockPool {
                      std::uint32_t max_refcount = kMaxRefcount);
 
   // Takes a free block (refcount 1, filled 0). Error: kPoolExhausted.
-  CoreResult<BlockId> allocate();
+  CoreResult<BlockId> allocate() {
+    if (free_size_ == 0) return Unexpected{CoreError::kPoolExhausted};
+    return take_free();
+  }
+  // allocate() when a block is known to be free. REQUIRES free_count() > 0.
+  BlockId take_free() {
+    const BlockId b = pop_free();
+    refcounts_[b] = 1;
+    filled_[b] = 0;
+    ++allocations_;
+    return b;
+  }
   // Takes n blocks or none. Error: kPoolExhausted (nothing taken).
   CoreStatus allocate_n(std::uint32_t n, std::vector<BlockId>& out);
   // REQUIRES b live. Errors: kBlockOutOfRange, kBlockNotLive, kRefcountOverflow.
-  CoreStatus retain(BlockId b);
+  CoreStatus retain(BlockId b) {
+    if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
+    if (refcounts_[b] == 0) return Unexpected{CoreError::kBlockNotLive};
+    if (refcounts_[b] >= max_refcount_) return Unexpected{CoreError::kRefcountOverflow};
+    ++refcounts_[b];
+    return {};
+  }
   // Drops one reference; at zero the block returns to the free list with filled 0.
   // Errors: kBlockOutOfRange, kBlockNotLive (a double free is an error, never an underflow).
-  CoreStatus release(BlockId b);
+  CoreStatus release(BlockId b) {
+    if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
+    if (refcounts_[b] == 0) return Unexpected{CoreError::kBlockNotLive};
+    if (--refcounts_[b] == 0) free_block(b);
+    return {};
+  }
+  // The free list is empty and the caller holds the only reference to b: the
+  // same as release(b) then allocate() (which returns b, the one free block),
+  // without the round trip. Errors (nothing changes): kBlockOutOfRange;
+  // kBlockNotLive unless refcount(b) == 1 and the free list is empty.
+  CoreStatus recycle(BlockId b) {
+    if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
+    if (refcounts_[b] != 1 || free_size_ != 0) return Unexpected{CoreError::kBlockNotLive};
+    filled_total_ -= filled_[b];
+    filled_[b] = 0;
+    ++frees_;
+    ++allocations_;
+    return {};
+  }
   // Makes a table entry writable. Existing(b) when the caller holds the only
   // reference, Allocated(b) when entry == kInvalidBlock, Copy{source, destination}
   // when shared: allocates the destination (filled copied from the source) and
@@ -87,7 +122,7 @@ class BlockPool {
     filled_[b] = n;
   }
 
-  std::uint32_t total() const { return static_cast<std::uint32_t>(refcounts_.size()); }
+  std::uint32_t total() const { return total_; }
   std::uint32_t free_count() const { return free_size_; }
   std::uint32_t used_count() const { return total() - free_size_; }
   std::uint32_t refcount(BlockId b) const { return refcounts_[b]; }
@@ -108,10 +143,29 @@ class BlockPool {
   friend struct BlockPoolTestAccess;  // plants faults in tests
 
   bool stack() const { return order_ == AllocOrder::kLifo || order_ == AllocOrder::kVllm; }
-  BlockId pop_free();  // REQUIRES free_size_ > 0
-  void push_free(BlockId b);
+  BlockId pop_free() {  // REQUIRES free_size_ > 0
+    if (stack()) return free_slots_[--free_size_];
+    return pop_free_queue();
+  }
+  void push_free(BlockId b) {
+    if (stack()) {
+      free_slots_[free_size_++] = b;
+      return;
+    }
+    push_free_queue(b);
+  }
+  BlockId pop_free_queue();  // fifo and lowest
+  void push_free_queue(BlockId b);
+  // refcount(b) reached zero: back to the free list with filled 0.
+  void free_block(BlockId b) {
+    filled_total_ -= filled_[b];
+    filled_[b] = 0;
+    push_free(b);
+    ++frees_;
+  }
 
   AllocOrder order_;
+  std::uint32_t total_;  // refcounts_.size(), kept apart: read on every operation
   std::uint32_t max_refcount_;
   std::vector<std::uint32_t> refcounts_;
   std::vector<std::uint32_t> filled_;

@@ -129,6 +129,33 @@ CoreResult<std::uint32_t> SequenceBlockTable::append_fresh(std::uint32_t tokens,
   return pages;
 }
 
+CoreResult<std::uint32_t> SequenceBlockTable::append_taken(std::uint32_t tokens,
+                                                          std::span<const BlockId> blocks,
+                                                          BlockPool& pool) {
+  if (length_ % page_tokens_ != 0 || entries_.size() != length_ / page_tokens_) {
+    return Unexpected{CoreError::kPageOutOfRange};
+  }
+  const std::uint64_t new_length = std::uint64_t{length_} + tokens;
+  if (new_length > capacity_tokens()) return Unexpected{CoreError::kLengthExceeded};
+  const auto pages = static_cast<std::uint32_t>((std::uint64_t{tokens} + page_tokens_ - 1) / page_tokens_);
+  if (blocks.size() != pages) return Unexpected{CoreError::kSizeMismatch};
+  for (BlockId b : blocks) {
+    if (b >= pool.total()) return Unexpected{CoreError::kBlockOutOfRange};
+    if (pool.refcount(b) != 1 || pool.filled(b) != 0) return Unexpected{CoreError::kBlockNotLive};
+  }
+  // Commit: nothing below can fail (bad_alloc growing the vector is fatal).
+  std::uint32_t left = tokens;
+  for (BlockId b : blocks) {
+    continued_ += !entries_.empty() && entries_.back() != kInvalidBlock && b == entries_.back() + 1;
+    entries_.push_back(b);
+    const std::uint32_t filled = std::min(left, page_tokens_);
+    pool.set_filled(b, filled);
+    left -= filled;
+  }
+  length_ = static_cast<std::uint32_t>(new_length);
+  return pages;
+}
+
 CoreStatus SequenceBlockTable::fork_into(SequenceBlockTable& target, BlockPool& pool) const {
   if (capacity_pages_ != target.capacity_pages_ || page_tokens_ != target.page_tokens_) {
     return Unexpected{CoreError::kSizeMismatch};

@@ -85,6 +85,14 @@ class SequenceBlockTable {
   // boundary, or a page past length() holds a block), kLengthExceeded,
   // kPoolExhausted; nothing changes on error. Returns the pages added.
   CoreResult<std::uint32_t> append_fresh(std::uint32_t tokens, BlockPool& pool);
+  // append_fresh onto blocks the caller already took from the pool (each live
+  // with one reference, the caller's, and filled 0), in page order: the table
+  // takes over those references. Errors: those of append_fresh bar
+  // kPoolExhausted, kSizeMismatch (not one block per new page), kBlockOutOfRange
+  // and kBlockNotLive (a block not taken as described); nothing changes on
+  // error, the blocks staying the caller's.
+  CoreResult<std::uint32_t> append_taken(std::uint32_t tokens, std::span<const BlockId> blocks,
+                                         BlockPool& pool);
   // The free blocks append(tokens) would take. Errors: those of append, bar
   // kPoolExhausted.
   CoreResult<std::uint32_t> blocks_needed(std::uint32_t tokens, const BlockPool& pool) const;

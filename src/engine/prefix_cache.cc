@@ -31,24 +31,9 @@ std::vector<std::string> evict_policy_names() {
   return enum_names(kEvictPolicyNames);
 }
 
-namespace {
-
-std::uint64_t mix(const PageKey& key) {
-  // murmur3's 64-bit finaliser over the chain id and the offset.
-  std::uint64_t x = key.chain ^ (std::uint64_t{key.offset} * 0x9E3779B97F4A7C15ull);
-  x ^= x >> 33;
-  x *= 0xFF51AFD7ED558CCDull;
-  x ^= x >> 33;
-  x *= 0xC4CEB9FE1A85EC53ull;
-  x ^= x >> 33;
-  return x;
-}
-
-}  // namespace
-
 PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates)
     : policy_(policy), pool_blocks_(pool_blocks), duplicates_(duplicates) {
-  assert(pool_blocks <= kTombstone);  // block ids stay below the slot markers
+  assert(pool_blocks <= kInvalidBlock);  // block ids stay below the empty-slot marker
   // Both tables grow with what is cached, not with the pool.
   slots_.resize(1024);
 }
@@ -56,122 +41,51 @@ PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool dup
 PrefixCache::Entry& PrefixCache::grow_entries(BlockId b) {
   entries_.resize(
       std::min<std::size_t>(pool_blocks_, std::max<std::size_t>(b + 1, entries_.size() * 2)));
+  entry_count_ = static_cast<std::uint32_t>(entries_.size());
   return entries_[b];
 }
 
-void PrefixCache::rehash() {
-  // Doubles when live keys fill more than a quarter, else only drops the
-  // tombstones: O(slots) once per slots / 4 erasures or inserts at least.
-  std::vector<Slot> old(size_ * 4 > slots_.size() ? slots_.size() * 2 : slots_.size());
+void PrefixCache::grow_index() {
+  // Doubles the index: O(slots) once per slots / 4 inserts at least.
+  std::vector<Slot> old(slots_.size() * 2);
   old.swap(slots_);
-  size_ = 0;
-  tombstones_ = 0;
   // Start after an empty slot, so that a run wrapping past the end is
   // reinserted in probe order (duplicates keep their order).
   const std::size_t n = old.size();
+  const std::size_t mask = slots_.size() - 1;
   std::size_t start = 0;
   while (old[start].block != kInvalidBlock) ++start;  // at most half taken: one is empty
   for (std::size_t i = 1; i <= n; ++i) {
     const Slot& slot = old[(start + i) % n];
-    if (live(slot)) {
-      slots_[free_slot_of(PageKey{slot.chain, slot.offset})] = slot;
-      ++size_;
-    }
+    if (slot.block == kInvalidBlock) continue;
+    const std::size_t to =
+        free_slot_from(static_cast<std::size_t>(mix(PageKey{slot.chain, slot.offset})) & mask);
+    slots_[to] = slot;
+    entries_[slot.block].slot = static_cast<std::uint32_t>(to);
   }
 }
 
-std::size_t PrefixCache::free_slot_of(const PageKey& key) const {
-  // The empty slot ending the key's run: past its entries and tombstones, so
-  // a key's blocks stay in insertion order along the probe sequence.
+inline void PrefixCache::index_erase(std::size_t slot) {
+  // Backward-shift deletion: each later entry of the run whose home is not
+  // between the hole and itself moves back into the hole. Entries sharing a
+  // key share a home, so they keep their order.
   const std::size_t mask = slots_.size() - 1;
-  std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
-  while (slots_[slot].block != kInvalidBlock) slot = (slot + 1) & mask;
-  return slot;
-}
-
-std::size_t PrefixCache::slot_of(const PageKey& key) const {
-  const std::size_t mask = slots_.size() - 1;
-  std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
-  while (slots_[slot].block != kInvalidBlock &&
-         (slots_[slot].block == kTombstone || slots_[slot].chain != key.chain ||
-          slots_[slot].offset != key.offset)) {
-    slot = (slot + 1) & mask;
+  std::size_t hole = slot;
+  for (std::size_t next = (hole + 1) & mask; slots_[next].block != kInvalidBlock;
+       next = (next + 1) & mask) {
+    const std::size_t home =
+        static_cast<std::size_t>(mix(PageKey{slots_[next].chain, slots_[next].offset})) & mask;
+    if (((next - home) & mask) < ((next - hole) & mask)) continue;  // home in (hole, next]
+    slots_[hole] = slots_[next];
+    entries_[slots_[hole].block].slot = static_cast<std::uint32_t>(hole);
+    hole = next;
   }
-  return slot;
-}
-
-void PrefixCache::reserve_slot() {
-  if ((size_ + tombstones_ + 1) * 2 > slots_.size()) rehash();  // at most half taken
-}
-
-void PrefixCache::index_insert(const PageKey& key, BlockId b) {
-  reserve_slot();
-  slots_[free_slot_of(key)] = Slot{key.chain, key.offset, b};
-  ++size_;
-}
-
-void PrefixCache::index_erase(const PageKey& key, BlockId b) {
-  const std::size_t mask = slots_.size() - 1;
-  std::size_t slot = slot_of(key);
-  while (slots_[slot].block != kInvalidBlock &&
-         !(slots_[slot].block == b && slots_[slot].chain == key.chain &&
-           slots_[slot].offset == key.offset)) {
-    slot = (slot + 1) & mask;
-  }
-  if (slots_[slot].block == kInvalidBlock) return;
-  // A tombstone: the run stays as it is, and rehash() drops it later.
-  slots_[slot].block = kTombstone;
+  slots_[hole] = Slot{};
   --size_;
-  ++tombstones_;
 }
 
-std::optional<BlockId> PrefixCache::find(const PageKey& key) const {
-  BlockId b = slots_[slot_of(key)].block;
-  if (b == kInvalidBlock) return std::nullopt;
-  return b;
-}
-
-void PrefixCache::lru_push_back(BlockId b) {
+void PrefixCache::make_evictable_ranked(BlockId b) {
   Entry& entry = entries_[b];
-  entry.prev = lru_tail_;
-  entry.next = kInvalidBlock;
-  if (lru_tail_ != kInvalidBlock) {
-    entries_[lru_tail_].next = b;
-  } else {
-    lru_head_ = b;
-  }
-  lru_tail_ = b;
-}
-
-void PrefixCache::lru_unlink(BlockId b) {
-  Entry& entry = entries_[b];
-  if (entry.prev != kInvalidBlock) {
-    entries_[entry.prev].next = entry.next;
-  } else {
-    lru_head_ = entry.next;
-  }
-  if (entry.next != kInvalidBlock) {
-    entries_[entry.next].prev = entry.prev;
-  } else {
-    lru_tail_ = entry.prev;
-  }
-  entry.prev = entry.next = kInvalidBlock;
-}
-
-void PrefixCache::make_evictable(BlockId b) {
-  Entry& entry = entry_of(b);
-  if (policy_ == EvictPolicy::kLru) {
-    // To the back of the list: least recently released first.
-    if (entry.evictable) {
-      lru_unlink(b);
-    } else {
-      ++evictable_count_;
-      watched_evictable_ += entry.watched ? 1 : 0;
-    }
-    entry.evictable = true;
-    lru_push_back(b);
-    return;
-  }
   if (!entry.evictable) {
     ++evictable_count_;
     watched_evictable_ += entry.watched ? 1 : 0;
@@ -201,73 +115,50 @@ void PrefixCache::purge_stale() {
   std::make_heap(heap_.begin(), heap_.end(), std::greater<>{});
 }
 
-void PrefixCache::make_unevictable(BlockId b) {
-  Entry& entry = entry_of(b);
-  if (entry.evictable) {
-    --evictable_count_;
-    watched_evictable_ -= entry.watched ? 1 : 0;
-    if (policy_ == EvictPolicy::kLru) lru_unlink(b);
-  }
-  entry.evictable = false;
-  if (policy_ == EvictPolicy::kLru) return;
-  ++entry.version;  // its candidate goes stale
-  purge_stale_if_due();
-}
-
-void PrefixCache::touch(BlockId b, std::uint64_t tick) {
-  Entry& entry = entry_of(b);
-  if (!entry.cached) return;
+inline void PrefixCache::uncache(BlockId b) {
+  Entry& entry = entries_[b];
   make_unevictable(b);
-  ++entry.hits;
-  entry.last_use = tick;
-}
-
-CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,
-                                     std::uint64_t tick) {
-  Entry& cached = entry_of(b);
-  if (cached.cached) return false;
-  reserve_slot();
-  // One probe: the lookup finds the free slot too (past the key's entries
-  // when duplicates are kept).
-  std::size_t slot = slot_of(key);
-  if (slots_[slot].block != kInvalidBlock) {
-    if (!duplicates_) return false;
-    slot = free_slot_of(key);
+  unwatch(b);
+  entry.cached = false;
+  index_erase(entry.slot);
+  if (eviction_log_.size() >= std::max(entries_.size(), kCandidateSlack)) {
+    log_base_ = evictions_;
+    eviction_log_.clear();
   }
-  if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
-  slots_[slot] = Slot{key.chain, key.offset, b};
-  ++size_;
-  cached.key = key;
-  cached.inserted = cached.last_use = tick;
-  cached.hits = 0;
-  cached.cached = true;
-  cached.evictable = false;
-  ++cached.version;
-  return true;
+  eviction_log_.push_back(b);
+  ++evictions_;
 }
 
-void PrefixCache::released(BlockId b, const BlockPool& pool, std::uint64_t tick) {
-  Entry& entry = entry_of(b);
-  if (!entry.cached || pool.refcount(b) != 1) return;
-  entry.last_use = tick;
-  make_evictable(b);
-}
-
-bool PrefixCache::evict_one(BlockPool& pool) {
-  if (policy_ == EvictPolicy::kLru) {
-    if (lru_head_ == kInvalidBlock) return false;
-    evict_block(lru_head_, pool);
-    return true;
-  }
+BlockId PrefixCache::take_victim() {
+  if (policy_ == EvictPolicy::kLru) return lru_head_;
   while (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
     const Candidate candidate = heap_.back();
     heap_.pop_back();
-    if (stale(candidate)) continue;
-    evict_block(candidate.block, pool);
-    return true;
+    if (!stale(candidate)) return candidate.block;
   }
-  return false;
+  return kInvalidBlock;
+}
+
+bool PrefixCache::evict_one(BlockPool& pool) {
+  const BlockId b = take_victim();
+  if (b == kInvalidBlock) return false;
+  evict_block(b, pool);
+  return true;
+}
+
+std::uint32_t PrefixCache::evict_for_reuse(BlockPool& pool, std::uint32_t n,
+                                           std::vector<BlockId>& out) {
+  if (pool.free_count() != 0) return 0;
+  std::uint32_t evicted = 0;
+  for (; evicted < n; ++evicted) {
+    const BlockId b = take_victim();
+    if (b == kInvalidBlock) break;
+    uncache(b);
+    (void)pool.recycle(b);  // held by the cache alone, the free list empty
+    out.push_back(b);
+  }
+  return evicted;
 }
 
 void PrefixCache::watch(BlockId b) {
@@ -279,7 +170,7 @@ void PrefixCache::watch(BlockId b) {
 }
 
 void PrefixCache::unwatch(BlockId b) {
-  if (b >= entries_.size()) return;
+  if (b >= entry_count_) return;
   Entry& entry = entries_[b];
   if (!entry.watched) return;
   entry.watched = false;
@@ -292,18 +183,8 @@ void PrefixCache::unwatch_all() {
 }
 
 void PrefixCache::evict_block(BlockId b, BlockPool& pool) {
-  Entry& entry = entries_[b];
-  make_unevictable(b);
-  unwatch(b);
-  entry.cached = false;
-  index_erase(entry.key, b);
+  uncache(b);
   (void)pool.release(b);  // held by the cache alone: frees it
-  if (eviction_log_.size() >= std::max(entries_.size(), kCandidateSlack)) {
-    log_base_ = evictions_;
-    eviction_log_.clear();
-  }
-  eviction_log_.push_back(b);
-  ++evictions_;
 }
 
 void PrefixCache::holds(std::vector<BlockId>& out) const {

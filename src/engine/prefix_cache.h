@@ -53,13 +53,23 @@ class PrefixCache {
   PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates = false);
 
   // The block cached under key (with duplicates, the earliest cached).
-  std::optional<BlockId> find(const PageKey& key) const;
+  std::optional<BlockId> find(const PageKey& key) const {
+    const BlockId b = slots_[slot_of(key)].block;
+    if (b == kInvalidBlock) return std::nullopt;
+    return b;
+  }
   // Whether block b is still cached under key (cheaper than find).
   bool cached_as(BlockId b, const PageKey& key) const {
-    return b < entries_.size() && entries_[b].cached && entries_[b].key == key;
+    return b < entry_count_ && entries_[b].cached && entries_[b].key == key;
   }
   // A sequence is about to retain cached block b (a hit): it stops being evictable.
-  void touch(BlockId b, std::uint64_t tick);
+  void touch(BlockId b, std::uint64_t tick) {
+    if (b >= entry_count_ || !entries_[b].cached) return;
+    Entry& entry = entries_[b];
+    make_unevictable(b);
+    ++entry.hits;
+    entry.last_use = tick;
+  }
   // Caches block b (held by a sequence) under key; the cache retains it.
   // Returns false, doing nothing, when the block already belongs to the cache
   // or (without duplicates) the key is already cached. Error: that of
@@ -67,9 +77,19 @@ class PrefixCache {
   CoreResult<bool> insert(const PageKey& key, BlockId b, BlockPool& pool, std::uint64_t tick);
   // After a sequence released block b: if b is cached and only the cache holds
   // it now, it becomes evictable.
-  void released(BlockId b, const BlockPool& pool, std::uint64_t tick);
+  void released(BlockId b, const BlockPool& pool, std::uint64_t tick) {
+    if (b >= entry_count_ || !entries_[b].cached || pool.refcount(b) != 1) return;
+    entries_[b].last_use = tick;
+    make_evictable(b);
+  }
   // Evicts one evictable block. Returns false when none is evictable.
   bool evict_one(BlockPool& pool);
+  // With the pool's free list empty: evicts up to n evictable blocks in
+  // eviction order and hands the cache's reference on each to the caller
+  // (BlockPool::recycle), appending them to out: the same as n times
+  // evict_one() then pool.allocate(). Returns how many it evicted: fewer than
+  // n when no more are evictable, none when the free list is not empty.
+  std::uint32_t evict_for_reuse(BlockPool& pool, std::uint32_t n, std::vector<BlockId>& out);
   // Blocks that evict_one() could free.
   std::uint32_t evictable() const { return evictable_count_; }
   // Watched blocks: a caller marks some cached blocks (a waiting request's
@@ -90,6 +110,8 @@ class PrefixCache {
     return std::span<const BlockId>(eviction_log_).subspan(since - log_base_);
   }
   std::size_t size() const { return size_; }
+  // Slots of the key index (live keys are at most half of them).
+  std::size_t index_slots() const { return slots_.size(); }
   // Eviction candidates queued, stale ones included (bounded: see the contract).
   std::size_t candidates() const {
     return policy_ == EvictPolicy::kLru ? evictable_count_ : heap_.size();
@@ -107,6 +129,7 @@ class PrefixCache {
     std::uint32_t version = 0;  // fifo, lfu: bumped whenever the block's evictable rank changes
     BlockId prev = kInvalidBlock;  // lru: neighbours in the eviction list
     BlockId next = kInvalidBlock;
+    std::uint32_t slot = 0;  // while cached: its slot in the key index
     bool cached = false;
     bool evictable = false;
     bool watched = false;
@@ -125,15 +148,41 @@ class PrefixCache {
     }
   };
   Entry& entry_of(BlockId b) {  // grows entries_ as needed
-    return b < entries_.size() ? entries_[b] : grow_entries(b);
+    return b < entry_count_ ? entries_[b] : grow_entries(b);
   }
   Entry& grow_entries(BlockId b);
-  // Rebuilds the key index without tombstones, twice as large when needed.
-  void rehash();
-  // Makes room for one more slot (live or tombstone: at most half the slots).
-  void reserve_slot();
-  void make_evictable(BlockId b);
-  void make_unevictable(BlockId b);
+  // Rebuilds the key index twice as large.
+  void grow_index();
+  // Makes room for one more key (at most half the slots live).
+  void reserve_slot() {
+    if ((size_ + 1) * 2 > slots_.size()) grow_index();
+  }
+  void make_evictable(BlockId b) {
+    if (policy_ != EvictPolicy::kLru) return make_evictable_ranked(b);
+    // To the back of the list: least recently released first.
+    Entry& entry = entries_[b];
+    if (entry.evictable) {
+      lru_unlink(b);
+    } else {
+      ++evictable_count_;
+      watched_evictable_ += entry.watched ? 1 : 0;
+      entry.evictable = true;
+    }
+    lru_push_back(b);
+  }
+  void make_evictable_ranked(BlockId b);  // fifo, lfu
+  void make_unevictable(BlockId b) {
+    Entry& entry = entries_[b];
+    if (entry.evictable) {
+      --evictable_count_;
+      watched_evictable_ -= entry.watched ? 1 : 0;
+      entry.evictable = false;
+      if (policy_ == EvictPolicy::kLru) lru_unlink(b);
+    }
+    if (policy_ == EvictPolicy::kLru) return;
+    ++entry.version;  // its candidate goes stale
+    purge_stale_if_due();
+  }
   // Drops stale candidates once they outnumber the live ones (amortised O(1)).
   // Eviction order is unchanged: the lru queue keeps its order, and the heap's
   // ranks are a strict order over live candidates (one per block).
@@ -143,47 +192,111 @@ class PrefixCache {
   }
   void purge_stale();
   bool stale(const Candidate& candidate) const;
-  // Open-addressing key index: linear probing, deletion by tombstone,
-  // tombstones dropped by rehash(). Entries of one key keep their insertion
-  // order along the probe sequence: an insert goes to the empty slot ending
-  // the run, and rehash() reinserts each probe run from its start.
-  std::size_t slot_of(const PageKey& key) const;  // first slot of key, or the empty one ending the run
-  std::size_t free_slot_of(const PageKey& key) const;  // the empty slot ending key's run
-  void index_insert(const PageKey& key, BlockId b);
-  void index_erase(const PageKey& key, BlockId b);
+  // Open-addressing key index: linear probing, deletion by backward shift (no
+  // tombstones), each cached block's entry pointing at its slot. Entries of
+  // one key keep their insertion order along the probe sequence: an insert
+  // goes to the empty slot ending the run, a deletion shifts later entries
+  // back in order, and grow_index() reinserts each probe run from its start.
+  static std::uint64_t mix(const PageKey& key) {
+    // murmur3's 64-bit finaliser over the chain id and the offset.
+    std::uint64_t x = key.chain ^ (std::uint64_t{key.offset} * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    return x;
+  }
+  // The first slot of key, or the empty one ending its run.
+  std::size_t slot_of(const PageKey& key) const {
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
+    while (slots_[slot].block != kInvalidBlock &&
+           (slots_[slot].chain != key.chain || slots_[slot].offset != key.offset)) {
+      slot = (slot + 1) & mask;
+    }
+    return slot;
+  }
+  // The empty slot ending the run that `from` is in.
+  std::size_t free_slot_from(std::size_t from) const {
+    const std::size_t mask = slots_.size() - 1;
+    while (slots_[from].block != kInvalidBlock) from = (from + 1) & mask;
+    return from;
+  }
+  void index_erase(std::size_t slot);
 
   EvictPolicy policy_;
   std::uint32_t pool_blocks_;
   bool duplicates_;
   std::vector<Entry> entries_;   // by block id, grown on demand
+  std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation
   std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
   // lru: the evictable blocks in the order they became evictable (a doubly
   // linked list through entries_, like vLLM's FreeKVCacheBlockQueue): O(1)
   // to append, unlink and pop, no stale candidates.
   BlockId lru_head_ = kInvalidBlock;
   BlockId lru_tail_ = kInvalidBlock;
-  void lru_push_back(BlockId b);
-  void lru_unlink(BlockId b);
+  void lru_push_back(BlockId b) {
+    Entry& entry = entries_[b];
+    entry.prev = lru_tail_;
+    entry.next = kInvalidBlock;
+    (lru_tail_ != kInvalidBlock ? entries_[lru_tail_].next : lru_head_) = b;
+    lru_tail_ = b;
+  }
+  void lru_unlink(BlockId b) {
+    Entry& entry = entries_[b];
+    (entry.prev != kInvalidBlock ? entries_[entry.prev].next : lru_head_) = entry.next;
+    (entry.next != kInvalidBlock ? entries_[entry.next].prev : lru_tail_) = entry.prev;
+    entry.prev = entry.next = kInvalidBlock;
+  }
   // Drops the cache's reference on evictable block b, freeing it.
   void evict_block(BlockId b, BlockPool& pool);
+  // Uncaches evictable block b (its reference still held): the part of an
+  // eviction before the pool sees it.
+  void uncache(BlockId b);
+  // The next block to evict (its candidate taken off the heap under fifo and
+  // lfu), or kInvalidBlock when none is evictable.
+  BlockId take_victim();
   std::uint32_t evictable_count_ = 0;
   std::uint32_t watched_evictable_ = 0;
   std::vector<BlockId> watched_;  // every block watched since unwatch_all (some no longer)
   // One slot per cache line share: key and block together, so a probe costs
   // one memory access.
-  static constexpr BlockId kTombstone = kInvalidBlock - 1;  // an erased slot
   struct Slot {
     std::uint64_t chain = 0;
     std::uint32_t offset = 0;
-    BlockId block = kInvalidBlock;  // kInvalidBlock: empty; kTombstone: erased
+    BlockId block = kInvalidBlock;  // kInvalidBlock: empty
   };
-  static bool live(const Slot& slot) { return slot.block < kTombstone; }
   std::vector<Slot> slots_;
-  std::size_t size_ = 0;        // live slots
-  std::size_t tombstones_ = 0;
+  std::size_t size_ = 0;  // live slots
   std::uint64_t evictions_ = 0;
   std::vector<BlockId> eviction_log_;  // evictions [log_base_, evictions_)
   std::uint64_t log_base_ = 0;
 };
+
+inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,
+                                     std::uint64_t tick) {
+  Entry& cached = entry_of(b);
+  if (cached.cached) return false;
+  reserve_slot();
+  // One probe: the lookup finds the free slot too (past the key's entries
+  // when duplicates are kept).
+  std::size_t slot = slot_of(key);
+  if (slots_[slot].block != kInvalidBlock) {
+    if (!duplicates_) return false;
+    slot = free_slot_from(slot);
+  }
+  if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
+  slots_[slot] = Slot{key.chain, key.offset, b};
+  ++size_;
+  cached.slot = static_cast<std::uint32_t>(slot);
+  cached.key = key;
+  cached.inserted = cached.last_use = tick;
+  cached.hits = 0;
+  cached.cached = true;
+  cached.evictable = false;
+  ++cached.version;
+  return true;
+}
 
 }  // namespace kvreplay

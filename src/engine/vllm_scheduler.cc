@@ -97,14 +97,20 @@ bool Simulator::cache_full_blocks_vllm(Flight& flight) {
   std::uint64_t k = 0;  // hash block holding the page's last token
   std::uint64_t end = (std::uint64_t{flight.cached_pages} + 1) * pt;
   if (!request.hash_ids.empty()) k = (end - 1) / hash_block;
-  for (std::uint32_t page = flight.cached_pages; page < full_pages; ++page, end += pt) {
-    if (page >= entries.size() || entries[page] == kInvalidBlock) break;
+  std::uint64_t k_start = k * hash_block;  // its first token
+  // Pages keyed by the trace's hash chain: prompt pages inside its hash blocks.
+  const std::uint64_t hashed_end =
+      std::min<std::uint64_t>(request.prompt, request.hash_ids.size() * hash_block);
+  const std::uint32_t last = std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
+  for (std::uint32_t page = flight.cached_pages; page < last; ++page, end += pt) {
+    if (entries[page] == kInvalidBlock) break;
     PageKey key;
-    if (end <= request.prompt && !request.hash_ids.empty()) {
-      while ((k + 1) * hash_block < end) ++k;
-      key = k < request.hash_ids.size()
-                ? PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k * hash_block)}
-                : vllm_key(flight, page);
+    if (end <= hashed_end) {
+      while (k_start + hash_block < end) {
+        ++k;
+        k_start += hash_block;
+      }
+      key = PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k_start)};
     } else {
       key = vllm_key(flight, page);
     }
@@ -150,19 +156,24 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
     if (!sample.table.append_in_place(chunk, pool_)) appended = Unexpected{CoreError::kBlockNotLive};
     remaining -= appended ? chunk : 0;
   }
-  while (appended && remaining > 0) {
-    if (pool_.free_count() == 0 && !cache_.evict_one(pool_)) {
-      appended = Unexpected{CoreError::kPoolExhausted};
-      break;
+  if (appended && remaining > 0) {
+    // BlockPool.get_new_blocks: the free blocks in the pool's order, then the
+    // cached ones, each evicted as the queue reaches it and handed straight
+    // to the page (evicting it onto the empty free list and popping it again
+    // would give the same block).
+    std::vector<BlockId>& blocks = alloc_scratch_;
+    blocks.clear();
+    const auto pages = static_cast<std::uint32_t>(ceil_div(remaining, pt));
+    while (blocks.size() < pages && pool_.free_count() > 0) blocks.push_back(pool_.take_free());
+    if (blocks.size() < pages) {
+      cache_.evict_for_reuse(pool_, pages - static_cast<std::uint32_t>(blocks.size()), blocks);
     }
-    const std::uint32_t chunk = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(remaining, std::uint64_t{pool_.free_count()} * pt));
-    auto pages = sample.table.append_fresh(chunk, pool_);
-    if (!pages) {
-      appended = Unexpected{pages.error()};
-      break;
+    auto taken = blocks.size() < pages ? CoreResult<std::uint32_t>{Unexpected{CoreError::kPoolExhausted}}
+                                       : sample.table.append_taken(remaining, blocks, pool_);
+    if (!taken) {
+      for (BlockId b : blocks) (void)pool_.release(b);  // back to the free list
+      appended = Unexpected{taken.error()};
     }
-    remaining -= chunk;
   }
   count_layout(state_, sample.table, +1);
   if (!appended) {

@@ -471,6 +471,36 @@ TEST_CASE("pool: filled_total follows set_filled, copies and frees") {
   CHECK(pool.filled_total() == 0u);
 }
 
+TEST_CASE("pool: recycle is release then allocate of the only free block, or refuses untouched") {
+  for (AllocOrder order : kAllOrders) {
+    INFO(to_string(order));
+    BlockPool recycled(4, order);
+    BlockPool round_trip(4, order);
+    std::vector<BlockId> a = allocate_all(recycled, 4);
+    std::vector<BlockId> b = allocate_all(round_trip, 4);
+    REQUIRE(a == b);
+    recycled.set_filled(a[2], 5);
+    round_trip.set_filled(b[2], 5);
+    // The free list is empty and the caller holds the only reference.
+    REQUIRE(recycled.recycle(a[2]).ok());
+    must_release(round_trip, b[2]);
+    CHECK(must_allocate(round_trip) == b[2]);
+    CHECK(recycled.snapshot() == round_trip.snapshot());
+    CHECK(recycled.filled_total() == round_trip.filled_total());
+
+    // Shared, free, out of range, or with a block free: refused, nothing changes.
+    REQUIRE(recycled.retain(a[0]).ok());
+    must_release(recycled, a[1]);
+    const PoolSnapshot before = recycled.snapshot();
+    for (BlockId refused : {a[0], a[1], BlockId{4}, a[3]}) {
+      auto status = recycled.recycle(refused);
+      REQUIRE_FALSE(status.ok());
+      CHECK(status.error() == (refused == 4 ? CoreError::kBlockOutOfRange : CoreError::kBlockNotLive));
+      CHECK(recycled.snapshot() == before);
+    }
+  }
+}
+
 TEST_CASE("pool: errors print with fmt") {
   CHECK(fmt::format("{}", CoreError::kPoolExhausted) == "pool exhausted");
   CHECK(fmt::format("{}", CoreError::kBlockNotLive) == "block not live");

@@ -137,6 +137,57 @@ TEST_CASE("table: append_fresh is append from a page boundary, and refuses anyth
   CHECK(pool.snapshot() == pool_before);
 }
 
+TEST_CASE("table: append_taken is append_fresh onto blocks the caller took, and refuses untouched") {
+  for (AllocOrder order : kAllOrders) {
+    INFO(to_string(order));
+    BlockPool taken_pool(8, order);
+    BlockPool fresh_pool(8, order);
+    SequenceBlockTable taken(4, 3);
+    SequenceBlockTable fresh(4, 3);
+    // 7 tokens (3 pages) onto the blocks the pool would hand out anyway.
+    std::vector<BlockId> blocks;
+    REQUIRE(taken_pool.allocate_n(3, blocks).ok());
+    auto pages = taken.append_taken(7, blocks, taken_pool);
+    REQUIRE(pages.ok());
+    CHECK(pages.value() == 3u);
+    REQUIRE(fresh.append_fresh(7, fresh_pool).ok());
+    CHECK(taken == fresh);
+    CHECK(taken.continued_pages() == fresh.continued_pages());
+    CHECK(taken_pool.snapshot() == fresh_pool.snapshot());
+  }
+  BlockPool pool(8);
+  SequenceBlockTable table(4, 3);
+  std::vector<BlockId> first;
+  REQUIRE(pool.allocate_n(1, first).ok());
+  REQUIRE(table.append_taken(3, first, pool).ok());
+  std::vector<BlockId> two;
+  REQUIRE(pool.allocate_n(2, two).ok());
+  const SequenceBlockTable before = table;
+  auto expect_refused = [&](std::uint32_t tokens, std::vector<BlockId> blocks, CoreError error) {
+    const PoolSnapshot pool_before = pool.snapshot();
+    auto refused = table.append_taken(tokens, blocks, pool);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error() == error);
+    CHECK(table == before);
+    CHECK(pool.snapshot() == pool_before);
+  };
+  expect_refused(3, two, CoreError::kSizeMismatch);  // 1 page, 2 blocks
+  expect_refused(10, {two[0], two[1], 6, 7}, CoreError::kLengthExceeded);
+  expect_refused(6, {two[0], first[0]}, CoreError::kBlockNotLive);  // first[0]: the table's
+  REQUIRE(pool.retain(two[1]).ok());  // shared: not the caller's alone
+  expect_refused(6, two, CoreError::kBlockNotLive);
+  REQUIRE(pool.release(two[1]).ok());
+  expect_refused(6, {two[0], 8}, CoreError::kBlockOutOfRange);
+  expect_refused(6, {two[0], 7}, CoreError::kBlockNotLive);  // free
+  // Off a page boundary: refused.
+  REQUIRE(table.append(1, pool).ok());
+  const SequenceBlockTable partial = table;
+  auto off = table.append_taken(3, std::vector<BlockId>{two[0]}, pool);
+  REQUIRE_FALSE(off.ok());
+  CHECK(off.error() == CoreError::kPageOutOfRange);
+  CHECK(table == partial);
+}
+
 TEST_CASE("table: append across pages fills each page and leaves a partial last page") {
   BlockPool pool(8, AllocOrder::kFifo);
   SequenceBlockTable table(4, 3);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 namespace {
@@ -400,4 +401,106 @@ TEST_CASE("prefix_cache: watched blocks count as evictable exactly while they ar
     cache.unwatch_all();
     CHECK(cache.watched_evictable() == 0);
   }
+}
+
+TEST_CASE("prefix_cache: evict_for_reuse is evict_one then allocate, block for block") {
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    INFO(kvreplay::to_string(policy));
+    constexpr std::uint32_t kBlocks = 8;
+    BlockPool reuse_pool(kBlocks);
+    BlockPool evict_pool(kBlocks);
+    PrefixCache reuse(policy, kBlocks);
+    PrefixCache evict(policy, kBlocks);
+    std::vector<BlockId> blocks = cache_pages(reuse, reuse_pool, kBlocks, 1);
+    REQUIRE(cache_pages(evict, evict_pool, kBlocks, 1) == blocks);
+    // Hits reorder the candidates under every policy; block 2 stays held.
+    for (BlockId b : {blocks[5], blocks[1], blocks[5]}) {
+      REQUIRE(hit_and_release(reuse, reuse_pool, b, 2));
+      REQUIRE(hit_and_release(evict, evict_pool, b, 2));
+    }
+    for (PrefixCache* cache : {&reuse, &evict}) cache->touch(blocks[2], 3);
+    REQUIRE(reuse_pool.retain(blocks[2]).ok());
+    REQUIRE(evict_pool.retain(blocks[2]).ok());
+    // Nothing is free: every block is cached, so reuse may begin.
+    REQUIRE(reuse_pool.free_count() == 0);
+
+    std::vector<BlockId> reused;
+    CHECK(reuse.evict_for_reuse(reuse_pool, 3, reused) == 3);
+    std::vector<BlockId> allocated;
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(evict.evict_one(evict_pool));
+      allocated.push_back(evict_pool.allocate().value());
+    }
+    CHECK(reused == allocated);
+    CHECK(reuse_pool.snapshot() == evict_pool.snapshot());
+    CHECK(reuse.evictions() == evict.evictions());
+    CHECK(reuse.evictable() == evict.evictable());
+    CHECK(reuse.size() == evict.size());
+    auto log = reuse.evicted_since(0);
+    REQUIRE(log.has_value());
+    CHECK(std::vector<BlockId>(log->begin(), log->end()) == reused);
+
+    // Asking for more than is evictable takes what there is (block 2 is held).
+    std::vector<BlockId> rest;
+    CHECK(reuse.evict_for_reuse(reuse_pool, kBlocks, rest) == kBlocks - 4);
+    CHECK(reuse.evictable() == 0);
+    CHECK(reuse.size() == 1);
+    // With a block on the free list it refuses, untouched.
+    REQUIRE(reuse_pool.release(rest.back()).ok());
+    REQUIRE(reuse.insert(PageKey{1, 16}, rest[0], reuse_pool, 4).value());
+    REQUIRE(reuse_pool.release(rest[0]).ok());
+    reuse.released(rest[0], reuse_pool, 4);
+    const auto before = reuse_pool.snapshot();
+    std::vector<BlockId> none;
+    CHECK(reuse.evict_for_reuse(reuse_pool, 1, none) == 0);
+    CHECK(none.empty());
+    CHECK(reuse_pool.snapshot() == before);
+    CHECK(reuse.evictable() == 1);
+  }
+}
+
+TEST_CASE("prefix_cache: the key index agrees with a reference through random inserts and evictions") {
+  // Few distinct keys whose hashes collide in the low bits, duplicates kept,
+  // random hits and evictions: deletions shift long probe runs, and find must
+  // still give the earliest block cached under each key.
+  constexpr std::uint32_t kBlocks = 600;
+  BlockPool pool(kBlocks);
+  PrefixCache cache(EvictPolicy::kLru, kBlocks, /*duplicates=*/true);
+  std::mt19937 rng(7);
+  // Reference: per key, its cached blocks in insertion order.
+  std::vector<std::vector<BlockId>> by_key(40);
+  auto key_of = [](std::size_t k) { return PageKey{std::uint64_t{k % 8} << 24, static_cast<std::uint32_t>(k / 8)}; };
+  std::uint64_t tick = 1;
+  std::uint32_t mismatches = 0, checks = 0;
+  for (int round = 0; round < 20000; ++round) {
+    const std::size_t hit_key = rng() % by_key.size();
+    if (rng() % 4 == 0 && !by_key[hit_key].empty()) {
+      // A hit on a random block of the key: lru then evicts it after the
+      // key's later blocks, so deletions come from inside probe runs too.
+      const BlockId b = by_key[hit_key][rng() % by_key[hit_key].size()];
+      REQUIRE(hit_and_release(cache, pool, b, tick++));
+    } else if (pool.free_count() > 0 && rng() % 3 != 0) {
+      const std::size_t k = rng() % by_key.size();
+      const BlockId b = pool.allocate().value();
+      auto inserted = cache.insert(key_of(k), b, pool, tick);
+      REQUIRE(inserted.ok());
+      REQUIRE(inserted.value());
+      by_key[k].push_back(b);
+      REQUIRE(pool.release(b).ok());
+      cache.released(b, pool, tick++);
+    } else {
+      REQUIRE(cache.evict_one(pool));
+      const BlockId gone = cache.evicted_since(cache.evictions() - 1).value()[0];
+      for (auto& blocks : by_key) blocks.erase(std::remove(blocks.begin(), blocks.end(), gone), blocks.end());
+    }
+    for (std::size_t k = 0; k < by_key.size(); ++k) {
+      auto found = cache.find(key_of(k));
+      const bool ok = by_key[k].empty() ? !found.has_value() : found == by_key[k].front();
+      mismatches += ok ? 0 : 1;
+      ++checks;
+    }
+  }
+  CHECK(checks == 20000u * 40u);
+  CHECK(mismatches == 0);
+  CHECK(cache.index_slots() <= 4 * kBlocks);  // grows with the keys, never with the churn
 }
