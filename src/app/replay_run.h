@@ -58,6 +58,12 @@ InputResult<ReplayRun> replay_trace(const std::string& path, const ConfigOverrid
   auto config = resolve_run_config(reader.header().config, overrides, reader.name(),
                                    reader.header().config_line);
   if (!config) return Unexpected{config.error()};
+  if (dataplane.options.attention && config.value().kv.kv_tensors == 1) {
+    return Unexpected{InputError{
+        "command line", 0, "--attention",
+        "the model keeps one MLA latent a token and layer; the paged decode attention kernel "
+        "reads K and V heads (attention over the latent is not modelled); drop --attention"}};
+  }
   ReplayRun run;
   run.replayer = std::make_unique<Replayer>(config.value(), check, on_oom);
   if (dataplane.backend != BackendKind::kNone) {

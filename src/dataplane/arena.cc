@@ -22,6 +22,7 @@ ArenaView arena_shape(const PagedKvConfig& config) {
   shape.page_tokens = config.page_tokens;
   shape.kv_heads = config.kv_heads;
   shape.head_dim = config.head_dim;
+  shape.kv_tensors = config.kv_tensors;
   shape.dtype = elem_type(config.dtype);
   shape.elem_bytes = elem_bytes(shape.dtype);
   return shape;

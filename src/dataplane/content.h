@@ -195,15 +195,15 @@ inline void fill_row(std::uint8_t* out, ElemType dtype, std::uint64_t row, std::
   }
 }
 
-// Writes one token row -- [K|V][kv_heads][head_dim] of one layer -- of the
-// token (writer, position). REQUIRES: `out` holds 2 * kv_heads * head_dim *
-// elem_bytes(dtype) bytes.
+// Writes one token row -- [K|V][kv_heads][head_dim] of one layer, or for MLA
+// (kv_tensors 1) the latent alone -- of the token (writer, position).
+// REQUIRES: `out` holds kv_tensors * kv_heads * head_dim * elem_bytes(dtype) bytes.
 inline void fill_token_row(std::uint8_t* out, ElemType dtype, std::uint32_t writer,
                            std::uint32_t position, std::uint32_t layer, std::uint32_t kv_heads,
-                           std::uint32_t head_dim) {
+                           std::uint32_t head_dim, std::uint32_t kv_tensors = 2) {
   const std::size_t row_bytes = std::size_t{head_dim} * elem_bytes(dtype);
   const std::uint64_t token = token_key(writer, position);
-  for (std::uint32_t kv = 0; kv < 2; ++kv) {
+  for (std::uint32_t kv = 0; kv < kv_tensors; ++kv) {
     for (std::uint32_t head = 0; head < kv_heads; ++head) {
       fill_row(out, dtype, row_key(token, layer, kv, head), head_dim);
       out += row_bytes;

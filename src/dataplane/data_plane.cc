@@ -142,7 +142,7 @@ void DataPlane::flush() {
   for (std::uint32_t layer = 0; layer < shape_.layers; ++layer) {
     for (const PendingToken& token : pending_tokens_) {
       content::fill_token_row(out, shape_.dtype, token.writer, token.position, layer,
-                              shape_.kv_heads, shape_.head_dim);
+                              shape_.kv_heads, shape_.head_dim, shape_.kv_tensors);
       out += token_bytes;
     }
   }
@@ -263,7 +263,7 @@ std::optional<std::string> DataPlane::verify_batch(const std::vector<LiveTable>&
         const std::uint8_t* read =
             gathered_.data() + (layer * rows + out_indptr[item] + t) * token_bytes;
         content::fill_token_row(expected_.data(), shape_.dtype, runs[run].writer, position, layer,
-                                shape_.kv_heads, shape_.head_dim);
+                                shape_.kv_heads, shape_.head_dim, shape_.kv_tensors);
         if (std::memcmp(read, expected_.data(), token_bytes) != 0) {
           return describe_mismatch(live, lineage, position, layer, read);
         }
@@ -279,12 +279,12 @@ std::string DataPlane::describe_mismatch(const LiveTable& live, const Lineage& l
   const std::uint64_t token_bytes = shape_.token_bytes();
   const std::uint32_t expected_writer = lineage.writer_at(position);
   content::fill_token_row(expected_.data(), shape_.dtype, expected_writer, position, layer,
-                          shape_.kv_heads, shape_.head_dim);
+                          shape_.kv_heads, shape_.head_dim, shape_.kv_tensors);
   std::uint64_t byte = 0;
   while (byte < token_bytes && read_row[byte] == expected_[byte]) ++byte;
   const std::uint64_t element = byte / shape_.elem_bytes;
   const std::uint64_t per_half = std::uint64_t{shape_.kv_heads} * shape_.head_dim;
-  const char* half = element < per_half ? "K" : "V";
+  const char* half = shape_.kv_tensors == 1 ? "latent" : element < per_half ? "K" : "V";
   const std::uint64_t head = (element % per_half) / shape_.head_dim;
   const std::uint64_t dim = element % shape_.head_dim;
   const std::uint64_t at = element * shape_.elem_bytes;
@@ -297,7 +297,7 @@ std::string DataPlane::describe_mismatch(const LiveTable& live, const Lineage& l
     std::vector<std::uint8_t> candidate(token_bytes);
     for (std::uint32_t writer = 1; writer <= writers_.size(); ++writer) {
       content::fill_token_row(candidate.data(), shape_.dtype, writer, position, layer,
-                              shape_.kv_heads, shape_.head_dim);
+                              shape_.kv_heads, shape_.head_dim, shape_.kv_tensors);
       if (std::memcmp(candidate.data(), read_row, token_bytes) == 0) {
         found = fmt::format("the token of {}", writer_text(writer));
         break;

@@ -38,7 +38,8 @@ struct Batch {
 
 Batch make_batch(std::mt19937_64& rng, std::uint32_t batch, std::uint32_t page_tokens,
                  std::uint32_t max_length, std::uint32_t layers, std::uint32_t kv_heads,
-                 std::uint32_t head_dim, Dtype dtype, HostArena* arena_out) {
+                 std::uint32_t head_dim, Dtype dtype, HostArena* arena_out,
+                 std::uint32_t kv_tensors = 2) {
   Batch out;
   std::uint32_t total_pages = 0;
   for (std::uint32_t i = 0; i < batch; ++i) {
@@ -46,6 +47,7 @@ Batch make_batch(std::mt19937_64& rng, std::uint32_t batch, std::uint32_t page_t
     total_pages += (out.lengths.back() + page_tokens - 1) / page_tokens;
   }
   out.config = geometry(layers, kv_heads, head_dim, dtype, page_tokens, total_pages + 3, 1 << 16);
+  out.config.kv_tensors = kv_tensors;
   std::vector<BlockId> blocks(out.config.pool_blocks);
   std::iota(blocks.begin(), blocks.end(), 0);
   std::shuffle(blocks.begin(), blocks.end(), rng);
@@ -87,7 +89,7 @@ Batch make_batch(std::mt19937_64& rng, std::uint32_t batch, std::uint32_t page_t
       for (std::size_t r = 0; r + 1 < rows.size(); ++r) {
         content::fill_token_row(staging.data() + (layer * rows.size() + r) * token_bytes,
                                 shape.dtype, rows[r].first + 1, rows[r].second, layer, kv_heads,
-                                head_dim);
+                                head_dim, kv_tensors);
       }
     }
     cpu_append(shape,
@@ -216,6 +218,45 @@ TEST_CASE("gather through fragmented tables equals the dense reference", "[kerne
         }
       }
     }
+  }
+}
+
+TEST_CASE("an MLA arena keeps one latent a token, and gathers like the dense reference",
+          "[kernels]") {
+  // DeepSeek-V3's latent shape scaled down: kv_lora_rank + qk_rope_head_dim
+  // values as one "head" of 9 (odd, so no wide vector divides the row), no V.
+  std::mt19937_64 rng(11);
+  for (std::uint32_t page_tokens : kPageSizes) {
+    const Dtype dtype = test::kAllDtypes[page_tokens % 4];
+    CAPTURE(page_tokens, to_string(dtype));
+    HostArena arena = make_arena(geometry(1, 1, 1, Dtype::kFp32, 1, 1));
+    Batch batch = make_batch(rng, 7, page_tokens, 30, 3, 1, 9, dtype, &arena, /*kv_tensors=*/1);
+    const ArenaView shape = arena.view();
+    CHECK(shape.kv_tensors == 1u);
+    CHECK(shape.token_bytes() == 9u * elem_bytes(shape.dtype));  // one row, not a K and a V
+    CHECK(shape.bytes() == batch.config.pool_bytes());
+    CHECK(batch.config.bytes_per_token() == 3u * 9u * dtype_bytes(dtype));
+    PagedBatch whole;
+    for (std::uint32_t i = 0; i < batch.tables.size(); ++i) {
+      whole.add(batch.tables[i], page_tokens, 0, batch.lengths[i]);
+    }
+    std::vector<std::uint8_t> out(shape.layers * whole.rows() * shape.token_bytes());
+    cpu_gather(shape, whole.view(), GatherParams{out.data(), whole.rows()});
+    for (std::uint32_t i = 0; i < batch.tables.size(); ++i) {
+      for (std::uint32_t layer = 0; layer < shape.layers; ++layer) {
+        REQUIRE(test::bytes_compare(
+                    out.data() + (layer * whole.rows() + whole.out_indptr()[i]) * shape.token_bytes(),
+                    batch.dense[i].data() + layer * batch.lengths[i] * shape.token_bytes(),
+                    batch.lengths[i] * shape.token_bytes()) == 0);
+      }
+    }
+    // The latent row is the K row of the same token: a K+V writer fills the
+    // same first bytes, then a V row the latent arena has no room for.
+    std::vector<std::uint8_t> latent(shape.token_bytes()), kv(2 * shape.token_bytes());
+    content::fill_token_row(latent.data(), shape.dtype, 3, 5, 1, 1, 9, 1);
+    content::fill_token_row(kv.data(), shape.dtype, 3, 5, 1, 1, 9, 2);
+    CHECK(test::bytes_compare(latent.data(), kv.data(), latent.size()) == 0);
+    CHECK(test::bytes_compare(latent.data(), kv.data() + latent.size(), latent.size()) != 0);
   }
 }
 

@@ -71,6 +71,42 @@ TEST_CASE("every example trace verifies byte for byte on the cpu data plane", "[
   }
 }
 
+TEST_CASE("an MLA geometry (one latent a token) verifies, and a dropped copy names the latent",
+          "[verify]") {
+  const auto mla = [](RunConfig& config) {
+    config.kv.kv_tensors = 1;
+    config.kv.kv_heads = 1;
+  };
+  for (const ExampleTrace& example : kTraces) {
+    CAPTURE(example.name);
+    const std::string trace = read_trace(example.name);
+    const CheckPolicy end{CheckPolicy::Mode::kEnd, 1};
+    auto none = replay_text(trace, BackendKind::kNone, {}, {}, end, example.overrides, mla);
+    auto cpu = replay_text(trace, BackendKind::kCpu, verifying(), {}, end, example.overrides, mla);
+    REQUIRE_FALSE(cpu.input_error);
+    INFO((cpu.violation ? cpu.violation->message : std::string()));
+    CHECK_FALSE(cpu.violated);
+    CHECK(cpu.verify.checkpoints >= 1);
+    CHECK(same_figures(none.totals, cpu.totals));
+  }
+  const std::string trace = read_trace("fork_cow.jsonl");
+  DataPlaneFaults faults;
+  faults.skip_copy = 1;
+  auto planted = replay_text(trace, BackendKind::kCpu, verifying(), faults,
+                             CheckPolicy{CheckPolicy::Mode::kEnd, 1}, {}, mla);
+  REQUIRE(planted.violated);
+  REQUIRE(planted.violation);
+  CHECK(planted.violation->invariant == "D1");
+  CHECK_THAT(planted.violation->message,
+             Catch::StartsWith("seq 0 position 4: layer 0 latent head 0 dim 0 reads 0x00000000"));
+  // Half the bytes of the K+V arena: the copy-on-write bytes halve too.
+  auto kv = replay_text(trace, BackendKind::kNone);
+  auto latent = replay_text(trace, BackendKind::kNone, {}, {}, CheckPolicy{CheckPolicy::Mode::kEnd, 1},
+                            {}, [](RunConfig& config) { config.kv.kv_tensors = 1; });
+  CHECK(latent.totals.cow_copies == kv.totals.cow_copies);
+  CHECK(latent.totals.cow_bytes * 2 == kv.totals.cow_bytes);
+}
+
 TEST_CASE("fork_cow: a dropped copy-on-write copy is caught at the check event", "[verify]") {
   const std::string trace = read_trace("fork_cow.jsonl");
   auto clean = replay_text(trace, BackendKind::kCpu, verifying());

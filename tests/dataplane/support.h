@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -69,7 +70,8 @@ inline void write_dense(std::uint8_t* dense, const ArenaView& shape, std::uint64
   const std::uint64_t token_bytes = shape.token_bytes();
   for (std::uint32_t layer = 0; layer < shape.layers; ++layer) {
     content::fill_token_row(dense + (layer * capacity + position) * token_bytes, shape.dtype,
-                            writer, position, layer, shape.kv_heads, shape.head_dim);
+                            writer, position, layer, shape.kv_heads, shape.head_dim,
+                            shape.kv_tensors);
   }
 }
 
@@ -154,7 +156,8 @@ struct DataReplay {
 inline DataReplay replay_text(const std::string& trace, BackendKind backend,
                               DataPlaneOptions options = {}, DataPlaneFaults faults = {},
                               CheckPolicy check = CheckPolicy{CheckPolicy::Mode::kEnd, 1},
-                              ConfigOverrides overrides = {}) {
+                              ConfigOverrides overrides = {},
+                              const std::function<void(RunConfig&)>& adjust = {}) {
   DataReplay out;
   auto opened = KvTraceReader::from_string(trace, "test.jsonl");
   if (!opened) {
@@ -170,6 +173,7 @@ inline DataReplay replay_text(const std::string& trace, BackendKind backend,
     out.input_message = config.error().to_string();
     return out;
   }
+  if (adjust) adjust(config.value());
   Replayer replayer(config.value(), check, OomPolicy::kSkip);
   std::unique_ptr<DataPlane> plane;
   if (backend != BackendKind::kNone) {
