@@ -82,7 +82,8 @@ std::optional<std::string> PagedKvConfig::validate() const {
   if (pool_blocks == 0) return "pool_blocks must be >= 1";
   if (pool_blocks >= kInvalidBlock) return "pool_blocks must be below 4294967295";
   if (max_seq_tokens == 0) return "max_seq_tokens must be >= 1";
-  auto per_token = checked_mul(2ull * layers, kv_heads);
+  if (kv_tensors != 1 && kv_tensors != 2) return "kv_tensors must be 1 (MLA) or 2 (K and V)";
+  auto per_token = checked_mul(std::uint64_t{kv_tensors} * layers, kv_heads);
   if (per_token) per_token = checked_mul(*per_token, head_dim);
   if (per_token) per_token = checked_mul(*per_token, dtype_bytes(dtype));
   if (!per_token) return "bytes_per_token overflows 64 bits";
@@ -94,7 +95,7 @@ std::optional<std::string> PagedKvConfig::validate() const {
 }
 
 std::uint64_t PagedKvConfig::bytes_per_token() const {
-  return 2ull * layers * kv_heads * head_dim * dtype_bytes(dtype);
+  return std::uint64_t{kv_tensors} * layers * kv_heads * head_dim * dtype_bytes(dtype);
 }
 
 std::uint64_t PagedKvConfig::block_bytes() const {

@@ -44,16 +44,20 @@ struct PagedKvConfig {
   std::uint32_t page_tokens = 16;
   std::uint32_t pool_blocks = 0;
   std::uint32_t max_seq_tokens = 32768;
+  // Vectors a token keeps per layer and head: 2, a K and a V (SPEC 1); 1, one
+  // latent (MLA: DeepSeek's kv_lora_rank + qk_rope_head_dim values, kv_heads 1).
+  std::uint32_t kv_tensors = 2;
 
   // Empty when valid; otherwise what is wrong, e.g. "page_tokens must be >= 1".
-  // Rejects zeros, byte counts that overflow 64 bits, and pools of 2^32-1 blocks
-  // or more (kInvalidBlock must never be a real block).
+  // Rejects zeros, byte counts that overflow 64 bits, pools of 2^32-1 blocks
+  // or more (kInvalidBlock must never be a real block), and kv_tensors other
+  // than 1 and 2.
   std::optional<std::string> validate() const;
   bool is_valid() const { return !validate().has_value(); }
 
   // REQUIRES: is_valid() for the derived sizes below.
-  std::uint64_t bytes_per_token()
-      const;                            // 2 (K and V) * layers * kv_heads * head_dim * dtype_bytes
+  // kv_tensors (2: K and V) * layers * kv_heads * head_dim * dtype_bytes
+  std::uint64_t bytes_per_token() const;
   std::uint64_t block_bytes() const;    // bytes_per_token * page_tokens
   std::uint64_t pool_bytes() const;     // block_bytes * pool_blocks
   std::uint32_t pages_per_seq() const;  // ceil(max_seq_tokens / page_tokens)

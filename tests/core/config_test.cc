@@ -76,6 +76,23 @@ TEST_CASE("config: dtype sizes feed bytes_per_token") {
   CHECK(config.block_bytes() == 1024u * 1024u);
 }
 
+TEST_CASE("config: kv_tensors 1 keeps one MLA latent per token, 2 a K and a V") {
+  PagedKvConfig config = llama_3_8b();
+  CHECK(config.kv_tensors == 2u);  // the default: K and V (SPEC 1)
+  // DeepSeek-V3: 61 layers, one latent of 512 + 64 values, bf16.
+  config.layers = 61;
+  config.kv_heads = 1;
+  config.head_dim = 576;
+  config.kv_tensors = 1;
+  CHECK(config.is_valid());
+  CHECK(config.bytes_per_token() == 61u * 576u * 2u);
+  CHECK(config.block_bytes() == 61u * 576u * 2u * 16u);
+  for (std::uint32_t bad : {0u, 3u}) {
+    config.kv_tensors = bad;
+    CHECK(config.validate() == std::optional<std::string>("kv_tensors must be 1 (MLA) or 2 (K and V)"));
+  }
+}
+
 TEST_CASE("config: validate rejects each zero field and names it") {
   struct Case {
     const char* field;
