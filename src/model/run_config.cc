@@ -15,12 +15,7 @@ constexpr std::array<std::string_view, 10> kKeys{
     "page_tokens", "pool_blocks", "kv_memory", "max_seq_tokens", "alloc_order"};
 
 std::string known_models() {
-  std::string out;
-  for (const ModelPreset& preset : model_presets()) {
-    if (!out.empty()) out += ", ";
-    out += preset.name;
-  }
-  return out;
+  return model_preset_list();
 }
 
 // Bookkeeping of a pool of `blocks` (pool and invariant checker), in GiB.
@@ -134,14 +129,15 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   std::optional<std::string> model = cli.model ? cli.model : h_model;
   bool model_from_cli = cli.model.has_value();
   if (model) {
-    auto preset = find_model_preset(*model);
-    if (!preset)
+    const ModelPreset* preset = find_model_preset(*model);
+    if (preset == nullptr)
       return fail("model", model_from_cli,
                   fmt::format("unknown model '{}' (known: {})", *model, known_models()));
-    run.model = std::string(preset->name);
-    run.kv.layers = preset->layers;
-    run.kv.kv_heads = preset->kv_heads;
-    run.kv.head_dim = preset->head_dim;
+    run.model = *model;  // as named: an alias stays the alias
+    run.kv.layers = preset->spec.layers;
+    run.kv.kv_heads = preset->spec.kv_heads;
+    run.kv.head_dim = preset->spec.head_dim;
+    run.kv.kv_tensors = preset->spec.mla ? 1 : 2;
   }
   if (!model_from_cli) {
     if (h_layers) run.kv.layers = *h_layers;
@@ -154,10 +150,11 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   if ((h_layers || h_kv_heads || h_head_dim || cli.layers || cli.kv_heads || cli.head_dim) &&
       !run.model.empty()) {
     // A preset with a dimension changed by hand is no longer that preset.
-    auto preset = find_model_preset(run.model);
-    if (preset->layers != run.kv.layers || preset->kv_heads != run.kv.kv_heads ||
-        preset->head_dim != run.kv.head_dim) {
+    const ModelSpec& spec = find_model_preset(run.model)->spec;
+    if (spec.layers != run.kv.layers || spec.kv_heads != run.kv.kv_heads ||
+        spec.head_dim != run.kv.head_dim) {
       run.model.clear();
+      run.kv.kv_tensors = 2;
     }
   }
   for (auto [key, value] :
