@@ -60,6 +60,14 @@ InputResult<ReplayRun> replay_trace(const std::string& path, const ConfigOverrid
   if (!config) return Unexpected{config.error()};
   ReplayRun run;
   run.replayer = std::make_unique<Replayer>(config.value(), check, on_oom);
+  if (dataplane.backend != BackendKind::kNone && config.value().kv.kv_tensors != 2) {
+    // The arena lays out a K and a V per head (SPEC 5), not an MLA latent.
+    return Unexpected{InputError{
+        "command line", 0, "--backend",
+        fmt::format("{}: {} keeps one MLA latent per token, which the data plane does not lay "
+                    "out; use --backend none",
+                    to_string(dataplane.backend), config.value().model)}};
+  }
   if (dataplane.backend != BackendKind::kNone) {
     auto backend = make_backend(dataplane.backend, config.value().kv, dataplane.arena_limit);
     if (!backend) {
