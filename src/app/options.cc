@@ -30,15 +30,15 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
         "--model-config", model_config,
         "a Hugging Face config.json (text_config too): the model's geometry, context and size"));
   }
-  options[1] = group(app.add_option("--layers", layers, "layers (replaces the model's)")
-                         ->check(positive));
-  options[2] = group(app.add_option("--kv-heads", kv_heads, "KV heads (replaces the model's)")
-                         ->check(positive));
+  options[1] =
+      group(app.add_option("--layers", layers, "layers (replaces the model's)")->check(positive));
+  options[2] = group(
+      app.add_option("--kv-heads", kv_heads, "KV heads (replaces the model's)")->check(positive));
   options[3] = group(app.add_option("--head-dim", head_dim, "head dimension (replaces the model's)")
                          ->check(positive));
-  options[4] =
-      group(app.add_option("--dtype", dtype, "KV cache: fp32, fp16, bf16 or fp8 (default: the "
-                                             "model's, else bf16)"));
+  options[4] = group(app.add_option("--dtype", dtype,
+                                    "KV cache: fp32, fp16, bf16 or fp8 (default: the "
+                                    "model's, else bf16)"));
   if (!swept) {
     options[5] =
         group(app.add_option("--page-tokens", page_tokens, "tokens per page (block); default 16")
@@ -62,8 +62,9 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
                                         "tensor parallelism: KV heads split across N GPUs "
                                         "(replicated when fewer; an MLA latent on every GPU)")
                              ->check(CLI::Range(1u, 1024u)));
-    options[12] = deploy(app.add_option("--pp", pp, "pipeline parallelism: layers split across N "
-                                                    "stages (the fullest stage is reported)")
+    options[12] = deploy(app.add_option("--pp", pp,
+                                        "pipeline parallelism: layers split across N "
+                                        "stages (the fullest stage is reported)")
                              ->check(CLI::Range(1u, 1024u)));
     options[13] = deploy(app.add_option("--gpu", gpu,
                                         "GPU preset (datasheet figures; sizes the pool unless "

@@ -143,8 +143,8 @@ int run_plan(const PlanRequest& request) {
           return kExitInput;
         }
         const std::string label =
-            !memory.empty() ? memory : reproducible_memory(config.value().kv.pool_blocks,
-                                                           config.value().kv);
+            !memory.empty() ? memory
+                            : reproducible_memory(config.value().kv.pool_blocks, config.value().kv);
         cells.push_back(
             PlanCell{model.name, label, page, config.value(), std::nullopt, std::nullopt});
       }
@@ -478,7 +478,8 @@ class PlanCommand final : public Command {
         "      --model llama-3-8b,llama-3-70b --kv-memory 8GiB,16GiB,40GiB --page-tokens 16,32\n"
         "  kvreplay plan traces/requests/mooncake_conv.jsonl --kv-memory 40GiB,80GiB --check 100 "
         "--no-search --report plan.json\n"
-        "  kvreplay plan traces/requests/azure_conv.csv --model qwen3-32b,gpt-oss-120b --gpu h100-80gb "
+        "  kvreplay plan traces/requests/azure_conv.csv --model qwen3-32b,gpt-oss-120b --gpu "
+        "h100-80gb "
         "--no-search");
   }
   int run() override {
@@ -489,10 +490,12 @@ class PlanCommand final : public Command {
     if (request_.page_tokens.empty()) request_.page_tokens = {16};
     request_.search_min = !no_search_;
     if (request_.kv_memories.empty() && !request_.overrides.gpu) {
-      return usage_error("--kv-memory: missing: give the sizes to sweep, or --gpu to size one "
-                         "pool per model from its memory");
+      return usage_error(
+          "--kv-memory: missing: give the sizes to sweep, or --gpu to size one "
+          "pool per model from its memory");
     }
-    if (auto problem = options_.resolve(request_.options, request_.format, request_.overrides.gpu)) {
+    if (auto problem =
+            options_.resolve(request_.options, request_.format, request_.overrides.gpu)) {
       return usage_error(*problem);
     }
     set_activation_limits(request_.overrides, request_.options);

@@ -104,7 +104,8 @@ class SimulateCommand final : public Command {
   }
   int run() override {
     request_.overrides = config_.overrides();
-    if (auto problem = options_.resolve(request_.options, request_.format, request_.overrides.gpu)) {
+    if (auto problem =
+            options_.resolve(request_.options, request_.format, request_.overrides.gpu)) {
       return usage_error(*problem);
     }
     set_activation_limits(request_.overrides, request_.options);

@@ -13,8 +13,8 @@
 namespace kvreplay {
 
 struct EmbeddedFile {
-  std::string_view name;          // the file name without ".json"
-  std::string_view (*bytes)();    // the file's bytes, exactly
+  std::string_view name;        // the file name without ".json"
+  std::string_view (*bytes)();  // the file's bytes, exactly
 };
 
 std::span<const EmbeddedFile> embedded_model_presets();  // presets/*.json, by name

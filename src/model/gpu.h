@@ -12,9 +12,9 @@
 namespace kvreplay {
 
 struct GpuSpec {
-  std::string name;         // "h100-80gb", the file's name
-  std::string description;  // "NVIDIA H100 SXM5 80GB"
-  std::string memory;       // the datasheet's words: "80GB HBM3"
+  std::string name;                // "h100-80gb", the file's name
+  std::string description;         // "NVIDIA H100 SXM5 80GB"
+  std::string memory;              // the datasheet's words: "80GB HBM3"
   std::uint64_t memory_bytes = 0;  // what gpu_memory_utilization multiplies
   std::uint64_t hbm_bandwidth_bytes_per_second = 0;
   double bf16_dense_tflops = 0;

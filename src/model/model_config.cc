@@ -46,12 +46,14 @@ class Count {
 
   friend Count operator+(Count a, Count b) {
     Count out;
-    out.overflow_ = a.overflow_ || b.overflow_ || __builtin_add_overflow(a.value_, b.value_, &out.value_);
+    out.overflow_ =
+        a.overflow_ || b.overflow_ || __builtin_add_overflow(a.value_, b.value_, &out.value_);
     return out;
   }
   friend Count operator*(Count a, Count b) {
     Count out;
-    out.overflow_ = a.overflow_ || b.overflow_ || __builtin_mul_overflow(a.value_, b.value_, &out.value_);
+    out.overflow_ =
+        a.overflow_ || b.overflow_ || __builtin_mul_overflow(a.value_, b.value_, &out.value_);
     return out;
   }
   Count& operator+=(Count other) { return *this = *this + other; }
@@ -293,10 +295,9 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   if (head_dim_given) {
     head_dim = *head_dim_given;
   } else if (hidden % heads != 0) {
-    return fields.fail("head_dim",
-                       fmt::format("missing, and hidden_size {} is not a multiple of "
-                                   "num_attention_heads {}",
-                                   hidden, heads));
+    return fields.fail("head_dim", fmt::format("missing, and hidden_size {} is not a multiple of "
+                                               "num_attention_heads {}",
+                                               hidden, heads));
   } else {
     head_dim = hidden / heads;
   }
@@ -315,14 +316,15 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
     spec.kv_heads = 1;
     spec.head_dim = static_cast<std::uint32_t>(*kv_lora + rope);
     const Count q_width = Count(heads) * (nope + rope);
-    const Count q = q_lora ? Count(hidden) * *q_lora + Count(*q_lora) * q_width
-                           : Count(hidden) * q_width;
+    const Count q =
+        q_lora ? Count(hidden) * *q_lora + Count(*q_lora) * q_width : Count(hidden) * q_width;
     attention = q + Count(hidden) * (*kv_lora + rope) + Count(*kv_lora) * heads * (nope + v_head) +
                 Count(heads) * v_head * hidden;
   } else {
     spec.kv_heads = static_cast<std::uint32_t>(kv_heads);
     spec.head_dim = static_cast<std::uint32_t>(head_dim);
-    attention = Count(hidden) * (heads + 2 * kv_heads) * head_dim + Count(heads) * head_dim * hidden;
+    attention =
+        Count(hidden) * (heads + 2 * kv_heads) * head_dim + Count(heads) * head_dim * hidden;
   }
   if (auto status = read_attention(fields, spec); !status) return Unexpected{status.error()};
 
@@ -373,8 +375,8 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
                            fmt::format("expected an array, got {}", only->dump()));
       }
       for (std::size_t i = 0; i < only->size(); ++i) {
-        auto layer = fields.check_uint(fmt::format("mlp_only_layers[{}]", i), (*only)[i], 0,
-                                       layers - 1);
+        auto layer =
+            fields.check_uint(fmt::format("mlp_only_layers[{}]", i), (*only)[i], 0, layers - 1);
         if (!layer) return Unexpected{layer.error()};
         mlp_only.push_back(layer.value());
       }
@@ -388,9 +390,9 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   std::uint64_t moe_layers = 0;
   for (std::uint64_t i = 0; i < layers; ++i) moe_layers += is_moe(i) ? 1 : 0;
   if (moe_layers < layers && !intermediate) {
-    return fields.fail("intermediate_size",
-                       fmt::format("missing, and {} of {} layers have a dense MLP",
-                                   layers - moe_layers, layers));
+    return fields.fail(
+        "intermediate_size",
+        fmt::format("missing, and {} of {} layers have a dense MLP", layers - moe_layers, layers));
   }
   const Count expert = Count(3) * hidden * moe_intermediate;
   const Count dense_mlp = Count(3) * hidden * intermediate.value_or(0);
@@ -405,8 +407,8 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   const Count routed_all = expert * experts * moe_layers;
   const Count shared_all = shared_mlp * moe_layers;
   const Count router_all = router * moe_layers;
-  const Count total = embedding + lm_head + attention_all + dense_all + routed_all + shared_all +
-                      router_all;
+  const Count total =
+      embedding + lm_head + attention_all + dense_all + routed_all + shared_all + router_all;
   const Count inactive = expert * (experts - per_token) * moe_layers;
   if (total.overflow() || inactive.overflow()) {
     return fields.fail("num_hidden_layers", "the parameter count overflows 64 bits");
@@ -416,8 +418,9 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
       total.value() - inactive.value() - (tied.value_or(true) ? 0 : embedding.value());
   spec.mlp_width = std::max<std::uint64_t>(
       moe_layers < layers ? intermediate.value_or(0) : 0,
-      moe_layers > 0 ? per_token * moe_intermediate + shared * moe_intermediate + shared_intermediate
-                     : 0);
+      moe_layers > 0
+          ? per_token * moe_intermediate + shared * moe_intermediate + shared_intermediate
+          : 0);
 
   const std::uint64_t element = dtype_bytes(dtype);
   Count weights = total * element;
@@ -432,13 +435,13 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
     if (name == "fp8") {
       // Linear layers in 1 byte (block scales, 4 bytes per 128x128 block, left out);
       // embeddings, lm_head and the router keep the checkpoint's dtype.
-      weights = (embedding + lm_head + router_all) * element +
-                attention_all + dense_all + routed_all + shared_all;
+      weights = (embedding + lm_head + router_all) * element + attention_all + dense_all +
+                routed_all + shared_all;
     } else if (name == "mxfp4") {
       // Routed experts in 4-bit values with one 8-bit scale per 32 (17/32 byte each).
-      weights = (embedding + lm_head + attention_all + dense_all + shared_all + router_all) *
-                    element +
-                (routed_all * 17).divided_up(32);
+      weights =
+          (embedding + lm_head + attention_all + dense_all + shared_all + router_all) * element +
+          (routed_all * 17).divided_up(32);
     } else {
       return fields.fail("quantization_config.quant_method",
                          name.empty() ? std::string("missing")

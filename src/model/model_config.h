@@ -45,7 +45,8 @@
 // Parameter count (matrices only; norms, biases and attention sinks are under
 // 0.1% of every preset and left out):
 //   embeddings   vocab * hidden, and as much again for lm_head unless tied
-//   attention    q, k, v, o: hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden;
+//   attention    q, k, v, o: hidden * (heads + 2 * kv_heads) * head_dim
+//                + heads * head_dim * hidden;
 //                MLA: hidden * q_lora + q_lora * heads * (nope + rope) (or hidden * heads *
 //                (nope + rope) without q_lora_rank) + hidden * (kv_lora + rope)
 //                + kv_lora * heads * (nope + v_head) + heads * v_head * hidden

@@ -36,7 +36,8 @@ double gib(std::uint64_t blocks) {
 nlohmann::json RunConfig::to_json() const {
   nlohmann::json out;
   out["model"] = model.empty() ? nlohmann::json(nullptr) : nlohmann::json(model);
-  out["model_source"] = model_source.empty() ? nlohmann::json(nullptr) : nlohmann::json(model_source);
+  out["model_source"] =
+      model_source.empty() ? nlohmann::json(nullptr) : nlohmann::json(model_source);
   out["per_gpu"] = true;  // every byte, block and geometry figure is one GPU's
   out["tp"] = tp;
   out["pp"] = pp;
@@ -155,7 +156,8 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   if (cli.model && cli.model_config)
     return fail("model-config", true, "give one of --model or --model-config, not both");
   const bool model_from_cli = cli.model.has_value() || cli.model_config.has_value();
-  std::optional<std::string> model = cli.model ? cli.model : (model_from_cli ? std::nullopt : h_model);
+  std::optional<std::string> model =
+      cli.model ? cli.model : (model_from_cli ? std::nullopt : h_model);
   if (cli.model_config) {
     auto spec = load_model_config(*cli.model_config);
     if (!spec) return Unexpected{spec.error()};
@@ -210,8 +212,7 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   run.pp = cli.pp.value_or(1);
   auto share = gpu_share(layers, attention_heads, kv_heads, head_dim, kv_tensors, run.tp, run.pp);
   if (!share) {
-    return fail(share.error().find("--pp") != std::string::npos ? "pp" : "tp", true,
-                share.error());
+    return fail(share.error().find("--pp") != std::string::npos ? "pp" : "tp", true, share.error());
   }
   run.kv.layers = share.value().layers;
   run.kv.kv_heads = share.value().kv_heads;
@@ -235,9 +236,8 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   }
   run.kv.page_tokens = cli.page_tokens ? *cli.page_tokens : h_page_tokens.value_or(16);
   // simulate and plan serve up to the model's context length unless told otherwise.
-  const std::uint32_t max_seq_default = cli.context_default && run.model_spec
-                                            ? run.model_spec->max_position_embeddings
-                                            : 32768;
+  const std::uint32_t max_seq_default =
+      cli.context_default && run.model_spec ? run.model_spec->max_position_embeddings : 32768;
   run.kv.max_seq_tokens =
       cli.max_seq_tokens ? *cli.max_seq_tokens : h_max_seq.value_or(max_seq_default);
   std::optional<std::string> order = cli.alloc_order ? cli.alloc_order : h_alloc_order;
@@ -283,12 +283,12 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
     }
     const std::uint64_t reserve =
         activation_reserve_bytes(*run.model_spec, run.tp, cli.max_batched_tokens, cli.max_seqs);
-    auto memory = gpu_memory(*gpu, *run.gpu_memory_utilization, *run.weights_bytes_per_gpu,
-                             reserve);
+    auto memory =
+        gpu_memory(*gpu, *run.gpu_memory_utilization, *run.weights_bytes_per_gpu, reserve);
     if (!memory) {
-      return fail("gpu", true,
-                  fmt::format("{} at --tp {} --pp {}: {}", run.model, run.tp, run.pp,
-                              memory.error()));
+      return fail(
+          "gpu", true,
+          fmt::format("{} at --tp {} --pp {}: {}", run.model, run.tp, run.pp, memory.error()));
     }
     run.kv.pool_blocks = 1;  // placeholder so the geometry validates
     if (auto problem = run.kv.validate()) return invalid(*problem);
@@ -320,7 +320,7 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   }
   if (run.kv.pool_blocks > kMaxSupportedPoolBlocks) {
     return fail(
-        pool_from_cli ? (cli.pool_blocks ? "pool-blocks" : "kv-memory")
+        pool_from_cli                  ? (cli.pool_blocks ? "pool-blocks" : "kv-memory")
         : run.activation_reserve_bytes ? "gpu"
                                        : (pool_blocks ? "pool_blocks" : "kv_memory"),
         pool_from_cli || run.activation_reserve_bytes.has_value(),

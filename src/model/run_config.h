@@ -68,8 +68,8 @@ struct RunConfig {
   std::optional<std::uint64_t> kv_memory;  // bytes per GPU, when the pool was sized by memory
   std::uint32_t tp = 1;
   std::uint32_t pp = 1;
-  std::string gpu;  // the GPU preset, empty when none was named
-  std::optional<double> gpu_memory_utilization;     // with gpu
+  std::string gpu;                                     // the GPU preset, empty when none was named
+  std::optional<double> gpu_memory_utilization;        // with gpu
   std::optional<std::uint64_t> weights_bytes_per_gpu;  // with model_spec
   // When the pool was sized from the GPU's memory (model/deployment.h).
   std::optional<std::uint64_t> activation_reserve_bytes;

@@ -125,13 +125,14 @@ std::string base_summary(const ReportSource& input, bool color) {
                      input.status == RunStatus::kOk    ? paint.green(status)
                      : input.status == RunStatus::kOom ? paint.yellow(status)
                                                        : paint.red(status));
-  out += fmt::format("config (per GPU): {} {}, page {} tokens, {} blocks of {} ({} pool), alloc {}\n",
-                     config.model.empty() ? fmt::format("{}x{}x{}", config.kv.layers,
-                                                        config.kv.kv_heads, config.kv.head_dim)
-                                          : config.model,
-                     to_string(config.kv.dtype), config.kv.page_tokens, config.kv.pool_blocks,
-                     bytes_text(config.kv.block_bytes()), bytes_text(config.kv.pool_bytes()),
-                     to_string(config.alloc_order));
+  out += fmt::format(
+      "config (per GPU): {} {}, page {} tokens, {} blocks of {} ({} pool), alloc {}\n",
+      config.model.empty()
+          ? fmt::format("{}x{}x{}", config.kv.layers, config.kv.kv_heads, config.kv.head_dim)
+          : config.model,
+      to_string(config.kv.dtype), config.kv.page_tokens, config.kv.pool_blocks,
+      bytes_text(config.kv.block_bytes()), bytes_text(config.kv.pool_bytes()),
+      to_string(config.alloc_order));
   if (!config.gpu.empty() || config.tp > 1 || config.pp > 1) {
     // Where the pool came from: one GPU's memory, less its weights and activations.
     std::string memory;

@@ -201,8 +201,9 @@ TEST_CASE("run config: MLA and hybrid models per GPU") {
   // 62 layers on 2 stages: 31 each; stage 0 holds layers 0-30: full at 5, 11, 17, 23, 29.
   CHECK(run.value().kv.layers == 31);
   CHECK(run.value().kv.kv_heads == 8);
-  CHECK(run.value().kv_cache_groups ==
-        std::vector<KvCacheGroup>{{AttentionKind::kSliding, 1024, 26}, {AttentionKind::kFull, 0, 5}});
+  CHECK(
+      run.value().kv_cache_groups ==
+      std::vector<KvCacheGroup>{{AttentionKind::kSliding, 1024, 26}, {AttentionKind::kFull, 0, 5}});
 }
 
 TEST_CASE("run config: deployment errors name the option and the figures") {
@@ -262,8 +263,7 @@ TEST_CASE("run config: a preset with a dimension changed by hand is no longer th
   CHECK(run.value().model.empty());
   CHECK(run.value().model_source.empty());
   CHECK(!run.value().weights_bytes_per_gpu);
-  CHECK(run.value().kv_cache_groups ==
-        std::vector<KvCacheGroup>{{AttentionKind::kFull, 0, 12}});
+  CHECK(run.value().kv_cache_groups == std::vector<KvCacheGroup>{{AttentionKind::kFull, 0, 12}});
   CHECK(run.value().kv.max_seq_tokens == 32768);
 }
 

@@ -15,16 +15,11 @@ namespace {
 
 // A small Llama-shaped config: 4 layers, hidden 64, 8 heads of 8, 2 KV heads.
 nlohmann::json llama_like() {
-  return nlohmann::json{{"model_type", "llama"},
-                        {"num_hidden_layers", 4},
-                        {"hidden_size", 64},
-                        {"num_attention_heads", 8},
-                        {"num_key_value_heads", 2},
-                        {"intermediate_size", 128},
-                        {"vocab_size", 1000},
-                        {"max_position_embeddings", 2048},
-                        {"tie_word_embeddings", false},
-                        {"torch_dtype", "bfloat16"}};
+  return nlohmann::json{
+      {"model_type", "llama"},    {"num_hidden_layers", 4},          {"hidden_size", 64},
+      {"num_attention_heads", 8}, {"num_key_value_heads", 2},        {"intermediate_size", 128},
+      {"vocab_size", 1000},       {"max_position_embeddings", 2048}, {"tie_word_embeddings", false},
+      {"torch_dtype", "bfloat16"}};
 }
 
 ModelSpec read_ok(const nlohmann::json& config) {
@@ -136,10 +131,10 @@ TEST_CASE("model config: sliding windows from layer_types, a pattern, or the win
                            "full_attention"};
   ModelSpec m = read_ok(config);
   CHECK(m.sliding_window == 128);
-  CHECK(m.kv_cache_groups() == std::vector<KvCacheGroup>{{AttentionKind::kSliding, 128, 2},
-                                                         {AttentionKind::kFull, 0, 2}});
-  CHECK(m.kv_cache_groups(1, 2) == std::vector<KvCacheGroup>{{AttentionKind::kFull, 0, 1},
-                                                             {AttentionKind::kSliding, 128, 1}});
+  CHECK(m.kv_cache_groups() ==
+        std::vector<KvCacheGroup>{{AttentionKind::kSliding, 128, 2}, {AttentionKind::kFull, 0, 2}});
+  CHECK(m.kv_cache_groups(1, 2) ==
+        std::vector<KvCacheGroup>{{AttentionKind::kFull, 0, 1}, {AttentionKind::kSliding, 128, 1}});
   // bytes per token stay full attention's in every layer: what a replay writes.
   CHECK(m.full_attention_bytes_per_token(Dtype::kBf16) == 2ull * 4 * 2 * 8 * 2);
 
@@ -163,19 +158,19 @@ TEST_CASE("model config: sliding windows from layer_types, a pattern, or the win
 TEST_CASE("model config: attention it cannot model is refused, naming the field") {
   nlohmann::json config = llama_like();
   config["layer_types"] = {"full_attention", "full_attention", "full_attention"};
-  CHECK(read_error(config) ==
-        "m.json: layer_types: 3 entries for 4 layers (num_hidden_layers)");
+  CHECK(read_error(config) == "m.json: layer_types: 3 entries for 4 layers (num_hidden_layers)");
   config["layer_types"] = {"full_attention", "linear_attention", "full_attention",
                            "full_attention"};
-  CHECK(read_error(config) == "m.json: layer_types[1]: 'linear_attention' is not modelled "
-                              "(full_attention, sliding_attention)");
+  CHECK(read_error(config) ==
+        "m.json: layer_types[1]: 'linear_attention' is not modelled "
+        "(full_attention, sliding_attention)");
   config["layer_types"] = {"full_attention", "sliding_attention", "full_attention",
                            "full_attention"};
-  CHECK(read_error(config) == "m.json: sliding_window: missing, 0 or turned off "
-                              "(use_sliding_window), while layer_types names sliding layers");
-  config["layer_types"] = "full_attention";
   CHECK(read_error(config) ==
-        "m.json: layer_types: expected an array, got \"full_attention\"");
+        "m.json: sliding_window: missing, 0 or turned off "
+        "(use_sliding_window), while layer_types names sliding layers");
+  config["layer_types"] = "full_attention";
+  CHECK(read_error(config) == "m.json: layer_types: expected an array, got \"full_attention\"");
   config.erase("layer_types");
   config["attention_chunk_size"] = 8192;
   CHECK(read_error(config) == "m.json: attention_chunk_size: chunked attention is not modelled");

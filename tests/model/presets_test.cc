@@ -35,10 +35,9 @@ constexpr std::uint64_t gqa_attention(std::uint64_t hidden, std::uint64_t heads,
 
 TEST_CASE("presets: every preset is listed once, reads, and every alias names a preset") {
   CHECK(model_presets().size() == 12u);
-  for (const char* name :
-       {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b", "qwen3-32b",
-        "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b",
-        "mistral-7b", "qwen2.5-7b"}) {
+  for (const char* name : {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b",
+                           "qwen3-32b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-20b",
+                           "gpt-oss-120b", "gemma-3-27b", "mistral-7b", "qwen2.5-7b"}) {
     INFO(name);
     const ModelPreset* preset = find_model_preset(name);
     REQUIRE(preset != nullptr);
@@ -65,8 +64,8 @@ TEST_CASE("presets: llama-3.1-8b") {
   CHECK(m.dtype == Dtype::kBf16);
   CHECK(m.full_attention_bytes_per_token(Dtype::kBf16) == 2ull * 32 * 8 * 128 * 2);  // 131072
   // embed + lm_head 2 * 128256 * 4096; per layer attention + MLP 3 * 4096 * 14336.
-  const std::uint64_t total = 2ull * 128256 * 4096 + 32 * (gqa_attention(4096, 32, 8, 128) +
-                                                          3ull * 4096 * 14336);
+  const std::uint64_t total =
+      2ull * 128256 * 4096 + 32 * (gqa_attention(4096, 32, 8, 128) + 3ull * 4096 * 14336);
   CHECK(m.parameters.total == total);  // 8,029,995,008
   CHECK(m.parameters.active == total - 128256ull * 4096);
   CHECK(within_1_percent(m.parameters.total, 8.03e9));  // model card: 8.03B
@@ -77,9 +76,9 @@ TEST_CASE("presets: llama-3.1-8b") {
 TEST_CASE("presets: llama-3.1-70b") {
   const ModelSpec& m = spec_of("llama-3.1-70b");
   CHECK(m.full_attention_bytes_per_token(Dtype::kBf16) == 2ull * 80 * 8 * 128 * 2);  // 327680
-  const std::uint64_t total = 2ull * 128256 * 8192 + 80 * (gqa_attention(8192, 64, 8, 128) +
-                                                          3ull * 8192 * 28672);
-  CHECK(m.parameters.total == total);                    // 70,552,387,584
+  const std::uint64_t total =
+      2ull * 128256 * 8192 + 80 * (gqa_attention(8192, 64, 8, 128) + 3ull * 8192 * 28672);
+  CHECK(m.parameters.total == total);                   // 70,552,387,584
   CHECK(within_1_percent(m.parameters.total, 70.6e9));  // model card: 70.6B
   CHECK(m.max_position_embeddings == 131072);
 }
@@ -88,9 +87,9 @@ TEST_CASE("presets: llama-3.1-405b") {
   const ModelSpec& m = spec_of("llama-3.1-405b");
   CHECK(m.layers == 126);
   CHECK(m.full_attention_bytes_per_token(Dtype::kBf16) == 2ull * 126 * 8 * 128 * 2);  // 516096
-  const std::uint64_t total = 2ull * 128256 * 16384 + 126 * (gqa_attention(16384, 128, 8, 128) +
-                                                            3ull * 16384 * 53248);
-  CHECK(m.parameters.total == total);                     // 405,849,243,648
+  const std::uint64_t total =
+      2ull * 128256 * 16384 + 126 * (gqa_attention(16384, 128, 8, 128) + 3ull * 16384 * 53248);
+  CHECK(m.parameters.total == total);                    // 405,849,243,648
   CHECK(within_1_percent(m.parameters.total, 405.9e9));  // model card: 405.9B (406B)
 }
 
@@ -100,8 +99,7 @@ TEST_CASE("presets: qwen3-8b") {
   CHECK(m.head_dim == 128);
   CHECK(m.max_position_embeddings == 40960);
   CHECK(m.full_attention_bytes_per_token(Dtype::kBf16) == 2ull * 36 * 8 * 128 * 2);  // 147456
-  const std::uint64_t non_embedding =
-      36 * (gqa_attention(4096, 32, 8, 128) + 3ull * 4096 * 12288);
+  const std::uint64_t non_embedding = 36 * (gqa_attention(4096, 32, 8, 128) + 3ull * 4096 * 12288);
   CHECK(m.parameters.total == 2ull * 151936 * 4096 + non_embedding);  // 8,190,427,136
   CHECK(within_1_percent(m.parameters.total, 8.2e9));                 // model card: 8.2B
   CHECK(within_1_percent(non_embedding, 6.95e9));  // model card: 6.95B non-embedding
@@ -114,8 +112,7 @@ TEST_CASE("presets: qwen3-32b") {
   // head_dim 128 is given: 64 heads * 128 = 8192, not hidden_size 5120.
   CHECK(m.head_dim == 128);
   CHECK(m.full_attention_bytes_per_token(Dtype::kBf16) == 2ull * 64 * 8 * 128 * 2);  // 262144
-  const std::uint64_t non_embedding =
-      64 * (gqa_attention(5120, 64, 8, 128) + 3ull * 5120 * 25600);
+  const std::uint64_t non_embedding = 64 * (gqa_attention(5120, 64, 8, 128) + 3ull * 5120 * 25600);
   CHECK(m.parameters.total == 2ull * 151936 * 5120 + non_embedding);  // 32,761,446,400
   CHECK(within_1_percent(m.parameters.total, 32.8e9));                // model card: 32.8B
   CHECK(within_1_percent(non_embedding, 31.2e9));  // model card: 31.2B non-embedding
@@ -133,8 +130,8 @@ TEST_CASE("presets: qwen3-235b-a22b (MoE)") {
   const std::uint64_t embedding = 151936ull * 4096;
   const std::uint64_t total = 2 * embedding + 94 * (per_layer + 128 * expert);
   const std::uint64_t active = embedding + 94 * (per_layer + 8 * expert);
-  CHECK(m.parameters.total == total);    // 235,092,836,352
-  CHECK(m.parameters.active == active);  // 21,567,635,456
+  CHECK(m.parameters.total == total);                  // 235,092,836,352
+  CHECK(m.parameters.active == active);                // 21,567,635,456
   CHECK(within_1_percent(m.parameters.total, 235e9));  // model card: 235B total
   // Qwen's 22B activated counts the input embedding too: 22,189,965,312.
   CHECK(within_1_percent(m.parameters.active + embedding, 22e9));
@@ -145,8 +142,8 @@ TEST_CASE("presets: deepseek-v3 (MLA, MoE, fp8 weights)") {
   const ModelSpec& m = spec_of("deepseek-v3");
   CHECK(m.mla);
   CHECK(m.layers == 61);
-  CHECK(m.kv_heads == 1);                  // one latent, whatever num_key_value_heads (128) says
-  CHECK(m.head_dim == 512 + 64);           // kv_lora_rank + qk_rope_head_dim
+  CHECK(m.kv_heads == 1);         // one latent, whatever num_key_value_heads (128) says
+  CHECK(m.head_dim == 512 + 64);  // kv_lora_rank + qk_rope_head_dim
   CHECK(m.max_position_embeddings == 163840);
   // One latent per token per layer, no separate K and V: 61 * 576 * 2 = 70,272.
   CHECK(m.full_attention_bytes_per_token(Dtype::kBf16) == 61ull * (512 + 64) * 2);
@@ -163,15 +160,15 @@ TEST_CASE("presets: deepseek-v3 (MLA, MoE, fp8 weights)") {
                               58 * (router + (256 + 1) * expert);  // 256 routed, 1 shared
   const std::uint64_t active = embedding + 61 * attention + 3 * dense +
                                58 * (router + (8 + 1) * expert);  // 8 routed, 1 shared
-  CHECK(m.parameters.total == total);    // 671,025,397,760
-  CHECK(m.parameters.active == active);  // 36,624,596,992
+  CHECK(m.parameters.total == total);                             // 671,025,397,760
+  CHECK(m.parameters.active == active);                           // 36,624,596,992
   CHECK(within_1_percent(m.parameters.total, 671e9));  // paper and README_WEIGHTS.md: 671B
   // README_WEIGHTS.md: 36.7B activated (the paper rounds to 37B; counting the
   // input embedding as well would make 37.55B).
   CHECK(within_1_percent(m.parameters.active, 36.7e9));
   // quantization_config fp8: linear layers 1 byte, embeddings and routers bf16.
-  CHECK(m.weight_bytes == (2 * embedding + 58 * router) * 2 +
-                              (61 * attention + 3 * dense + 58 * 257 * expert));
+  CHECK(m.weight_bytes ==
+        (2 * embedding + 58 * router) * 2 + (61 * attention + 3 * dense + 58 * 257 * expert));
   CHECK(m.kv_cache_groups() == std::vector<KvCacheGroup>{{AttentionKind::kFull, 0, 61}});
 }
 
@@ -236,10 +233,9 @@ TEST_CASE("presets: gemma-3-27b (text_config, five of six layers sliding)") {
   // The language model only: the SigLIP vision encoder (417M) is not counted.
   // Embeddings are tied (tie_word_embeddings absent: transformers' default).
   const std::uint64_t embedding = 262208ull * 5376;
-  const std::uint64_t non_embedding =
-      62 * (gqa_attention(5376, 32, 16, 128) + 3ull * 5376 * 21504);
+  const std::uint64_t non_embedding = 62 * (gqa_attention(5376, 32, 16, 128) + 3ull * 5376 * 21504);
   CHECK(m.parameters.total == embedding + non_embedding);  // 27,007,991,808
-  CHECK(m.parameters.active == m.parameters.total);         // the tied table is the lm_head
+  CHECK(m.parameters.active == m.parameters.total);        // the tied table is the lm_head
   // Gemma 3 report, Table 1: 1,416M embedding + 25,600M non-embedding = 27.0B
   // (27.4B with the vision encoder).
   CHECK(within_1_percent(non_embedding, 25.6e9));
@@ -251,9 +247,9 @@ TEST_CASE("presets: mistral-7b") {
   CHECK(m.max_position_embeddings == 32768);
   CHECK(m.sliding_window == 0);  // v0.3: sliding_window null
   CHECK(m.full_attention_bytes_per_token(Dtype::kBf16) == 2ull * 32 * 8 * 128 * 2);  // 131072
-  const std::uint64_t total = 2ull * 32768 * 4096 + 32 * (gqa_attention(4096, 32, 8, 128) +
-                                                         3ull * 4096 * 14336);
-  CHECK(m.parameters.total == total);                    // 7,247,757,312
+  const std::uint64_t total =
+      2ull * 32768 * 4096 + 32 * (gqa_attention(4096, 32, 8, 128) + 3ull * 4096 * 14336);
+  CHECK(m.parameters.total == total);                   // 7,247,757,312
   CHECK(within_1_percent(m.parameters.total, 7.25e9));  // model card (v0.3): 7.25B
 }
 
@@ -265,8 +261,7 @@ TEST_CASE("presets: qwen2.5-7b") {
   // sliding_window 131072 but use_sliding_window false: every layer is full.
   CHECK(m.sliding_window == 0);
   CHECK(m.full_attention_bytes_per_token(Dtype::kBf16) == 2ull * 28 * 4 * 128 * 2);  // 57344
-  const std::uint64_t non_embedding =
-      28 * (gqa_attention(3584, 28, 4, 128) + 3ull * 3584 * 18944);
+  const std::uint64_t non_embedding = 28 * (gqa_attention(3584, 28, 4, 128) + 3ull * 3584 * 18944);
   CHECK(m.parameters.total == 2ull * 152064 * 3584 + non_embedding);  // 7,615,283,200
   CHECK(within_1_percent(m.parameters.total, 7.61e9));                // model card: 7.61B
   CHECK(within_1_percent(non_embedding, 6.53e9));  // model card: 6.53B non-embedding
