@@ -255,6 +255,10 @@ printf '{"kvtrace": 1, "config": {"model": "deepseek-v3", "pool_blocks": 16}}\n{
 run replay "$work/mla.jsonl" -q --report "$work/report.json"
 check '[[ $rc -eq 0 && $(key .config.bytes_per_token) == $((61 * 576 * 2)) && $(key .config.max_seq_tokens) == 32768 ]]' \
   "replay of deepseek-v3: exit $rc: $(err_text) $(key '.config | [.bytes_per_token, .max_seq_tokens] | tostring')"
+run replay "$work/mla.jsonl" --model-config "$work/config.json" -q --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .config.model_source) == "file:$work/config.json" && $(key .config.bytes_per_token) == $((2 * 16 * 8 * 64 * 2)) ]]' \
+  "replay --model-config: exit $rc: $(err_text) $(key '.config | [.model_source, .bytes_per_token] | tostring')"
+finish "replay: a header's preset, or --model-config in its place"
 refused "the data plane with an MLA model" \
   "command line: --backend: cpu: deepseek-v3 keeps one MLA latent per token, which the data plane does not lay out; use --backend none" \
   replay "$work/mla.jsonl" --backend cpu -q
