@@ -227,10 +227,19 @@ class KernelsCommand final : public Command {
 
   int run() override {
     request_.backend = *parse_backend(backend_);
-    auto preset = find_model_preset(model_);
-    if (!preset) return usage_error(fmt::format("--model: unknown model '{}'", model_));
-    request_.kv_heads = kv_heads_ != 0 ? kv_heads_ : preset->kv_heads;
-    request_.head_dim = head_dim_ != 0 ? head_dim_ : preset->head_dim;
+    const ModelPreset* preset = find_model_preset(model_);
+    if (preset == nullptr) {
+      return usage_error(
+          fmt::format("--model: unknown model '{}' (known: {})", model_, model_preset_list()));
+    }
+    if (preset->spec.mla && (kv_heads_ == 0 || head_dim_ == 0)) {
+      return usage_error(fmt::format(
+          "--model: {} keeps one MLA latent per token, not the K and V heads the kernels "
+          "move; give --kv-heads and --head-dim",
+          model_));
+    }
+    request_.kv_heads = kv_heads_ != 0 ? kv_heads_ : preset->spec.kv_heads;
+    request_.head_dim = head_dim_ != 0 ? head_dim_ : preset->spec.head_dim;
     request_.dtype = *parse_dtype(dtype_);
     if (!arena_limit_.empty()) {
       auto bytes = parse_memory_size(arena_limit_);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "app/exit_codes.h"
+#include "model/gpu.h"
 #include "model/presets.h"
 
 namespace kvreplay {
@@ -19,38 +20,60 @@ const CLI::Validator kCheckValidator(
     },
     "every|N|end|off");
 
-void ConfigOptions::add_to(CLI::App& app, bool swept) {
+void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
   auto positive = CLI::Range(1u, 0xFFFFFFFFu);
-  std::string models;
-  for (const auto& preset : model_presets()) {
-    models += models.empty() ? "" : ", ";
-    models += preset.name;
-  }
   auto group = [](CLI::Option* option) { return option->group("Configuration"); };
-  options.assign(10, nullptr);
-  if (!swept) options[0] = group(app.add_option("--model", model, "model preset: " + models));
+  options.assign(15, nullptr);
+  if (!swept) {
+    options[0] = group(app.add_option("--model", model, "model preset: " + model_preset_list()));
+    options[10] = group(app.add_option(
+        "--model-config", model_config,
+        "a Hugging Face config.json (text_config too): the model's geometry, context and size"));
+  }
   options[1] =
-      group(app.add_option("--layers", layers, "layers (overrides the model)")->check(positive));
+      group(app.add_option("--layers", layers, "layers (replaces the model's)")->check(positive));
   options[2] = group(
-      app.add_option("--kv-heads", kv_heads, "KV heads (overrides the model)")->check(positive));
-  options[3] = group(app.add_option("--head-dim", head_dim, "head dimension (overrides the model)")
+      app.add_option("--kv-heads", kv_heads, "KV heads (replaces the model's)")->check(positive));
+  options[3] = group(app.add_option("--head-dim", head_dim, "head dimension (replaces the model's)")
                          ->check(positive));
-  options[4] = group(app.add_option("--dtype", dtype, "fp32, fp16, bf16 (default) or fp8"));
+  options[4] = group(app.add_option("--dtype", dtype,
+                                    "KV cache: fp32, fp16, bf16 or fp8 (default: the "
+                                    "model's, else bf16)"));
   if (!swept) {
     options[5] =
         group(app.add_option("--page-tokens", page_tokens, "tokens per page (block); default 16")
                   ->check(positive));
-    options[6] = group(app.add_option("--pool-blocks", pool_blocks, "pool size in blocks")
+    options[6] = group(app.add_option("--pool-blocks", pool_blocks, "pool size in blocks, per GPU")
                            ->check(CLI::Range(1u, 0xFFFFFFFEu)));
-    options[7] = group(
-        app.add_option("--kv-memory", kv_memory, "pool size in memory: 80GiB, 512MiB, or bytes"));
+    options[7] = group(app.add_option("--kv-memory", kv_memory,
+                                      "pool size in memory, per GPU: 80GiB, 512MiB, or bytes"));
   }
-  options[8] =
-      group(app.add_option("--max-seq-tokens", max_seq_tokens, "longest sequence; default 32768")
-                ->check(positive));
+  options[8] = group(app.add_option("--max-seq-tokens", max_seq_tokens,
+                                    deployment ? "longest sequence; default: the model's context "
+                                                 "length (max_position_embeddings), else 32768"
+                                               : "longest sequence; default 32768")
+                         ->check(positive));
   options[9] = group(app.add_option("--alloc-order", alloc_order,
                                     "free-block order: lifo (default), fifo, lowest, vllm "
                                     "(lifo with block 0 held as vLLM's null block)"));
+  if (deployment) {
+    auto deploy = [](CLI::Option* option) { return option->group("Deployment (figures per GPU)"); };
+    options[11] = deploy(app.add_option("--tp", tp,
+                                        "tensor parallelism: KV heads split across N GPUs "
+                                        "(replicated when fewer; an MLA latent on every GPU)")
+                             ->check(CLI::Range(1u, 1024u)));
+    options[12] = deploy(app.add_option("--pp", pp,
+                                        "pipeline parallelism: layers split across N "
+                                        "stages (the fullest stage is reported)")
+                             ->check(CLI::Range(1u, 1024u)));
+    options[13] = deploy(app.add_option("--gpu", gpu,
+                                        "GPU preset (datasheet figures; sizes the pool unless "
+                                        "--kv-memory or --pool-blocks, and sets --gpu-class): " +
+                                            gpu_preset_list()));
+    options[14] = deploy(app.add_option("--gpu-memory-utilization", gpu_memory_utilization,
+                                        "share of the GPU's memory for weights, activations and "
+                                        "KV (default 0.9, as vLLM)"));
+  }
 }
 ConfigOverrides ConfigOptions::overrides() const {
   ConfigOverrides out;
@@ -65,7 +88,17 @@ ConfigOverrides ConfigOptions::overrides() const {
   if (given(7)) out.kv_memory = kv_memory;
   if (given(8)) out.max_seq_tokens = max_seq_tokens;
   if (given(9)) out.alloc_order = alloc_order;
+  if (given(10)) out.model_config = model_config;
+  if (given(11)) out.tp = tp;
+  if (given(12)) out.pp = pp;
+  if (given(13)) out.gpu = gpu;
+  if (given(14)) out.gpu_memory_utilization = gpu_memory_utilization;
+  out.context_default = options[11] != nullptr;  // simulate and plan
   return out;
+}
+void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options) {
+  overrides.max_batched_tokens = options.max_batched_tokens;
+  overrides.max_seqs = options.max_seqs;
 }
 void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,
@@ -75,11 +108,12 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                  "scheduler to imitate: vllm (default: vLLM v1's rules, README) or generic")
       ->check(CLI::IsMember(engine_names()))
       ->group("Simulation");
-  app.add_option("--gpu-class", gpu_class,
-                 "vllm: the `vllm serve` batch defaults of a large GPU (>= 70 GiB, not A100: "
-                 "8192 tokens, 1024 seqs; default) or a small one (2048, 256)")
-      ->check(CLI::IsMember(gpu_class_names()))
-      ->group("Simulation");
+  gpu_class_option =
+      app.add_option("--gpu-class", gpu_class,
+                     "vllm: the `vllm serve` batch defaults of a large GPU (>= 70 GiB, not A100: "
+                     "8192 tokens, 1024 seqs; default, or --gpu's) or a small one (2048, 256)")
+          ->check(CLI::IsMember(gpu_class_names()))
+          ->group("Simulation");
   app.add_option("--allocator", allocator,
                  "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
       ->check(CLI::IsMember(allocator_names()))
@@ -120,12 +154,20 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--check", check, check_help)->check(kCheckValidator);
 }
 std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
-                                                  std::optional<RequestFormat>& out_format) const {
+                                                  std::optional<RequestFormat>& out_format,
+                                                  const std::optional<std::string>& gpu) const {
   out = defaults;
   out.allocator = *parse_allocator(allocator);
   out.engine = *parse_engine(engine);
   out.gpu_class = *parse_gpu_class(gpu_class);
   auto given = [](const CLI::Option* option) { return option != nullptr && option->count() > 0; };
+  if (gpu && !given(gpu_class_option)) {
+    // --gpu names the GPU, and with it vLLM's class (an unknown name is
+    // refused with the model, by resolve_run_config).
+    if (const GpuSpec* spec = find_gpu_preset(*gpu)) {
+      out.gpu_class = *parse_gpu_class(spec->vllm_gpu_class);
+    }
+  }
   if (out.engine == EngineKind::kVllm && out.allocator != AllocatorKind::kPaged) {
     // The contiguous allocators model the generic scheduler's whole-request reservation.
     if (given(engine_option)) {

@@ -25,14 +25,17 @@ extern const CLI::Validator kCheckValidator;
 
 // Raw option storage; copied into ConfigOverrides for the options actually given.
 struct ConfigOptions {
-  std::string model, dtype, kv_memory, alloc_order;
+  std::string model, model_config, dtype, kv_memory, alloc_order, gpu;
   std::uint32_t layers = 0, kv_heads = 0, head_dim = 0, page_tokens = 0, pool_blocks = 0,
-                max_seq_tokens = 0;
+                max_seq_tokens = 0, tp = 1, pp = 1;
+  double gpu_memory_utilization = 0.9;
   std::vector<CLI::Option*> options;
 
-  // `swept`: plan sweeps --model, --page-tokens and --kv-memory itself (and
-  // sizes pools by memory only), so those options are left out.
-  void add_to(CLI::App& app, bool swept = false);
+  // `swept`: plan sweeps --model (and --model-config), --page-tokens and
+  // --kv-memory itself (and sizes pools by memory only), so those options are
+  // left out. `deployment`: --tp, --pp, --gpu and --gpu-memory-utilization
+  // (simulate and plan), and --max-seq-tokens defaulting to the model's context.
+  void add_to(CLI::App& app, bool swept = false, bool deployment = false);
 
   ConfigOverrides overrides() const;
 };
@@ -41,6 +44,7 @@ struct ConfigOptions {
 struct SimOptionsCli {
   std::string format, allocator = "paged", evict = "lru", check = "end", engine = "vllm",
                      gpu_class = "large";
+  CLI::Option* gpu_class_option = nullptr;
   CLI::Option* watermark = nullptr;
   CLI::Option* engine_option = nullptr;
   CLI::Option* max_seqs = nullptr;
@@ -51,9 +55,14 @@ struct SimOptionsCli {
   // `check_help`: what --check checks in this command.
   void add_to(CLI::App& app, const std::string& check_help);
 
-  // Fills `out`; returns a problem for a bad value.
-  std::optional<std::string> resolve(SimOptions& out,
-                                     std::optional<RequestFormat>& out_format) const;
+  // Fills `out`; returns a problem for a bad value. `gpu`: the --gpu preset,
+  // whose vLLM GPU class applies unless --gpu-class is given.
+  std::optional<std::string> resolve(SimOptions& out, std::optional<RequestFormat>& out_format,
+                                     const std::optional<std::string>& gpu = std::nullopt) const;
 };
+
+// The batch limits the activation reserve of --gpu is sized for
+// (model/deployment.h): those the simulation runs with.
+void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options);
 
 }  // namespace kvreplay

@@ -18,6 +18,7 @@
 #include "app/terminal.h"
 #include "io/output.h"
 #include "io/standard_output.h"
+#include "model/presets.h"
 #include "report/html.h"
 #include "report/report.h"
 
@@ -112,21 +113,40 @@ int run_plan(const PlanRequest& request) {
       request.jobs != 0 ? request.jobs : std::max(1u, std::thread::hardware_concurrency());
   const SimOptions& options = request.options;
 
+  // The swept models: presets by name, then config.json files. Deployments
+  // (--gpu, --tp, --pp) are one fixed value each for now, in request.overrides.
+  struct SweptModel {
+    std::string name;  // a preset's name, or a config.json's path
+    bool file = false;
+  };
+  std::vector<SweptModel> models;
+  for (const std::string& model : request.models) models.push_back({model, false});
+  for (const std::string& path : request.model_configs) models.push_back({path, true});
+  // Without --kv-memory, --gpu sizes the one pool of each model (an empty memory).
+  const std::vector<std::string> memories =
+      request.kv_memories.empty() ? std::vector<std::string>{""} : request.kv_memories;
   std::vector<PlanCell> cells;
-  for (const std::string& model : request.models) {
+  for (const SweptModel& model : models) {
     for (std::uint32_t page : request.page_tokens) {
-      for (const std::string& memory : request.kv_memories) {
+      for (const std::string& memory : memories) {
         ConfigOverrides overrides = request.overrides;
-        overrides.model = model;
+        overrides.model.reset();
+        overrides.model_config.reset();
+        (model.file ? overrides.model_config : overrides.model) = model.name;
         overrides.page_tokens = page;
-        overrides.kv_memory = memory;
+        overrides.kv_memory.reset();
+        if (!memory.empty()) overrides.kv_memory = memory;
         overrides.pool_blocks.reset();
         auto config = resolve_sim_config(overrides);
         if (!config) {
           fmt::print(stderr, "{}\n", config.error().to_string());
           return kExitInput;
         }
-        cells.push_back(PlanCell{model, memory, page, config.value(), std::nullopt, std::nullopt});
+        const std::string label =
+            !memory.empty() ? memory
+                            : reproducible_memory(config.value().kv.pool_blocks, config.value().kv);
+        cells.push_back(
+            PlanCell{model.name, label, page, config.value(), std::nullopt, std::nullopt});
       }
     }
   }
@@ -311,17 +331,31 @@ int run_plan(const PlanRequest& request) {
   // Every setting that changes a figure, as the sweep resolved it (the swept
   // model, page size and pool vary per cell: cells[].config).
   if (!cells.empty()) {
+    // Keys of the model or the sweep point always vary per cell; any other key
+    // is common when every cell agrees on it (max_seq_tokens follows the model's
+    // context length unless --max-seq-tokens is given).
     nlohmann::json common = cells[0].config.to_json();
     for (const char* swept :
-         {"model", "layers", "kv_heads", "head_dim", "page_tokens", "pool_blocks", "kv_memory",
-          "bytes_per_token", "block_bytes", "pool_bytes"}) {
+         {"model", "model_source", "parameters", "layers", "kv_heads", "head_dim", "kv_tensors",
+          "kv_cache_groups", "page_tokens", "pool_blocks", "kv_memory", "bytes_per_token",
+          "block_bytes", "pool_bytes", "weights_bytes_per_gpu", "activation_reserve_bytes"}) {
       common.erase(swept);
+    }
+    for (const PlanCell& cell : cells) {
+      const nlohmann::json config = cell.config.to_json();
+      std::vector<std::string> differing;
+      for (auto it = common.begin(); it != common.end(); ++it) {
+        if (!config.contains(it.key()) || config[it.key()] != it.value()) {
+          differing.push_back(it.key());
+        }
+      }
+      for (const std::string& key : differing) common.erase(key);
     }
     plan["config"] = std::move(common);
   }
   nlohmann::json rows = nlohmann::json::array();
   std::string table =
-      fmt::format("{:<12} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10}\n",
+      fmt::format("{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10}\n",
                   "model", "page", "kv_memory", "blocks", "peak", "in_use", "waste", "preempt",
                   "hit_rate", "finished", "skipped", "out_tok/s");
   bool any_skipped = !warned.empty();
@@ -348,7 +382,7 @@ int run_plan(const PlanRequest& request) {
                           {"virtual_seconds", r["scheduler"]["virtual_seconds"]},
                           {"invariant_checks", r["invariants"]["checks"]}};
     table += fmt::format(
-        "{:<12} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f}\n",
+        "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f}\n",
         model_label(cell.config), cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
         r["blocks"]["peak_used"].get<std::uint64_t>(),
         r["blocks"]["peak_in_use"].get<std::uint64_t>(),
@@ -387,10 +421,10 @@ int run_plan(const PlanRequest& request) {
       }
       table +=
           search.blocks
-              ? fmt::format("  {:<12} page {:>4}: --kv-memory {} = {} blocks ({} simulations{})\n",
+              ? fmt::format("  {:<15} page {:>4}: --kv-memory {} = {} blocks ({} simulations{})\n",
                             model_label(search.config), search.page_tokens, memory, *search.blocks,
                             search.probes, raised)
-              : fmt::format("  {:<12} page {:>4}: not found below 2^31 blocks\n",
+              : fmt::format("  {:<15} page {:>4}: not found below 2^31 blocks\n",
                             model_label(search.config), search.page_tokens);
     }
   }
@@ -413,18 +447,22 @@ class PlanCommand final : public Command {
  public:
   void declare(CLI::App& app) override {
     app.add_option("REQUESTS", request_.trace_path, "request trace")->required();
-    config_.add_to(app, /*swept=*/true);
+    config_.add_to(app, /*swept=*/true, /*deployment=*/true);
     options_.add_to(app,
                     "invariant checks in every simulation of the sweep and the search: after "
                     "every step, every N steps, at the end (default), or off; a failed check "
                     "exits 1 naming the sweep point");
-    app.add_option("--model", request_.models, "models to sweep (comma-separated)")
+    app.add_option("--model", request_.models,
+                   "model presets to sweep (comma-separated): " + model_preset_list())
         ->delimiter(',')
-        ->default_str("llama-3-8b");
+        ->default_str(std::string(kDefaultSimModel));
+    app.add_option("--model-config", request_.model_configs,
+                   "Hugging Face config.json files to sweep too (comma-separated)")
+        ->delimiter(',');
     app.add_option("--kv-memory", request_.kv_memories,
-                   "KV memory sizes to sweep (comma-separated)")
-        ->delimiter(',')
-        ->required();
+                   "KV memory sizes per GPU to sweep (comma-separated; required unless --gpu, "
+                   "whose memory then sizes one pool per model)")
+        ->delimiter(',');
     app.add_option("--page-tokens", request_.page_tokens, "page sizes to sweep (comma-separated)")
         ->delimiter(',')
         ->check(CLI::Range(1u, 0xFFFFFFFFu));
@@ -439,16 +477,28 @@ class PlanCommand final : public Command {
         "  kvreplay plan traces/requests/azure_conv.csv \\\n"
         "      --model llama-3-8b,llama-3-70b --kv-memory 8GiB,16GiB,40GiB --page-tokens 16,32\n"
         "  kvreplay plan traces/requests/mooncake_conv.jsonl --kv-memory 40GiB,80GiB --check 100 "
-        "--no-search --report plan.json");
+        "--no-search --report plan.json\n"
+        "  kvreplay plan traces/requests/azure_conv.csv --model qwen3-32b,gpt-oss-120b --gpu "
+        "h100-80gb "
+        "--no-search");
   }
   int run() override {
     request_.overrides = config_.overrides();
-    if (request_.models.empty()) request_.models = {"llama-3-8b"};
+    if (request_.models.empty() && request_.model_configs.empty()) {
+      request_.models = {std::string(kDefaultSimModel)};
+    }
     if (request_.page_tokens.empty()) request_.page_tokens = {16};
     request_.search_min = !no_search_;
-    if (auto problem = options_.resolve(request_.options, request_.format)) {
+    if (request_.kv_memories.empty() && !request_.overrides.gpu) {
+      return usage_error(
+          "--kv-memory: missing: give the sizes to sweep, or --gpu to size one "
+          "pool per model from its memory");
+    }
+    if (auto problem =
+            options_.resolve(request_.options, request_.format, request_.overrides.gpu)) {
       return usage_error(*problem);
     }
+    set_activation_limits(request_.overrides, request_.options);
     return run_plan(request_);
   }
 

@@ -14,8 +14,9 @@ namespace kvreplay {
 struct PlanRequest {
   std::string trace_path;
   std::optional<RequestFormat> format;
-  std::vector<std::string> models;
-  std::vector<std::string> kv_memories;
+  std::vector<std::string> models;         // presets (or aliases)
+  std::vector<std::string> model_configs;  // config.json paths, swept after the presets
+  std::vector<std::string> kv_memories;    // empty: --gpu sizes one pool per model
   std::vector<std::uint32_t> page_tokens;
   ConfigOverrides overrides;  // everything else
   // options.check applies to every simulation, of the sweep and of the search.

@@ -82,7 +82,7 @@ class SimulateCommand final : public Command {
  public:
   void declare(CLI::App& app) override {
     app.add_option("REQUESTS", request_.trace_path, "request trace (- for stdin)")->required();
-    config_.add_to(app);
+    config_.add_to(app, /*swept=*/false, /*deployment=*/true);
     options_.add_to(app,
                     "invariant checks: after every step, every N steps, at the end (default), or "
                     "off");
@@ -98,13 +98,17 @@ class SimulateCommand final : public Command {
         "  kvreplay simulate traces/requests/mooncake_conv.jsonl --kv-memory 40GiB "
         "--max-seq-tokens 131072\n"
         "  kvreplay simulate traces/requests/azure_conv.csv --kv-memory 16GiB --allocator "
-        "contiguous-max --report contiguous.json");
+        "contiguous-max --report contiguous.json\n"
+        "  kvreplay simulate traces/requests/azure_conv.csv --model llama-3.1-70b --gpu h100-80gb "
+        "--tp 4");
   }
   int run() override {
     request_.overrides = config_.overrides();
-    if (auto problem = options_.resolve(request_.options, request_.format)) {
+    if (auto problem =
+            options_.resolve(request_.options, request_.format, request_.overrides.gpu)) {
       return usage_error(*problem);
     }
+    set_activation_limits(request_.overrides, request_.options);
     return run_simulate(request_);
   }
 

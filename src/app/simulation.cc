@@ -78,12 +78,15 @@ nlohmann::json sim_options_json(const SimOptions& options) {
 
 InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
   nlohmann::json header = nlohmann::json::object();
-  if (!overrides.model && !overrides.layers && !overrides.kv_heads && !overrides.head_dim) {
-    header["model"] = "llama-3-8b";
+  if (!overrides.model && !overrides.model_config && !overrides.layers && !overrides.kv_heads &&
+      !overrides.head_dim) {
+    header["model"] = std::string(kDefaultSimModel);
   }
-  if (!overrides.pool_blocks && !overrides.kv_memory) {
-    return Unexpected{InputError{"command line", 0, "--kv-memory",
-                                 "missing: give --kv-memory (e.g. 40GiB) or --pool-blocks"}};
+  if (!overrides.pool_blocks && !overrides.kv_memory && !overrides.gpu) {
+    return Unexpected{
+        InputError{"command line", 0, "--kv-memory",
+                   "missing: give --kv-memory (e.g. 40GiB), --pool-blocks or --gpu (e.g. "
+                   "h100-80gb)"}};
   }
   return resolve_run_config(header, overrides, "command line", 0);
 }
@@ -254,7 +257,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
        fmt::format("{:.4f} of prompt tokens ({:.4f} per request)", hit_rate, per_request));
   line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
   line("blocks in use",
-       fmt::format("peak {} ({}), mean {}", grouped(st.peak_in_use),
+       fmt::format("peak {} ({} per GPU), mean {}", grouped(st.peak_in_use),
                    bytes_text(std::uint64_t{st.peak_in_use} * sim.config().kv.block_bytes()),
                    grouped(static_cast<std::uint64_t>(mean_in_use + 0.5))));
   line("cached, no request", fmt::format("peak {} blocks (the cache gives them back on demand)",

@@ -57,8 +57,13 @@ InputResult<SimulationResult> simulate_file(
 // The report's "config.simulation" object: the options a simulation ran with.
 nlohmann::json sim_options_json(const SimOptions& options);
 
+// The model of simulate and plan when none is named.
+inline constexpr std::string_view kDefaultSimModel = "llama-3.1-8b";
+
 // Resolves the configuration of a request-trace run: command-line options
-// only, llama-3-8b when no geometry is given; a pool size is required.
+// only, kDefaultSimModel when no model or geometry is given; a pool size
+// (--pool-blocks, --kv-memory or --gpu) is required. `overrides` should have
+// context_default set and the batch limits (set_activation_limits).
 InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides);
 
 }  // namespace kvreplay

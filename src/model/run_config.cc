@@ -4,6 +4,8 @@
 
 #include <array>
 
+#include "model/deployment.h"
+#include "model/gpu.h"
 #include "model/presets.h"
 
 namespace kvreplay {
@@ -15,12 +17,12 @@ constexpr std::array<std::string_view, 10> kKeys{
     "page_tokens", "pool_blocks", "kv_memory", "max_seq_tokens", "alloc_order"};
 
 std::string known_models() {
-  std::string out;
-  for (const ModelPreset& preset : model_presets()) {
-    if (!out.empty()) out += ", ";
-    out += preset.name;
-  }
-  return out;
+  return model_preset_list();
+}
+
+template <class T>
+nlohmann::json or_null(const std::optional<T>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
 // Bookkeeping of a pool of `blocks` (pool and invariant checker), in GiB.
@@ -34,9 +36,29 @@ double gib(std::uint64_t blocks) {
 nlohmann::json RunConfig::to_json() const {
   nlohmann::json out;
   out["model"] = model.empty() ? nlohmann::json(nullptr) : nlohmann::json(model);
+  out["model_source"] =
+      model_source.empty() ? nlohmann::json(nullptr) : nlohmann::json(model_source);
+  out["per_gpu"] = true;  // every byte, block and geometry figure is one GPU's
+  out["tp"] = tp;
+  out["pp"] = pp;
+  out["gpu"] = gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu);
+  out["gpu_memory_utilization"] = or_null(gpu_memory_utilization);
+  out["weights_bytes_per_gpu"] = or_null(weights_bytes_per_gpu);
+  out["activation_reserve_bytes"] = or_null(activation_reserve_bytes);
+  out["parameters"] = model_spec ? nlohmann::json{{"total", model_spec->parameters.total},
+                                                  {"active", model_spec->parameters.active}}
+                                 : nlohmann::json(nullptr);
+  nlohmann::json groups = nlohmann::json::array();
+  for (const KvCacheGroup& group : kv_cache_groups) {
+    groups.push_back({{"attention", std::string(to_string(group.attention))},
+                      {"window_tokens", group.window_tokens},
+                      {"layers", group.layers}});
+  }
+  out["kv_cache_groups"] = std::move(groups);
   out["layers"] = kv.layers;
   out["kv_heads"] = kv.kv_heads;
   out["head_dim"] = kv.head_dim;
+  out["kv_tensors"] = kv.kv_tensors;
   out["dtype"] = std::string(to_string(kv.dtype));
   out["page_tokens"] = kv.page_tokens;
   out["pool_blocks"] = kv.pool_blocks;
@@ -130,44 +152,79 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   }
 
   RunConfig run;
-  // Geometry: the CLI model replaces the header's geometry; explicit dimensions win.
-  std::optional<std::string> model = cli.model ? cli.model : h_model;
-  bool model_from_cli = cli.model.has_value();
-  if (model) {
-    auto preset = find_model_preset(*model);
+  // The model: --model-config or --model replace the header's model and geometry.
+  if (cli.model && cli.model_config)
+    return fail("model-config", true, "give one of --model or --model-config, not both");
+  const bool model_from_cli = cli.model.has_value() || cli.model_config.has_value();
+  std::optional<std::string> model =
+      cli.model ? cli.model : (model_from_cli ? std::nullopt : h_model);
+  if (cli.model_config) {
+    auto spec = load_model_config(*cli.model_config);
+    if (!spec) return Unexpected{spec.error()};
+    run.model = *cli.model_config;
+    run.model_source = "file:" + *cli.model_config;
+    run.model_spec = std::move(spec).value();
+  } else if (model) {
+    const ModelPreset* preset = find_model_preset(*model);
     if (!preset)
-      return fail("model", model_from_cli,
+      return fail("model", cli.model.has_value(),
                   fmt::format("unknown model '{}' (known: {})", *model, known_models()));
-    run.model = std::string(preset->name);
-    run.kv.layers = preset->layers;
-    run.kv.kv_heads = preset->kv_heads;
-    run.kv.head_dim = preset->head_dim;
+    run.model = *model;
+    run.model_source = "preset:" + preset->name;
+    run.model_spec = preset->spec;
+  }
+  // The model's geometry; dimensions given explicitly win.
+  std::uint32_t layers = 0, kv_heads = 0, head_dim = 0, attention_heads = 0, kv_tensors = 2;
+  if (run.model_spec) {
+    layers = run.model_spec->layers;
+    kv_heads = run.model_spec->kv_heads;
+    head_dim = run.model_spec->head_dim;
+    attention_heads = run.model_spec->attention_heads;
+    kv_tensors = run.model_spec->mla ? 1 : 2;
   }
   if (!model_from_cli) {
-    if (h_layers) run.kv.layers = *h_layers;
-    if (h_kv_heads) run.kv.kv_heads = *h_kv_heads;
-    if (h_head_dim) run.kv.head_dim = *h_head_dim;
+    if (h_layers) layers = *h_layers;
+    if (h_kv_heads) kv_heads = *h_kv_heads;
+    if (h_head_dim) head_dim = *h_head_dim;
   }
-  if (cli.layers) run.kv.layers = *cli.layers;
-  if (cli.kv_heads) run.kv.kv_heads = *cli.kv_heads;
-  if (cli.head_dim) run.kv.head_dim = *cli.head_dim;
-  if ((h_layers || h_kv_heads || h_head_dim || cli.layers || cli.kv_heads || cli.head_dim) &&
-      !run.model.empty()) {
-    // A preset with a dimension changed by hand is no longer that preset.
-    auto preset = find_model_preset(run.model);
-    if (preset->layers != run.kv.layers || preset->kv_heads != run.kv.kv_heads ||
-        preset->head_dim != run.kv.head_dim) {
-      run.model.clear();
-    }
+  if (cli.layers) layers = *cli.layers;
+  if (cli.kv_heads) kv_heads = *cli.kv_heads;
+  if (cli.head_dim) head_dim = *cli.head_dim;
+  if (run.model_spec && (layers != run.model_spec->layers || kv_heads != run.model_spec->kv_heads ||
+                         head_dim != run.model_spec->head_dim)) {
+    // A model with a dimension changed by hand is no longer that model.
+    run.model.clear();
+    run.model_source.clear();
+    run.model_spec.reset();
+    attention_heads = 0;
+    kv_tensors = 2;
   }
-  for (auto [key, value] :
-       {std::pair{"layers", run.kv.layers}, std::pair{"kv_heads", run.kv.kv_heads},
-        std::pair{"head_dim", run.kv.head_dim}}) {
+  for (auto [key, value] : {std::pair{"layers", layers}, std::pair{"kv_heads", kv_heads},
+                            std::pair{"head_dim", head_dim}}) {
     if (value == 0) {
       return fail(key, false,
                   fmt::format("missing: give \"model\" ({}) or layers, kv_heads and head_dim",
                               known_models()));
     }
+  }
+  // One GPU's share of it.
+  run.tp = cli.tp.value_or(1);
+  run.pp = cli.pp.value_or(1);
+  auto share = gpu_share(layers, attention_heads, kv_heads, head_dim, kv_tensors, run.tp, run.pp);
+  if (!share) {
+    return fail(share.error().find("--pp") != std::string::npos ? "pp" : "tp", true, share.error());
+  }
+  run.kv.layers = share.value().layers;
+  run.kv.kv_heads = share.value().kv_heads;
+  run.kv.head_dim = share.value().head_dim;
+  run.kv.kv_tensors = share.value().kv_tensors;
+  if (run.model_spec) {
+    run.kv_cache_groups =
+        run.model_spec->kv_cache_groups(share.value().first_layer, share.value().layers);
+    run.weights_bytes_per_gpu = weights_bytes_per_gpu(*run.model_spec, run.tp, run.pp);
+    run.kv.dtype = run.model_spec->dtype;
+  } else {
+    run.kv_cache_groups = {KvCacheGroup{AttentionKind::kFull, 0, run.kv.layers}};
   }
   std::optional<std::string> dtype = cli.dtype ? cli.dtype : h_dtype;
   if (dtype) {
@@ -178,7 +235,11 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
     run.kv.dtype = *parsed;
   }
   run.kv.page_tokens = cli.page_tokens ? *cli.page_tokens : h_page_tokens.value_or(16);
-  run.kv.max_seq_tokens = cli.max_seq_tokens ? *cli.max_seq_tokens : h_max_seq.value_or(32768);
+  // simulate and plan serve up to the model's context length unless told otherwise.
+  const std::uint32_t max_seq_default =
+      cli.context_default && run.model_spec ? run.model_spec->max_position_embeddings : 32768;
+  run.kv.max_seq_tokens =
+      cli.max_seq_tokens ? *cli.max_seq_tokens : h_max_seq.value_or(max_seq_default);
   std::optional<std::string> order = cli.alloc_order ? cli.alloc_order : h_alloc_order;
   if (order) {
     auto parsed = parse_alloc_order(*order);
@@ -187,7 +248,25 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
                   fmt::format("unknown order '{}' (expected lifo, fifo, lowest, vllm)", *order));
     run.alloc_order = *parsed;
   }
-  // Pool size: a CLI option replaces both header keys.
+  // The GPU: what a pool not sized by hand is sized from.
+  const GpuSpec* gpu = nullptr;
+  if (cli.gpu) {
+    gpu = find_gpu_preset(*cli.gpu);
+    if (gpu == nullptr) {
+      return fail("gpu", true,
+                  fmt::format("unknown GPU '{}' (known: {})", *cli.gpu, gpu_preset_list()));
+    }
+    run.gpu = gpu->name;
+    run.gpu_memory_utilization = cli.gpu_memory_utilization.value_or(kDefaultGpuMemoryUtilization);
+  } else if (cli.gpu_memory_utilization) {
+    return fail("gpu-memory-utilization", true, "needs --gpu (the GPU whose memory it divides)");
+  }
+  if (cli.gpu_memory_utilization &&
+      !(*cli.gpu_memory_utilization > 0.0 && *cli.gpu_memory_utilization <= 1.0)) {
+    return fail("gpu-memory-utilization", true,
+                fmt::format("{} is not in (0, 1]", *cli.gpu_memory_utilization));
+  }
+  // Pool size: a CLI option replaces both header keys; --gpu sizes it otherwise.
   std::optional<std::uint32_t> pool_blocks;
   std::optional<std::string> kv_memory;
   bool pool_from_cli = cli.pool_blocks || cli.kv_memory;
@@ -196,6 +275,28 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   if (pool_from_cli) {
     pool_blocks = cli.pool_blocks;
     kv_memory = cli.kv_memory;
+  } else if (gpu != nullptr) {
+    if (!run.model_spec) {
+      return fail("gpu", true,
+                  "sizing the pool from the GPU's memory needs the model's weights: give --model "
+                  "or --model-config (a geometry given by hand has none), or --kv-memory");
+    }
+    const std::uint64_t reserve =
+        activation_reserve_bytes(*run.model_spec, run.tp, cli.max_batched_tokens, cli.max_seqs);
+    auto memory =
+        gpu_memory(*gpu, *run.gpu_memory_utilization, *run.weights_bytes_per_gpu, reserve);
+    if (!memory) {
+      return fail(
+          "gpu", true,
+          fmt::format("{} at --tp {} --pp {}: {}", run.model, run.tp, run.pp, memory.error()));
+    }
+    run.kv.pool_blocks = 1;  // placeholder so the geometry validates
+    if (auto problem = run.kv.validate()) return invalid(*problem);
+    auto blocks = pool_blocks_for_memory(run.kv, memory.value().kv);
+    if (!blocks) return fail("gpu", true, blocks.error());
+    run.kv.pool_blocks = blocks.value();
+    run.kv_memory = memory.value().kv;
+    run.activation_reserve_bytes = reserve;
   } else {
     pool_blocks = h_pool_blocks;
     kv_memory = h_kv_memory;
@@ -213,15 +314,16 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
       return fail(pool_from_cli ? "kv-memory" : "kv_memory", pool_from_cli, blocks.error());
     run.kv.pool_blocks = blocks.value();
     run.kv_memory = bytes.value();
-  } else {
+  } else if (!run.activation_reserve_bytes) {
     return fail("pool_blocks", false,
                 "missing: give pool_blocks or kv_memory (or --pool-blocks / --kv-memory)");
   }
   if (run.kv.pool_blocks > kMaxSupportedPoolBlocks) {
     return fail(
-        pool_from_cli ? (cli.pool_blocks ? "pool-blocks" : "kv-memory")
-                      : (pool_blocks ? "pool_blocks" : "kv_memory"),
-        pool_from_cli,
+        pool_from_cli                  ? (cli.pool_blocks ? "pool-blocks" : "kv-memory")
+        : run.activation_reserve_bytes ? "gpu"
+                                       : (pool_blocks ? "pool_blocks" : "kv_memory"),
+        pool_from_cli || run.activation_reserve_bytes.has_value(),
         fmt::format("a pool of {} blocks is more than kvreplay keeps in memory (at most "
                     "{} blocks; each takes {} bytes in the pool and {} in the invariant "
                     "checker: {:.2f} GiB for this pool, {:.2f} GiB at the limit); use a "

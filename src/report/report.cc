@@ -125,13 +125,33 @@ std::string base_summary(const ReportSource& input, bool color) {
                      input.status == RunStatus::kOk    ? paint.green(status)
                      : input.status == RunStatus::kOom ? paint.yellow(status)
                                                        : paint.red(status));
-  out += fmt::format("config: {} {}, page {} tokens, {} blocks of {} ({} pool), alloc {}\n",
-                     config.model.empty() ? fmt::format("{}x{}x{}", config.kv.layers,
-                                                        config.kv.kv_heads, config.kv.head_dim)
-                                          : config.model,
-                     to_string(config.kv.dtype), config.kv.page_tokens, config.kv.pool_blocks,
-                     bytes_text(config.kv.block_bytes()), bytes_text(config.kv.pool_bytes()),
-                     to_string(config.alloc_order));
+  out += fmt::format(
+      "config (per GPU): {} {}, page {} tokens, {} blocks of {} ({} pool), alloc {}\n",
+      config.model.empty()
+          ? fmt::format("{}x{}x{}", config.kv.layers, config.kv.kv_heads, config.kv.head_dim)
+          : config.model,
+      to_string(config.kv.dtype), config.kv.page_tokens, config.kv.pool_blocks,
+      bytes_text(config.kv.block_bytes()), bytes_text(config.kv.pool_bytes()),
+      to_string(config.alloc_order));
+  if (!config.gpu.empty() || config.tp > 1 || config.pp > 1) {
+    // Where the pool came from: one GPU's memory, less its weights and activations.
+    std::string memory;
+    if (config.weights_bytes_per_gpu) {
+      memory += fmt::format(", weights {}", bytes_text(*config.weights_bytes_per_gpu));
+    }
+    if (config.activation_reserve_bytes) {
+      memory += fmt::format(", activation reserve {}, KV {}",
+                            bytes_text(*config.activation_reserve_bytes),
+                            bytes_text(config.kv_memory.value_or(0)));
+    }
+    out += fmt::format("deployment: {}tp {}, pp {} ({} layers x {} KV heads per GPU){}{}\n",
+                       config.gpu.empty() ? std::string() : fmt::format("{}, ", config.gpu),
+                       config.tp, config.pp, config.kv.layers, config.kv.kv_heads,
+                       config.gpu_memory_utilization
+                           ? fmt::format(", {} of its memory", *config.gpu_memory_utilization)
+                           : std::string(),
+                       memory.empty() ? std::string() : ": per GPU" + memory.substr(1));
+  }
   out += paint.bold("blocks") + "\n";
   line("peak used", fmt::format("{} of {} ({})", totals.peak_used, input.pool_total,
                                 percent(static_cast<double>(totals.peak_used) / input.pool_total)));

@@ -189,7 +189,7 @@ finish "plan (vllm): the printed size reproduces the answer"
 run plan traces/requests/azure_conv.csv --kv-memory 4GiB --layers 40 --dtype fp8 \
   --max-seq-tokens 8192 --no-search -q --report "$work/report.json"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
-check '[[ $(key ".config | tostring") == "{\"alloc_order\":\"lifo\",\"dtype\":\"fp8\",\"max_seq_tokens\":8192}" ]]' \
+check '[[ $(key ".config | tostring") == "{\"alloc_order\":\"lifo\",\"dtype\":\"fp8\",\"gpu\":null,\"gpu_memory_utilization\":null,\"max_seq_tokens\":8192,\"per_gpu\":true,\"pp\":1,\"tp\":1}" ]]' \
   "plan.config: $(key '.config | tostring')"
 check '[[ $(key ".cells[0].label") == 40x8x128 && $(key ".cells[0].config.layers") == 40 ]]' \
   "the row is labelled $(key '.cells[0].label')"

@@ -89,7 +89,8 @@ TEST_CASE("config: kv_tensors 1 keeps one MLA latent per token, 2 a K and a V") 
   CHECK(config.block_bytes() == 61u * 576u * 2u * 16u);
   for (std::uint32_t bad : {0u, 3u}) {
     config.kv_tensors = bad;
-    CHECK(config.validate() == std::optional<std::string>("kv_tensors must be 1 (MLA) or 2 (K and V)"));
+    CHECK(config.validate() ==
+          std::optional<std::string>("kv_tensors must be 1 (MLA) or 2 (K and V)"));
   }
 }
 

@@ -1,0 +1,488 @@
+#include "model/model_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <optional>
+
+#include "core/enum_names.h"
+#include "io/json_file.h"
+#include "model/embedded_files.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr EnumName<AttentionKind> kAttentionNames[] = {
+    {AttentionKind::kFull, "full"},
+    {AttentionKind::kSliding, "sliding"},
+};
+static_assert(enum_names_unique(kAttentionNames));
+
+constexpr std::uint64_t kU32 = 0xFFFFFFFFull;
+constexpr std::uint64_t kMaxConfigBytes = 4ull << 20;
+
+// The defaults transformers leaves out of a model type's config.json
+// (model_type_defaults.json), or null for a type without any.
+const nlohmann::json& model_type_defaults(const std::string& model_type) {
+  static const nlohmann::json kDefaults = [] {
+    for (const EmbeddedFile& file : embedded_model_data()) {
+      if (file.name == "model_type_defaults") return nlohmann::json::parse(file.bytes());
+    }
+    return nlohmann::json::object();
+  }();
+  static const nlohmann::json kNone;
+  auto it = kDefaults.find(model_type);
+  return it == kDefaults.end() ? kNone : *it;
+}
+
+// Sums and products of parameter counts, remembering an overflow of 64 bits.
+class Count {
+ public:
+  Count() = default;
+  Count(std::uint64_t value) : value_(value) {}  // NOLINT
+
+  friend Count operator+(Count a, Count b) {
+    Count out;
+    out.overflow_ =
+        a.overflow_ || b.overflow_ || __builtin_add_overflow(a.value_, b.value_, &out.value_);
+    return out;
+  }
+  friend Count operator*(Count a, Count b) {
+    Count out;
+    out.overflow_ =
+        a.overflow_ || b.overflow_ || __builtin_mul_overflow(a.value_, b.value_, &out.value_);
+    return out;
+  }
+  Count& operator+=(Count other) { return *this = *this + other; }
+  // ceil(value / divisor). REQUIRES: divisor > 0.
+  Count divided_up(std::uint64_t divisor) const {
+    Count out = *this + Count(divisor - 1);
+    out.value_ /= divisor;
+    return out;
+  }
+
+  std::uint64_t value() const { return value_; }
+  bool overflow() const { return overflow_; }
+
+ private:
+  std::uint64_t value_ = 0;
+  bool overflow_ = false;
+};
+
+// The fields of one config.json: the language model's object (text_config when
+// there is one) and the top level, with the model type's defaults behind them.
+class ConfigFields {
+ public:
+  ConfigFields(const nlohmann::json& root, const std::string& file) : root_(root), file_(file) {
+    auto text = root.find("text_config");
+    if (text != root.end() && text->is_object()) {
+      text_ = &*text;
+      prefix_ = "text_config.";
+    } else {
+      text_ = &root;
+    }
+    auto type = text_->find("model_type");
+    if (type != text_->end() && type->is_string()) model_type_ = type->get<std::string>();
+    defaults_ = &model_type_defaults(model_type_);
+  }
+
+  const std::string& model_type() const { return model_type_; }
+  std::string name(std::string_view key) const { return prefix_ + std::string(key); }
+
+  // The value of `key` in the language model's object, else the model type's
+  // default; null counts as absent (transformers writes null for "not set").
+  // `top_level`: the top level too (dtype, tie_word_embeddings and
+  // quantization_config sit there in multimodal configs).
+  const nlohmann::json* find(std::string_view key, bool top_level = false) const {
+    for (const nlohmann::json* object : {text_, top_level ? &root_ : nullptr, defaults_}) {
+      if (object == nullptr || !object->is_object()) continue;
+      auto it = object->find(key);
+      if (it != object->end() && !it->is_null()) return &*it;
+    }
+    return nullptr;
+  }
+
+  Unexpected<InputError> fail(std::string_view key, std::string problem) const {
+    return Unexpected{InputError{file_, 0, name(key), std::move(problem)}};
+  }
+
+  // An unsigned integer in [min, max], or nullopt when absent.
+  InputResult<std::optional<std::uint64_t>> uint(std::string_view key, std::uint64_t min = 1,
+                                                 std::uint64_t max = kU32,
+                                                 bool top_level = false) const {
+    const nlohmann::json* value = find(key, top_level);
+    if (value == nullptr) return std::optional<std::uint64_t>{};
+    auto checked = check_uint(key, *value, min, max);
+    if (!checked) return Unexpected{checked.error()};
+    return std::optional<std::uint64_t>{checked.value()};
+  }
+
+  InputResult<std::uint64_t> required_uint(std::string_view key, std::uint64_t min = 1,
+                                           std::uint64_t max = kU32) const {
+    auto value = uint(key, min, max);
+    if (!value) return Unexpected{value.error()};
+    if (!value.value()) return fail(key, "missing");
+    return *value.value();
+  }
+
+  InputResult<std::optional<bool>> boolean(std::string_view key, bool top_level = false) const {
+    const nlohmann::json* value = find(key, top_level);
+    if (value == nullptr) return std::optional<bool>{};
+    if (!value->is_boolean())
+      return fail(key, fmt::format("expected true or false, got {}", value->dump()));
+    return std::optional<bool>{value->get<bool>()};
+  }
+
+  InputResult<std::uint64_t> check_uint(std::string_view key, const nlohmann::json& value,
+                                        std::uint64_t min, std::uint64_t max) const {
+    if (!value.is_number_integer())
+      return fail(key, fmt::format("expected an integer, got {}", value.dump()));
+    if (value.is_number_unsigned() ? value.get<std::uint64_t>() < min
+                                   : value.get<std::int64_t>() < static_cast<std::int64_t>(min)) {
+      return fail(key, fmt::format("{} must be >= {}", value.dump(), min));
+    }
+    if (value.get<std::uint64_t>() > max)
+      return fail(key, fmt::format("{} is too large (at most {})", value.dump(), max));
+    return value.get<std::uint64_t>();
+  }
+
+ private:
+  const nlohmann::json& root_;
+  const nlohmann::json* text_ = nullptr;
+  const nlohmann::json* defaults_ = nullptr;
+  const std::string& file_;
+  std::string prefix_;
+  std::string model_type_;
+};
+
+#define KVREPLAY_TRY(target, expr)                                  \
+  auto target##_result = (expr);                                    \
+  if (!target##_result) return Unexpected{target##_result.error()}; \
+  auto target = std::move(target##_result).value()
+
+InputResult<Dtype> read_dtype(const ConfigFields& fields) {
+  std::string_view key = "torch_dtype";
+  const nlohmann::json* value = fields.find(key, /*top_level=*/true);
+  if (value == nullptr) {
+    key = "dtype";
+    value = fields.find(key, /*top_level=*/true);
+  }
+  // Absent, transformers loads float32, which vLLM's --dtype auto serves in bf16
+  // (gpt-oss's config.json names none).
+  if (value == nullptr) return Dtype::kBf16;
+  if (!value->is_string())
+    return fields.fail(key, fmt::format("expected a string, got {}", value->dump()));
+  const std::string name = value->get<std::string>();
+  // vLLM's --dtype auto serves a float32 checkpoint in bf16 (_get_and_verify_dtype).
+  if (name == "bfloat16" || name == "float32" || name == "float") return Dtype::kBf16;
+  if (name == "float16" || name == "half") return Dtype::kFp16;
+  return fields.fail(key, fmt::format("'{}' is not a dtype kvreplay serves (bfloat16, float16, "
+                                      "float32)",
+                                      name));
+}
+
+// Which layers slide, and the window (see the header).
+InputStatus read_attention(const ConfigFields& fields, ModelSpec& spec) {
+  spec.layer_attention.assign(spec.layers, AttentionKind::kFull);
+  KVREPLAY_TRY(chunk, fields.uint("attention_chunk_size", 0, kU32));
+  if (chunk && *chunk > 0)
+    return fields.fail("attention_chunk_size", "chunked attention is not modelled");
+  KVREPLAY_TRY(window, fields.uint("sliding_window", 0, kU32));
+  KVREPLAY_TRY(use_sliding, fields.boolean("use_sliding_window"));
+  const bool slides = window && *window > 0 && use_sliding.value_or(true);
+  if (const nlohmann::json* types = fields.find("layer_types")) {
+    if (!types->is_array())
+      return fields.fail("layer_types", fmt::format("expected an array, got {}", types->dump()));
+    if (types->size() != spec.layers) {
+      return fields.fail("layer_types", fmt::format("{} entries for {} layers (num_hidden_layers)",
+                                                    types->size(), spec.layers));
+    }
+    for (std::uint32_t i = 0; i < spec.layers; ++i) {
+      const nlohmann::json& type = (*types)[i];
+      const std::string key = fmt::format("layer_types[{}]", i);
+      if (!type.is_string())
+        return fields.fail(key, fmt::format("expected a string, got {}", type.dump()));
+      if (type == "full_attention") continue;
+      if (type != "sliding_attention") {
+        return fields.fail(key, fmt::format("'{}' is not modelled (full_attention, "
+                                            "sliding_attention)",
+                                            type.get<std::string>()));
+      }
+      if (!slides) {
+        return fields.fail("sliding_window",
+                           "missing, 0 or turned off (use_sliding_window), while layer_types "
+                           "names sliding layers");
+      }
+      spec.layer_attention[i] = AttentionKind::kSliding;
+    }
+  } else if (slides) {
+    KVREPLAY_TRY(pattern, fields.uint("sliding_window_pattern"));
+    KVREPLAY_TRY(max_window_layers, fields.uint("max_window_layers", 0, kU32));
+    for (std::uint32_t i = 0; i < spec.layers; ++i) {
+      bool sliding = true;  // Mistral: sliding_window alone slides every layer
+      if (pattern) {
+        sliding = (i + 1) % *pattern != 0;  // Gemma 3: every pattern-th layer is full
+      } else if (max_window_layers) {
+        sliding = i >= *max_window_layers;  // Qwen: the layers below it stay full
+      }
+      if (sliding) spec.layer_attention[i] = AttentionKind::kSliding;
+    }
+  }
+  if (std::find(spec.layer_attention.begin(), spec.layer_attention.end(),
+                AttentionKind::kSliding) != spec.layer_attention.end()) {
+    spec.sliding_window = static_cast<std::uint32_t>(*window);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string_view to_string(AttentionKind kind) {
+  return enum_name(kAttentionNames, kind);
+}
+
+std::uint64_t ModelSpec::full_attention_bytes_per_token(Dtype kv_dtype) const {
+  return std::uint64_t{mla ? 1u : 2u} * layers * kv_heads * head_dim * dtype_bytes(kv_dtype);
+}
+
+std::vector<KvCacheGroup> ModelSpec::kv_cache_groups(std::uint32_t first_layer,
+                                                     std::uint32_t count) const {
+  std::vector<KvCacheGroup> groups;
+  for (std::uint32_t i = first_layer; i < first_layer + count && i < layer_attention.size(); ++i) {
+    const AttentionKind kind = layer_attention[i];
+    const std::uint32_t window = kind == AttentionKind::kSliding ? sliding_window : 0;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const KvCacheGroup& g) {
+      return g.attention == kind && g.window_tokens == window;
+    });
+    if (it == groups.end()) {
+      groups.push_back(KvCacheGroup{kind, window, 1});
+    } else {
+      ++it->layers;
+    }
+  }
+  return groups;
+}
+
+InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std::string& file) {
+  if (!config.is_object()) {
+    return Unexpected{
+        InputError{file, 0, "json", fmt::format("expected an object, got {}", config.dump())}};
+  }
+  const ConfigFields fields(config, file);
+  ModelSpec spec;
+  spec.model_type = fields.model_type();
+
+  KVREPLAY_TRY(layers, fields.required_uint("num_hidden_layers", 1, 1u << 16));
+  KVREPLAY_TRY(hidden, fields.required_uint("hidden_size", 1, 1u << 24));
+  KVREPLAY_TRY(heads, fields.required_uint("num_attention_heads", 1, 1u << 16));
+  KVREPLAY_TRY(kv_heads_given, fields.uint("num_key_value_heads", 1, 1u << 16));
+  KVREPLAY_TRY(head_dim_given, fields.uint("head_dim", 1, 1u << 20));
+  KVREPLAY_TRY(vocab, fields.required_uint("vocab_size", 1, 1u << 28));
+  KVREPLAY_TRY(context, fields.required_uint("max_position_embeddings"));
+  KVREPLAY_TRY(tied, fields.boolean("tie_word_embeddings", /*top_level=*/true));
+  KVREPLAY_TRY(dtype, read_dtype(fields));
+  spec.layers = static_cast<std::uint32_t>(layers);
+  spec.hidden_size = static_cast<std::uint32_t>(hidden);
+  spec.attention_heads = static_cast<std::uint32_t>(heads);
+  spec.vocab_size = static_cast<std::uint32_t>(vocab);
+  spec.max_position_embeddings = static_cast<std::uint32_t>(context);
+  spec.dtype = dtype;
+  const std::uint64_t kv_heads = kv_heads_given.value_or(heads);
+  std::uint64_t head_dim = 0;
+  if (head_dim_given) {
+    head_dim = *head_dim_given;
+  } else if (hidden % heads != 0) {
+    return fields.fail("head_dim", fmt::format("missing, and hidden_size {} is not a multiple of "
+                                               "num_attention_heads {}",
+                                               hidden, heads));
+  } else {
+    head_dim = hidden / heads;
+  }
+
+  // Attention: its KV geometry and its parameters per layer.
+  Count attention;
+  KVREPLAY_TRY(kv_lora, fields.uint("kv_lora_rank", 1, 1u << 20));
+  if (kv_lora) {
+    KVREPLAY_TRY(rope, fields.required_uint("qk_rope_head_dim", 1, 1u << 20));
+    KVREPLAY_TRY(nope, fields.required_uint("qk_nope_head_dim", 0, 1u << 20));
+    KVREPLAY_TRY(v_head, fields.required_uint("v_head_dim", 1, 1u << 20));
+    KVREPLAY_TRY(q_lora, fields.uint("q_lora_rank", 1, 1u << 20));
+    spec.mla = true;
+    spec.kv_lora_rank = static_cast<std::uint32_t>(*kv_lora);
+    spec.qk_rope_head_dim = static_cast<std::uint32_t>(rope);
+    spec.kv_heads = 1;
+    spec.head_dim = static_cast<std::uint32_t>(*kv_lora + rope);
+    const Count q_width = Count(heads) * (nope + rope);
+    const Count q =
+        q_lora ? Count(hidden) * *q_lora + Count(*q_lora) * q_width : Count(hidden) * q_width;
+    attention = q + Count(hidden) * (*kv_lora + rope) + Count(*kv_lora) * heads * (nope + v_head) +
+                Count(heads) * v_head * hidden;
+  } else {
+    spec.kv_heads = static_cast<std::uint32_t>(kv_heads);
+    spec.head_dim = static_cast<std::uint32_t>(head_dim);
+    attention =
+        Count(hidden) * (heads + 2 * kv_heads) * head_dim + Count(heads) * head_dim * hidden;
+  }
+  if (auto status = read_attention(fields, spec); !status) return Unexpected{status.error()};
+
+  // The MLP of each layer: dense, or a mixture of experts.
+  std::string_view experts_key = "n_routed_experts";
+  KVREPLAY_TRY(experts_given, fields.uint(experts_key, 0, 1u << 16));
+  for (std::string_view key : {"num_experts", "num_local_experts"}) {
+    if (experts_given) break;
+    experts_key = key;
+    auto value = fields.uint(key, 0, 1u << 16);
+    if (!value) return Unexpected{value.error()};
+    experts_given = value.value();
+  }
+  const std::uint64_t experts = experts_given.value_or(0);
+  KVREPLAY_TRY(intermediate, fields.uint("intermediate_size", 1, 1u << 24));
+  KVREPLAY_TRY(moe_intermediate_given, fields.uint("moe_intermediate_size", 1, 1u << 24));
+  std::uint64_t per_token = 0, moe_intermediate = 0, shared = 0, shared_intermediate = 0;
+  std::uint64_t first_dense = 0, moe_freq = 1, sparse_step = 1;
+  std::vector<std::uint64_t> mlp_only;
+  if (experts > 0) {
+    KVREPLAY_TRY(k, fields.uint("num_experts_per_tok", 1, experts));
+    if (!k) {
+      auto alternative = fields.uint("experts_per_token", 1, experts);
+      if (!alternative) return Unexpected{alternative.error()};
+      k = alternative.value();
+    }
+    if (!k) return fields.fail("num_experts_per_tok", "missing (nor is there experts_per_token)");
+    per_token = *k;
+    moe_intermediate = moe_intermediate_given.value_or(intermediate.value_or(0));
+    if (moe_intermediate == 0) {
+      return fields.fail("moe_intermediate_size",
+                         fmt::format("missing (nor is there intermediate_size), with {} {}",
+                                     experts_key, experts));
+    }
+    KVREPLAY_TRY(shared_given, fields.uint("n_shared_experts", 0, 1u << 16));
+    KVREPLAY_TRY(shared_width, fields.uint("shared_expert_intermediate_size", 0, 1u << 24));
+    KVREPLAY_TRY(first_given, fields.uint("first_k_dense_replace", 0, layers));
+    KVREPLAY_TRY(freq_given, fields.uint("moe_layer_freq", 1, 1u << 16));
+    KVREPLAY_TRY(step_given, fields.uint("decoder_sparse_step", 1, 1u << 16));
+    shared = shared_given.value_or(0);
+    shared_intermediate = shared_width.value_or(0);
+    first_dense = first_given.value_or(0);
+    moe_freq = freq_given.value_or(1);
+    sparse_step = step_given.value_or(1);
+    if (const nlohmann::json* only = fields.find("mlp_only_layers")) {
+      if (!only->is_array()) {
+        return fields.fail("mlp_only_layers",
+                           fmt::format("expected an array, got {}", only->dump()));
+      }
+      for (std::size_t i = 0; i < only->size(); ++i) {
+        auto layer =
+            fields.check_uint(fmt::format("mlp_only_layers[{}]", i), (*only)[i], 0, layers - 1);
+        if (!layer) return Unexpected{layer.error()};
+        mlp_only.push_back(layer.value());
+      }
+    }
+  }
+  auto is_moe = [&](std::uint64_t layer) {
+    return experts > 0 && layer >= first_dense && layer % moe_freq == 0 &&
+           (layer + 1) % sparse_step == 0 &&
+           std::find(mlp_only.begin(), mlp_only.end(), layer) == mlp_only.end();
+  };
+  std::uint64_t moe_layers = 0;
+  for (std::uint64_t i = 0; i < layers; ++i) moe_layers += is_moe(i) ? 1 : 0;
+  if (moe_layers < layers && !intermediate) {
+    return fields.fail(
+        "intermediate_size",
+        fmt::format("missing, and {} of {} layers have a dense MLP", layers - moe_layers, layers));
+  }
+  const Count expert = Count(3) * hidden * moe_intermediate;
+  const Count dense_mlp = Count(3) * hidden * intermediate.value_or(0);
+  const Count shared_mlp = Count(shared) * expert + Count(3) * hidden * shared_intermediate;
+  const Count router = Count(hidden) * experts;
+
+  // Parameters by kind, and the bytes each kind is stored in.
+  const Count embedding = Count(vocab) * hidden;
+  const Count lm_head = tied.value_or(true) ? Count(0) : embedding;
+  const Count attention_all = attention * layers;
+  const Count dense_all = dense_mlp * (layers - moe_layers);
+  const Count routed_all = expert * experts * moe_layers;
+  const Count shared_all = shared_mlp * moe_layers;
+  const Count router_all = router * moe_layers;
+  const Count total =
+      embedding + lm_head + attention_all + dense_all + routed_all + shared_all + router_all;
+  const Count inactive = expert * (experts - per_token) * moe_layers;
+  if (total.overflow() || inactive.overflow()) {
+    return fields.fail("num_hidden_layers", "the parameter count overflows 64 bits");
+  }
+  spec.parameters.total = total.value();
+  spec.parameters.active =
+      total.value() - inactive.value() - (tied.value_or(true) ? 0 : embedding.value());
+  spec.mlp_width = std::max<std::uint64_t>(
+      moe_layers < layers ? intermediate.value_or(0) : 0,
+      moe_layers > 0
+          ? per_token * moe_intermediate + shared * moe_intermediate + shared_intermediate
+          : 0);
+
+  const std::uint64_t element = dtype_bytes(dtype);
+  Count weights = total * element;
+  if (const nlohmann::json* quantization = fields.find("quantization_config", true)) {
+    if (!quantization->is_object()) {
+      return fields.fail("quantization_config",
+                         fmt::format("expected an object, got {}", quantization->dump()));
+    }
+    auto method = quantization->find("quant_method");
+    const std::string name =
+        method != quantization->end() && method->is_string() ? method->get<std::string>() : "";
+    if (name == "fp8") {
+      // Linear layers in 1 byte (block scales, 4 bytes per 128x128 block, left out);
+      // embeddings, lm_head and the router keep the checkpoint's dtype.
+      weights = (embedding + lm_head + router_all) * element + attention_all + dense_all +
+                routed_all + shared_all;
+    } else if (name == "mxfp4") {
+      // Routed experts in 4-bit values with one 8-bit scale per 32 (17/32 byte each).
+      weights =
+          (embedding + lm_head + attention_all + dense_all + shared_all + router_all) * element +
+          (routed_all * 17).divided_up(32);
+    } else {
+      return fields.fail("quantization_config.quant_method",
+                         name.empty() ? std::string("missing")
+                                      : fmt::format("'{}' is not modelled (fp8, mxfp4)", name));
+    }
+  }
+  if (weights.overflow()) {
+    return fields.fail("num_hidden_layers", "the weights' bytes overflow 64 bits");
+  }
+  spec.weight_bytes = weights.value();
+  return spec;
+}
+
+InputResult<ModelSpec> load_model_config(const std::string& path) {
+  auto document = read_json_file(path, kMaxConfigBytes, "not a config.json");
+  if (!document) {
+    // read_json_file's message starts with the path: "PATH:LINE: not valid JSON: ...".
+    // Its message is "PATH:LINE: not valid JSON: WHAT" or "PATH: WHY".
+    std::string_view rest = document.error();
+    if (rest.substr(0, path.size()) == path) rest.remove_prefix(path.size());
+    std::uint64_t line = 0;
+    if (rest.size() > 1 && rest[0] == ':') {
+      rest.remove_prefix(1);
+      auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), line);
+      if (ec == std::errc{} && end < rest.data() + rest.size() && *end == ':') {
+        rest.remove_prefix(static_cast<std::size_t>(end - rest.data()) + 1);
+      } else {
+        line = 0;
+      }
+    }
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    constexpr std::string_view kNotJson = "not valid JSON: ";
+    if (rest.substr(0, kNotJson.size()) == kNotJson) {
+      rest.remove_prefix(kNotJson.size());
+      return Unexpected{InputError{path, line, "json", fmt::format("not valid JSON: {}", rest)}};
+    }
+    return Unexpected{InputError{path, 0, "file", std::string(rest)}};
+  }
+  return read_model_config(document.value(), path);
+}
+
+#undef KVREPLAY_TRY
+
+}  // namespace kvreplay

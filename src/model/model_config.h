@@ -1,0 +1,135 @@
+// ModelSpec: what kvreplay needs to know of a model, derived from its Hugging
+// Face config.json (SPEC 3.2): the KV geometry of every layer, the context
+// length, and the parameter count and weight bytes.
+//
+// The reader takes the fields transformers writes (config.json of the model's
+// Hugging Face repository); a multimodal config's language model is read from
+// its "text_config" object. Fields used, and what each gives:
+//
+//   num_hidden_layers                      layers
+//   num_key_value_heads                    KV heads (absent: num_attention_heads, as in
+//                                          transformers)
+//   head_dim                               head dimension (absent or null:
+//                                          hidden_size / num_attention_heads)
+//   torch_dtype | dtype                    the weights' and the KV cache's dtype
+//                                          (float32, or none, is served as bf16, as vLLM's
+//                                          --dtype auto does)
+//   kv_lora_rank, qk_rope_head_dim         MLA (DeepSeek): one latent of kv_lora_rank +
+//                                          qk_rope_head_dim values per token per layer,
+//                                          in place of a K and a V per head
+//   sliding_window with layer_types, or with sliding_window_pattern (Gemma 3: every
+//   N-th layer full), or alone (Mistral: every layer); use_sliding_window false
+//   (Qwen) and max_window_layers (Qwen: the layers below it stay full) honoured
+//   max_position_embeddings                the context length (simulate's and plan's
+//                                          default --max-seq-tokens)
+//   hidden_size, num_attention_heads, intermediate_size, vocab_size,
+//   tie_word_embeddings (absent: true, transformers' PretrainedConfig default),
+//   q_lora_rank, qk_nope_head_dim, v_head_dim (MLA projections),
+//   n_routed_experts | num_experts | num_local_experts, num_experts_per_tok |
+//   experts_per_token, moe_intermediate_size, n_shared_experts,
+//   shared_expert_intermediate_size, first_k_dense_replace, moe_layer_freq,
+//   decoder_sparse_step, mlp_only_layers   the parameter count
+//   quantization_config.quant_method       fp8 (linear layers 1 byte) or mxfp4 (routed
+//                                          experts 4.25 bits): the weights' bytes
+//
+// transformers leaves a field out of config.json when it equals the model
+// class's default; model_type_defaults.json holds those defaults for the model
+// types whose published configs rely on them (gemma3_text). Fields the reader
+// does not know are ignored; a field it needs that is missing, null where a
+// value is needed, of the wrong type or out of range is an InputError naming
+// the file and the field ("config.json: text_config.num_hidden_layers:
+// missing"), as is a feature it cannot model (chunked attention, an attention
+// kind other than full and sliding, a quantization method other than fp8 and
+// mxfp4).
+//
+// Parameter count (matrices only; norms, biases and attention sinks are under
+// 0.1% of every preset and left out):
+//   embeddings   vocab * hidden, and as much again for lm_head unless tied
+//   attention    q, k, v, o: hidden * (heads + 2 * kv_heads) * head_dim
+//                + heads * head_dim * hidden;
+//                MLA: hidden * q_lora + q_lora * heads * (nope + rope) (or hidden * heads *
+//                (nope + rope) without q_lora_rank) + hidden * (kv_lora + rope)
+//                + kv_lora * heads * (nope + v_head) + heads * v_head * hidden
+//   dense MLP    3 * hidden * intermediate_size (gate, up, down)
+//   MoE layer    hidden * experts (router) + (experts + shared) * 3 * hidden * moe_intermediate
+// Active parameters are those one token's forward pass multiplies by: every
+// parameter but the input embedding table (a lookup; tied, it is the lm_head
+// and counts) and the routed experts not chosen (experts - experts_per_token
+// per MoE layer). That is the count OpenAI's gpt-oss model card gives; vendors
+// who count the input embedding as active (Qwen) publish the sum.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/config.h"
+#include "io/input_error.h"
+
+namespace kvreplay {
+
+enum class AttentionKind : std::uint8_t { kFull, kSliding };
+std::string_view to_string(AttentionKind kind);
+
+// Layers that share one kind of attention and window: what one block table per
+// group (vLLM's KV-cache groups, HybridKVCacheCoordinator) would serve.
+struct KvCacheGroup {
+  AttentionKind attention = AttentionKind::kFull;
+  std::uint32_t window_tokens = 0;  // sliding: the window; full: 0
+  std::uint32_t layers = 0;         // layers of the group
+
+  bool operator==(const KvCacheGroup&) const = default;
+};
+
+struct ParameterCount {
+  std::uint64_t total = 0;
+  std::uint64_t active = 0;  // per token: see the file comment
+};
+
+struct ModelSpec {
+  std::string model_type;  // as the config says ("llama", "gemma3_text"); may be empty
+  std::uint32_t layers = 0;
+  std::uint32_t attention_heads = 0;
+  std::uint32_t kv_heads = 0;  // MLA: 1 (the latent serves every head)
+  std::uint32_t head_dim = 0;  // MLA: kv_lora_rank + qk_rope_head_dim
+  bool mla = false;
+  std::uint32_t kv_lora_rank = 0;      // MLA only
+  std::uint32_t qk_rope_head_dim = 0;  // MLA only
+  Dtype dtype = Dtype::kBf16;          // the weights', and the KV cache's unless --dtype
+  std::uint32_t max_position_embeddings = 0;
+  std::uint32_t hidden_size = 0;
+  std::uint32_t vocab_size = 0;
+  // Widest MLP of a token in one layer, all ranks together: intermediate_size,
+  // or experts_per_token * moe_intermediate plus the shared experts (for the
+  // activation reserve, model/deployment.h).
+  std::uint64_t mlp_width = 0;
+  // One entry per layer, in layer order; every sliding layer has `sliding_window`.
+  std::vector<AttentionKind> layer_attention;
+  std::uint32_t sliding_window = 0;  // 0 when no layer slides
+  ParameterCount parameters;
+  // The checkpoint's weights as stored: parameters at dtype, less what
+  // quantization_config quantizes (see the file comment). Rounded up.
+  std::uint64_t weight_bytes = 0;
+
+  // KV bytes of one token in every layer of [first_layer, first_layer + count),
+  // as if every layer were full attention (what a replay writes per token):
+  // MLA 1, else 2 (K and V), times kv_heads * head_dim * dtype_bytes(kv_dtype) per layer.
+  std::uint64_t full_attention_bytes_per_token(Dtype kv_dtype) const;
+
+  // The KV-cache groups of layers [first_layer, first_layer + count), in the
+  // order of their first layer. REQUIRES: the range lies within the layers.
+  std::vector<KvCacheGroup> kv_cache_groups(std::uint32_t first_layer, std::uint32_t count) const;
+  std::vector<KvCacheGroup> kv_cache_groups() const { return kv_cache_groups(0, layers); }
+};
+
+// Derives a ModelSpec from a parsed config.json. `file` names it in errors
+// (a path, or "preset NAME").
+InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std::string& file);
+
+// Reads and derives a config.json from a file (or "-"), at most 4 MiB.
+InputResult<ModelSpec> load_model_config(const std::string& path);
+
+}  // namespace kvreplay
