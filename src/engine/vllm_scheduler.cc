@@ -49,8 +49,9 @@ std::optional<SkipReason> Simulator::never_fits_vllm(const Request& request,
     // Blocks held at once by the request running alone, summed over the
     // groups: a full group holds every page, a sliding one the pages the
     // step writes and those still in its window (remove_skipped_blocks runs
-    // before each step's allocation). Evaluated at every prefill chunk (of
-    // --max-batched-tokens tokens), the first decode steps until the window
+    // before each step's allocation). Evaluated at every chunk of
+    // --max-batched-tokens tokens up to the final length (a preempted request
+    // re-prefills its output too), the first decode steps until the window
     // pattern repeats, and the last page's worth of decode steps.
     const std::uint64_t budget = options_.max_batched_tokens;
     auto held = [&](std::uint64_t computed, std::uint64_t tokens) {
@@ -63,10 +64,10 @@ std::optional<SkipReason> Simulator::never_fits_vllm(const Request& request,
       return sum;
     };
     need = 0;
-    std::uint64_t c = 0;
-    for (; c < request.prompt; c += std::min<std::uint64_t>(budget, request.prompt - c)) {
-      need = std::max(need, held(c, std::min<std::uint64_t>(budget, request.prompt - c)));
+    for (std::uint64_t c = 0; c < final_length; c += std::min<std::uint64_t>(budget, final_length - c)) {
+      need = std::max(need, held(c, std::min<std::uint64_t>(budget, final_length - c)));
     }
+    const std::uint64_t c = request.prompt;
     std::uint64_t window = 0;
     for (const KvCacheGroupSpec& g : groups_) window = std::max<std::uint64_t>(window, g.window_tokens);
     const std::uint64_t first_end = std::min<std::uint64_t>(final_length, c + window + 2 * pt);

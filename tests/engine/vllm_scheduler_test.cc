@@ -516,13 +516,14 @@ SimOptions hybrid_options() {
 using GroupTables = std::vector<std::vector<std::vector<BlockId>>>;
 
 TEST_CASE("vllm hybrid: one block per group per page, pages leaving the window freed") {
-  // Pool 8 (null + 7). A: prompt 10, 4 output tokens. Step 1 allocates 3
+  // Pool 9 (null + 8: A could need 4 + 4 blocks if preempted late and
+  // re-prefilled in one step, see never_fits_vllm). A: prompt 10, 4 output tokens. Step 1 allocates 3
   // pages in each group (blocks 1-3 full, 4-6 sliding). Step 2
   // (num_computed 10): get_num_skipped_tokens = 10 - 4 + 1 = 7, page 0 of the
   // sliding group leaves (block 4, cached: evictable). Step 3 (11): 8 skipped,
   // page 1 leaves (block 5). Step 4 (12): nothing more; page 3 takes the free
-  // block 7 (full) and evicts block 4 (sliding); A finishes.
-  Simulator sim(hybrid_config(8), hybrid_options());
+  // blocks 7 (full) and 8 (sliding); A finishes.
+  Simulator sim(hybrid_config(9), hybrid_options());
   GroupTables after_step3;
   Steps steps;
   sim.on_step = [&](const Simulator& s) {
@@ -540,8 +541,8 @@ TEST_CASE("vllm hybrid: one block per group per page, pages leaving the window f
   // tokens). Sliding group: ceil((4 - 1) / 4) = 1 cached page before the hit
   // length is needed, found from the right: page 1 (block 5), page 0 the null
   // block. 8 tokens hit. get_num_blocks_to_allocate: full 1 new + 2 evictable
-  // hits, sliding 1 new + 1 evictable hit (page 0 skipped) = 5 of 2 free + 5
-  // evictable. Page 2 takes block 4 (full) and block 7 (sliding).
+  // hits, sliding 1 new + 1 evictable hit (page 0 skipped) = 5 of 2 free + 6
+  // evictable. Page 2 takes the free blocks 8 (full) and 7 (sliding).
   GroupTables b_tables;
   steps.in_use.clear();
   sim.on_step = [&](const Simulator& s) {
@@ -550,7 +551,7 @@ TEST_CASE("vllm hybrid: one block per group per page, pages leaving the window f
   };
   Request b = hashed_request("b", 10, 2, {1, 2, 3}, sim.now(), 4);
   run_to_end(sim, {b});
-  CHECK(b_tables == GroupTables{{{1, 2, 4}, {0, 5, 7}}});
+  CHECK(b_tables == GroupTables{{{1, 2, 8}, {0, 5, 7}}});
   CHECK(steps.in_use == U32s{6, 1});
   CHECK(sim.sim_totals().hits == 8);
   CHECK(sim.sim_totals().queries == 20);
@@ -607,6 +608,18 @@ TEST_CASE("vllm hybrid: one full group given explicitly is today's run") {
   CHECK(p.peak_in_use == g.peak_in_use);
   CHECK(p.in_use_sum == g.in_use_sum);
   CHECK(plain_sim.block_bytes() == grouped_sim.block_bytes());
+}
+
+TEST_CASE("vllm hybrid: a request that can never get its blocks in every group is skipped") {
+  // Pool 4: 3 KV blocks. A 10-token prompt scheduled in one step needs 3
+  // pages in each group (the window frees nothing before the step): 6 > 3,
+  // skipped. A 4-token prompt with 1 output token needs 1 + 1: runs.
+  Simulator sim(hybrid_config(4), hybrid_options());
+  run_to_end(sim, {request("big", 10, 1), request("small", 4, 1)});
+  CHECK(sim.sim_totals().skipped == 1);
+  REQUIRE(sim.first_skipped(SkipReason::kPoolTooSmall));
+  CHECK(sim.first_skipped(SkipReason::kPoolTooSmall)->need == 6);
+  CHECK(sim.sim_totals().finished == 1);
 }
 
 TEST_CASE("vllm hybrid: the generic engine refuses groups") {
