@@ -94,6 +94,7 @@ ConfigOverrides ConfigOptions::overrides() const {
   if (given(13)) out.gpu = gpu;
   if (given(14)) out.gpu_memory_utilization = gpu_memory_utilization;
   out.context_default = options[11] != nullptr;  // simulate and plan
+  out.kv_groups = out.context_default;
   return out;
 }
 void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options) {

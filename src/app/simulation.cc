@@ -101,6 +101,9 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   auto opened = RequestReader::open(path, format);
   if (!opened) return Unexpected{opened.error()};
   RequestReader& reader = *opened.value();
+  if (auto problem = sim_options_error(config, options)) {
+    return Unexpected{InputError{"command line", 0, "--engine", *problem}};
+  }
   Simulator sim(config, options);
 
   if (timeline != nullptr) {
@@ -223,7 +226,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   result.report["blocks"]["peak_in_use"] = st.peak_in_use;
   result.report["blocks"]["mean_in_use"] = mean_in_use;
   result.report["memory"] = {
-      {"peak_in_use_bytes", std::uint64_t{st.peak_in_use} * sim.config().kv.block_bytes()}};
+      {"peak_in_use_bytes", std::uint64_t{st.peak_in_use} * sim.block_bytes()}};
   if (options.allocator == AllocatorKind::kPaged) {
     result.report["sharing"]["saved_blocks_at_peak"] = st.saved_blocks_at_peak;
   } else {
@@ -258,7 +261,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
   line("blocks in use",
        fmt::format("peak {} ({} per GPU), mean {}", grouped(st.peak_in_use),
-                   bytes_text(std::uint64_t{st.peak_in_use} * sim.config().kv.block_bytes()),
+                   bytes_text(std::uint64_t{st.peak_in_use} * sim.block_bytes()),
                    grouped(static_cast<std::uint64_t>(mean_in_use + 0.5))));
   line("cached, no request", fmt::format("peak {} blocks (the cache gives them back on demand)",
                                          grouped(st.peak_cache_resident)));

@@ -195,6 +195,19 @@ CoreStatus SequenceBlockTable::install_shared_prefix(std::span<const BlockId> pa
   return {};
 }
 
+CoreResult<BlockId> SequenceBlockTable::skip_page(std::uint32_t logical_page, BlockId null_block,
+                                                  BlockPool& pool) {
+  if (logical_page >= entries_.size()) return Unexpected{CoreError::kPageOutOfRange};
+  const BlockId b = entries_[logical_page];
+  if (b == kInvalidBlock || b == null_block) return Unexpected{CoreError::kPageOutOfRange};
+  if (!pool.is_live(b)) return Unexpected{CoreError::kBlockNotLive};
+  // Retain first: the only step that can fail once the page's block is live.
+  if (auto retained = pool.retain(null_block); !retained) return Unexpected{retained.error()};
+  (void)pool.release(b);  // live: cannot fail
+  set_entry(logical_page, null_block);
+  return b;
+}
+
 CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
   // Validate with tentative decrements, undone before anything is freed: each
   // block must hold at least as many references as this table has entries on it.

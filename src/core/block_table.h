@@ -111,6 +111,16 @@ class SequenceBlockTable {
   CoreStatus install_shared_prefix(std::span<const BlockId> pages, std::uint32_t tokens,
                                    BlockPool& pool);
 
+  // A page that attention no longer reads (it left a sliding window) gives its
+  // block back and points at `null_block` instead (vLLM's
+  // SingleTypeKVCacheManager.remove_skipped_blocks): retains null_block, then
+  // releases the page's block. Returns that block. The length is unchanged;
+  // the page stays valid (I3 exempts entries on the null block, see TableRef).
+  // Errors (nothing changes): kPageOutOfRange (no valid entry at the page, or
+  // it already holds null_block), kBlockNotLive (its block is not live), and
+  // those of BlockPool::retain on null_block.
+  CoreResult<BlockId> skip_page(std::uint32_t logical_page, BlockId null_block, BlockPool& pool);
+
   // Releases every page and resets the length to 0. Validates first (every
   // entry live, with enough references for its multiplicity), then releases
   // in page order, which fixes the free-list order under lifo and fifo.

@@ -83,6 +83,7 @@ std::optional<std::string> PagedKvConfig::validate() const {
   if (pool_blocks >= kInvalidBlock) return "pool_blocks must be below 4294967295";
   if (max_seq_tokens == 0) return "max_seq_tokens must be >= 1";
   if (kv_tensors != 1 && kv_tensors != 2) return "kv_tensors must be 1 (MLA) or 2 (K and V)";
+  if (block_layers > layers) return "block_layers must be at most layers";
   auto per_token = checked_mul(std::uint64_t{kv_tensors} * layers, kv_heads);
   if (per_token) per_token = checked_mul(*per_token, head_dim);
   if (per_token) per_token = checked_mul(*per_token, dtype_bytes(dtype));
@@ -99,7 +100,8 @@ std::uint64_t PagedKvConfig::bytes_per_token() const {
 }
 
 std::uint64_t PagedKvConfig::block_bytes() const {
-  return bytes_per_token() * page_tokens;
+  if (block_layers == 0) return bytes_per_token() * page_tokens;
+  return bytes_per_token() / layers * block_layers * page_tokens;
 }
 
 std::uint64_t PagedKvConfig::pool_bytes() const {

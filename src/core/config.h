@@ -47,6 +47,11 @@ struct PagedKvConfig {
   // Vectors a token keeps per layer and head: 2, a K and a V (SPEC 1); 1, one
   // latent (MLA: DeepSeek's kv_lora_rank + qk_rope_head_dim values, kv_heads 1).
   std::uint32_t kv_tensors = 2;
+  // Layers one pool block holds a page of: 0 for every layer; a hybrid model's
+  // KV-cache group size under simulate (model/kv_groups.h: a block is one page
+  // of one group, padded to group_size layers). bytes_per_token stays every
+  // layer's, what a replay writes.
+  std::uint32_t block_layers = 0;
 
   // Empty when valid; otherwise what is wrong, e.g. "page_tokens must be >= 1".
   // Rejects zeros, byte counts that overflow 64 bits, pools of 2^32-1 blocks
@@ -58,7 +63,9 @@ struct PagedKvConfig {
   // REQUIRES: is_valid() for the derived sizes below.
   // kv_tensors (2: K and V) * layers * kv_heads * head_dim * dtype_bytes
   std::uint64_t bytes_per_token() const;
-  std::uint64_t block_bytes() const;    // bytes_per_token * page_tokens
+  // bytes_per_token * page_tokens, or with block_layers: bytes_per_token / layers
+  // * block_layers * page_tokens
+  std::uint64_t block_bytes() const;
   std::uint64_t pool_bytes() const;     // block_bytes * pool_blocks
   std::uint32_t pages_per_seq() const;  // ceil(max_seq_tokens / page_tokens)
   // Entries of a single-sequence GPU plan: layers * pages_per_seq.

@@ -126,6 +126,7 @@ std::optional<InvariantViolation> InvariantChecker::check(const BlockPool& pool,
         return violation("I3", fmt::format("{} page {} is invalid within length {}", ref.label,
                                            page, table.length()));
       }
+      if (b == ref.null_block) continue;  // a skipped page: no tokens held
       std::uint64_t tokens_here =
           std::min<std::uint64_t>(table_page, table.length() - page * table_page);
       if (pool.filled(b) < tokens_here) {

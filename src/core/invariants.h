@@ -6,7 +6,8 @@
 //      used + free == total.
 //   I3 every table's pages covering [0, length) are valid and pages beyond are
 //      invalid; filled(b) <= page_tokens; a free block has filled 0; a valid
-//      page's block holds at least the table's tokens of that page.
+//      page's block holds at least the table's tokens of that page, unless it is
+//      the table's null block (a page attention skips, see TableRef).
 // I4 (no write into a shared block) and I5 (a copy's source stays live until the
 // copy runs) concern operations rather than states; the replay engine checks them.
 #pragma once
@@ -26,6 +27,10 @@ namespace kvreplay {
 struct TableRef {
   const SequenceBlockTable* table = nullptr;
   std::string_view label;  // how messages name the table, e.g. "seq 7"
+  // Entries on this block are pages attention skips (a sliding window's,
+  // SequenceBlockTable::skip_page): counted as references (I1), but not held
+  // to the page's tokens (I3). kInvalidBlock: none.
+  BlockId null_block = kInvalidBlock;
 };
 
 struct InvariantViolation {

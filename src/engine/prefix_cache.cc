@@ -59,7 +59,7 @@ void PrefixCache::grow_index() {
     const Slot& slot = old[(start + i) % n];
     if (slot.block == kInvalidBlock) continue;
     const std::size_t to =
-        free_slot_from(static_cast<std::size_t>(mix(PageKey{slot.chain, slot.offset})) & mask);
+        free_slot_from(static_cast<std::size_t>(mix(PageKey{slot.chain, slot.offset, slot.group})) & mask);
     slots_[to] = slot;
     entries_[slot.block].slot = static_cast<std::uint32_t>(to);
   }
@@ -74,7 +74,7 @@ inline void PrefixCache::index_erase(std::size_t slot) {
   for (std::size_t next = (hole + 1) & mask; slots_[next].block != kInvalidBlock;
        next = (next + 1) & mask) {
     const std::size_t home =
-        static_cast<std::size_t>(mix(PageKey{slots_[next].chain, slots_[next].offset})) & mask;
+        static_cast<std::size_t>(mix(PageKey{slots_[next].chain, slots_[next].offset, slots_[next].group})) & mask;
     if (((next - home) & mask) < ((next - hole) & mask)) continue;  // home in (hole, next]
     slots_[hole] = slots_[next];
     entries_[slots_[hole].block].slot = static_cast<std::uint32_t>(hole);

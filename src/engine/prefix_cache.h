@@ -45,6 +45,9 @@ std::vector<std::string> evict_policy_names();  // in table order, for the comma
 struct PageKey {
   std::uint64_t chain = 0;   // the hash id of the block holding the page's last token
   std::uint32_t offset = 0;  // the page's end, in tokens from the start of that block
+  // The KV-cache group whose page this is (vLLM's BlockHashWithGroupId: the
+  // groups of a hybrid model share block hashes, their keys differ by group).
+  std::uint32_t group = 0;
   bool operator==(const PageKey&) const = default;
 };
 
@@ -199,7 +202,8 @@ class PrefixCache {
   // back in order, and grow_index() reinserts each probe run from its start.
   static std::uint64_t mix(const PageKey& key) {
     // murmur3's 64-bit finaliser over the chain id and the offset.
-    std::uint64_t x = key.chain ^ (std::uint64_t{key.offset} * 0x9E3779B97F4A7C15ull);
+    std::uint64_t x = key.chain ^ (std::uint64_t{key.offset} * 0x9E3779B97F4A7C15ull) ^
+                      (std::uint64_t{key.group} * 0xD6E8FEB86659FD93ull);
     x ^= x >> 33;
     x *= 0xFF51AFD7ED558CCDull;
     x ^= x >> 33;
@@ -212,7 +216,8 @@ class PrefixCache {
     const std::size_t mask = slots_.size() - 1;
     std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
     while (slots_[slot].block != kInvalidBlock &&
-           (slots_[slot].chain != key.chain || slots_[slot].offset != key.offset)) {
+           (slots_[slot].chain != key.chain || slots_[slot].offset != key.offset ||
+            slots_[slot].group != key.group)) {
       slot = (slot + 1) & mask;
     }
     return slot;
@@ -266,6 +271,7 @@ class PrefixCache {
     std::uint64_t chain = 0;
     std::uint32_t offset = 0;
     BlockId block = kInvalidBlock;  // kInvalidBlock: empty
+    std::uint32_t group = 0;
   };
   std::vector<Slot> slots_;
   std::size_t size_ = 0;  // live slots
@@ -287,7 +293,7 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
     slot = free_slot_from(slot);
   }
   if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
-  slots_[slot] = Slot{key.chain, key.offset, b};
+  slots_[slot] = Slot{key.chain, key.offset, b, key.group};
   ++size_;
   cached.slot = static_cast<std::uint32_t>(slot);
   cached.key = key;

@@ -105,12 +105,68 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
     auto null_block = pool_.allocate();
     if (null_block) null_block_ = null_block.value();
   }
+  groups_ = options.kv_groups.empty() ? config.kv_groups : options.kv_groups;
+  if (groups_.empty()) groups_.push_back(KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, config.kv.layers});
+  hybrid_ = groups_.size() > 1 || groups_[0].attention == KvCacheGroupSpec::kSliding;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    auto it = std::find_if(attention_types_.begin(), attention_types_.end(),
+                           [&](const std::vector<std::size_t>& ids) {
+                             return groups_[ids[0]].same_spec(groups_[g]);
+                           });
+    if (it == attention_types_.end()) {
+      attention_types_.push_back({g});
+    } else {
+      it->push_back(g);
+    }
+  }
+  std::stable_partition(attention_types_.begin(), attention_types_.end(),
+                        [&](const std::vector<std::size_t>& ids) {
+                          return groups_[ids[0]].attention == KvCacheGroupSpec::kFull;
+                        });
+  hybrid_hits_.resize(groups_.size());
+  if (auto error = sim_options_error(config, options)) {
+    violation_ = Violation{0, 0, "config", *error};
+  }
+}
+
+std::optional<std::string> sim_options_error(const RunConfig& config, const SimOptions& options) {
+  // The run's groups: the options' (tests), else the model's (RunConfig::kv_groups).
+  const std::vector<KvCacheGroupSpec>& groups =
+      options.kv_groups.empty() ? config.kv_groups : options.kv_groups;
+  if (auto error = kv_groups_error(groups, config.kv.layers)) return error;
+  const bool hybrid = groups.size() > 1 ||
+                      (groups.size() == 1 && groups[0].attention == KvCacheGroupSpec::kSliding);
+  if (config.kv.block_layers != 0 && config.kv.block_layers != kv_group_size(groups)) {
+    return fmt::format("the pool's blocks hold {} layers, the KV-cache groups {}",
+                       config.kv.block_layers, kv_group_size(groups));
+  }
+  if (hybrid && (options.engine != EngineKind::kVllm || options.allocator != AllocatorKind::kPaged)) {
+    return std::string(
+        "hybrid KV-cache groups (several groups, or a sliding window) need the vllm engine "
+        "and the paged allocator");
+  }
+  return std::nullopt;
 }
 
 Simulator::~Simulator() = default;
 
 SequenceBlockTable Simulator::new_table() const {
   return SequenceBlockTable(config_.kv.pages_per_seq(), config_.kv.page_tokens);
+}
+
+std::vector<std::vector<std::vector<BlockId>>> Simulator::running_group_tables() const {
+  std::vector<std::vector<std::vector<BlockId>>> out;
+  for (const auto& flight : running_) {
+    for (const Sample& sample : flight->samples) {
+      if (sample.done) continue;
+      auto& tables = out.emplace_back();
+      for (std::size_t g = 0; g < groups_.size(); ++g) {
+        const SequenceBlockTable& table = group_table(sample, g);
+        tables.emplace_back(table.entries().begin(), table.entries().end());
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<std::vector<BlockId>> Simulator::running_block_tables() const {
@@ -201,6 +257,7 @@ std::optional<PageKey> Simulator::page_key(const Flight& flight, std::uint32_t p
 }
 
 bool Simulator::run_until(double horizon) {
+  if (violation_) return false;  // sim_options_error, or an earlier failure
   for (;;) {
     while (vllm() && !arriving_.empty() && arriving_.front().arrival <= now_) {
       enqueue_vllm(std::move(arriving_.front()));
@@ -318,7 +375,7 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
     }
     flight.samples.clear();
     for (std::uint64_t start : regions) {
-      flight.samples.push_back(Sample{SequenceBlockTable(0, 1), 0, 0, false, start, slots});
+      flight.samples.push_back(Sample{SequenceBlockTable(0, 1), 0, 0, false, start, slots, {}});
     }
   }
 
@@ -371,7 +428,7 @@ bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t in
     if (flight.prefilled < request.prompt) return true;
     // The step that ends the prefill yields every sample's first token.
     for (std::uint32_t k = 1; k < request.n; ++k) {
-      Sample child{new_table(), flight.samples[0].length, 0, false, 0, 0};
+      Sample child{new_table(), flight.samples[0].length, 0, false, 0, 0, {}};
       if (paged()) {
         if (auto forked = flight.samples[0].table.fork_into(child.table, pool_); !forked) {
           violation_ = Violation{
@@ -567,7 +624,7 @@ void Simulator::add_hit(Flight& flight, BlockId block, const PageKey& key) {
 bool Simulator::install_hits(Flight& flight, const std::vector<BlockId>& hits,
                              std::uint32_t hit_tokens) {
   flight.samples.clear();
-  flight.samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0});
+  flight.samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0, {}});
   if (hits.empty()) return true;
   // Hit blocks leave the eviction candidates (BlockPool.touch) before any allocation.
   for (BlockId b : hits) cache_.touch(b, tick_);
@@ -594,14 +651,21 @@ void Simulator::release_sample(Sample& sample) {
     free_region(sample.region, sample.region_slots);
     return;
   }
-  count_layout(state_, sample.table, -1);
-  std::vector<BlockId>& blocks = release_scratch_;
-  blocks.assign(sample.table.entries().begin(), sample.table.entries().end());
-  state_.table_entries -= blocks.size();
-  request_entries_ -= blocks.size();
-  (void)sample.table.release_all(pool_);  // tables built by this simulator are consistent
-  // Last page first: a sequence's tail is evicted before its shared prefix.
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cache_.released(*it, pool_, tick_);
+  // KVCacheCoordinator.free: group by group, in group order.
+  for (std::size_t g = 0; g < 1 + sample.more.size(); ++g) {
+    SequenceBlockTable& table = group_table(sample, g);
+    count_layout(state_, table, -1);
+    std::vector<BlockId>& blocks = release_scratch_;
+    blocks.assign(table.entries().begin(), table.entries().end());
+    // Pages on the null block (skipped by a sliding window) were uncounted then.
+    const auto skipped = static_cast<std::size_t>(
+        null_block_ ? std::count(blocks.begin(), blocks.end(), *null_block_) : 0);
+    state_.table_entries -= blocks.size() - skipped;
+    request_entries_ -= blocks.size() - skipped;
+    (void)table.release_all(pool_);  // tables built by this simulator are consistent
+    // Last page first: a sequence's tail is evicted before its shared prefix.
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cache_.released(*it, pool_, tick_);
+  }
 }
 
 void Simulator::count_output(Flight& flight, std::size_t sample) {
@@ -699,7 +763,14 @@ bool Simulator::check_now() {
     for (std::size_t k = 0; k < flight->samples.size(); ++k) {
       if (flight->samples[k].done) continue;
       labels.push_back(fmt::format("request {} sample {}", flight->request.id, k));
-      table_refs_.push_back({&flight->samples[k].table, labels.back()});
+      table_refs_.push_back({&flight->samples[k].table, labels.back(),
+                             hybrid_ ? null_block_.value_or(kInvalidBlock) : kInvalidBlock});
+      // Every KV-cache group's table: pages skipped by a window hold the null block.
+      for (std::size_t g = 1; g <= flight->samples[k].more.size(); ++g) {
+        labels.push_back(fmt::format("request {} group {}", flight->request.id, g));
+        table_refs_.push_back({&flight->samples[k].more[g - 1], labels.back(),
+                               null_block_.value_or(kInvalidBlock)});
+      }
     }
   }
   cache_.holds(holds_);

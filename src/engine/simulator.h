@@ -36,6 +36,7 @@
 #include "core/block_pool.h"
 #include "core/block_table.h"
 #include "core/invariants.h"
+#include "model/kv_groups.h"
 #include "engine/prefix_cache.h"
 #include "engine/replayer.h"
 #include "formats/requests/request.h"
@@ -106,7 +107,20 @@ struct SimOptions {
   GpuClass gpu_class = GpuClass::kLarge;  // recorded: which batch defaults apply
   CostModel cost;
   CheckPolicy check;
+  // The KV-cache groups the pool serves (model/kv_groups.h), as vLLM's
+  // hybrid KV cache manager forms them. Empty: one full-attention group of
+  // every layer, the same run as one such group given explicitly. Several
+  // groups, or a sliding-window one, need the vllm engine and the paged
+  // allocator; the groups' layers must add up to the model's (kv_groups_error).
+  std::vector<KvCacheGroupSpec> kv_groups;
 };
+
+// What is wrong with running `options` on `config`, or nullopt: the KV-cache
+// groups (kv_groups_error), or a hybrid model (several groups, or a
+// sliding-window one) under the generic engine or a contiguous baseline.
+// A Simulator built with such options runs nothing: run_until returns false,
+// violation() naming the problem.
+std::optional<std::string> sim_options_error(const RunConfig& config, const SimOptions& options);
 
 // Why a request can never fit; the first applies when several do.
 enum class SkipReason : std::uint8_t {
@@ -162,6 +176,9 @@ struct SimTotals {
   std::uint64_t reserved_slots_peak = 0;  // contiguous baselines
   std::uint64_t admission_blocked_external =
       0;  // contiguous: free space existed but not in one piece
+  // vllm, sliding-window groups: blocks given back as they left the window
+  // (remove_skipped_blocks).
+  std::uint64_t window_freed_blocks = 0;
 };
 
 class Simulator {
@@ -184,6 +201,10 @@ class Simulator {
   const std::optional<Violation>& violation() const { return violation_; }
   const BlockPool& pool() const { return pool_; }
   const RunConfig& config() const { return config_; }
+  // The KV-cache groups run (options' kv_groups, else one full group of every
+  // layer), and the bytes of one pool block: a page for kv_group_size layers.
+  const std::vector<KvCacheGroupSpec>& kv_groups() const { return groups_; }
+  std::uint64_t block_bytes() const { return kv_block_bytes(config_.kv, groups_); }
   const SimOptions& options() const { return options_; }
   std::uint64_t evictions() const { return cache_.evictions(); }
   const PrefixCache& prefix_cache() const { return cache_; }
@@ -202,6 +223,9 @@ class Simulator {
   // The block tables of the running requests (samples), in running order:
   // what the tests compare with vLLM's block ids.
   std::vector<std::vector<BlockId>> running_block_tables() const;
+  // vllm: every running request's tables, one per KV-cache group in group
+  // order (skipped pages on the null block).
+  std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const;
 
   // Called after every step (for the timeline).
   std::function<void(const Simulator&)> on_step;
@@ -214,6 +238,9 @@ class Simulator {
     bool done = false;
     std::uint64_t region = 0;        // contiguous: first slot of its region
     std::uint64_t region_slots = 0;  // contiguous: size of its region
+    // vllm with several KV-cache groups: the tables of groups 1.. (group 0's
+    // is `table`), all of the same length.
+    std::vector<SequenceBlockTable> more;
   };
   struct Flight {
     Request request;
@@ -271,6 +298,27 @@ class Simulator {
   bool schedule_waiting_vllm(std::uint32_t& budget,
                              std::vector<std::pair<Flight*, std::uint32_t>>& scheduled);
   bool allocate_vllm(Flight& flight, std::uint32_t tokens);
+  // allocate_vllm's work in one group's table (no length or cache update).
+  bool append_group_vllm(Flight& flight, SequenceBlockTable& table, std::uint32_t tokens);
+  // Group g's table of a sample (0: sample.table).
+  static SequenceBlockTable& group_table(Sample& sample, std::size_t g) {
+    return g == 0 ? sample.table : sample.more[g - 1];
+  }
+  static const SequenceBlockTable& group_table(const Sample& sample, std::size_t g) {
+    return g == 0 ? sample.table : sample.more[g - 1];
+  }
+  // SlidingWindowManager.get_num_skipped_tokens of group g (0 for full).
+  std::uint32_t skipped_tokens(std::size_t g, std::uint32_t computed) const;
+  // SingleTypeKVCacheManager.remove_skipped_blocks, every sliding group.
+  bool remove_skipped_blocks_vllm(Flight& flight);
+  // Hybrid admission of the head of the queue; stop when it cannot get its blocks.
+  bool admit_hybrid_vllm(std::uint32_t& budget,
+                         std::vector<std::pair<Flight*, std::uint32_t>>& scheduled, bool& stop);
+  // HybridKVCacheCoordinator.find_longest_cache_hit: hits per group into
+  // hybrid_hits_ (skipped pages on the null block); returns the hit tokens.
+  std::uint32_t find_longest_cache_hit_vllm(const Flight& flight, std::uint32_t max_length);
+  bool install_hybrid_hits(Flight& flight, std::uint32_t hit_tokens);
+  bool hybrid() const { return hybrid_; }
   void preempt_vllm(std::unique_ptr<Flight> victim);
   bool cache_full_blocks_vllm(Flight& flight);
   PageKey vllm_key(const Flight& flight, std::uint32_t page) const;
@@ -316,6 +364,12 @@ class Simulator {
   std::uint64_t request_entries_ = 0;  // valid entries of the running samples' tables
   std::uint64_t next_uid_ = 0;         // vllm: request identities for cache keys
   std::optional<BlockId> null_block_;  // vllm: block 0, held for the life of the pool
+  std::vector<KvCacheGroupSpec> groups_;  // never empty
+  bool hybrid_ = false;                   // several groups, or a sliding one
+  // Group ids per attention spec, full attention first (HybridKVCacheCoordinator
+  // .verify_and_split_kv_cache_groups).
+  std::vector<std::vector<std::size_t>> attention_types_;
+  std::vector<std::vector<BlockId>> hybrid_hits_;  // per group, find_longest_cache_hit_vllm's
   double now_ = 0.0;
   std::uint64_t tick_ = 0;
   std::uint32_t watermark_blocks_ = 0;

@@ -43,7 +43,40 @@ std::optional<SkipReason> Simulator::never_fits_vllm(const Request& request,
   // Each child of an n > 1 request is a request of its own (no --max-seqs
   // bound on n). One that needs more blocks than the pool less the null block
   // (and the watermark, when given) waits at the head of the queue forever.
-  need = ceil_div(final_length, config_.kv.page_tokens);
+  const std::uint32_t pt = config_.kv.page_tokens;
+  need = ceil_div(final_length, pt);
+  if (hybrid_) {
+    // Blocks held at once by the request running alone, summed over the
+    // groups: a full group holds every page, a sliding one the pages the
+    // step writes and those still in its window (remove_skipped_blocks runs
+    // before each step's allocation). Evaluated at every chunk of
+    // --max-batched-tokens tokens up to the final length (a preempted request
+    // re-prefills its output too), the first decode steps until the window
+    // pattern repeats, and the last page's worth of decode steps.
+    const std::uint64_t budget = options_.max_batched_tokens;
+    auto held = [&](std::uint64_t computed, std::uint64_t tokens) {
+      std::uint64_t sum = 0;
+      for (std::size_t g = 0; g < groups_.size(); ++g) {
+        const std::uint64_t pages = ceil_div(computed + tokens, pt);
+        const std::uint64_t skipped = skipped_tokens(g, static_cast<std::uint32_t>(computed)) / pt;
+        sum += pages - std::min(pages, skipped);
+      }
+      return sum;
+    };
+    need = 0;
+    for (std::uint64_t c = 0; c < final_length; c += std::min<std::uint64_t>(budget, final_length - c)) {
+      need = std::max(need, held(c, std::min<std::uint64_t>(budget, final_length - c)));
+    }
+    const std::uint64_t c = request.prompt;
+    std::uint64_t window = 0;
+    for (const KvCacheGroupSpec& g : groups_) window = std::max<std::uint64_t>(window, g.window_tokens);
+    const std::uint64_t first_end = std::min<std::uint64_t>(final_length, c + window + 2 * pt);
+    for (std::uint64_t d = c; d < first_end; ++d) need = std::max(need, held(d, 1));
+    for (std::uint64_t d = std::max(first_end, final_length > pt ? final_length - pt : 0);
+         d < final_length; ++d) {
+      need = std::max(need, held(d, 1));
+    }
+  }
   if (need + 1 + watermark_blocks_ <= config_.kv.pool_blocks) return std::nullopt;
   return SkipReason::kPoolTooSmall;
 }
@@ -115,14 +148,22 @@ bool Simulator::cache_full_blocks_vllm(Flight& flight) {
       key = vllm_key(flight, page);
     }
     assert(key == vllm_key(flight, page));
-    auto inserted = cache_.insert(key, entries[page], pool_, tick_);
-    if (!inserted) {
-      violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                             fmt::format("request {}: caching page {} failed: {}",
-                                         flight.request.id, page, inserted.error())};
-      return false;
+    // SingleTypeKVCacheManager.cache_blocks of every group, in group order:
+    // the same block hash, keyed by group (make_block_hash_with_group_id);
+    // a page on the null block (skipped by a window) is not cached.
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      const BlockId block = g == 0 ? entries[page] : sample.more[g - 1].entries()[page];
+      if (null_block_ && block == *null_block_) continue;
+      key.group = static_cast<std::uint32_t>(g);
+      auto inserted = cache_.insert(key, block, pool_, tick_);
+      if (!inserted) {
+        violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                               fmt::format("request {}: caching page {} failed: {}",
+                                           flight.request.id, page, inserted.error())};
+        return false;
+      }
+      state_.table_entries += inserted.value() ? 1 : 0;
     }
-    state_.table_entries += inserted.value() ? 1 : 0;
   }
   flight.cached_pages = std::max(flight.cached_pages, full_pages);
   return true;
@@ -130,19 +171,28 @@ bool Simulator::cache_full_blocks_vllm(Flight& flight) {
 
 bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   // KVCacheManager.allocate_slots: blocks for the tokens scheduled this step
-  // only, never for the whole request ahead. BlockPool.get_new_blocks pops the
-  // free queue, evicting a cached block only when it reaches one (lazy).
+  // only, never for the whole request ahead; KVCacheCoordinator.allocate_new_blocks
+  // asks every group in turn, all from the one pool.
   Sample& sample = flight.samples[0];
-  if (sample.table.append_in_place(tokens, pool_)) {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    if (!append_group_vllm(flight, group_table(sample, g), tokens)) return false;
+  }
+  sample.length += tokens;
+  totals_.tokens_appended += tokens;
+  state_.logical_tokens += tokens;
+  return cache_full_blocks_vllm(flight);
+}
+
+bool Simulator::append_group_vllm(Flight& flight, SequenceBlockTable& table, std::uint32_t tokens) {
+  // BlockPool.get_new_blocks pops the free queue, evicting a cached block only
+  // when it reaches one (lazy).
+  if (table.append_in_place(tokens, pool_)) {
     // The common decode step: the tokens fit the partial last page, which
     // this request holds alone (no block taken, the layout unchanged).
-    sample.length += tokens;
-    totals_.tokens_appended += tokens;
-    state_.logical_tokens += tokens;
-    return cache_full_blocks_vllm(flight);
+    return true;
   }
-  const std::size_t pages_before = sample.table.entries().size();
-  count_layout(state_, sample.table, -1);
+  const std::size_t pages_before = table.entries().size();
+  count_layout(state_, table, -1);
   // The free queue holds the uncached free blocks first and the evictable
   // cached ones behind them: pages take the free blocks first, and only then
   // a cached block each, evicted as the queue reaches it.
@@ -150,10 +200,10 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   std::uint32_t remaining = tokens;
   CoreStatus appended;
   // The partial last page (this request's alone) takes what fits first.
-  const std::uint32_t room = sample.table.length() % pt == 0 ? 0 : pt - sample.table.length() % pt;
+  const std::uint32_t room = table.length() % pt == 0 ? 0 : pt - table.length() % pt;
   if (room > 0) {
     const std::uint32_t chunk = std::min(room, remaining);
-    if (!sample.table.append_in_place(chunk, pool_)) appended = Unexpected{CoreError::kBlockNotLive};
+    if (!table.append_in_place(chunk, pool_)) appended = Unexpected{CoreError::kBlockNotLive};
     remaining -= appended ? chunk : 0;
   }
   if (appended && remaining > 0) {
@@ -169,25 +219,75 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
       cache_.evict_for_reuse(pool_, pages - static_cast<std::uint32_t>(blocks.size()), blocks);
     }
     auto taken = blocks.size() < pages ? CoreResult<std::uint32_t>{Unexpected{CoreError::kPoolExhausted}}
-                                       : sample.table.append_taken(remaining, blocks, pool_);
+                                       : table.append_taken(remaining, blocks, pool_);
     if (!taken) {
       for (BlockId b : blocks) (void)pool_.release(b);  // back to the free list
       appended = Unexpected{taken.error()};
     }
   }
-  count_layout(state_, sample.table, +1);
+  count_layout(state_, table, +1);
   if (!appended) {
     violation_ = Violation{
         sim_.steps + 1, flight.request.line, "I1",
         fmt::format("request {}: allocate_slots failed: {}", flight.request.id, appended.error())};
     return false;
   }
-  sample.length += tokens;
-  totals_.tokens_appended += tokens;
-  state_.logical_tokens += tokens;
-  state_.table_entries += sample.table.entries().size() - pages_before;
-  request_entries_ += sample.table.entries().size() - pages_before;
-  return cache_full_blocks_vllm(flight);
+  state_.table_entries += table.entries().size() - pages_before;
+  request_entries_ += table.entries().size() - pages_before;
+  return true;
+}
+
+std::uint32_t Simulator::skipped_tokens(std::size_t g, std::uint32_t computed) const {
+  // SlidingWindowManager.get_num_skipped_tokens: the tokens before the window
+  // of the next token, max(0, computed - window + 1); none for full attention
+  // (SingleTypeKVCacheManager.get_num_skipped_tokens).
+  const KvCacheGroupSpec& group = groups_[g];
+  if (group.attention != KvCacheGroupSpec::kSliding) return 0;
+  return computed + 1 > group.window_tokens ? computed + 1 - group.window_tokens : 0;
+}
+
+bool Simulator::remove_skipped_blocks_vllm(Flight& flight) {
+  // KVCacheCoordinator.remove_skipped_blocks, called by allocate_slots before
+  // it counts the blocks to allocate (even when it then fails): in every
+  // sliding group, the pages wholly before the window of the next token give
+  // their block back (BlockPool.free_blocks: an uncached one is free, a cached
+  // one evictable) and point at the null block, walking back from the last
+  // such page until one already is.
+  if (!null_block_) return true;
+  Sample& sample = flight.samples[0];
+  const std::uint32_t pt = config_.kv.page_tokens;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::uint32_t skipped = skipped_tokens(g, flight.computed) / pt;
+    if (skipped == 0) continue;
+    SequenceBlockTable& table = group_table(sample, g);
+    const auto entries = table.entries();
+    const auto last = static_cast<std::uint32_t>(std::min<std::size_t>(skipped, entries.size()));
+    std::uint32_t first = last;
+    while (first > 0 && entries[first - 1] != *null_block_) --first;
+    if (first == last) continue;
+    count_layout(state_, table, -1);
+    std::vector<BlockId>& freed = release_scratch_;
+    freed.clear();
+    // free_blocks gets the pages last to first: in the pool's free list the
+    // last page comes out first, as releasing them in page order gives.
+    for (std::uint32_t page = first; page < last; ++page) {
+      auto block = table.skip_page(page, *null_block_, pool_);
+      if (!block) {
+        count_layout(state_, table, +1);
+        violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                               fmt::format("request {}: remove_skipped_blocks page {} failed: {}",
+                                           flight.request.id, page, block.error())};
+        return false;
+      }
+      freed.push_back(block.value());
+    }
+    count_layout(state_, table, +1);
+    for (auto it = freed.rbegin(); it != freed.rend(); ++it) cache_.released(*it, pool_, tick_);
+    state_.table_entries -= freed.size();
+    request_entries_ -= freed.size();
+    sim_.window_freed_blocks += freed.size();
+  }
+  return true;
 }
 
 void Simulator::preempt_vllm(std::unique_ptr<Flight> victim) {
@@ -215,8 +315,15 @@ bool Simulator::schedule_running_vllm(std::uint32_t& budget, bool& preempted,
       continue;
     }
     bool self = false;
+    if (hybrid_ && !remove_skipped_blocks_vllm(flight)) return false;
     for (;;) {
+      // KVCacheCoordinator.get_num_blocks_to_allocate: the sum over the groups
+      // (a running request has no new hits).
       auto needed = flight.samples[0].table.blocks_needed(tokens, pool_);
+      for (std::size_t g = 1; g < groups_.size() && needed; ++g) {
+        auto more = flight.samples[0].more[g - 1].blocks_needed(tokens, pool_);
+        needed = more ? CoreResult<std::uint32_t>{needed.value() + more.value()} : more;
+      }
       if (!needed) {
         violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
                                fmt::format("request {}: allocate_slots failed: {}",
@@ -248,6 +355,12 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
   // Scheduler.schedule, then waiting requests FCFS while the budget and
   // max_num_seqs allow; one that cannot get its blocks stops admission.
   while (!waiting_.empty() && budget > 0 && running_.size() < options_.max_seqs) {
+    if (hybrid_) {
+      bool stop = false;
+      if (!admit_hybrid_vllm(budget, scheduled, stop)) return false;
+      if (stop) break;
+      continue;
+    }
     Flight& flight = *waiting_.front();
     const std::uint32_t num_tokens = flight.request.prompt + flight.generated;
     // KVCacheManager.get_computed_blocks: the longest chain of cached full
@@ -285,6 +398,177 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     scheduled.emplace_back(&admitted, tokens);
     budget -= tokens;
   }
+  return true;
+}
+
+std::uint32_t Simulator::find_longest_cache_hit_vllm(const Flight& flight,
+                                                    std::uint32_t max_length) {
+  // HybridKVCacheCoordinator.find_longest_cache_hit (UnitaryKVCacheCoordinator's
+  // when there is one attention type): each type, full attention first, takes
+  // the candidate length or shortens it, until a pass shortens nothing; with
+  // one full type and one other, a single pass. A page hits in a type only
+  // when it is cached in every group of it (BlockPool.get_cached_block).
+  const std::uint32_t pt = config_.kv.page_tokens;
+  const BlockId null = null_block_.value_or(kInvalidBlock);
+  for (auto& hits : hybrid_hits_) hits.clear();
+  std::vector<BlockId> found(groups_.size());
+  auto cached_in_all = [&](const std::vector<std::size_t>& ids, std::uint32_t page) {
+    PageKey key = vllm_key(flight, page);
+    for (std::size_t g : ids) {
+      key.group = static_cast<std::uint32_t>(g);
+      auto block = cache_.find(key);
+      if (!block) return false;
+      found[g] = *block;
+    }
+    return true;
+  };
+  const bool simple = attention_types_.size() == 2 &&
+                      groups_[attention_types_[0][0]].attention == KvCacheGroupSpec::kFull;
+  std::uint32_t hit_length = max_length;
+  std::vector<bool> full_done(attention_types_.size(), false);
+  for (;;) {
+    std::uint32_t current = hit_length;
+    for (std::size_t t = 0; t < attention_types_.size(); ++t) {
+      const std::vector<std::size_t>& ids = attention_types_[t];
+      const KvCacheGroupSpec& spec = groups_[ids[0]];
+      if (spec.attention == KvCacheGroupSpec::kFull) {
+        if (full_done[t]) {
+          // Downward closed: the first current / block pages still hit.
+          current = current / pt * pt;
+          continue;
+        }
+        // FullAttentionManager.find_longest_cache_hit: left to right, up to
+        // the first page not cached.
+        std::uint32_t pages = 0;
+        while ((pages + 1) * pt <= current && cached_in_all(ids, pages)) {
+          for (std::size_t g : ids) hybrid_hits_[g].push_back(found[g]);
+          ++pages;
+        }
+        full_done[t] = true;
+        current = pages * pt;
+        continue;
+      }
+      // SlidingWindowManager.find_longest_cache_hit: right to left, the first
+      // run of ceil((window - 1) / block) cached pages ends the hit; pages
+      // before the run are the null block. Without such a run, the cached
+      // pages from page 0 on are the hit.
+      const std::uint32_t needed = (spec.window_tokens - 1 + pt - 1) / pt;
+      const std::uint32_t max_pages = current / pt;
+      for (std::size_t g : ids) hybrid_hits_[g].assign(max_pages, null);
+      std::uint32_t run = 0;
+      bool match = false;
+      for (std::uint32_t i = max_pages; i-- > 0;) {
+        if (!cached_in_all(ids, i)) {
+          run = 0;
+          continue;
+        }
+        for (std::size_t g : ids) hybrid_hits_[g][i] = found[g];
+        ++run;
+        if (run >= needed) {
+          for (std::size_t g : ids) hybrid_hits_[g].resize(i + run);
+          match = true;
+          break;
+        }
+      }
+      if (!match) {
+        for (std::size_t g : ids) hybrid_hits_[g].resize(run);
+      }
+      current = static_cast<std::uint32_t>(hybrid_hits_[ids[0]].size()) * pt;
+    }
+    if (current >= hit_length) break;
+    hit_length = current;
+    if (simple) break;
+  }
+  // The full-attention pages beyond the final length are not hits.
+  for (auto& hits : hybrid_hits_) hits.resize(std::min<std::size_t>(hits.size(), hit_length / pt));
+  return hit_length;
+}
+
+bool Simulator::install_hybrid_hits(Flight& flight, std::uint32_t hit_tokens) {
+  // SingleTypeKVCacheManager.allocate_new_computed_blocks, every group: the
+  // pages before the window are the null block, the others are touched
+  // (BlockPool.touch) and shared.
+  flight.samples.clear();
+  flight.samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0, {}});
+  Sample& sample = flight.samples[0];
+  for (std::size_t g = 1; g < groups_.size(); ++g) sample.more.push_back(new_table());
+  if (hit_tokens == 0) return true;
+  const std::uint32_t pt = config_.kv.page_tokens;
+  const BlockId null = null_block_.value_or(kInvalidBlock);
+  std::uint64_t shared = 0;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<BlockId>& pages = hybrid_hits_[g];
+    const std::uint32_t skipped = skipped_tokens(g, hit_tokens) / pt;
+    for (std::uint32_t i = 0; i < std::min<std::size_t>(skipped, pages.size()); ++i) pages[i] = null;
+    for (BlockId b : pages) {
+      if (b == null) continue;
+      cache_.touch(b, tick_);
+      ++shared;
+    }
+    SequenceBlockTable& table = group_table(sample, g);
+    if (auto installed = table.install_shared_prefix(pages, hit_tokens, pool_); !installed) {
+      violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                             fmt::format("request {}: install_shared_prefix failed: {}",
+                                         flight.request.id, installed.error())};
+      return false;
+    }
+    count_layout(state_, table, +1);
+  }
+  ++totals_.prefix_installs;
+  totals_.shared_pages_installed += shared;
+  state_.logical_tokens += hit_tokens;
+  state_.table_entries += shared;
+  request_entries_ += shared;
+  return true;
+}
+
+bool Simulator::admit_hybrid_vllm(std::uint32_t& budget,
+                                  std::vector<std::pair<Flight*, std::uint32_t>>& scheduled,
+                                  bool& stop) {
+  Flight& flight = *waiting_.front();
+  const std::uint32_t pt = config_.kv.page_tokens;
+  const std::uint32_t num_tokens = flight.request.prompt + flight.generated;
+  // KVCacheManager.get_computed_blocks: at most num_tokens - 1 tokens, the
+  // hit holding in every group. Looked up afresh at every attempt.
+  std::uint32_t hit_tokens = 0;
+  if (options_.prefix_cache) {
+    hit_tokens = find_longest_cache_hit_vllm(flight, num_tokens - 1);
+  } else {
+    for (auto& hits : hybrid_hits_) hits.clear();
+  }
+  const std::uint32_t tokens = std::min(num_tokens - hit_tokens, budget);
+  // SingleTypeKVCacheManager.get_num_blocks_to_allocate of a new request,
+  // summed over the groups: the pages of hit + scheduled tokens not covered by
+  // the hits or skipped by the window, plus the hits inside the window that
+  // are evictable (touching them takes them off the free queue).
+  const BlockId null = null_block_.value_or(kInvalidBlock);
+  std::uint64_t needed = 0;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::vector<BlockId>& hits = hybrid_hits_[g];
+    const std::uint64_t required = ceil_div(std::uint64_t{hit_tokens} + tokens, pt);
+    const std::uint64_t skipped = skipped_tokens(g, hit_tokens) / pt;
+    const std::uint64_t covered = std::max<std::uint64_t>(skipped, hits.size());
+    needed += required > covered ? required - covered : 0;
+    for (std::size_t i = std::min<std::size_t>(skipped, hits.size()); i < hits.size(); ++i) {
+      needed += hits[i] != null && pool_.refcount(hits[i]) == 1 ? 1 : 0;  // the cache's alone
+    }
+  }
+  if (std::uint64_t{pool_.free_count()} + cache_.evictable() < needed + watermark_blocks_) {
+    stop = true;  // allocate_slots returned None
+    return true;
+  }
+  std::unique_ptr<Flight> owned = std::move(waiting_.front());
+  waiting_.pop_front();
+  count_admission(owned->request, num_tokens, hit_tokens / pt, hit_tokens, owned->preemptions > 0);
+  owned->order = next_order_++;
+  if (!install_hybrid_hits(*owned, hit_tokens)) return false;
+  owned->computed = hit_tokens;
+  owned->cached_pages = hit_tokens / pt;
+  running_.push_back(std::move(owned));
+  Flight& admitted = *running_.back();
+  if (!allocate_vllm(admitted, tokens)) return false;
+  scheduled.emplace_back(&admitted, tokens);
+  budget -= tokens;
   return true;
 }
 

@@ -48,11 +48,17 @@ nlohmann::json RunConfig::to_json() const {
   out["parameters"] = model_spec ? nlohmann::json{{"total", model_spec->parameters.total},
                                                   {"active", model_spec->parameters.active}}
                                  : nlohmann::json(nullptr);
+  // The groups the pool serves: vLLM's for a hybrid model under simulate,
+  // else one full-attention group of every layer.
   nlohmann::json groups = nlohmann::json::array();
-  for (const KvCacheGroup& group : kv_cache_groups) {
-    groups.push_back({{"attention", std::string(to_string(group.attention))},
-                      {"window_tokens", group.window_tokens},
-                      {"layers", group.layers}});
+  const std::vector<KvCacheGroupSpec> served =
+      kv_groups.empty() ? std::vector<KvCacheGroupSpec>{{KvCacheGroupSpec::kFull, 0, kv.layers}}
+                        : kv_groups;
+  for (const KvCacheGroupSpec& group : served) {
+    groups.push_back(
+        {{"attention", group.attention == KvCacheGroupSpec::kSliding ? "sliding" : "full"},
+         {"window_tokens", group.window_tokens},
+         {"layers", group.layers}});
   }
   out["kv_cache_groups"] = std::move(groups);
   out["layers"] = kv.layers;
@@ -219,12 +225,28 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   run.kv.head_dim = share.value().head_dim;
   run.kv.kv_tensors = share.value().kv_tensors;
   if (run.model_spec) {
-    run.kv_cache_groups =
-        run.model_spec->kv_cache_groups(share.value().first_layer, share.value().layers);
+    if (cli.kv_groups && run.model_spec->sliding_window != 0) {
+      // vLLM's KV-cache groups of this GPU's layers (kv_cache_utils.py,
+      // get_kv_cache_groups): one pool block is a page of group_size layers.
+      std::vector<LayerAttention> stage;
+      for (std::uint32_t i = 0; i < share.value().layers; ++i) {
+        const bool sliding = run.model_spec->layer_attention[share.value().first_layer + i] ==
+                             AttentionKind::kSliding;
+        stage.push_back(sliding ? LayerAttention{KvCacheGroupSpec::kSliding,
+                                                 run.model_spec->sliding_window}
+                                : LayerAttention{KvCacheGroupSpec::kFull, 0});
+      }
+      run.kv_groups = form_kv_cache_groups(stage);
+      const bool hybrid = run.kv_groups.size() > 1 ||
+                          run.kv_groups[0].attention == KvCacheGroupSpec::kSliding;
+      if (hybrid) {
+        run.kv.block_layers = kv_group_size(run.kv_groups);
+      } else {
+        run.kv_groups.clear();
+      }
+    }
     run.weights_bytes_per_gpu = weights_bytes_per_gpu(*run.model_spec, run.tp, run.pp);
     run.kv.dtype = run.model_spec->dtype;
-  } else {
-    run.kv_cache_groups = {KvCacheGroup{AttentionKind::kFull, 0, run.kv.layers}};
   }
   std::optional<std::string> dtype = cli.dtype ? cli.dtype : h_dtype;
   if (dtype) {

@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "io/input_error.h"
+#include "model/kv_groups.h"
 #include "model/model_config.h"
 
 namespace kvreplay {
@@ -41,6 +42,9 @@ struct ConfigOverrides {
   // (replay, SPEC 2.1). `max_batched_tokens` and `max_seqs`: the batch limits
   // the activation reserve is sized for (model/deployment.h).
   bool context_default = false;
+  // Set by simulate and plan: a model with sliding-window layers runs as vLLM's
+  // KV-cache groups (RunConfig::kv_groups), which also size the pool's blocks.
+  bool kv_groups = false;
   std::uint32_t max_batched_tokens = 0;
   std::uint32_t max_seqs = 0;
 };
@@ -73,9 +77,11 @@ struct RunConfig {
   std::optional<std::uint64_t> weights_bytes_per_gpu;  // with model_spec
   // When the pool was sized from the GPU's memory (model/deployment.h).
   std::optional<std::uint64_t> activation_reserve_bytes;
-  // The KV-cache groups of the GPU's layers: one full group for a model of full
-  // attention layers (or geometry by hand), one per window besides.
-  std::vector<KvCacheGroup> kv_cache_groups;
+  // vLLM's KV-cache groups of the GPU's layers (model/kv_groups.h), when the
+  // run keeps them (ConfigOverrides::kv_groups) and some layer slides; then
+  // kv.block_layers is their group size. Empty: one full-attention group of
+  // every layer, which is also what a replay keeps for any model.
+  std::vector<KvCacheGroupSpec> kv_groups;
 
   nlohmann::json to_json() const;  // the report's resolved "config" object
 };

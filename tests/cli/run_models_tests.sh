@@ -92,8 +92,13 @@ check '[[ $rc -eq 0 && $(key .config.weights_bytes_per_gpu) == $(((2 * 405849243
   "weights per GPU $(key .config.weights_bytes_per_gpu): not 2 bytes x params / 16"
 run simulate "$work/requests.jsonl" --model gemma-3-27b --gpu h100-80gb --gpu-memory-utilization 0.7 -q \
   --report "$work/report.json"
-check '[[ $rc -eq 0 && $(key ".config.kv_cache_groups | tostring") == "[{\"attention\":\"sliding\",\"layers\":52,\"window_tokens\":1024},{\"attention\":\"full\",\"layers\":10,\"window_tokens\":0}]" ]]' \
+# vLLM's groups (_get_kv_cache_groups_uniform_page_size): 52 sliding and 10 full
+# layers, group size 10: ceil(52 / 10) = 6 sliding groups of 9, 9, 9, 9, 8, 8
+# layers, then the full one; a block is a page of 10 layers.
+check '[[ $rc -eq 0 && $(key "[.config.kv_cache_groups[] | \"\(.attention):\(.layers):\(.window_tokens)\"] | join(\",\")") == "sliding:9:1024,sliding:9:1024,sliding:9:1024,sliding:9:1024,sliding:8:1024,sliding:8:1024,full:10:0" ]]' \
   "gemma-3-27b groups: $(key '.config.kv_cache_groups | tostring') $(err_text)"
+check '[[ $rc -eq 0 && $(key .config.block_bytes) == $((2 * 10 * 16 * 128 * 2 * 16)) ]]' \
+  "gemma-3-27b block_bytes $(key .config.block_bytes): not a page of 10 layers"
 check '[[ $rc -eq 0 && $(key ".config.kv_memory == 60129542144 - .config.weights_bytes_per_gpu - .config.activation_reserve_bytes") == true ]]' \
   "--gpu-memory-utilization 0.7 (of 80 GiB: 60129542144): kv_memory $(key .config.kv_memory)"
 check '[[ $rc -eq 0 && $(key .config.bytes_per_token) == $((2 * 62 * 16 * 128 * 2)) ]]' \
@@ -163,7 +168,7 @@ check '[[ -s $work/report.json && $(key .config.model_source) == "file:$work/con
   "model: $(key '.config | [.model, .model_source] | tostring')"
 check '[[ -s $work/report.json && $(key .config.bytes_per_token) == $((2 * 16 * 4 * 64 * 2)) && $(key .config.max_seq_tokens) == 8192 ]]' \
   "geometry: $(key '.config | [.bytes_per_token, .max_seq_tokens] | tostring')"
-check '[[ -s $work/report.json && $(key ".config.kv_cache_groups | tostring") == "[{\"attention\":\"sliding\",\"layers\":12,\"window_tokens\":512},{\"attention\":\"full\",\"layers\":4,\"window_tokens\":0}]" ]]' \
+check '[[ -s $work/report.json && $(key "[.config.kv_cache_groups[] | \"\(.attention):\(.layers):\(.window_tokens)\"] | join(\",\")") == "sliding:4:512,sliding:4:512,sliding:4:512,full:4:0" ]]' \
   "groups: $(key '.config.kv_cache_groups | tostring')"
 # 128256 * 2048 tied; per layer q,o 2048 x 2048, k,v 2048 x 512, MLP 3 * 2048 * 8192.
 params=$((128256 * 2048 + 16 * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 8192)))

@@ -335,6 +335,36 @@ TEST_CASE("atomicity: install_shared_prefix rolls back on a refcount overflow at
   }
 }
 
+TEST_CASE("atomicity: skip_page changes nothing when it fails, at any page") {
+  // A page skipped by a sliding window points at the null block: retained
+  // first, so an overflow of the null block's refcount, a page already on it,
+  // an invalid page and a stale block all leave the world as it was.
+  constexpr std::uint32_t kPages = 4;
+  for (AllocOrder order : kAllOrders) {
+    for (std::uint32_t page_tokens : kPageSizes) {
+      for (std::uint32_t i = 0; i < kPages; ++i) {
+        INFO(to_string(order) << ", page_tokens " << page_tokens << ", page " << i);
+        // max_refcount 2: the null block's holder and one skipped page reach it.
+        BlockPool pool(kPages + 3, order, 2);
+        const BlockId null_block = pool.allocate().value();
+        SequenceBlockTable table(kPages + 1, page_tokens);
+        (void)must_append(table, tokens_for_pages(kPages, page_tokens), pool);
+        const std::uint32_t other = (i + 1) % kPages;
+        REQUIRE(table.skip_page(other, null_block, pool).ok());
+        WorldSnapshot before = snapshot(pool, {&table});
+        auto skipped = table.skip_page(i, null_block, pool);
+        REQUIRE_FALSE(skipped.ok());
+        CHECK(skipped.error() == CoreError::kRefcountOverflow);
+        CHECK(snapshot(pool, {&table}) == before);
+        // Already on the null block, or past the table's pages.
+        CHECK(table.skip_page(other, null_block, pool).error() == CoreError::kPageOutOfRange);
+        CHECK(table.skip_page(kPages, null_block, pool).error() == CoreError::kPageOutOfRange);
+        CHECK(snapshot(pool, {&table}) == before);
+      }
+    }
+  }
+}
+
 TEST_CASE("atomicity: release_all leaves the pool untouched when any entry is bad") {
   constexpr std::uint32_t kPages = 5;
   for (AllocOrder order : kAllOrders) {

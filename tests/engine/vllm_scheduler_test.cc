@@ -497,5 +497,180 @@ TEST_CASE("vllm: waiting requests' hits stay exact through preemption, n > 1 and
   }
 }
 
+// Hybrid models (traces/README.md §3, "Hybrid KV-cache groups"): two KV-cache
+// groups of one layer each, group 0 full attention, group 1 a sliding window
+// of 4 tokens, sharing one pool of 4-token blocks.
+RunConfig hybrid_config(std::uint32_t pool_blocks) {
+  RunConfig config = config_of(pool_blocks);
+  config.kv.layers = 2;
+  return config;
+}
+
+SimOptions hybrid_options() {
+  SimOptions options = vllm_options();
+  options.kv_groups = {KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, 1},
+                       KvCacheGroupSpec{KvCacheGroupSpec::kSliding, 4, 1}};
+  return options;
+}
+
+using GroupTables = std::vector<std::vector<std::vector<BlockId>>>;
+
+TEST_CASE("vllm hybrid: one block per group per page, pages leaving the window freed") {
+  // Pool 9 (null + 8: A could need 4 + 4 blocks if preempted late and
+  // re-prefilled in one step, see never_fits_vllm). A: prompt 10, 4 output tokens. Step 1 allocates 3
+  // pages in each group (blocks 1-3 full, 4-6 sliding). Step 2
+  // (num_computed 10): get_num_skipped_tokens = 10 - 4 + 1 = 7, page 0 of the
+  // sliding group leaves (block 4, cached: evictable). Step 3 (11): 8 skipped,
+  // page 1 leaves (block 5). Step 4 (12): nothing more; page 3 takes the free
+  // blocks 7 (full) and 8 (sliding); A finishes.
+  Simulator sim(hybrid_config(9), hybrid_options());
+  GroupTables after_step3;
+  Steps steps;
+  sim.on_step = [&](const Simulator& s) {
+    steps.in_use.push_back(s.in_use_blocks());
+    if (s.sim_totals().steps == 3) after_step3 = s.running_group_tables();
+  };
+  Request a = hashed_request("a", 10, 4, {1, 2, 3}, 0.0, 4);
+  run_to_end(sim, {a});
+  CHECK(steps.in_use == U32s{7, 6, 5, 1});
+  CHECK(after_step3 == GroupTables{{{1, 2, 3}, {0, 0, 6}}});
+  CHECK(sim.sim_totals().window_freed_blocks == 2);
+  CHECK(sim.sim_totals().output_tokens == 4);
+
+  // B: the same prompt. Full group: pages 0-1 hit (blocks 1, 2; at most 9
+  // tokens). Sliding group: ceil((4 - 1) / 4) = 1 cached page before the hit
+  // length is needed, found from the right: page 1 (block 5), page 0 the null
+  // block. 8 tokens hit. get_num_blocks_to_allocate: full 1 new + 2 evictable
+  // hits, sliding 1 new + 1 evictable hit (page 0 skipped) = 5 of 2 free + 6
+  // evictable. Page 2 takes the free blocks 8 (full) and 7 (sliding).
+  GroupTables b_tables;
+  steps.in_use.clear();
+  sim.on_step = [&](const Simulator& s) {
+    steps.in_use.push_back(s.in_use_blocks());
+    if (b_tables.empty()) b_tables = s.running_group_tables();
+  };
+  Request b = hashed_request("b", 10, 2, {1, 2, 3}, sim.now(), 4);
+  run_to_end(sim, {b});
+  CHECK(b_tables == GroupTables{{{1, 2, 8}, {0, 5, 7}}});
+  CHECK(steps.in_use == U32s{6, 1});
+  CHECK(sim.sim_totals().hits == 8);
+  CHECK(sim.sim_totals().queries == 20);
+}
+
+TEST_CASE("vllm hybrid: preemption frees every group, the hit needs every group") {
+  // Pool 7 (null + 6). A and B: 4-token prompts, 6 output tokens. Step 1: 2
+  // blocks each. Step 2: A takes page 1 in both groups (the last 2 free);
+  // B cannot, and is preempted: its 2 cached blocks become evictable. Steps
+  // 3-6: B's lookup hits page 0 in both groups, but needs 2 new + 2 evictable
+  // blocks with at most 3 evictable. Step 5: A's sliding page 0 leaves the
+  // window (7 - 4 + 1 = 4 skipped tokens). Step 6: A's page 2 evicts B's
+  // blocks 3 and 4; A finishes. Step 7: B (5 tokens, no hit now) re-prefills;
+  // step 10 frees its sliding page 0; step 11 it finishes.
+  Simulator sim(hybrid_config(7), hybrid_options());
+  const Steps steps = run(sim, {request("a", 4, 6), request("b", 4, 6)});
+  CHECK(steps.preemptions == U64s{0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+  CHECK(steps.output == U64s{2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  CHECK(steps.prompt_computed == U64s{8, 8, 8, 8, 8, 8, 13, 13, 13, 13, 13});
+  CHECK(steps.in_use == U32s{5, 5, 5, 5, 4, 1, 5, 5, 5, 4, 1});
+  const SimTotals& t = sim.sim_totals();
+  CHECK(t.queries == 8);
+  CHECK(t.hits == 0);
+  CHECK(t.preempted_queries == 5);
+  CHECK(t.preempted_hits == 0);
+  CHECK(t.window_freed_blocks == 2);
+  CHECK(t.finished == 2);
+}
+
+TEST_CASE("vllm hybrid: one full group given explicitly is today's run") {
+  // Requests that hit, preempt and fan out: the same figures step by step,
+  // the same tables, whether kv_groups is empty or one full group of every layer.
+  auto requests = [] {
+    return std::vector<Request>{hashed_request("a", 9, 5, {7, 8, 9}, 0.0, 4),
+                                hashed_request("b", 9, 6, {7, 8, 9}, 0.0, 4), request("c", 6, 4, 2)};
+  };
+  SimOptions grouped = vllm_options();
+  grouped.kv_groups = {KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, 1}};
+  Simulator plain_sim(config_of(8), vllm_options());
+  Simulator grouped_sim(config_of(8), grouped);
+  std::vector<std::vector<std::vector<BlockId>>> plain_tables, grouped_tables;
+  plain_sim.on_step = [&](const Simulator& s) { plain_tables.push_back(s.running_block_tables()); };
+  grouped_sim.on_step = [&](const Simulator& s) { grouped_tables.push_back(s.running_block_tables()); };
+  run_to_end(plain_sim, requests());
+  run_to_end(grouped_sim, requests());
+  CHECK(plain_tables == grouped_tables);
+  const SimTotals& p = plain_sim.sim_totals();
+  const SimTotals& g = grouped_sim.sim_totals();
+  CHECK(p.steps == g.steps);
+  CHECK(p.preemptions == g.preemptions);
+  CHECK(p.preemptions > 0);
+  CHECK(p.hits == g.hits);
+  CHECK(p.hits > 0);
+  CHECK(p.peak_in_use == g.peak_in_use);
+  CHECK(p.in_use_sum == g.in_use_sum);
+  CHECK(plain_sim.block_bytes() == grouped_sim.block_bytes());
+}
+
+TEST_CASE("vllm hybrid: a request that can never get its blocks in every group is skipped") {
+  // Pool 4: 3 KV blocks. A 10-token prompt scheduled in one step needs 3
+  // pages in each group (the window frees nothing before the step): 6 > 3,
+  // skipped. A 4-token prompt with 1 output token needs 1 + 1: runs.
+  Simulator sim(hybrid_config(4), hybrid_options());
+  run_to_end(sim, {request("big", 10, 1), request("small", 4, 1)});
+  CHECK(sim.sim_totals().skipped == 1);
+  REQUIRE(sim.first_skipped(SkipReason::kPoolTooSmall));
+  CHECK(sim.first_skipped(SkipReason::kPoolTooSmall)->need == 6);
+  CHECK(sim.sim_totals().finished == 1);
+}
+
+TEST_CASE("vllm hybrid: the generic engine refuses groups") {
+  SimOptions options = hybrid_options();
+  options.engine = EngineKind::kGeneric;
+  CHECK(sim_options_error(hybrid_config(8), options));
+  Simulator sim(hybrid_config(8), options);
+  CHECK_FALSE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.violation());
+  CHECK(sim.violation()->invariant == "config");
+  CHECK(sim_options_error(config_of(8), hybrid_options()));  // 2 group layers, 1 model layer
+  CHECK_FALSE(sim_options_error(hybrid_config(8), hybrid_options()));
+}
+
+TEST_CASE("kv groups: vLLM's grouping of gpt-oss and Gemma 3, and the bytes per block") {
+  using A = KvCacheGroupSpec;
+  std::vector<LayerAttention> oss;
+  for (int i = 0; i < 24; ++i) oss.push_back({i % 2 == 0 ? A::kSliding : A::kFull, i % 2 == 0 ? 128u : 0u});
+  CHECK(form_kv_cache_groups(oss) ==
+        std::vector<A>{A{A::kSliding, 128, 12}, A{A::kFull, 0, 12}});
+  // Gemma 3 27B: 62 layers, every 6th full. 52 sliding, 10 full: group_size
+  // 10, 6 sliding groups of layers[i::6] (9, 9, 9, 9, 8, 8), then the full one.
+  std::vector<LayerAttention> gemma;
+  for (int i = 0; i < 62; ++i) {
+    gemma.push_back({i % 6 == 5 ? A::kFull : A::kSliding, i % 6 == 5 ? 0u : 1024u});
+  }
+  const auto groups = form_kv_cache_groups(gemma);
+  CHECK(groups == std::vector<A>{A{A::kSliding, 1024, 9}, A{A::kSliding, 1024, 9},
+                                 A{A::kSliding, 1024, 9}, A{A::kSliding, 1024, 9},
+                                 A{A::kSliding, 1024, 8}, A{A::kSliding, 1024, 8},
+                                 A{A::kFull, 0, 10}});
+  CHECK(kv_group_size(groups) == 10);
+  CHECK_FALSE(kv_groups_error(groups, 62));
+  // 12 sliding + 13 full (within 25%): groups of 13.
+  std::vector<LayerAttention> near;
+  for (int i = 0; i < 25; ++i) near.push_back({i < 12 ? A::kSliding : A::kFull, i < 12 ? 64u : 0u});
+  CHECK(form_kv_cache_groups(near) == std::vector<A>{A{A::kSliding, 64, 12}, A{A::kFull, 0, 13}});
+  // One spec: one group of every layer.
+  std::vector<LayerAttention> dense(32, LayerAttention{A::kFull, 0});
+  CHECK(form_kv_cache_groups(dense) == std::vector<A>{A{A::kFull, 0, 32}});
+  // Bytes per block: page_tokens * group_size * bytes per token per layer.
+  PagedKvConfig kv;
+  kv.layers = 62;
+  kv.kv_heads = 16;
+  kv.head_dim = 128;
+  kv.dtype = Dtype::kBf16;
+  kv.page_tokens = 16;
+  kv.pool_blocks = 100;
+  CHECK(kv_block_bytes(kv, groups) == 16ull * 10 * 2 * 16 * 128 * 2);
+  CHECK(kv_block_bytes(kv, {}) == kv.block_bytes());
+}
+
 }  // namespace
 }  // namespace kvreplay

@@ -121,6 +121,7 @@ TEST_CASE("deployment: KV memory is the budget less weights and reserve, or an e
 // resolve_run_config as simulate calls it: command-line options only.
 InputResult<RunConfig> resolve(ConfigOverrides cli) {
   cli.context_default = true;
+  cli.kv_groups = true;
   cli.max_batched_tokens = 8192;
   cli.max_seqs = 1024;
   return resolve_run_config(nlohmann::json::object(), cli, "command line", 0);
@@ -201,9 +202,25 @@ TEST_CASE("run config: MLA and hybrid models per GPU") {
   // 62 layers on 2 stages: 31 each; stage 0 holds layers 0-30: full at 5, 11, 17, 23, 29.
   CHECK(run.value().kv.layers == 31);
   CHECK(run.value().kv.kv_heads == 8);
-  CHECK(
-      run.value().kv_cache_groups ==
-      std::vector<KvCacheGroup>{{AttentionKind::kSliding, 1024, 26}, {AttentionKind::kFull, 0, 5}});
+  // vLLM's groups of the stage's 31 layers (26 sliding, 5 full): group_size 5,
+  // ceil(26 / 5) = 6 sliding groups (layers[i::6]: 5, 5, 4, 4, 4, 4) and 1 full.
+  using G = KvCacheGroupSpec;
+  CHECK(run.value().kv_groups == std::vector<G>{{G::kSliding, 1024, 5},
+                                                {G::kSliding, 1024, 5},
+                                                {G::kSliding, 1024, 4},
+                                                {G::kSliding, 1024, 4},
+                                                {G::kSliding, 1024, 4},
+                                                {G::kSliding, 1024, 4},
+                                                {G::kFull, 0, 5}});
+  CHECK(run.value().kv.block_layers == 5);
+  // A block is a page of 5 layers: the pool holds 31 / 5 times the blocks.
+  CHECK(run.value().kv.block_bytes() == run.value().kv.bytes_per_token() / 31 * 5 * 16);
+  // A replay keeps every layer full: no groups, a block of every layer.
+  cli.kv_groups = false;
+  run = resolve_run_config(nlohmann::json::object(), cli, "command line", 0);
+  REQUIRE(run);
+  CHECK(run.value().kv_groups.empty());
+  CHECK(run.value().kv.block_layers == 0);
 }
 
 TEST_CASE("run config: deployment errors name the option and the figures") {
@@ -263,7 +280,7 @@ TEST_CASE("run config: a preset with a dimension changed by hand is no longer th
   CHECK(run.value().model.empty());
   CHECK(run.value().model_source.empty());
   CHECK(!run.value().weights_bytes_per_gpu);
-  CHECK(run.value().kv_cache_groups == std::vector<KvCacheGroup>{{AttentionKind::kFull, 0, 12}});
+  CHECK(run.value().kv_groups.empty());  // by hand: full attention in every layer
   CHECK(run.value().kv.max_seq_tokens == 32768);
 }
 
