@@ -58,18 +58,30 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
                                     "(lifo with block 0 held as vLLM's null block)"));
   if (deployment) {
     auto deploy = [](CLI::Option* option) { return option->group("Deployment (figures per GPU)"); };
-    options[11] = deploy(app.add_option("--tp", tp,
-                                        "tensor parallelism: KV heads split across N GPUs "
-                                        "(replicated when fewer; an MLA latent on every GPU)")
-                             ->check(CLI::Range(1u, 1024u)));
-    options[12] = deploy(app.add_option("--pp", pp,
-                                        "pipeline parallelism: layers split across N "
-                                        "stages (the fullest stage is reported)")
-                             ->check(CLI::Range(1u, 1024u)));
-    options[13] = deploy(app.add_option("--gpu", gpu,
-                                        "GPU preset (datasheet figures; sizes the pool unless "
-                                        "--kv-memory or --pool-blocks, and sets --gpu-class): " +
-                                            gpu_preset_list()));
+    const std::string tp_help =
+        "tensor parallelism: KV heads split across N GPUs (replicated when fewer; an MLA latent "
+        "on every GPU)";
+    const std::string pp_help =
+        "pipeline parallelism: layers split across N stages (the fullest stage is reported)";
+    const std::string gpu_help =
+        "GPU preset (datasheet figures; sizes the pool unless --kv-memory or --pool-blocks, and "
+        "sets --gpu-class): " + gpu_preset_list();
+    if (swept) {
+      // plan sweeps deployments as it sweeps memory.
+      options[11] = deploy(app.add_option("--tp", tps, tp_help + "; comma-separated to sweep")
+                               ->delimiter(',')
+                               ->check(CLI::Range(1u, 1024u)));
+      options[12] = deploy(app.add_option("--pp", pps, pp_help + "; comma-separated to sweep")
+                               ->delimiter(',')
+                               ->check(CLI::Range(1u, 1024u)));
+      options[13] =
+          deploy(app.add_option("--gpu", gpus, gpu_help + "; comma-separated to sweep")
+                     ->delimiter(','));
+    } else {
+      options[11] = deploy(app.add_option("--tp", tp, tp_help)->check(CLI::Range(1u, 1024u)));
+      options[12] = deploy(app.add_option("--pp", pp, pp_help)->check(CLI::Range(1u, 1024u)));
+      options[13] = deploy(app.add_option("--gpu", gpu, gpu_help));
+    }
     options[14] = deploy(app.add_option("--gpu-memory-utilization", gpu_memory_utilization,
                                         "share of the GPU's memory for weights, activations and "
                                         "KV (default 0.9, as vLLM)"));
@@ -89,9 +101,10 @@ ConfigOverrides ConfigOptions::overrides() const {
   if (given(8)) out.max_seq_tokens = max_seq_tokens;
   if (given(9)) out.alloc_order = alloc_order;
   if (given(10)) out.model_config = model_config;
-  if (given(11)) out.tp = tp;
-  if (given(12)) out.pp = pp;
-  if (given(13)) out.gpu = gpu;
+  const bool lists = !gpus.empty() || !tps.empty() || !pps.empty();  // plan: swept per cell
+  if (given(11) && !lists) out.tp = tp;
+  if (given(12) && !lists) out.pp = pp;
+  if (given(13) && !lists) out.gpu = gpu;
   if (given(14)) out.gpu_memory_utilization = gpu_memory_utilization;
   out.context_default = options[11] != nullptr;  // simulate and plan
   out.kv_groups = out.context_default;

@@ -29,12 +29,17 @@ struct ConfigOptions {
   std::uint32_t layers = 0, kv_heads = 0, head_dim = 0, page_tokens = 0, pool_blocks = 0,
                 max_seq_tokens = 0, tp = 1, pp = 1;
   double gpu_memory_utilization = 0.9;
+  // plan (swept and deployment): --gpu, --tp and --pp are lists it sweeps.
+  std::vector<std::string> gpus;
+  std::vector<std::uint32_t> tps, pps;
   std::vector<CLI::Option*> options;
 
   // `swept`: plan sweeps --model (and --model-config), --page-tokens and
   // --kv-memory itself (and sizes pools by memory only), so those options are
   // left out. `deployment`: --tp, --pp, --gpu and --gpu-memory-utilization
-  // (simulate and plan), and --max-seq-tokens defaulting to the model's context.
+  // (simulate and plan), and --max-seq-tokens defaulting to the model's context;
+  // with `swept` too, --gpu, --tp and --pp take comma-separated lists (gpus,
+  // tps, pps), and overrides() leaves them out.
   void add_to(CLI::App& app, bool swept = false, bool deployment = false);
 
   ConfigOverrides overrides() const;

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "app/command.h"
 #include "app/exit_codes.h"
@@ -18,6 +20,7 @@
 #include "app/terminal.h"
 #include "io/output.h"
 #include "io/standard_output.h"
+#include "model/gpu.h"
 #include "model/presets.h"
 #include "report/html.h"
 #include "report/report.h"
@@ -28,6 +31,7 @@ namespace {
 
 struct PlanCell {
   std::string model;
+  std::size_t deployment = 0;  // index into the swept deployments
   std::string kv_memory;
   std::uint32_t page_tokens = 0;
   RunConfig config;
@@ -42,6 +46,7 @@ struct ViolationText {
 
 struct MinSearch {
   std::string model;
+  std::size_t deployment = 0;
   std::uint32_t page_tokens = 0;
   RunConfig config;                     // geometry; pool_blocks is searched
   std::optional<std::uint32_t> blocks;  // smallest pool with no preemption and nothing skipped
@@ -98,6 +103,24 @@ std::string model_label(const RunConfig& config) {
   return fmt::format("{}x{}x{}", config.kv.layers, config.kv.kv_heads, config.kv.head_dim);
 }
 
+// How a row names its deployment: "h100-80gb x4 (tp 4)", "- x1" without a GPU.
+std::string deployment_label(const PlanDeployment& d) {
+  std::string text = fmt::format("{} x{}", d.gpu.value_or("-"), d.tp * d.pp);
+  if (d.tp > 1 && d.pp > 1) return text + fmt::format(" (tp {}, pp {})", d.tp, d.pp);
+  if (d.tp > 1) return text + fmt::format(" (tp {})", d.tp);
+  if (d.pp > 1) return text + fmt::format(" (pp {})", d.pp);
+  return text;
+}
+
+// A swept deployment the model cannot run on (its weights do not fit, or its
+// heads do not split): a row of the sweep with no simulation.
+struct UnfitCell {
+  std::string model;
+  std::size_t deployment = 0;
+  std::uint32_t page_tokens = 0;
+  std::string problem;
+}; 
+
 bool serves_without_preemption(const SimulationResult& result) {
   // Requests longer than max_seq_tokens (and failed BurstGPT rows) are skipped
   // whatever the pool; every other request must be served.
@@ -112,9 +135,17 @@ int run_plan(const PlanRequest& request) {
   unsigned jobs =
       request.jobs != 0 ? request.jobs : std::max(1u, std::thread::hardware_concurrency());
   const SimOptions& options = request.options;
+  std::vector<PlanDeployment> deployments = request.deployments;
+  if (deployments.empty()) {
+    deployments.push_back(PlanDeployment{request.overrides.gpu, request.overrides.tp.value_or(1),
+                                         request.overrides.pp.value_or(1), options});
+  }
+  // Deployment columns and answers when a GPU is named or more than one is swept.
+  const bool show_deployments = deployments.size() > 1 || deployments[0].gpu.has_value() ||
+                                deployments[0].tp * deployments[0].pp > 1;
 
-  // The swept models: presets by name, then config.json files. Deployments
-  // (--gpu, --tp, --pp) are one fixed value each for now, in request.overrides.
+  // The swept models: presets by name, then config.json files, each on every
+  // swept deployment (--gpu x --tp x --pp).
   struct SweptModel {
     std::string name;  // a preset's name, or a config.json's path
     bool file = false;
@@ -126,10 +157,17 @@ int run_plan(const PlanRequest& request) {
   const std::vector<std::string> memories =
       request.kv_memories.empty() ? std::vector<std::string>{""} : request.kv_memories;
   std::vector<PlanCell> cells;
+  std::vector<UnfitCell> unfit;
   for (const SweptModel& model : models) {
+    for (std::size_t d = 0; d < deployments.size(); ++d) {
     for (std::uint32_t page : request.page_tokens) {
       for (const std::string& memory : memories) {
         ConfigOverrides overrides = request.overrides;
+        overrides.gpu = deployments[d].gpu;
+        overrides.tp = deployments[d].tp;
+        overrides.pp = deployments[d].pp;
+        overrides.max_batched_tokens = deployments[d].options.max_batched_tokens;
+        overrides.max_seqs = deployments[d].options.max_seqs;
         overrides.model.reset();
         overrides.model_config.reset();
         (model.file ? overrides.model_config : overrides.model) = model.name;
@@ -138,6 +176,14 @@ int run_plan(const PlanRequest& request) {
         if (!memory.empty()) overrides.kv_memory = memory;
         overrides.pool_blocks.reset();
         auto config = resolve_sim_config(overrides);
+        if (!config && deployments.size() > 1 &&
+            (config.error().field == "--gpu" || config.error().field == "--tp" ||
+             config.error().field == "--pp")) {
+          // A deployment too small for the weights, or one the heads do not
+          // split over: part of what a deployment sweep measures.
+          unfit.push_back(UnfitCell{model.name, d, page, config.error().problem});
+          continue;
+        }
         if (!config) {
           fmt::print(stderr, "{}\n", config.error().to_string());
           return kExitInput;
@@ -146,8 +192,9 @@ int run_plan(const PlanRequest& request) {
             !memory.empty() ? memory
                             : reproducible_memory(config.value().kv.pool_blocks, config.value().kv);
         cells.push_back(
-            PlanCell{model.name, label, page, config.value(), std::nullopt, std::nullopt});
+            PlanCell{model.name, d, label, page, config.value(), std::nullopt, std::nullopt});
       }
+    }
     }
   }
   // Opened before the sweep, so a path that cannot be written fails at once.
@@ -179,8 +226,9 @@ int run_plan(const PlanRequest& request) {
   parallel_for(cells.size(), jobs, [&](std::size_t i) {
     const bool planted =
         !request.fault_kv_memory.empty() && cells[i].kv_memory == request.fault_kv_memory;
-    auto result = simulate_file(request.trace_path, request.format, cells[i].config, options,
-                                nullptr, nullptr, {}, planted ? request.faults : SimFaults{});
+    auto result = simulate_file(request.trace_path, request.format, cells[i].config,
+                                deployments[cells[i].deployment].options, nullptr, nullptr, {},
+                                planted ? request.faults : SimFaults{});
     count_simulation();
     if (result) {
       cells[i].result = std::move(result).value();
@@ -226,9 +274,11 @@ int run_plan(const PlanRequest& request) {
     for (const PlanCell& cell : cells) {
       bool seen = false;
       for (const MinSearch& s : searches)
-        seen = seen || (s.model == cell.model && s.page_tokens == cell.page_tokens);
+        seen = seen || (s.model == cell.model && s.page_tokens == cell.page_tokens &&
+                        s.deployment == cell.deployment);
       if (!seen)
         searches.push_back(MinSearch{cell.model,
+                                     cell.deployment,
                                      cell.page_tokens,
                                      cell.config,
                                      std::nullopt,
@@ -246,7 +296,8 @@ int run_plan(const PlanRequest& request) {
         config.kv_memory.reset();
         ++search.probes;
         auto result =
-            simulate_file(request.trace_path, request.format, config, options, nullptr, nullptr, {},
+            simulate_file(request.trace_path, request.format, config,
+                          deployments[search.deployment].options, nullptr, nullptr, {},
                           request.fault_kv_memory == "search" ? request.faults : SimFaults{});
         count_simulation();
         if (!result) {
@@ -287,7 +338,10 @@ int run_plan(const PlanRequest& request) {
       while (found && *found != 0) {
         std::uint64_t failing = 0;
         for (const PlanCell& cell : cells) {
-          if (cell.model != search.model || cell.page_tokens != search.page_tokens) continue;
+          if (cell.model != search.model || cell.page_tokens != search.page_tokens ||
+              cell.deployment != search.deployment) {
+            continue;
+          }
           if (cell.config.kv.pool_blocks < *found) continue;
           if (!serves_without_preemption(*cell.result)) {
             failing = std::max<std::uint64_t>(failing, cell.config.kv.pool_blocks);
@@ -354,7 +408,22 @@ int run_plan(const PlanRequest& request) {
     plan["config"] = std::move(common);
   }
   nlohmann::json rows = nlohmann::json::array();
+  auto deployment_json = [&](std::size_t d) {
+    const PlanDeployment& deployment = deployments[d];
+    return nlohmann::json{
+        {"gpu", deployment.gpu ? nlohmann::json(*deployment.gpu) : nlohmann::json(nullptr)},
+        {"tp", deployment.tp},
+        {"pp", deployment.pp},
+        {"gpus", deployment.tp * deployment.pp},
+        {"label", deployment_label(deployment)}};
+  };
+  // With deployments, each row starts with its deployment ("h100-80gb x4 (tp 4)").
+  auto deployment_column = [&](std::size_t d) {
+    return show_deployments ? fmt::format("{:<26} ", deployment_label(deployments[d]))
+                            : std::string();
+  };
   std::string table =
+      (show_deployments ? fmt::format("{:<26} ", "deployment") : std::string()) +
       fmt::format("{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10}\n",
                   "model", "page", "kv_memory", "blocks", "peak", "in_use", "waste", "preempt",
                   "hit_rate", "finished", "skipped", "out_tok/s");
@@ -381,7 +450,8 @@ int run_plan(const PlanRequest& request) {
                           {"output_tokens_per_second", r["scheduler"]["output_tokens_per_second"]},
                           {"virtual_seconds", r["scheduler"]["virtual_seconds"]},
                           {"invariant_checks", r["invariants"]["checks"]}};
-    table += fmt::format(
+    if (show_deployments) row["deployment"] = deployment_json(cell.deployment);
+    table += deployment_column(cell.deployment) + fmt::format(
         "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f}\n",
         model_label(cell.config), cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
         r["blocks"]["peak_used"].get<std::uint64_t>(),
@@ -394,6 +464,88 @@ int run_plan(const PlanRequest& request) {
     rows.push_back(std::move(row));
   }
   plan["cells"] = std::move(rows);
+  // Deployments that cannot run the model at all, said as rows of their own.
+  nlohmann::json unfit_rows = nlohmann::json::array();
+  for (const UnfitCell& cell : unfit) {
+    unfit_rows.push_back({{"model", cell.model},
+                          {"page_tokens", cell.page_tokens},
+                          {"deployment", deployment_json(cell.deployment)},
+                          {"problem", cell.problem}});
+    table += deployment_column(cell.deployment) +
+             fmt::format("{:<15} {:>6} does not run: {}\n", cell.model, cell.page_tokens,
+                         cell.problem);
+  }
+  if (show_deployments) plan["unfit"] = std::move(unfit_rows);
+
+  // The smallest deployment per GPU kind that serves the trace with no
+  // preemption and nothing skipped, its pool sized by the GPU (no --kv-memory):
+  // the fewest GPUs (then the smaller tp) such that every swept deployment of
+  // that kind with at least as many GPUs serves too (deployments, like memory,
+  // are not assumed monotone: a larger one that preempts raises the answer).
+  nlohmann::json min_deployments = nlohmann::json::array();
+  if (show_deployments && request.kv_memories.empty()) {
+    std::string answers;
+    std::vector<std::tuple<std::string, std::uint32_t, std::string>> groups;  // model, page, gpu
+    for (const PlanCell& cell : cells) {
+      if (!deployments[cell.deployment].gpu) continue;
+      auto key = std::tuple{cell.model, cell.page_tokens, *deployments[cell.deployment].gpu};
+      if (std::find(groups.begin(), groups.end(), key) == groups.end()) groups.push_back(key);
+    }
+    for (const auto& [model, page, gpu] : groups) {
+      std::vector<const PlanCell*> members;
+      for (const PlanCell& cell : cells) {
+        if (cell.model == model && cell.page_tokens == page &&
+            deployments[cell.deployment].gpu == gpu) {
+          members.push_back(&cell);
+        }
+      }
+      auto gpus_of = [&](const PlanCell* cell) {
+        return deployments[cell->deployment].tp * deployments[cell->deployment].pp;
+      };
+      std::sort(members.begin(), members.end(), [&](const PlanCell* a, const PlanCell* b) {
+        return std::pair{gpus_of(a), deployments[a->deployment].tp} <
+               std::pair{gpus_of(b), deployments[b->deployment].tp};
+      });
+      const PlanCell* answer = nullptr;
+      std::vector<std::string> raised;
+      for (const PlanCell* candidate : members) {
+        if (!serves_without_preemption(*candidate->result)) continue;
+        const PlanCell* failing = nullptr;
+        for (const PlanCell* other : members) {
+          if (gpus_of(other) >= gpus_of(candidate) && !serves_without_preemption(*other->result)) {
+            failing = other;
+          }
+        }
+        if (failing == nullptr) {
+          answer = candidate;
+          break;
+        }
+        raised.push_back(deployment_label(deployments[failing->deployment]));
+      }
+      nlohmann::json entry = {{"model", model}, {"page_tokens", page}, {"gpu", gpu},
+                              {"raised_past", raised}};
+      if (answer != nullptr) {
+        entry["deployment"] = deployment_json(answer->deployment);
+        entry["kv_memory_bytes"] = answer->config.kv_memory.value_or(0);
+        entry["pool_blocks"] = answer->config.kv.pool_blocks;
+        answers += fmt::format("  {:<15} page {:>4}: {} GPUs of {}: {}, {} of KV a GPU ({} blocks)\n",
+                               model, page, gpus_of(answer), gpu,
+                               deployment_label(deployments[answer->deployment]),
+                               reproducible_memory(answer->config.kv.pool_blocks, answer->config.kv),
+                               answer->config.kv.pool_blocks);
+      } else {
+        entry["deployment"] = nullptr;
+        answers += fmt::format("  {:<15} page {:>4}: no swept deployment of {} serves it\n",
+                               model, page, gpu);
+      }
+      min_deployments.push_back(std::move(entry));
+    }
+    if (!answers.empty()) {
+      table += "\nsmallest deployment per GPU kind with no preemption (its pool sized by the GPU), "
+               "verified at every swept deployment with more GPUs:\n" + answers;
+    }
+  }
+  if (show_deployments) plan["min_deployment"] = std::move(min_deployments);
   nlohmann::json minimum = nlohmann::json::array();
   if (request.search_min) {
     table += !any_skipped
@@ -415,17 +567,19 @@ int run_plan(const PlanRequest& request) {
            {"kv_memory", search.blocks ? nlohmann::json(memory) : nlohmann::json(nullptr)},
            {"raised_past_pool_blocks", search.raised_past},
            {"probes", search.probes}});
+      if (show_deployments) minimum.back()["deployment"] = deployment_json(search.deployment);
       std::string raised;
       for (std::uint32_t failing : search.raised_past) {
         raised += fmt::format("; raised past the swept {} blocks, which preempt", failing);
       }
       table +=
           search.blocks
-              ? fmt::format("  {:<15} page {:>4}: --kv-memory {} = {} blocks ({} simulations{})\n",
-                            model_label(search.config), search.page_tokens, memory, *search.blocks,
-                            search.probes, raised)
-              : fmt::format("  {:<15} page {:>4}: not found below 2^31 blocks\n",
-                            model_label(search.config), search.page_tokens);
+              ? fmt::format("  {}{:<15} page {:>4}: --kv-memory {} = {} blocks ({} simulations{})\n",
+                            deployment_column(search.deployment), model_label(search.config),
+                            search.page_tokens, memory, *search.blocks, search.probes, raised)
+              : fmt::format("  {}{:<15} page {:>4}: not found below 2^31 blocks\n",
+                            deployment_column(search.deployment), model_label(search.config),
+                            search.page_tokens);
     }
   }
   plan["min_kv_memory"] = std::move(minimum);
@@ -489,15 +643,37 @@ class PlanCommand final : public Command {
     }
     if (request_.page_tokens.empty()) request_.page_tokens = {16};
     request_.search_min = !no_search_;
-    if (request_.kv_memories.empty() && !request_.overrides.gpu) {
+    if (request_.kv_memories.empty() && config_.gpus.empty()) {
       return usage_error(
           "--kv-memory: missing: give the sizes to sweep, or --gpu to size one "
           "pool per model from its memory");
     }
-    if (auto problem =
-            options_.resolve(request_.options, request_.format, request_.overrides.gpu)) {
-      return usage_error(*problem);
+    // The deployments: every --gpu x --tp x --pp, each GPU with the batch
+    // limits of its class (unless given).
+    std::vector<std::optional<std::string>> gpus;
+    for (const std::string& gpu : config_.gpus) {
+      if (find_gpu_preset(gpu) == nullptr) {
+        return usage_error(
+            fmt::format("--gpu: unknown GPU '{}' (known: {})", gpu, gpu_preset_list()));
+      }
+      gpus.emplace_back(gpu);
     }
+    if (gpus.empty()) gpus.emplace_back(std::nullopt);
+    const std::vector<std::uint32_t> tps = config_.tps.empty() ? std::vector<std::uint32_t>{1}
+                                                               : config_.tps;
+    const std::vector<std::uint32_t> pps = config_.pps.empty() ? std::vector<std::uint32_t>{1}
+                                                               : config_.pps;
+    for (const auto& gpu : gpus) {
+      SimOptions options;
+      if (auto problem = options_.resolve(options, request_.format, gpu)) {
+        return usage_error(*problem);
+      }
+      for (std::uint32_t tp : tps) {
+        for (std::uint32_t pp : pps) request_.deployments.push_back({gpu, tp, pp, options});
+      }
+    }
+    request_.options = request_.deployments[0].options;
+    request_.overrides.gpu = gpus[0];
     set_activation_limits(request_.overrides, request_.options);
     return run_plan(request_);
   }

@@ -11,6 +11,16 @@
 
 namespace kvreplay {
 
+// One swept deployment: the GPU (none: the pool is given by --kv-memory), TP
+// and PP, and the simulation options the GPU's class sets (vllm serve's batch
+// limits, unless given).
+struct PlanDeployment {
+  std::optional<std::string> gpu;
+  std::uint32_t tp = 1;
+  std::uint32_t pp = 1;
+  SimOptions options;
+};
+
 struct PlanRequest {
   std::string trace_path;
   std::optional<RequestFormat> format;
@@ -21,6 +31,9 @@ struct PlanRequest {
   ConfigOverrides overrides;  // everything else
   // options.check applies to every simulation, of the sweep and of the search.
   SimOptions options;
+  // The deployments swept (--gpu x --tp x --pp), each with its options; empty:
+  // one, request.overrides' own, with `options`.
+  std::vector<PlanDeployment> deployments;
   std::string report_path;  // the sweep as JSON
   std::string html_path;    // the sweep as an HTML page
   unsigned jobs = 0;        // 0: one per core

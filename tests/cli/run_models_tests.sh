@@ -254,6 +254,26 @@ check '[[ $rc -eq 0 && $(jq -r ".min_kv_memory[0].pool_blocks > 0" "$work/plan.j
   "no smallest KV memory found"
 finish "plan --gpu --kv-memory: the swept sizes still set the pool"
 
+# plan sweeps deployments: --gpu x --tp, the pool of each from its GPU. Llama-3.1-70B's
+# 141 GB of bf16 weights fit neither one H100 (72 GiB usable) nor one or two L40S
+# (43.2 GiB usable each): those deployments are rows that do not run. The 40 short
+# requests fit 2 H100s (1,494 blocks) and 4 L40S without preemption: the answers.
+run plan "$work/requests.jsonl" --model llama-3.1-70b --gpu h100-80gb,l40s --tp 1,2,4 --no-search -q \
+  -j 2 --report "$work/plan.json"
+check '[[ $rc -eq 0 && $(jq -r "[.cells[].deployment.label] | join(\",\")" "$work/plan.json") == "h100-80gb x2 (tp 2),h100-80gb x4 (tp 4),l40s x4 (tp 4)" ]]' \
+  "exit $rc: $(err_text) cells $(jq -c '[.cells[].deployment.label]' "$work/plan.json" 2>/dev/null)"
+check '[[ $(jq -r "[.unfit[] | .deployment.label + \": \" + (.problem | test(\"the weights do not fit\") | tostring)] | join(\",\")" "$work/plan.json") == "h100-80gb x1: true,l40s x1: true,l40s x2 (tp 2): true" ]]' \
+  "unfit: $(jq -c '[.unfit[] | [.deployment.label, .problem]]' "$work/plan.json")"
+check '[[ $(jq -r "[.min_deployment[] | .gpu + \":\" + (.deployment.gpus | tostring)] | join(\",\")" "$work/plan.json") == "h100-80gb:2,l40s:4" ]]' \
+  "min_deployment: $(jq -c '.min_deployment' "$work/plan.json")"
+check '[[ $(jq -r "[.min_deployment[0].pool_blocks == (.cells[] | select(.deployment.label == \"h100-80gb x2 (tp 2)\") | .pool_blocks)] | all" "$work/plan.json") == true && $(jq -r ".cells[] | select(.deployment.gpus == 2) | .preemptions" "$work/plan.json") == 0 ]]' \
+  "the answer is not the 2-GPU cell's pool, or that cell preempted"
+finish "plan --gpu A,B --tp 1,2,4: the smallest deployment per GPU kind, unfit ones said"
+run plan "$work/requests.jsonl" --model llama-3.1-8b --gpu h100-80gb,z100 -q --no-search
+check '[[ $rc -eq 2 ]] && grep -q "^command line: --gpu: unknown GPU .z100." "$work/err"' \
+  "exit $rc: $(err_text)"
+finish "plan --gpu with an unknown GPU in the list: exit 2"
+
 # replay: a kvtrace header may name any preset.
 printf '{"kvtrace": 1, "config": {"model": "deepseek-v3", "pool_blocks": 16}}\n{"op": "admit", "seq": 0, "prompt": 20}\n{"op": "free", "seq": 0}\n' \
   >"$work/mla.jsonl"
