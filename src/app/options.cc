@@ -150,21 +150,57 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                              "fraction of blocks kept free at admission (default 0.01; vllm: 0)")
                   ->check(CLI::Range(0.0, 0.5))
                   ->group("Simulation");
-  app.add_option("--step-ms", defaults.cost.step_ms, "cost model: fixed ms per step (default 5)")
+  app.add_option("--cost-model", cost_model,
+                 "virtual time: roofline (the model's FLOPs and bytes on --gpu, else h100-80gb), "
+                 "linear (the constants below), or auto (default: roofline when the model's "
+                 "parameters are known)")
+      ->check(CLI::IsMember(std::vector<std::string>{"auto", "roofline", "linear"}))
+      ->group("Cost model");
+  roofline_options.push_back(app.add_option("--compute-efficiency", defaults.cost.roofline.compute_efficiency,
+                 "roofline: share of the GPU's dense peak FLOPs reached (default 0.6)")
+      ->check(CLI::Range(1e-3, 1.0))
+      ->group("Cost model"));
+  roofline_options.push_back(app.add_option("--bandwidth-efficiency", defaults.cost.roofline.bandwidth_efficiency,
+                 "roofline: share of HBM bandwidth reached (default 0.8)")
+      ->check(CLI::Range(1e-3, 1.0))
+      ->group("Cost model"));
+  roofline_options.push_back(app.add_option("--link-efficiency", defaults.cost.roofline.link_efficiency,
+                 "roofline: share of the GPU link's bandwidth an all-reduce reaches (default 0.7)")
+      ->check(CLI::Range(1e-3, 1.0))
+      ->group("Cost model"));
+  roofline_options.push_back(app.add_option("--allreduce-latency-us", defaults.cost.roofline.allreduce_latency_us,
+                 "roofline: fixed cost of one tensor-parallel all-reduce (default 5)")
       ->check(CLI::Range(0.0, 1e6))
-      ->group("Cost model");
-  app.add_option("--prefill-token-ms", defaults.cost.prefill_token_ms,
-                 "cost model: ms per prompt token computed (default 0.025)")
+      ->group("Cost model"));
+  roofline_options.push_back(app.add_option("--step-overhead-ms", defaults.cost.roofline.step_overhead_ms,
+                 "roofline: fixed ms per step (scheduler, sampling, launch; default 0.5)")
       ->check(CLI::Range(0.0, 1e6))
-      ->group("Cost model");
-  app.add_option("--decode-seq-ms", defaults.cost.decode_seq_ms,
-                 "cost model: ms per sequence decoded (default 0.01)")
-      ->check(CLI::Range(0.0, 1e6))
-      ->group("Cost model");
-  app.add_option("--kv-bandwidth-gbps", defaults.cost.kv_bandwidth_gbps,
-                 "cost model: GB/s at which attention reads KV (default 3000)")
-      ->check(CLI::Range(1e-3, 1e9))
-      ->group("Cost model");
+      ->group("Cost model"));
+  linear_options = {
+      app.add_option("--step-ms", defaults.cost.linear.step_ms,
+                     "linear: fixed ms per step (default 5)")
+          ->check(CLI::Range(0.0, 1e6))
+          ->group("Cost model"),
+      app.add_option("--prefill-token-ms", defaults.cost.linear.prefill_token_ms,
+                     "linear: ms per prompt token computed (default 0.025)")
+          ->check(CLI::Range(0.0, 1e6))
+          ->group("Cost model"),
+      app.add_option("--decode-seq-ms", defaults.cost.linear.decode_seq_ms,
+                     "linear: ms per sequence decoded (default 0.01)")
+          ->check(CLI::Range(0.0, 1e6))
+          ->group("Cost model"),
+      app.add_option("--kv-bandwidth-gbps", defaults.cost.linear.kv_bandwidth_gbps,
+                     "linear: GB/s at which attention reads KV (default 3000)")
+          ->check(CLI::Range(1e-3, 1e9))
+          ->group("Cost model")};
+  slo_ttft = app.add_option("--slo-ttft-ms", slo_ttft_ms,
+                            "SLO: time to first token, ms (SLO attainment and goodput)")
+                 ->check(CLI::Range(0.0, 1e12))
+                 ->group("Latency");
+  slo_tpot = app.add_option("--slo-tpot-ms", slo_tpot_ms,
+                            "SLO: time per output token after the first, ms")
+                 ->check(CLI::Range(0.0, 1e12))
+                 ->group("Latency");
   app.add_option("--check", check, check_help)->check(kCheckValidator);
 }
 std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
@@ -199,6 +235,21 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
     if (!given(max_seqs)) out.max_seqs = batch.max_seqs;
     if (!given(max_batched_tokens)) out.max_batched_tokens = batch.max_batched_tokens;
   }
+  out.cost.kind = *parse_cost_kind(cost_model);
+  for (const CLI::Option* option : linear_options) {
+    if (given(option) && out.cost.kind != CostKind::kLinear) {
+      return fmt::format("{} is a constant of the linear cost model: give --cost-model linear",
+                         option->get_name());
+    }
+  }
+  for (const CLI::Option* option : roofline_options) {
+    if (given(option) && out.cost.kind == CostKind::kLinear) {
+      return fmt::format("{} is a constant of the roofline cost model, not of --cost-model linear",
+                         option->get_name());
+    }
+  }
+  if (given(slo_ttft)) out.slo.ttft_ms = slo_ttft_ms;
+  if (given(slo_tpot)) out.slo.tpot_ms = slo_tpot_ms;
   out.evict = *parse_evict_policy(evict);
   out.prefix_cache = !no_prefix_cache;
   out.check = *CheckPolicy::parse(check);

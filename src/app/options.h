@@ -48,7 +48,12 @@ struct ConfigOptions {
 // Options shared by simulate and plan.
 struct SimOptionsCli {
   std::string format, allocator = "paged", evict = "lru", check = "end", engine = "vllm",
-                     gpu_class = "large";
+                     gpu_class = "large", cost_model = "auto";
+  double slo_ttft_ms = 0, slo_tpot_ms = 0;
+  CLI::Option* slo_ttft = nullptr;
+  CLI::Option* slo_tpot = nullptr;
+  std::vector<CLI::Option*> linear_options;    // --cost-model linear's constants
+  std::vector<CLI::Option*> roofline_options;  // the roofline's
   CLI::Option* gpu_class_option = nullptr;
   CLI::Option* watermark = nullptr;
   CLI::Option* engine_option = nullptr;

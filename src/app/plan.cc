@@ -1,6 +1,7 @@
 #include "app/plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -121,17 +122,32 @@ struct UnfitCell {
   std::string problem;
 }; 
 
-bool serves_without_preemption(const SimulationResult& result) {
+// Whether a simulation serves the trace: no preemption, nothing skipped for a
+// pool too small, and with SLOs at least `slo_attainment` of the requests
+// meeting them (SPEC 3.4).
+// A latency in ms for the table: "850ms", "12.3s", "1.2h".
+std::string latency_text(double ms) {
+  if (ms < 1e4) return fmt::format("{:.0f}ms", ms);
+  if (ms < 3.6e6) return fmt::format("{:.1f}s", ms / 1e3);
+  return fmt::format("{:.1f}h", ms / 3.6e6);
+}
+
+bool serves(const SimulationResult& result, double slo_attainment) {
   // Requests longer than max_seq_tokens (and failed BurstGPT rows) are skipped
   // whatever the pool; every other request must be served.
-  return result.report["scheduler"]["preemptions"].get<std::uint64_t>() == 0 &&
-         result.report["requests"]["skipped_pool_too_small"].get<std::uint64_t>() == 0 &&
-         !result.violated;
+  const nlohmann::json& r = result.report;
+  if (r.contains("slo") && r["slo"]["attainment"].get<double>() < slo_attainment) return false;
+  return r["scheduler"]["preemptions"].get<std::uint64_t>() == 0 &&
+         r["requests"]["skipped_pool_too_small"].get<std::uint64_t>() == 0 && !result.violated;
 }
 
 }  // namespace
 
 int run_plan(const PlanRequest& request) {
+  auto serves_without_preemption = [&](const SimulationResult& result) {
+    return serves(result, request.slo_attainment);
+  };
+  const bool slo = request.options.slo.any();
   unsigned jobs =
       request.jobs != 0 ? request.jobs : std::max(1u, std::thread::hardware_concurrency());
   const SimOptions& options = request.options;
@@ -382,6 +398,7 @@ int run_plan(const PlanRequest& request) {
   }
   plan["simulation"] = sim_options_json(options);
   plan["simulation"]["check"] = options.check.name();
+  if (slo) plan["simulation"]["slo_attainment"] = request.slo_attainment;
   // Every setting that changes a figure, as the sweep resolved it (the swept
   // model, page size and pool vary per cell: cells[].config).
   if (!cells.empty()) {
@@ -424,9 +441,11 @@ int run_plan(const PlanRequest& request) {
   };
   std::string table =
       (show_deployments ? fmt::format("{:<26} ", "deployment") : std::string()) +
-      fmt::format("{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10}\n",
+      fmt::format("{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} "
+                  "{:>10} {:>8} {:>6}{}\n",
                   "model", "page", "kv_memory", "blocks", "peak", "in_use", "waste", "preempt",
-                  "hit_rate", "finished", "skipped", "out_tok/s");
+                  "hit_rate", "finished", "skipped", "out_tok/s", "p99_ttft", "p99_tpot", "load",
+                  slo ? fmt::format(" {:>7}", "slo") : std::string());
   bool any_skipped = !warned.empty();
   for (const PlanCell& cell : cells) {
     const nlohmann::json& r = cell.result->report;
@@ -449,10 +468,15 @@ int run_plan(const PlanRequest& request) {
                           {"skipped", r["requests"]["skipped"]},
                           {"output_tokens_per_second", r["scheduler"]["output_tokens_per_second"]},
                           {"virtual_seconds", r["scheduler"]["virtual_seconds"]},
+                          {"latency", r["latency"]},
+                          {"overload", r["overload"]},
                           {"invariant_checks", r["invariants"]["checks"]}};
+    if (r.contains("slo")) row["slo"] = r["slo"];
     if (show_deployments) row["deployment"] = deployment_json(cell.deployment);
+    const nlohmann::json& load = r["overload"];
     table += deployment_column(cell.deployment) + fmt::format(
-        "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f}\n",
+        "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f} "
+        "{:>10} {:>8} {:>6}{}\n",
         model_label(cell.config), cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
         r["blocks"]["peak_used"].get<std::uint64_t>(),
         r["blocks"]["peak_in_use"].get<std::uint64_t>(),
@@ -460,7 +484,14 @@ int run_plan(const PlanRequest& request) {
         r["scheduler"]["preemptions"].get<std::uint64_t>(),
         r["prefix_cache"]["hit_rate"].get<double>(), r["requests"]["finished"].get<std::uint64_t>(),
         r["requests"]["skipped"].get<std::uint64_t>(),
-        r["scheduler"]["output_tokens_per_second"].get<double>());
+        r["scheduler"]["output_tokens_per_second"].get<double>(),
+        latency_text(r["latency"]["ttft_ms"]["p99"].get<double>()),
+        latency_text(r["latency"]["tpot_ms"]["p99"].get<double>()),
+        load["ratio"].is_null() ? std::string("-")
+                                : fmt::format("{:.2f}{}", load["ratio"].get<double>(),
+                                              load["overloaded"].get<bool>() ? "!" : ""),
+        r.contains("slo") ? fmt::format(" {:>6.2f}%", r["slo"]["attainment"].get<double>() * 100)
+                          : std::string());
     rows.push_back(std::move(row));
   }
   plan["cells"] = std::move(rows);
@@ -482,6 +513,15 @@ int run_plan(const PlanRequest& request) {
   // the fewest GPUs (then the smaller tp) such that every swept deployment of
   // that kind with at least as many GPUs serves too (deployments, like memory,
   // are not assumed monotone: a larger one that preempts raises the answer).
+  // The SLOs the answers meet, in words (empty without SLOs).
+  std::string slo_words;
+  if (slo) {
+    std::vector<std::string> parts;
+    if (options.slo.ttft_ms) parts.push_back(fmt::format("TTFT <= {:g} ms", *options.slo.ttft_ms));
+    if (options.slo.tpot_ms) parts.push_back(fmt::format("TPOT <= {:g} ms", *options.slo.tpot_ms));
+    slo_words = fmt::format(" and {:g}% of requests meeting {}", request.slo_attainment * 100,
+                            fmt::join(parts, ", "));
+  }
   nlohmann::json min_deployments = nlohmann::json::array();
   if (show_deployments && request.kv_memories.empty()) {
     std::string answers;
@@ -541,18 +581,23 @@ int run_plan(const PlanRequest& request) {
       min_deployments.push_back(std::move(entry));
     }
     if (!answers.empty()) {
-      table += "\nsmallest deployment per GPU kind with no preemption (its pool sized by the GPU), "
-               "verified at every swept deployment with more GPUs:\n" + answers;
+      table += fmt::format("\nsmallest deployment per GPU kind with no preemption{} (its pool sized "
+                           "by the GPU), verified at every swept deployment with more GPUs:\n",
+                           slo_words) +
+               answers;
     }
   }
   if (show_deployments) plan["min_deployment"] = std::move(min_deployments);
   nlohmann::json minimum = nlohmann::json::array();
   if (request.search_min) {
     table += !any_skipped
-                 ? "\nsmallest KV memory with no preemption (every request served), verified at "
-                   "every swept size above it:\n"
-                 : "\nsmallest KV memory with no preemption (every request that can fit served; "
-                   "some were skipped: see the warnings), verified at every swept size above it:\n";
+                 ? fmt::format("\nsmallest KV memory with no preemption{} (every request served), "
+                               "verified at every swept size above it:\n",
+                               slo_words)
+                 : fmt::format("\nsmallest KV memory with no preemption{} (every request that can "
+                               "fit served; some were skipped: see the warnings), verified at "
+                               "every swept size above it:\n",
+                               slo_words);
     for (const MinSearch& search : searches) {
       std::uint64_t bytes = search.blocks ? *search.blocks * search.config.kv.block_bytes() : 0;
       const std::string memory =
@@ -625,6 +670,11 @@ class PlanCommand final : public Command {
     app.add_option("--html", request_.html_path, "write the sweep as a self-contained HTML page");
     app.add_option("-j,--jobs", request_.jobs, "parallel simulations (default: one per core)");
     app.add_flag("--no-search", no_search_, "skip the search for the smallest KV memory");
+    app.add_option("--slo-attainment", request_.slo_attainment,
+                   "with --slo-ttft-ms/--slo-tpot-ms: the share of requests that must meet them "
+                   "(default 0.99)")
+        ->check(CLI::Range(0.0, 1.0))
+        ->group("Latency");
     app.add_flag("-q,--quiet", request_.quiet, "print no table");
     app.footer(
         "Examples:\n"
@@ -634,7 +684,9 @@ class PlanCommand final : public Command {
         "--no-search --report plan.json\n"
         "  kvreplay plan traces/requests/azure_conv.csv --model qwen3-32b,gpt-oss-120b --gpu "
         "h100-80gb "
-        "--no-search");
+        "--no-search\n"
+        "  kvreplay plan traces/requests/azure_conv.csv --model llama-3.1-70b --gpu h100-80gb,h200 "
+        "--tp 2,4,8 --slo-ttft-ms 2000 --slo-tpot-ms 80");
   }
   int run() override {
     request_.overrides = config_.overrides();

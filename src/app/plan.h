@@ -38,6 +38,9 @@ struct PlanRequest {
   std::string html_path;    // the sweep as an HTML page
   unsigned jobs = 0;        // 0: one per core
   bool search_min = true;   // find the smallest KV memory with no preemption
+  // With --slo-ttft-ms or --slo-tpot-ms: the share of requests that must meet
+  // them for a cell to serve the trace (--slo-attainment).
+  double slo_attainment = 0.99;
   bool quiet = false;
   // Planted faults (tests only): in the simulations of the sweep points at
   // this --kv-memory, or in the search's with "search".

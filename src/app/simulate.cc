@@ -25,13 +25,17 @@ int run_simulate(const SimulateRequest& request) {
   OutputFile* report_out = nullptr;
   OutputFile* timeline_out = nullptr;
   OutputFile* html_out = nullptr;
+  OutputFile* requests_out = nullptr;
   if ((!request.report_path.empty() &&
        (report_out = outputs.open("the report", request.report_path)) == nullptr) ||
       (!request.timeline_path.empty() &&
        (timeline_out = outputs.open("the timeline", request.timeline_path,
                                     OutputFile::Flow::kStream)) == nullptr) ||
       (!request.html_path.empty() &&
-       (html_out = outputs.open("the HTML report", request.html_path)) == nullptr)) {
+       (html_out = outputs.open("the HTML report", request.html_path)) == nullptr) ||
+      (!request.requests_path.empty() &&
+       (requests_out = outputs.open("the request times", request.requests_path,
+                                    OutputFile::Flow::kStream)) == nullptr)) {
     fmt::print(stderr, "{}\n", outputs.error());
     return kExitInput;
   }
@@ -42,7 +46,8 @@ int run_simulate(const SimulateRequest& request) {
   auto progress = ProgressLine::for_stderr(!request.quiet, 16);
   auto result = simulate_file(request.trace_path, request.format, config.value(), request.options,
                               timeline_out, sampler ? &*sampler : nullptr,
-                              SimulateTerminal{progress.get(), color_enabled(summary_stream)});
+                              SimulateTerminal{progress.get(), color_enabled(summary_stream)},
+                              SimFaults{}, requests_out);
   if (progress) progress->clear();
   if (!result) {
     fmt::print(stderr, "{}\n", result.error().to_string());
@@ -50,6 +55,9 @@ int run_simulate(const SimulateRequest& request) {
   }
   for (const std::string& warning : result.value().warnings) {
     fmt::print(stderr, "kvreplay simulate: {}\n", warning);
+  }
+  if (!result.value().overload_warning.empty()) {
+    fmt::print(stderr, "kvreplay simulate: {}\n", result.value().overload_warning);
   }
   if (outputs.failed()) {  // the run stopped early: its result is incomplete
     fmt::print(stderr, "{}\n", outputs.error());
@@ -92,6 +100,9 @@ class SimulateCommand final : public Command {
                    "write one CSV row per step here (- for stdout)");
     app.add_option("--html", request_.html_path,
                    "write a self-contained HTML page (summary and charts) here");
+    app.add_option("--requests", request_.requests_path,
+                   "write one CSV row per request here (times in ms: queueing, TTFT, TPOT, "
+                   "end-to-end; - for stdout)");
     app.add_flag("-q,--quiet", request_.quiet, "print no summary");
     app.footer(
         "Examples:\n"
@@ -100,7 +111,7 @@ class SimulateCommand final : public Command {
         "  kvreplay simulate traces/requests/azure_conv.csv --kv-memory 16GiB --allocator "
         "contiguous-max --report contiguous.json\n"
         "  kvreplay simulate traces/requests/azure_conv.csv --model llama-3.1-70b --gpu h100-80gb "
-        "--tp 4");
+        "--tp 4 --slo-ttft-ms 2000 --slo-tpot-ms 100 --requests times.csv");
   }
   int run() override {
     request_.overrides = config_.overrides();

@@ -17,6 +17,7 @@ struct SimulateRequest {
   std::string report_path;
   std::string timeline_path;
   std::string html_path;  // empty: none
+  std::string requests_path;  // --requests: one CSV row per request
   bool quiet = false;     // no summary (table), no progress line on stderr
 };
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -67,13 +68,62 @@ nlohmann::json sim_options_json(const SimOptions& options) {
           {"max_seqs", options.max_seqs},
           {"max_batched_tokens", options.max_batched_tokens},
           {"watermark", options.watermark},
-          {"cost",
-           {{"step_ms", options.cost.step_ms},
-            {"prefill_token_ms", options.cost.prefill_token_ms},
-            {"decode_seq_ms", options.cost.decode_seq_ms},
-            {"kv_bandwidth_gbps", options.cost.kv_bandwidth_gbps}}}};
+          {"cost", cost_json(options.cost, std::nullopt)}};
   if (options.engine == EngineKind::kVllm) out["gpu_class"] = std::string(to_string(options.gpu_class));
+  if (options.slo.ttft_ms) out["slo_ttft_ms"] = *options.slo.ttft_ms;
+  if (options.slo.tpot_ms) out["slo_tpot_ms"] = *options.slo.tpot_ms;
   return out;
+}
+
+nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& roofline) {
+  const bool linear = roofline ? false : cost.kind == CostKind::kLinear;
+  if (roofline || (!linear && cost.kind != CostKind::kAuto)) {
+    const RooflineConstants& c = cost.roofline;
+    nlohmann::json out = {{"model", "roofline"},
+                          {"compute_efficiency", c.compute_efficiency},
+                          {"bandwidth_efficiency", c.bandwidth_efficiency},
+                          {"link_efficiency", c.link_efficiency},
+                          {"allreduce_latency_us", c.allreduce_latency_us},
+                          {"step_overhead_ms", c.step_overhead_ms}};
+    if (roofline) out["gpu"] = roofline->gpu();
+    return out;
+  }
+  if (cost.kind == CostKind::kAuto) {
+    // Not yet resolved (the options alone): both sets of constants.
+    return {{"model", "auto"}};
+  }
+  return {{"model", "linear"},
+          {"step_ms", cost.linear.step_ms},
+          {"prefill_token_ms", cost.linear.prefill_token_ms},
+          {"decode_seq_ms", cost.linear.decode_seq_ms},
+          {"kv_bandwidth_gbps", cost.linear.kv_bandwidth_gbps}};
+}
+
+nlohmann::json latency_json(const LatencySummary& summary) {
+  return {{"count", summary.count}, {"mean", summary.mean}, {"p50", summary.p50},
+          {"p90", summary.p90},     {"p99", summary.p99},   {"max", summary.max}};
+}
+
+std::string requests_csv_header() {
+  return "line,id,prompt,output,n,arrival_s,status,preemptions,queue_ms,ttft_ms,tpot_ms,e2e_ms\n";
+}
+
+std::string requests_csv_row(const RequestTimes& t) {
+  // The id as CSV: quoted, quotes doubled (a native id is JSON text).
+  std::string id = "\"";
+  for (char c : t.id) {
+    if (c == '"') id += '"';
+    id += c;
+  }
+  id += '"';
+  if (t.skipped) {
+    return fmt::format("{},{},{},{},{},{:.6f},skipped,0,,,,\n", t.line, id, t.prompt, t.output, t.n,
+                       t.arrival);
+  }
+  const std::optional<double> tpot = t.tpot_ms();
+  return fmt::format("{},{},{},{},{},{:.6f},finished,{},{:.3f},{:.3f},{},{:.3f}\n", t.line, id,
+                     t.prompt, t.output, t.n, t.arrival, t.preemptions, t.queue_ms(), t.ttft_ms(),
+                     tpot ? fmt::format("{:.3f}", *tpot) : std::string(), t.e2e_ms());
 }
 
 InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
@@ -96,7 +146,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
                                             const RunConfig& config, const SimOptions& options,
                                             OutputFile* timeline, TimelineSampler* sampler,
                                             const SimulateTerminal& terminal,
-                                            const SimFaults& faults) {
+                                            const SimFaults& faults, OutputFile* requests) {
   auto start = std::chrono::steady_clock::now();
   auto opened = RequestReader::open(path, format);
   if (!opened) return Unexpected{opened.error()};
@@ -105,20 +155,26 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
     return Unexpected{InputError{"command line", 0, "--engine", *problem}};
   }
   Simulator sim(config, options);
+  if (requests != nullptr) {
+    requests->write(requests_csv_header());
+    sim.on_request = [requests](const RequestTimes& times) {
+      requests->write(requests_csv_row(times));
+    };
+  }
 
   if (timeline != nullptr) {
     timeline->write(
         "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
         "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished,"
-        "in_use_blocks,cached_blocks\n");
+        "in_use_blocks,cached_blocks,waiting_requests,running_requests\n");
     sim.on_step = [timeline](const Simulator& s) {
       const ReplayState& st = s.state();
-      timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{}\n",
+      timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{},{},{}\n",
                       s.sim_totals().steps, s.now(), st.used, s.config().kv.pool_blocks - st.used,
                       st.waste_slots, st.waste_ratio, st.logical_tokens, st.physical_tokens,
                       st.live_sequences, s.totals().cow_copies, s.sim_totals().preemptions,
                       s.evictions(), s.sim_totals().finished, s.in_use_blocks(),
-                      s.cache_resident_blocks());
+                      s.cache_resident_blocks(), s.waiting_requests(), s.running_requests());
     };
   }
   if (sampler != nullptr) {
@@ -153,7 +209,10 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       }
     };
   }
-  auto timeline_failed = [timeline] { return timeline != nullptr && timeline->failed(); };
+  auto timeline_failed = [timeline, requests] {
+    return (timeline != nullptr && timeline->failed()) ||
+           (requests != nullptr && requests->failed());
+  };
 
   Request request;
   bool violated = false;
@@ -198,6 +257,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   result.violated = violated;
   result.report = base_report(source);
   result.report["config"]["simulation"] = sim_options_json(options);
+  result.report["config"]["simulation"]["cost"] = cost_json(options.cost, sim.roofline());
   result.report["requests"] = {
       {"total", st.requests + reader.skipped()},
       {"finished", st.finished},
@@ -244,6 +304,62 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       {"output_tokens_per_second",
        seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0},
       {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
+  // Latency of the finished requests (SPEC 3.3), the SLOs, and overload.
+  const Simulator::Latencies& lat = sim.latencies();
+  const LatencySummary queue = summarize_latency(lat.queue_ms);
+  const LatencySummary ttft = summarize_latency(lat.ttft_ms);
+  const LatencySummary tpot = summarize_latency(lat.tpot_ms);
+  const LatencySummary e2e = summarize_latency(lat.e2e_ms);
+  result.report["latency"] = {{"queue_ms", latency_json(queue)},
+                              {"ttft_ms", latency_json(ttft)},
+                              {"tpot_ms", latency_json(tpot)},
+                              {"e2e_ms", latency_json(e2e)}};
+  const std::uint64_t all_requests = st.requests + reader.skipped();
+  if (options.slo.any()) {
+    // Skipped requests never meet an SLO: attainment is over every request.
+    nlohmann::json slo = {
+        {"met", sim.slo_met()},
+        {"attainment", all_requests == 0 ? 0.0
+                                         : static_cast<double>(sim.slo_met()) /
+                                               static_cast<double>(all_requests)},
+        {"goodput_rps", st.virtual_seconds > 0
+                            ? static_cast<double>(sim.slo_met()) / st.virtual_seconds
+                            : 0.0}};
+    if (options.slo.ttft_ms) slo["ttft_ms"] = *options.slo.ttft_ms;
+    if (options.slo.tpot_ms) slo["tpot_ms"] = *options.slo.tpot_ms;
+    result.report["slo"] = slo;
+  }
+  const OverloadFigures load = sim.overload();
+  result.report["overload"] = {{"overloaded", load.overloaded()},
+                               {"ratio", load.ratio() ? nlohmann::json(*load.ratio()) : nullptr},
+                               {"first_arrival_s", load.first_arrival},
+                               {"last_arrival_s", load.last_arrival},
+                               {"end_s", load.end},
+                               {"waiting_at_last_arrival", load.waiting_at_last_arrival},
+                               {"service_p99_s", load.service_p99_s},
+                               {"peak_waiting", load.peak_waiting}};
+  if (load.overloaded()) {
+    result.overload_warning = fmt::format(
+        "warning: {}: overloaded: arrivals outpace service {:.2f}x: the run took {:.1f} s of "
+        "virtual time for {:.1f} s of arrivals, with {} requests waiting at the last arrival "
+        "(latencies grow with the trace; give more GPUs or fewer requests per second)",
+        path, *load.ratio(), load.end - load.first_arrival, load.arrival_span(),
+        grouped(load.waiting_at_last_arrival));
+  }
+  for (auto [name, values] : {std::pair<const char*, const std::vector<double>*>{"ttft_ms", &lat.ttft_ms},
+                              {"tpot_ms", &lat.tpot_ms}}) {
+    std::vector<double> sorted = *values;
+    std::sort(sorted.begin(), sorted.end());
+    nlohmann::json points = nlohmann::json::array();
+    if (!sorted.empty()) {
+      for (std::size_t i = 0; i < kCdfPoints; ++i) {
+        points.push_back(
+            quantile_sorted(sorted, static_cast<double>(i) / static_cast<double>(kCdfPoints - 1)));
+      }
+    }
+    result.latency_cdf[name] = std::move(points);
+  }
+
   std::string summary = base_summary(source, terminal.color);
   auto line = [&summary](std::string_view label, const std::string& value) {
     summary += fmt::format("  {:<26} {}\n", label, value);
@@ -268,8 +384,35 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   line("steps / preemptions", fmt::format("{} / {}", st.steps, st.preemptions));
   line("max running sequences", std::to_string(st.max_running));
   line("virtual time",
-       fmt::format("{:.1f} s ({:.1f} output tokens/s)", seconds,
-                   seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0));
+       fmt::format("{:.1f} s ({:.1f} output tokens/s; cost model {})", seconds,
+                   seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0,
+                   sim.roofline() ? fmt::format("roofline on {}", sim.roofline()->gpu())
+                                  : std::string("linear")));
+  auto percentiles = [](const LatencySummary& l) {
+    return fmt::format("p50 {:.1f}, p90 {:.1f}, p99 {:.1f}, mean {:.1f}", l.p50, l.p90, l.p99,
+                       l.mean);
+  };
+  line("TTFT ms", percentiles(ttft));
+  line("TPOT ms", percentiles(tpot));
+  line("queueing ms", percentiles(queue));
+  line("end-to-end ms", percentiles(e2e));
+  if (options.slo.any()) {
+    std::string targets;
+    if (options.slo.ttft_ms) targets += fmt::format("TTFT <= {:g} ms", *options.slo.ttft_ms);
+    if (options.slo.tpot_ms) {
+      targets += fmt::format("{}TPOT <= {:g} ms", targets.empty() ? "" : ", ",
+                             *options.slo.tpot_ms);
+    }
+    line("SLO attainment",
+         fmt::format("{:.4f} ({} of {} requests: {}; goodput {:.2f} requests/s)",
+                     result.report["slo"]["attainment"].get<double>(), grouped(sim.slo_met()),
+                     grouped(all_requests), targets,
+                     result.report["slo"]["goodput_rps"].get<double>()));
+  }
+  if (load.ratio()) {
+    line("load", fmt::format("{:.2f}x the arrival span{}", *load.ratio(),
+                             load.overloaded() ? " (overloaded)" : ""));
+  }
   result.summary = std::move(summary);
   skip_warnings(path, sim, result);
   return result;

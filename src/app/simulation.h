@@ -27,7 +27,14 @@ struct SimulationResult {
   // the option that decides it; printed on stderr even with --quiet.
   std::vector<std::string> warnings;
   std::vector<SkipReason> warning_reasons;  // parallel to warnings
+  // "overloaded: ..." when arrivals outpaced service (OverloadFigures), for
+  // stderr even with --quiet; empty otherwise.
+  std::string overload_warning;
+  // The latency distributions for the HTML page's CDF: {"ttft_ms": [...],
+  // "tpot_ms": [...]}, each kCdfPoints quantiles from 0 to 1.
+  nlohmann::json latency_cdf;
 };
+inline constexpr std::size_t kCdfPoints = 101;
 
 // Terminal extras of an interactive run: a progress line (app/terminal.h)
 // and ANSI colour in the summary.
@@ -52,10 +59,21 @@ struct SimFaults {
 InputResult<SimulationResult> simulate_file(
     const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
     const SimOptions& options, OutputFile* timeline, TimelineSampler* sampler = nullptr,
-    const SimulateTerminal& terminal = {}, const SimFaults& faults = {});
+    const SimulateTerminal& terminal = {}, const SimFaults& faults = {},
+    OutputFile* requests = nullptr);
+
+// --requests: the CSV's header, and one request's row (RequestTimes): times in
+// ms, empty where they do not apply (a skipped request's, a TPOT of one token).
+std::string requests_csv_header();
+std::string requests_csv_row(const RequestTimes& times);
 
 // The report's "config.simulation" object: the options a simulation ran with.
 nlohmann::json sim_options_json(const SimOptions& options);
+// Its "cost" object: the cost model run (`roofline`: the one a Simulator made,
+// else none: linear, or auto before a run resolves it) and its constants.
+nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& roofline);
+// {count, mean, p50, p90, p99, max} of one latency.
+nlohmann::json latency_json(const LatencySummary& summary);
 
 // The model of simulate and plan when none is named.
 inline constexpr std::string_view kDefaultSimModel = "llama-3.1-8b";

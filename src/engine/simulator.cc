@@ -33,7 +33,45 @@ constexpr EnumName<GpuClass> kGpuClassNames[] = {
 };
 static_assert(enum_names_unique(kGpuClassNames));
 
+constexpr EnumName<CostKind> kCostKindNames[] = {
+    {CostKind::kAuto, "auto"},
+    {CostKind::kRoofline, "roofline"},
+    {CostKind::kLinear, "linear"},
+};
+static_assert(enum_names_unique(kCostKindNames));
+
 }  // namespace
+
+std::string_view to_string(CostKind kind) {
+  return enum_name(kCostKindNames, kind);
+}
+
+std::optional<CostKind> parse_cost_kind(std::string_view name) {
+  return enum_parse(kCostKindNames, name);
+}
+
+double quantile_sorted(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0.0;
+  const double rank = q * static_cast<double>(sorted.size() - 1);
+  const auto below = static_cast<std::size_t>(std::floor(rank));
+  const std::size_t above = std::min(below + 1, sorted.size() - 1);
+  return sorted[below] + (sorted[above] - sorted[below]) * (rank - static_cast<double>(below));
+}
+
+LatencySummary summarize_latency(std::vector<double> values) {
+  LatencySummary out;
+  out.count = values.size();
+  if (values.empty()) return out;
+  std::sort(values.begin(), values.end());
+  double sum = 0;
+  for (double v : values) sum += v;
+  out.mean = sum / static_cast<double>(values.size());
+  out.p50 = quantile_sorted(values, 0.50);
+  out.p90 = quantile_sorted(values, 0.90);
+  out.p99 = quantile_sorted(values, 0.99);
+  out.max = values.back();
+  return out;
+}
 
 std::string_view to_string(EngineKind kind) {
   return enum_name(kEngineNames, kind);
@@ -126,7 +164,19 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
   hybrid_hits_.resize(groups_.size());
   if (auto error = sim_options_error(config, options)) {
     violation_ = Violation{0, 0, "config", *error};
+    return;
   }
+  if (options.cost.kind != CostKind::kLinear && config.model_spec) {
+    const GpuSpec* gpu = find_gpu_preset(config.gpu.empty() ? kDefaultCostGpu : config.gpu);
+    const double per_layer = static_cast<double>(config.kv.bytes_per_token()) /
+                             std::max<std::uint32_t>(config.kv.layers, 1);
+    if (gpu != nullptr) {
+      auto made = Roofline::make(*config.model_spec, *gpu, config.tp, config.pp, per_layer,
+                                 options.cost.roofline);
+      if (made) roofline_ = std::move(made).value();
+    }
+  }
+  work_ = StepWork(roofline_ ? roofline_->sliding_window() : 0);
 }
 
 std::optional<std::string> sim_options_error(const RunConfig& config, const SimOptions& options) {
@@ -144,6 +194,16 @@ std::optional<std::string> sim_options_error(const RunConfig& config, const SimO
     return std::string(
         "hybrid KV-cache groups (several groups, or a sliding window) need the vllm engine "
         "and the paged allocator");
+  }
+  if (options.cost.kind == CostKind::kRoofline) {
+    if (!config.model_spec) {
+      return std::string(
+          "--cost-model roofline needs the model's parameter count (--model or --model-config); "
+          "give --cost-model linear for geometry set by hand");
+    }
+    if (find_gpu_preset(config.gpu.empty() ? kDefaultCostGpu : config.gpu) == nullptr) {
+      return fmt::format("--cost-model roofline: unknown GPU '{}'", config.gpu);
+    }
   }
   return std::nullopt;
 }
@@ -234,9 +294,66 @@ void Simulator::submit(Request request) {
     if (*reason == SkipReason::kTooManySamples) ++sim_.skipped_too_many_samples;
     auto& first = first_skipped_[static_cast<std::size_t>(*reason)];
     if (!first) first = SkippedRequest{request.line, request.id, need};
+    skip_request(request);
     return;
   }
+  if (!any_arrival_) overload_.first_arrival = request.arrival;
+  any_arrival_ = true;
+  overload_.last_arrival = request.arrival;
   arriving_.push_back(std::move(request));
+}
+
+OverloadFigures Simulator::overload() const {
+  OverloadFigures out = overload_;
+  std::vector<double> service;
+  service.reserve(latencies_.e2e_ms.size());
+  for (std::size_t i = 0; i < latencies_.e2e_ms.size(); ++i) {
+    service.push_back((latencies_.e2e_ms[i] - latencies_.queue_ms[i]) / 1e3);
+  }
+  std::sort(service.begin(), service.end());
+  out.service_p99_s = quantile_sorted(service, 0.99);
+  return out;
+}
+
+void Simulator::skip_request(const Request& request) {
+  if (!on_request) return;
+  RequestTimes times;
+  times.line = request.line;
+  times.id = request.id;
+  times.prompt = request.prompt;
+  times.output = request.output;
+  times.n = request.n;
+  times.arrival = request.arrival;
+  times.skipped = true;
+  on_request(times);
+}
+
+std::shared_ptr<RequestTimes> Simulator::new_times(const Request& request) {
+  auto times = std::make_shared<RequestTimes>();
+  times->line = request.line;
+  times->id = request.id;
+  times->prompt = request.prompt;
+  times->output = request.output;
+  times->n = request.n;
+  times->arrival = request.arrival;
+  return times;
+}
+
+void Simulator::schedule_work(Flight& flight, std::uint64_t context, std::uint64_t tokens,
+                              bool prefill) {
+  work_.add(context, tokens, prefill);
+  if (flight.times && flight.times->scheduled < 0) flight.times->scheduled = step_start_;
+}
+
+void Simulator::first_token(Flight& flight) {
+  if (flight.times && flight.times->first_token < 0) {
+    flight.times->first_token = 0;  // stamped in end_step
+    step_first_tokens_.push_back(flight.times);
+  }
+}
+
+void Simulator::request_done(Flight& flight) {
+  if (flight.times) step_done_.push_back(flight.times);
 }
 
 std::optional<PageKey> Simulator::page_key(const Flight& flight, std::uint32_t page) const {
@@ -259,6 +376,7 @@ std::optional<PageKey> Simulator::page_key(const Flight& flight, std::uint32_t p
 bool Simulator::run_until(double horizon) {
   if (violation_) return false;  // sim_options_error, or an earlier failure
   for (;;) {
+    const bool arrivals = !arriving_.empty() && arriving_.front().arrival <= now_;
     while (vllm() && !arriving_.empty() && arriving_.front().arrival <= now_) {
       enqueue_vllm(std::move(arriving_.front()));
       arriving_.pop_front();
@@ -266,11 +384,17 @@ bool Simulator::run_until(double horizon) {
     while (!arriving_.empty() && arriving_.front().arrival <= now_) {
       auto flight = std::make_unique<Flight>();
       flight->request = std::move(arriving_.front());
+      flight->times = new_times(flight->request);
       arriving_.pop_front();
       if (!flight->request.prefix.empty()) {
         prefix_ids_.emplace(flight->request.prefix, prefix_ids_.size());
       }
       waiting_.push_back(std::move(flight));
+    }
+    if (arrivals) {
+      // Overwritten by every later arrival: in the end, the queue the last
+      // request joined (children of one request counted once each).
+      overload_.waiting_at_last_arrival = waiting_.size();
     }
     if (running_.empty() && waiting_.empty()) {
       if (arriving_.empty()) return true;
@@ -283,9 +407,10 @@ bool Simulator::run_until(double horizon) {
 }
 
 bool Simulator::step() {
+  step_start_ = now_;
+  work_.clear();
   if (vllm()) return step_vllm();
   ++tick_;
-  step_prefill_tokens_ = step_decode_seqs_ = step_context_tokens_ = 0;
   std::uint32_t budget = options_.max_batched_tokens;
   for (std::size_t i = 0; i < running_.size();) {
     bool preempted_self = false;
@@ -296,6 +421,7 @@ bool Simulator::step() {
                             [](const Sample& s) { return s.done; });
     if (done && flight.prefilled == flight.request.prompt) {
       ++sim_.finished;
+      request_done(flight);
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
     } else {
       ++i;
@@ -310,13 +436,36 @@ bool Simulator::step() {
 }
 
 bool Simulator::end_step() {
-  const CostModel& cost = options_.cost;
-  double step_ms =
-      cost.step_ms + static_cast<double>(step_prefill_tokens_) * cost.prefill_token_ms +
-      static_cast<double>(step_decode_seqs_) * cost.decode_seq_ms +
-      static_cast<double>(step_context_tokens_) *
-          static_cast<double>(config_.kv.bytes_per_token()) / (cost.kv_bandwidth_gbps * 1e6);
+  double step_ms = 0;
+  if (roofline_) {
+    step_ms = roofline_->step_ms(work_);
+  } else {
+    const LinearCost& cost = options_.cost.linear;
+    step_ms = cost.step_ms + static_cast<double>(work_.prefill_tokens()) * cost.prefill_token_ms +
+              static_cast<double>(work_.decode_requests()) * cost.decode_seq_ms +
+              work_.context_read() * static_cast<double>(config_.kv.bytes_per_token()) /
+                  (cost.kv_bandwidth_gbps * 1e6);
+  }
   now_ += step_ms / 1000.0;
+  for (auto& times : step_first_tokens_) times->first_token = now_;
+  step_first_tokens_.clear();
+  for (auto& times : step_done_) {
+    times->finished = now_;
+    latencies_.queue_ms.push_back(times->queue_ms());
+    latencies_.ttft_ms.push_back(times->ttft_ms());
+    latencies_.e2e_ms.push_back(times->e2e_ms());
+    const std::optional<double> tpot = times->tpot_ms();
+    if (tpot) latencies_.tpot_ms.push_back(*tpot);
+    const SloTargets& slo = options_.slo;
+    if ((!slo.ttft_ms || times->ttft_ms() <= *slo.ttft_ms) &&
+        (!slo.tpot_ms || !tpot || *tpot <= *slo.tpot_ms)) {
+      ++slo_met_;
+    }
+    if (on_request) on_request(*times);
+  }
+  step_done_.clear();
+  overload_.end = now_;
+  overload_.peak_waiting = std::max<std::uint64_t>(overload_.peak_waiting, waiting_.size());
   ++sim_.steps;
   sim_.virtual_seconds = now_;
   record();
@@ -403,6 +552,7 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
                           [](const Sample& s) { return s.done; });
   if (done && admitted.prefilled == admitted.request.prompt) {
     ++sim_.finished;
+    request_done(admitted);
     running_.pop_back();
   }
   return true;
@@ -417,10 +567,9 @@ bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t in
     if (!append(flight, flight.samples[0], chunk, index, preempted_self)) return false;
     if (preempted_self) return true;
     budget -= chunk;
+    schedule_work(flight, flight.prefilled, chunk, true);
     flight.prefilled += chunk;
-    step_prefill_tokens_ += chunk;
     sim_.prompt_tokens_computed += chunk;
-    step_context_tokens_ += flight.prefilled;
     if (paged() && options_.prefix_cache) {
       offer_to_cache(flight);
       if (violation_) return false;
@@ -449,6 +598,7 @@ bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t in
       }
     }
     flight.counted.resize(request.n, 0);
+    first_token(flight);
     for (std::size_t k = 0; k < flight.samples.size(); ++k) {
       flight.samples[k].generated = 1;
       count_output(flight, k);
@@ -467,8 +617,7 @@ bool Simulator::run_flight(Flight& flight, std::uint32_t& budget, std::size_t in
     --budget;
     ++sample.generated;
     count_output(flight, k);
-    ++step_decode_seqs_;
-    step_context_tokens_ += sample.length;
+    schedule_work(flight, sample.length - 1, 1, false);
     if (sample.generated >= request.output) finish_sample(sample);
   }
   return true;
@@ -686,6 +835,7 @@ void Simulator::finish_sample(Sample& sample) {
 void Simulator::preempt_last() {
   std::unique_ptr<Flight> victim = std::move(running_.back());
   running_.pop_back();
+  if (victim->times) ++victim->times->preemptions;
   for (Sample& sample : victim->samples) {
     if (sample.done) continue;
     release_sample(sample);

@@ -40,6 +40,7 @@
 #include "engine/prefix_cache.h"
 #include "engine/replayer.h"
 #include "formats/requests/request.h"
+#include "model/roofline.h"
 #include "model/run_config.h"
 
 namespace kvreplay {
@@ -84,14 +85,100 @@ struct BatchDefaults {
 // large: 8192 tokens and 1024 sequences per step; small: 2048 and 256.
 BatchDefaults vllm_serve_batch_defaults(GpuClass gpu_class);
 
-// step_ms = step_ms + prefill_tokens * prefill_token_ms + decode_seqs * decode_seq_ms
-//         + context_tokens_read * bytes_per_token / (kv_bandwidth_gbps * 1e6)
-// Defaults are rough figures for an 8B model on one H100-class GPU.
-struct CostModel {
+// Virtual time (SPEC 3.3). roofline: model/roofline.h, from the model's
+// parameters and the GPU's figures (--gpu, else kDefaultCostGpu); linear: the
+// constants below, for calibration against measured figures:
+//   step_ms = step_ms + prefill_tokens * prefill_token_ms + decode_seqs * decode_seq_ms
+//           + context_tokens_read * bytes_per_token / (kv_bandwidth_gbps * 1e6)
+// auto: roofline when the model's parameter count is known (a preset or a
+// config.json), else linear (geometry given by hand).
+enum class CostKind : std::uint8_t { kAuto, kRoofline, kLinear };
+std::string_view to_string(CostKind kind);
+std::optional<CostKind> parse_cost_kind(std::string_view name);
+inline constexpr std::string_view kDefaultCostGpu = "h100-80gb";
+
+struct LinearCost {
   double step_ms = 5.0;             // fixed cost per step (weights read, launch)
   double prefill_token_ms = 0.025;  // per prompt token computed
   double decode_seq_ms = 0.01;      // per sequence decoded
   double kv_bandwidth_gbps = 3000;  // attention reads every context token's KV
+};
+
+struct CostModel {
+  CostKind kind = CostKind::kAuto;
+  LinearCost linear;
+  RooflineConstants roofline;
+};
+
+// Service-level objectives (--slo-ttft-ms, --slo-tpot-ms): a request meets
+// them when its TTFT and its TPOT (a request of one output token has none) are
+// at most these; an SLO not given always holds.
+struct SloTargets {
+  std::optional<double> ttft_ms;
+  std::optional<double> tpot_ms;
+  bool any() const { return ttft_ms || tpot_ms; }
+};
+
+// One request's times, reported when it finishes or is skipped (--requests).
+// Times in virtual seconds; a sample's output tokens under n > 1; TTFT is the
+// first token of any sample, the end the last sample's last token.
+struct RequestTimes {
+  std::uint64_t line = 0;
+  std::string id;
+  std::uint32_t prompt = 0;
+  std::uint32_t output = 0;
+  std::uint32_t n = 1;
+  double arrival = 0;
+  double scheduled = -1;    // the start of the step that first scheduled it
+  double first_token = -1;  // the end of the step that produced its first token
+  double finished = -1;     // the end of the step that produced its last token
+  std::uint32_t preemptions = 0;
+  bool skipped = false;
+  double queue_ms() const { return (scheduled - arrival) * 1e3; }
+  double ttft_ms() const { return (first_token - arrival) * 1e3; }
+  double e2e_ms() const { return (finished - arrival) * 1e3; }
+  // (last - first token) / (output - 1); nullopt for one output token.
+  std::optional<double> tpot_ms() const {
+    if (output <= 1) return std::nullopt;
+    return (finished - first_token) * 1e3 / (output - 1);
+  }
+};
+
+// mean and percentiles (linear interpolation between order statistics, as
+// numpy's default) of one latency over the finished requests.
+struct LatencySummary {
+  std::uint64_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
+};
+LatencySummary summarize_latency(std::vector<double> values);
+// The q-quantile (0..1) of sorted values, interpolated; 0 when empty.
+double quantile_sorted(const std::vector<double>& sorted, double q);
+
+// Whether arrivals outpaced service (SPEC 3.3). A server that keeps up ends
+// about one request's service time (scheduled to done) after its last arrival;
+// one that does not still holds a queue then, and drains it for a time that
+// grows with the trace. Overloaded: the run's end lies more than
+// kOverloadRatio - 1 of the arrival span past the last arrival, and more than
+// twice the p99 service time, with requests waiting at the last arrival. A
+// trace whose requests all arrive at once is a batch, never overloaded.
+inline constexpr double kOverloadRatio = 1.1;
+struct OverloadFigures {
+  double first_arrival = 0;
+  double last_arrival = 0;
+  double end = 0;                         // the virtual time of the last step
+  std::uint64_t waiting_at_last_arrival = 0;
+  std::uint64_t peak_waiting = 0;
+  double service_p99_s = 0;               // p99 of e2e - queueing, finished requests
+  double arrival_span() const { return last_arrival - first_arrival; }
+  double drain() const { return end - last_arrival; }
+  std::optional<double> ratio() const {
+    if (arrival_span() <= 0) return std::nullopt;
+    return (end - first_arrival) / arrival_span();
+  }
+  bool overloaded() const {
+    auto r = ratio();
+    return r && *r > kOverloadRatio && drain() > 2 * service_p99_s && waiting_at_last_arrival > 0;
+  }
 };
 
 struct SimOptions {
@@ -106,6 +193,7 @@ struct SimOptions {
   EngineKind engine = EngineKind::kGeneric;
   GpuClass gpu_class = GpuClass::kLarge;  // recorded: which batch defaults apply
   CostModel cost;
+  SloTargets slo;
   CheckPolicy check;
   // The KV-cache groups the pool serves (model/kv_groups.h), as vLLM's
   // hybrid KV cache manager forms them. Empty: one full-attention group of
@@ -229,6 +317,26 @@ class Simulator {
 
   // Called after every step (for the timeline).
   std::function<void(const Simulator&)> on_step;
+  // Called when a request finishes (its last sample's last token) or is
+  // skipped as never fitting (--requests).
+  std::function<void(const RequestTimes&)> on_request;
+
+  // The cost model run (roofline or linear: auto resolved), and the roofline
+  // when that is it.
+  CostKind cost_kind() const { return roofline_ ? CostKind::kRoofline : CostKind::kLinear; }
+  const std::optional<Roofline>& roofline() const { return roofline_; }
+  // Latencies of the finished requests, in ms, in finishing order; TPOT only
+  // for requests of more than one output token.
+  struct Latencies {
+    std::vector<double> queue_ms, ttft_ms, tpot_ms, e2e_ms;
+  };
+  const Latencies& latencies() const { return latencies_; }
+  // Finished requests meeting options().slo (all finished ones without SLOs).
+  std::uint64_t slo_met() const { return slo_met_; }
+  // With service_p99_s from the finished requests' latencies.
+  OverloadFigures overload() const;
+  std::uint64_t waiting_requests() const { return waiting_.size(); }
+  std::uint64_t running_requests() const { return running_.size(); }
 
  private:
   struct Sample {
@@ -264,9 +372,19 @@ class Simulator {
     std::uint32_t generated = 0;
     std::uint32_t preemptions = 0;
     std::shared_ptr<std::uint32_t> siblings_left;  // children of the request not finished
+    std::shared_ptr<RequestTimes> times;            // shared by a request's children (vllm)
   };
 
   bool step();
+  // A flight's chunk of `tokens` after `context` cached, for the cost model; the
+  // first chunk ever stamps the request's scheduling time.
+  void schedule_work(Flight& flight, std::uint64_t context, std::uint64_t tokens, bool prefill);
+  // The flight produced its request's first token / its last (request done):
+  // stamped with the step's end time in end_step.
+  void first_token(Flight& flight);
+  void request_done(Flight& flight);
+  void skip_request(const Request& request);
+  static std::shared_ptr<RequestTimes> new_times(const Request& request);
   // The end of every step: virtual time by the cost model, the figures, the
   // checks the policy asks for, on_step. False when a check failed.
   bool end_step();
@@ -391,10 +509,15 @@ class Simulator {
   std::uint64_t tracked_ = 0;  // track_id of the flight verified last, 0: none
   std::uint64_t last_track_id_ = 0;
   std::uint64_t tracked_mark_ = 0;  // cache_.evictions() when it was verified
-  // Per step, for the cost model.
-  std::uint64_t step_prefill_tokens_ = 0;
-  std::uint64_t step_decode_seqs_ = 0;
-  std::uint64_t step_context_tokens_ = 0;
+  // Per step, for the cost model and the request times.
+  std::optional<Roofline> roofline_;
+  StepWork work_;
+  double step_start_ = 0.0;
+  std::vector<std::shared_ptr<RequestTimes>> step_first_tokens_, step_done_;
+  Latencies latencies_;
+  std::uint64_t slo_met_ = 0;
+  OverloadFigures overload_;
+  bool any_arrival_ = false;
 };
 
 }  // namespace kvreplay

@@ -89,6 +89,7 @@ void Simulator::enqueue_vllm(Request request) {
   const std::uint32_t n = request.n;
   const std::uint64_t prompt_uid = next_uid_++;
   auto left = std::make_shared<std::uint32_t>(n);
+  auto times = new_times(request);
   for (std::uint32_t k = 0; k < n; ++k) {
     auto flight = std::make_unique<Flight>();
     flight->request = request;
@@ -96,6 +97,7 @@ void Simulator::enqueue_vllm(Request request) {
     flight->prompt_uid = prompt_uid;
     flight->uid = k == 0 ? prompt_uid : next_uid_++;
     flight->siblings_left = left;
+    flight->times = times;
     waiting_.push_back(std::move(flight));
   }
 }
@@ -294,6 +296,7 @@ void Simulator::preempt_vllm(std::unique_ptr<Flight> victim) {
   // Scheduler._preempt_request: KVCacheManager.free releases the blocks (the
   // cached ones stay cached, evictable), num_computed_tokens = 0, and the
   // request goes to the front of the waiting queue keeping its output so far.
+  ++victim->times->preemptions;
   release_sample(victim->samples[0]);
   victim->samples.clear();
   victim->computed = 0;
@@ -574,7 +577,6 @@ bool Simulator::admit_hybrid_vllm(std::uint32_t& budget,
 
 bool Simulator::step_vllm() {
   ++tick_;
-  step_prefill_tokens_ = step_decode_seqs_ = step_context_tokens_ = 0;
   std::uint32_t budget = options_.max_batched_tokens;
   std::vector<std::pair<Flight*, std::uint32_t>> scheduled;
   bool preempted = false;
@@ -590,15 +592,11 @@ bool Simulator::step_vllm() {
   for (auto [flight, tokens] : scheduled) {
     const std::uint32_t num_tokens = flight->request.prompt + flight->generated;
     const bool prefill = flight->generated == 0 || num_tokens - flight->computed > 1;
+    schedule_work(*flight, flight->computed, tokens, prefill);
     flight->computed += tokens;
-    if (prefill) {
-      step_prefill_tokens_ += tokens;
-      sim_.prompt_tokens_computed += tokens;
-    } else {
-      ++step_decode_seqs_;
-    }
-    step_context_tokens_ += flight->computed;
+    if (prefill) sim_.prompt_tokens_computed += tokens;
     if (flight->computed < num_tokens) continue;
+    if (flight->generated == 0) first_token(*flight);
     ++flight->generated;
     ++sim_.output_tokens;  // once: a preempted request keeps what it generated
     if (flight->generated >= flight->request.output) {
@@ -618,7 +616,10 @@ bool Simulator::step_vllm() {
         continue;
       }
       release_sample(flight->samples[0]);
-      if (--*flight->siblings_left == 0) ++sim_.finished;
+      if (--*flight->siblings_left == 0) {
+        ++sim_.finished;
+        request_done(*flight);
+      }
     }
     running_ = std::move(still);
   }

@@ -25,9 +25,11 @@ GpuSpec read_gpu(const EmbeddedFile& file) {
     gpu.bf16_dense_tflops = json.at("bf16_dense_tflops").get<double>();
     if (!json.at("fp8_dense_tflops").is_null())
       gpu.fp8_dense_tflops = json.at("fp8_dense_tflops").get<double>();
+    gpu.interconnect = json.at("interconnect").get<std::string>();
+    gpu.interconnect_bytes_per_second = json.at("interconnect_bytes_per_second").get<std::uint64_t>();
     gpu.vllm_gpu_class = json.at("vllm_gpu_class").get<std::string>();
     gpu.source = json.at("source").get<std::string>();
-    if (gpu.name != file.name || gpu.memory_bytes == 0 ||
+    if (gpu.name != file.name || gpu.memory_bytes == 0 || gpu.interconnect_bytes_per_second == 0 ||
         (gpu.vllm_gpu_class != "large" && gpu.vllm_gpu_class != "small")) {
       throw std::runtime_error("name, memory_bytes or vllm_gpu_class is wrong");
     }

@@ -19,6 +19,10 @@ struct GpuSpec {
   std::uint64_t hbm_bandwidth_bytes_per_second = 0;
   double bf16_dense_tflops = 0;
   std::optional<double> fp8_dense_tflops;  // none without FP8 tensor cores (A100)
+  // The GPU-to-GPU link tensor parallelism all-reduces over, each way (half the
+  // datasheet's bidirectional figure), and the datasheet's words for it.
+  std::uint64_t interconnect_bytes_per_second = 0;
+  std::string interconnect;
   // vLLM's batch defaults by GPU ("large": at least 70 GiB and not an A100;
   // "small" otherwise): what --gpu-class names.
   std::string vllm_gpu_class;

@@ -424,6 +424,9 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
 
   const std::uint64_t element = dtype_bytes(dtype);
   Count weights = total * element;
+  Count routed_bytes = routed_all * element;
+  spec.routed_experts = static_cast<std::uint32_t>(moe_layers > 0 ? experts : 0);
+  spec.experts_per_token = static_cast<std::uint32_t>(moe_layers > 0 ? per_token : 0);
   if (const nlohmann::json* quantization = fields.find("quantization_config", true)) {
     if (!quantization->is_object()) {
       return fields.fail("quantization_config",
@@ -437,11 +440,14 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
       // embeddings, lm_head and the router keep the checkpoint's dtype.
       weights = (embedding + lm_head + router_all) * element + attention_all + dense_all +
                 routed_all + shared_all;
+      routed_bytes = routed_all;
+      spec.fp8_linear = true;
     } else if (name == "mxfp4") {
       // Routed experts in 4-bit values with one 8-bit scale per 32 (17/32 byte each).
       weights =
           (embedding + lm_head + attention_all + dense_all + shared_all + router_all) * element +
           (routed_all * 17).divided_up(32);
+      routed_bytes = (routed_all * 17).divided_up(32);
     } else {
       return fields.fail("quantization_config.quant_method",
                          name.empty() ? std::string("missing")
@@ -452,6 +458,7 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
     return fields.fail("num_hidden_layers", "the weights' bytes overflow 64 bits");
   }
   spec.weight_bytes = weights.value();
+  spec.routed_expert_bytes = routed_bytes.value();
   return spec;
 }
 

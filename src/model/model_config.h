@@ -113,6 +113,15 @@ struct ModelSpec {
   // The checkpoint's weights as stored: parameters at dtype, less what
   // quantization_config quantizes (see the file comment). Rounded up.
   std::uint64_t weight_bytes = 0;
+  // What the roofline cost model (model/roofline.h) reads besides the counts:
+  // the routed experts of each MoE layer and how many a token picks (0 for a
+  // dense model), the bytes of every routed expert as stored (weights a step
+  // reads only for the experts its tokens pick), and whether the linear layers
+  // are stored in fp8 (quant_method fp8: they run at the GPU's fp8 rate).
+  std::uint32_t routed_experts = 0;
+  std::uint32_t experts_per_token = 0;
+  std::uint64_t routed_expert_bytes = 0;
+  bool fp8_linear = false;
 
   // KV bytes of one token in every layer of [first_layer, first_layer + count),
   // as if every layer were full attention (what a replay writes per token):

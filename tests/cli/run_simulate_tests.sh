@@ -148,13 +148,14 @@ check '[[ -s $work/report.json ]] && [[ $(key .requests.finished) == 3 ]]' \
 check '[[ ! -s $work/err ]]' "stderr: $(err_text)"
 finish "simulate: --max-batched-tokens 1 and a pool just large enough still finish"
 
-# plan's answer reproduces (SPEC 3.4). On the Azure slice, 1595 blocks serve
-# every request without preemption but 1611 (3222MiB) preempt once: the search
+# plan's answer reproduces (SPEC 3.4). On the Azure slice, under the linear cost
+# model, 1595 blocks serve every request without preemption but 1611 (3222MiB)
+# preempt once: the search
 # answer must be raised past that swept size, and the printed --kv-memory must
 # give exactly the answer's pool, which serves without preemption.
 limit=120
 run plan traces/requests/azure_conv.csv --kv-memory 1GiB,3222MiB,8GiB -j 2 --engine generic \
-  --report "$work/report.json"
+  --cost-model linear --report "$work/report.json"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
 answer=$(key '.min_kv_memory[0].pool_blocks')
 memory=$(key '.min_kv_memory[0].kv_memory')
@@ -164,7 +165,7 @@ check '[[ $answer -gt 1611 ]] && [[ $(key ".min_kv_memory[0].raised_past_pool_bl
   "the answer $answer was not raised past 1611: $(key '.min_kv_memory[0] | tostring')"
 check 'grep -qF -- "--kv-memory $memory = $answer blocks" "$work/out" && grep -qF "raised past the swept 1611 blocks" "$work/out"' \
   "the table does not print the reproducing size: $(grep -A1 smallest "$work/out" | tr '\n' '|')"
-run simulate traces/requests/azure_conv.csv --kv-memory "$memory" --engine generic -q \
+run simulate traces/requests/azure_conv.csv --kv-memory "$memory" --engine generic --cost-model linear -q \
   --report "$work/report.json"
 check '[[ $rc -eq 0 ]] && [[ $(key .config.pool_blocks) == "$answer" ]] &&
        [[ $(key .scheduler.preemptions) == 0 && $(key .requests.skipped) == 0 ]]' \
@@ -264,6 +265,84 @@ run replay traces/quickstart.jsonl --alloc-order newest -q
 check '[[ $rc -eq 2 ]] && grep -qF "expected lifo, fifo, lowest, vllm" "$work/err"' \
   "an unknown order: exit $rc, $(err_text)"
 finish "--alloc-order vllm: the null block in replay and both engines, lifo's order"
+
+# Latency, SLOs and the per-request CSV (SPEC 3.3), from the CLI: the report's
+# percentiles agree with the CSV's rows, the SLO attainment with its count.
+run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --slo-ttft-ms 60 --slo-tpot-ms 9 \
+  --requests "$work/requests.csv" --report "$work/report.json"
+check '[[ $rc -eq 0 && ! -s $work/err ]]' "exit $rc: $(err_text)"
+check '[[ $(key .config.simulation.cost.model) == roofline && $(key .config.simulation.cost.gpu) == h100-80gb ]]' \
+  "cost model: $(key '.config.simulation.cost | tostring')"
+check '[[ $(head -1 "$work/requests.csv") == "line,id,prompt,output,n,arrival_s,status,preemptions,queue_ms,ttft_ms,tpot_ms,e2e_ms" ]]' \
+  "CSV header: $(head -1 "$work/requests.csv")"
+check '[[ $(tail -n +2 "$work/requests.csv" | wc -l) == 1000 && $(key .latency.ttft_ms.count) == 1000 ]]' \
+  "CSV rows: $(tail -n +2 "$work/requests.csv" | wc -l)"
+# The CSV's TTFT maximum is the report's (3 decimals), and its count within the SLOs the report's.
+csv_max=$(tail -n +2 "$work/requests.csv" | cut -d, -f10 | sort -g | tail -1)
+check 'awk -v a="$csv_max" -v b="$(key .latency.ttft_ms.max)" "BEGIN { exit !(a - b < 0.001 && b - a < 0.001) }"' \
+  "TTFT max: CSV $csv_max, report $(key .latency.ttft_ms.max)"
+csv_met=$(tail -n +2 "$work/requests.csv" | awk -F, '$10 <= 60 && ($11 == "" || $11 <= 9)' | wc -l)
+check '[[ $csv_met == $(key .slo.met) ]] && [[ $(key .slo.met) -gt 0 && $(key .slo.met) -lt 1000 ]]' \
+  "SLO met: CSV $csv_met, report $(key .slo.met)"
+check 'jq -e ".slo.attainment == .slo.met / 1000 and .latency.ttft_ms.p50 <= .latency.ttft_ms.p90 and .latency.ttft_ms.p90 <= .latency.ttft_ms.p99" "$work/report.json" >/dev/null' \
+  "attainment or percentiles: $(key '.slo | tostring')"
+check 'grep -q "TTFT ms .*p50 .*p99" "$work/out" && grep -q "SLO attainment  *0\." "$work/out"' \
+  "summary: $(grep -E 'TTFT|SLO' "$work/out" | tr '\n' '|')"
+finish "simulate: latency percentiles, SLO attainment and --requests agree"
+
+# The roofline moves with the model and the GPU: a 70B model on 4 H100s decodes
+# slower than an 8B on one, an H200 faster than an H100.
+tpot() { run simulate traces/requests/azure_conv.csv "$@" -q --report "$work/report.json"; key .latency.tpot_ms.p50; }
+small=$(tpot --kv-memory 16GiB --model llama-3.1-8b)
+large=$(tpot --model llama-3.1-70b --gpu h100-80gb --tp 4)
+h200=$(tpot --kv-memory 16GiB --model llama-3.1-8b --gpu h200)
+check 'awk -v s="$small" -v l="$large" -v h="$h200" "BEGIN { exit !(l > 1.5 * s && h < 0.8 * s) }"' \
+  "TPOT p50: 8B/H100 $small, 70B/4xH100 $large, 8B/H200 $h200"
+run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --prefill-token-ms 0.1 -q
+check '[[ $rc -eq 2 ]] && grep -qF -- "--prefill-token-ms is a constant of the linear cost model" "$work/err"' \
+  "a linear constant without --cost-model linear: exit $rc, $(err_text)"
+run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --cost-model linear --compute-efficiency 0.5 -q
+check '[[ $rc -eq 2 ]] && grep -qF -- "--compute-efficiency is a constant of the roofline" "$work/err"' \
+  "a roofline constant with --cost-model linear: exit $rc, $(err_text)"
+run simulate traces/requests/azure_conv.csv --pool-blocks 1000 --layers 8 --kv-heads 8 --head-dim 128 \
+  --cost-model roofline -q
+check '[[ $rc -eq 2 ]] && grep -qF "needs the model'"'"'s parameter count" "$work/err"' \
+  "roofline without a parameter count: exit $rc, $(err_text)"
+run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --cost-model linear -q --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .config.simulation.cost.model) == linear && $(key .config.simulation.cost.step_ms) == 5 ]]' \
+  "--cost-model linear: $(key '.config.simulation.cost | tostring')"
+finish "simulate: the roofline follows model and GPU; cost-model options are checked"
+
+# Overload is said on stderr even with --quiet, and recorded; a run that keeps up is quiet.
+run simulate traces/requests/mooncake_conv.jsonl --kv-memory 16GiB -q --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .overload.overloaded) == true ]] &&
+       grep -qE "overloaded: arrivals outpace service [0-9.]+x: the run took [0-9.]+ s of virtual time for 165.0 s of arrivals" "$work/err"' \
+  "Mooncake slice on one H100: exit $rc, $(key '.overload | tostring'), $(err_text)"
+run simulate traces/requests/mooncake_conv.jsonl --kv-memory 16GiB -q --model llama-3.1-8b --gpu b200 --tp 8 \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .overload.overloaded) == false && ! -s $work/err ]]' \
+  "8 B200s: exit $rc, $(key '.overload | tostring'), $(err_text)"
+finish "simulate: overload is warned about, even with --quiet, and recorded"
+
+# plan by SLO (SPEC 3.4): a cell serves only when the SLOs hold for
+# --slo-attainment of the requests; the answer then meets them when simulated.
+run plan traces/requests/azure_conv.csv --kv-memory 1GiB,2GiB,4GiB --slo-ttft-ms 300 --slo-tpot-ms 30 \
+  -j 2 --report "$work/plan.json"
+check '[[ $rc -eq 0 ]] && jq -e ".simulation.slo_attainment == 0.99 and (.cells | all(has(\"slo\") and has(\"latency\")))" "$work/plan.json" >/dev/null' \
+  "plan.json: exit $rc, $(err_text)"
+check 'grep -qF "99% of requests meeting TTFT <= 300 ms, TPOT <= 30 ms" "$work/out" && grep -q "p99_ttft" "$work/out"' \
+  "table: $(head -3 "$work/out" | tr '\n' '|')"
+memory=$(jq -r '.min_kv_memory[0].kv_memory' "$work/plan.json")
+run simulate traces/requests/azure_conv.csv --kv-memory "$memory" --slo-ttft-ms 300 --slo-tpot-ms 30 -q \
+  --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .scheduler.preemptions) == 0 ]] && jq -e ".slo.attainment >= 0.99" "$work/report.json" >/dev/null' \
+  "the answer $memory: $(key '.slo | tostring')"
+# A tighter TTFT than any cell meets leaves no swept cell serving, whatever the memory.
+run plan traces/requests/azure_conv.csv --kv-memory 1GiB,4GiB --slo-ttft-ms 1 --no-search -j 2 \
+  --report "$work/plan.json"
+check '[[ $rc -eq 0 ]] && jq -e "[.cells[].slo.attainment] | all(. < 0.99)" "$work/plan.json" >/dev/null' \
+  "TTFT 1 ms: $(jq -c '[.cells[].slo]' "$work/plan.json")"
+finish "plan: answers meet the SLOs and reproduce"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -34,7 +34,8 @@ skipped=0
 has_escape() { grep -q $'\033' "$1"; }
 shown() { head -c 400 "$1" | cat -v | tr '\n' '|'; }
 
-# Inputs: a kvtrace of ~20k events and a request trace of 3000 requests, and "slow"
+# Inputs: a kvtrace of ~20k events and a request trace of 3000 requests (at a rate
+# a 64 MiB pool keeps up with: an overloaded run warns on stderr), and "slow"
 # commands that pipe them with a one-second pause after the first lines.
 {
   echo '{"kvtrace": 1, "config": {"layers": 1, "kv_heads": 1, "head_dim": 4, "pool_blocks": 100000}}'
@@ -42,7 +43,7 @@ shown() { head -c 400 "$1" | cat -v | tr '\n' '|'; }
                for (j = 0; j < 20000; j++) printf "{\"op\": \"decode\", \"seqs\": [%d]}\n", j % 200 }'
 } >"$work/events.jsonl"
 awk 'BEGIN { for (i = 0; i < 3000; i++)
-  printf "{\"arrival\": %.3f, \"prompt\": %d, \"output\": %d}\n", i * 0.002, 32 + i % 64, 4 + i % 16 }' \
+  printf "{\"arrival\": %.3f, \"prompt\": %d, \"output\": %d}\n", i * 0.05, 32 + i % 64, 4 + i % 16 }' \
   >"$work/requests.jsonl"
 cat >"$work/slow_replay.sh" <<EOF
 (head -n 50 "$work/events.jsonl"; sleep 1; tail -n +51 "$work/events.jsonl") |

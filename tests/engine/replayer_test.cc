@@ -10,28 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "engine/micro_config.h"
+
 namespace kvreplay {
 namespace {
-
-// 4-token pages; `pool_blocks` blocks; sequences of at most 64 tokens.
-RunConfig small_config(std::uint32_t pool_blocks) {
-  RunConfig config;
-  config.kv.layers = 1;
-  config.kv.kv_heads = 1;
-  config.kv.head_dim = 4;
-  config.kv.dtype = Dtype::kFp32;
-  config.kv.page_tokens = 4;
-  config.kv.pool_blocks = pool_blocks;
-  config.kv.max_seq_tokens = 64;
-  return config;
-}
 
 // Feeds events with increasing index and line, as a reader would.
 class Driver {
  public:
   explicit Driver(std::uint32_t pool_blocks, OomPolicy on_oom = OomPolicy::kSkip,
                   CheckPolicy check = CheckPolicy{CheckPolicy::Mode::kEvery, 1})
-      : replayer(small_config(pool_blocks), check, on_oom) {}
+      : replayer(micro_config(pool_blocks, 64), check, on_oom) {}
 
   InputResult<Replayer::Outcome> apply(Event event) {
     ++index_;
@@ -269,7 +258,7 @@ TEST_CASE("replayer layout: runs and continued pages of the sequence tables, per
   // Two sequences grow in turn, so their pages interleave: under lowest, seq 1
   // gets b0 b2 b4, seq 2 b1 b3 b5 (3 runs each); freeing seq 1 and admitting
   // seq 3 for 3 pages hands it b0 b2 b4 again.
-  RunConfig config = small_config(16);
+  RunConfig config = micro_config(16, 64);
   config.alloc_order = AllocOrder::kLowest;
   Replayer r(config, CheckPolicy{CheckPolicy::Mode::kEvery, 1}, OomPolicy::kFail);
   std::uint64_t index = 0;

@@ -10,22 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/micro_config.h"
 #include "engine/simulator.h"
 
 namespace kvreplay {
 namespace {
-
-RunConfig config_of(std::uint32_t pool_blocks) {
-  RunConfig config;
-  config.kv.layers = 1;
-  config.kv.kv_heads = 1;
-  config.kv.head_dim = 4;
-  config.kv.dtype = Dtype::kFp32;
-  config.kv.page_tokens = 4;
-  config.kv.pool_blocks = pool_blocks;
-  config.kv.max_seq_tokens = 256;
-  return config;
-}
 
 SimOptions vllm_options() {
   SimOptions options;
@@ -98,7 +87,7 @@ TEST_CASE("vllm: the null block, blocks per step, finished requests freed at the
   // scheduled, not for the whole request); decodes fill page 1 in place; the
   // 9th token needs page 2 in step 4, which also finishes the request: its
   // blocks are freed at the end of the step (full pages stay cached).
-  Simulator sim(config_of(4), vllm_options());
+  Simulator sim(micro_config(4), vllm_options());
   const Steps steps = run(sim, {request("a", 6, 4)});
   CHECK(steps.in_use == U32s{3, 3, 3, 1});
   CHECK(steps.output == U64s{1, 2, 3, 4});
@@ -119,7 +108,7 @@ TEST_CASE("vllm: preemption keeps the generated tokens and admits nothing in tha
   // its 6th token and finishes. B is not readmitted in step 6. Step 7: B
   // (num_tokens 4 + 5 = 9) hits its cached page 0, re-prefills 5 tokens, and
   // its 6th token comes out: 12 output tokens in all, none counted twice.
-  Simulator sim(config_of(5), vllm_options());
+  Simulator sim(micro_config(5), vllm_options());
   const Steps steps = run(sim, {request("a", 4, 6), request("b", 4, 6)});
   CHECK(steps.preemptions == U64s{0, 0, 0, 0, 0, 1, 1});
   CHECK(steps.output == U64s{2, 4, 6, 8, 10, 11, 12});
@@ -146,7 +135,7 @@ TEST_CASE("vllm: a hit stops one token short, and n > 1 fans out into requests t
   b.hash_ids = a.hash_ids;
   b.hash_block_tokens = 4;
   {
-    Simulator sim(config_of(16), vllm_options());
+    Simulator sim(micro_config(16), vllm_options());
     const Steps steps = run(sim, {a, b});
     CHECK(sim.sim_totals().queries == 16);
     CHECK(sim.sim_totals().hits == 4);
@@ -157,7 +146,7 @@ TEST_CASE("vllm: a hit stops one token short, and n > 1 fans out into requests t
   }
   // n = 3: three child requests (ParentRequest), no fork, no copy; the second
   // and third hit the first's prompt page 0 (8 tokens, at most 7 hit).
-  Simulator sim(config_of(32), vllm_options());
+  Simulator sim(micro_config(32), vllm_options());
   const Steps steps = run(sim, {request("p", 8, 2, 3)});
   CHECK(sim.totals().forks == 0);
   CHECK(sim.totals().cow_copies == 0);
@@ -171,7 +160,7 @@ TEST_CASE("vllm: a waiting request that cannot get its blocks stops admission (h
   // Pool 4 (3 KV blocks). A (prompt 8) takes 2 blocks; B (prompt 8) needs 2,
   // 1 is free: B waits, and so does C (prompt 1, 1 block) behind it, though
   // C alone would fit.
-  Simulator sim(config_of(4), vllm_options());
+  Simulator sim(micro_config(4), vllm_options());
   const Steps steps = run(sim, {request("a", 8, 2), request("b", 8, 1), request("c", 1, 1)});
   // Step 1: only A runs (2 blocks + null). A finishes in step 2; B and C are
   // admitted in step 3 (A's freed blocks are free from then).
@@ -189,7 +178,7 @@ TEST_CASE("vllm: block ids and eviction order of vLLM's test_prefix_caching test
   // vLLM's. Each request here outputs 2 tokens, so it is still running after
   // the step that admits it (when its table is read) and finishes in the next
   // without a new block.
-  RunConfig config = config_of(11);
+  RunConfig config = micro_config(11);
   config.kv.page_tokens = 16;
   config.alloc_order = AllocOrder::kLifo;
   const std::vector<std::uint64_t> common = {100, 101, 102};  // 3 full blocks of 16
@@ -254,7 +243,7 @@ TEST_CASE("vllm: the free queue and hits of vLLM's test_prefix_caching test_evic
   // hits [1, 2] and takes 6 for its 3 new tokens, leaving 7 free blocks. Each
   // request outputs 2 tokens (vLLM's test computes no output), so req1 has 47
   // prompt tokens: its decode token completes its 3rd block, as vLLM's 48 do.
-  RunConfig config = config_of(11);
+  RunConfig config = micro_config(11);
   config.kv.page_tokens = 16;
   Request req0 = hashed_request("0", 5 * 16 + 7, 2, {10, 11, 12, 13, 14, 15}, 0.0);
   Request req1 = hashed_request("1", 3 * 16 - 1, 2, {20, 21, 22}, 0.0);
@@ -312,7 +301,7 @@ TEST_CASE(
   // prompt's 16 tokens and finish (1 output token); req2 has 31 prompt tokens
   // and 2 outputs (32 tokens, 2 blocks) so it is still running after the step
   // that admits it.
-  RunConfig config = config_of(3);
+  RunConfig config = micro_config(3);
   config.kv.page_tokens = 16;
   Simulator sim(config, vllm_options());
   Observed seen = run_observed(
@@ -336,7 +325,7 @@ TEST_CASE("vllm: no hit without the prefix cache, as in test_basic_prefix_cachin
   // req3 (4 tokens) then gets none (allocate_slots returns None) until req2
   // ends. Here req2 has 15 prompt tokens and 2 outputs (16 tokens, 4 blocks)
   // so the step that admits it can be read while it runs.
-  RunConfig config = config_of(5);
+  RunConfig config = micro_config(5);
   SimOptions options = vllm_options();
   options.prefix_cache = false;
   Simulator sim(config, options);
@@ -379,7 +368,7 @@ TEST_CASE(
   //   step 3: everything freed; req3 hits 1..6 and takes 10, 9 (uncached,
   //           the last freed first), then evicts 8 (the oldest cached block
   //           it does not hit).
-  RunConfig config = config_of(11);
+  RunConfig config = micro_config(11);
   config.kv.page_tokens = 16;
   Simulator sim(config, vllm_options());
   std::vector<std::vector<std::uint32_t>> hit_refs;  // refcounts of 4, 5, 6 after each step
@@ -410,7 +399,7 @@ TEST_CASE("vllm: a reused block loses its hash, as in test_hash_block_correct_re
   // (a prefix of req0's, not a full block) hit nothing and take block 1,
   // evicting it: its hash is cleared. Here a third request with req0's prompt
   // then finds no hit.
-  RunConfig config = config_of(2);
+  RunConfig config = micro_config(2);
   config.kv.page_tokens = 16;
   Simulator sim(config, vllm_options());
   std::vector<std::uint32_t> resident;
@@ -443,7 +432,7 @@ TEST_CASE("vllm: a recomputed full block is cached again beside the first (dupli
   //           partial). Without duplicates block 3 would be freed uncached.
   //   step 4: C (12 tokens, hash ids 11 12 13) hits pages 0 and 1: the
   //           earliest block of each key, 1 and 2, and takes 4 for page 2.
-  RunConfig config = config_of(6);
+  RunConfig config = micro_config(6);
   auto prompt = [](std::string id, std::uint32_t tokens, std::uint32_t output,
                    std::vector<std::uint64_t> ids, double arrival) {
     return hashed_request(std::move(id), tokens, output, std::move(ids), arrival, 4);
@@ -482,7 +471,7 @@ TEST_CASE("vllm: waiting requests' hits stay exact through preemption, n > 1 and
     for (std::uint32_t pool_blocks : {40u, 64u, 128u}) {
       for (std::uint32_t page_tokens : {16u, 32u}) {
         INFO(to_string(engine) << ", pool " << pool_blocks << ", page " << page_tokens);
-        RunConfig config = config_of(pool_blocks);
+        RunConfig config = micro_config(pool_blocks);
         config.kv.page_tokens = page_tokens;
         config.kv.max_seq_tokens = 4096;
         SimOptions options = vllm_options();
@@ -501,7 +490,7 @@ TEST_CASE("vllm: waiting requests' hits stay exact through preemption, n > 1 and
 // groups of one layer each, group 0 full attention, group 1 a sliding window
 // of 4 tokens, sharing one pool of 4-token blocks.
 RunConfig hybrid_config(std::uint32_t pool_blocks) {
-  RunConfig config = config_of(pool_blocks);
+  RunConfig config = micro_config(pool_blocks);
   config.kv.layers = 2;
   return config;
 }
@@ -590,8 +579,8 @@ TEST_CASE("vllm hybrid: one full group given explicitly is today's run") {
   };
   SimOptions grouped = vllm_options();
   grouped.kv_groups = {KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, 1}};
-  Simulator plain_sim(config_of(8), vllm_options());
-  Simulator grouped_sim(config_of(8), grouped);
+  Simulator plain_sim(micro_config(8), vllm_options());
+  Simulator grouped_sim(micro_config(8), grouped);
   std::vector<std::vector<std::vector<BlockId>>> plain_tables, grouped_tables;
   plain_sim.on_step = [&](const Simulator& s) { plain_tables.push_back(s.running_block_tables()); };
   grouped_sim.on_step = [&](const Simulator& s) { grouped_tables.push_back(s.running_block_tables()); };
@@ -630,7 +619,7 @@ TEST_CASE("vllm hybrid: the generic engine refuses groups") {
   CHECK_FALSE(sim.run_until(std::numeric_limits<double>::infinity()));
   REQUIRE(sim.violation());
   CHECK(sim.violation()->invariant == "config");
-  CHECK(sim_options_error(config_of(8), hybrid_options()));  // 2 group layers, 1 model layer
+  CHECK(sim_options_error(micro_config(8), hybrid_options()));  // 2 group layers, 1 model layer
   CHECK_FALSE(sim_options_error(hybrid_config(8), hybrid_options()));
 }
 

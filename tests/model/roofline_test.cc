@@ -1,0 +1,207 @@
+// The roofline step cost (model/roofline.h) against figures worked out from
+// first principles: a lone decode of a dense model reads its weights once, a
+// long prefill is compute-bound at 2 FLOPs a parameter a token plus causal
+// attention, tensor parallelism divides both and adds its all-reduces, a MoE
+// decode reads only the experts it picks, an fp8 checkpoint runs at fp8 rate.
+#include "model/roofline.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "model/gpu.h"
+#include "model/presets.h"
+
+namespace kvreplay {
+namespace {
+
+const ModelSpec& preset(const char* name) {
+  const ModelPreset* found = find_model_preset(name);
+  REQUIRE(found != nullptr);
+  return found->spec;
+}
+
+const GpuSpec& gpu(const char* name) {
+  const GpuSpec* found = find_gpu_preset(name);
+  REQUIRE(found != nullptr);
+  return *found;
+}
+
+// Every efficiency 1 and no fixed cost: the raw roofline.
+RooflineConstants ideal() {
+  RooflineConstants c;
+  c.compute_efficiency = c.bandwidth_efficiency = c.link_efficiency = 1.0;
+  c.allreduce_latency_us = 0;
+  c.step_overhead_ms = 0;
+  return c;
+}
+
+// KV bytes of one token in one layer on one GPU of `tp` (no MLA).
+double kv_layer_bytes(const ModelSpec& m, std::uint32_t tp) {
+  const std::uint32_t heads = m.kv_heads >= tp ? m.kv_heads / tp : 1;
+  return 2.0 * heads * m.head_dim * 2;  // K and V, bf16
+}
+
+Roofline make(const ModelSpec& m, const char* gpu_name, std::uint32_t tp = 1,
+              RooflineConstants c = ideal()) {
+  auto made = Roofline::make(m, gpu(gpu_name), tp, 1, kv_layer_bytes(m, tp), c);
+  REQUIRE(made.ok());
+  return made.value();
+}
+
+TEST_CASE("roofline: a lone decode of a dense model reads its weights once per token") {
+  const ModelSpec& m = preset("llama-3.1-8b");
+  const Roofline r = make(m, "h100-80gb");
+  StepWork work;
+  work.add(0, 1, false);  // the first decode: one token, no context
+  const StepCost cost = r.cost(work);
+  // 8.03e9 parameters in bf16 over 3.35 TB/s, plus one token's K and V in 32 layers.
+  const double weights_ms = static_cast<double>(m.weight_bytes) / 3.35e12 * 1e3;
+  const double kv_ms = 32 * kv_layer_bytes(m, 1) / 3.35e12 * 1e3;
+  CHECK(cost.memory_ms == Approx(weights_ms + kv_ms).epsilon(1e-9));
+  CHECK(weights_ms == Approx(4.79).epsilon(0.01));  // 16.06 GB / 3.35 TB/s
+  CHECK(cost.compute_ms < cost.memory_ms / 100);    // memory-bound by far
+  CHECK(cost.comm_ms == 0);
+  CHECK(r.step_ms(work) == Approx(cost.memory_ms));
+
+  // The defaults: 80% of HBM bandwidth and 0.5 ms a step.
+  const Roofline real = make(m, "h100-80gb", 1, RooflineConstants{});
+  CHECK(real.step_ms(work) == Approx((weights_ms + kv_ms) / 0.8 + 0.5).epsilon(1e-9));
+  // The same decode on an H200 (4.8 TB/s) is 3.35 / 4.8 as long.
+  CHECK(make(m, "h200").cost(work).memory_ms == Approx(cost.memory_ms * 3.35 / 4.8).epsilon(1e-9));
+}
+
+TEST_CASE("roofline: a long prefill is compute-bound: 2 FLOPs a parameter a token, plus attention") {
+  const ModelSpec& m = preset("llama-3.1-8b");
+  const Roofline r = make(m, "h100-80gb");
+  StepWork work;
+  work.add(0, 8192, true);
+  const StepCost cost = r.cost(work);
+  const double lm_head = 128256.0 * 4096;
+  const double linear = 2 * (static_cast<double>(m.parameters.active) - lm_head) * 8192 +
+                        2 * lm_head;  // logits for the chunk's last token only
+  // Causal: token q attends to q + 1 keys, 8192 * 8193 / 2 pairs; 4 * heads * head_dim a pair
+  // (QK^T and PV), 32 heads of 128, 32 layers.
+  const double attention = 4.0 * 32 * 128 * (8192.0 * 8193 / 2) * 32;
+  CHECK(cost.compute_ms == Approx((linear + attention) / 989.5e12 * 1e3).epsilon(1e-9));
+  CHECK(cost.compute_ms > 10 * cost.memory_ms);
+  // 7.0e9 parameters besides the embedding and lm_head: 1.14e14 FLOPs, and 1.8e13 of
+  // attention, at 989.5 TFLOPS.
+  CHECK(cost.compute_ms == Approx(133).epsilon(0.01));
+
+  // A chunk after 8192 cached tokens: 8192 * 8192 more pairs than from scratch.
+  StepWork later;
+  later.add(8192, 8192, true);
+  const double more = 4.0 * 32 * 128 * (8192.0 * 8192) * 32 / 989.5e12 * 1e3;
+  CHECK(r.cost(later).compute_ms == Approx(cost.compute_ms + more).epsilon(1e-9));
+}
+
+TEST_CASE("roofline: a decode batch reads weights once and every sequence's KV") {
+  const ModelSpec& m = preset("llama-3.1-8b");
+  const Roofline r = make(m, "h100-80gb");
+  StepWork one, batch;
+  one.add(4095, 1, false);
+  for (int i = 0; i < 64; ++i) batch.add(4095, 1, false);
+  const double kv_seq = 4096 * 32 * kv_layer_bytes(m, 1);  // 512 MiB... per 4096-token sequence
+  const double weights = static_cast<double>(m.weight_bytes);
+  CHECK(r.cost(one).memory_ms == Approx((weights + kv_seq) / 3.35e12 * 1e3).epsilon(1e-9));
+  CHECK(r.cost(batch).memory_ms == Approx((weights + 64 * kv_seq) / 3.35e12 * 1e3).epsilon(1e-9));
+  // 64 decodes cost far less than 64 lone ones: the weights are read once.
+  CHECK(r.step_ms(batch) < 4 * r.step_ms(one));
+}
+
+TEST_CASE("roofline: tensor parallelism divides the work and adds two all-reduces a layer") {
+  const ModelSpec& m = preset("llama-3.1-70b");
+  RooflineConstants c = ideal();
+  c.allreduce_latency_us = 5;
+  const Roofline tp1 = make(m, "h100-80gb", 1, c);
+  const Roofline tp4 = make(m, "h100-80gb", 4, c);
+  StepWork work;
+  work.add(0, 2048, true);
+  const StepCost one = tp1.cost(work), four = tp4.cost(work);
+  CHECK(four.compute_ms == Approx(one.compute_ms / 4).epsilon(1e-9));
+  CHECK(one.comm_ms == 0);
+  // 80 layers, 2 all-reduces each of 2048 tokens * 8192 * 2 bytes, ring: 2 * 3/4 of it over
+  // 450 GB/s, plus 5 us.
+  const double bytes = 2048.0 * 8192 * 2;
+  CHECK(four.comm_ms == Approx(2 * 80 * (5e-3 + 1.5 * bytes / 450e9 * 1e3)).epsilon(1e-9));
+  // Over PCIe (L40S, 32 GB/s each way) the same all-reduces take 14x as long.
+  const Roofline l40s = make(m, "l40s", 4, c);
+  CHECK(l40s.cost(work).comm_ms > 10 * four.comm_ms);
+}
+
+TEST_CASE("roofline: a MoE decode reads the experts its tokens pick, a large batch all of them") {
+  const ModelSpec& m = preset("qwen3-235b-a22b");
+  REQUIRE(m.routed_experts == 128);
+  REQUIRE(m.experts_per_token == 8);
+  REQUIRE(m.routed_expert_bytes > 0);
+  const Roofline r = make(m, "h200", 8);
+  StepWork one, many;
+  one.add(0, 1, false);
+  for (int i = 0; i < 1024; ++i) many.add(0, 1, false);
+  const double rest = static_cast<double>(m.weight_bytes - m.routed_expert_bytes);
+  const double routed = static_cast<double>(m.routed_expert_bytes);
+  const double kv1 = 94 * kv_layer_bytes(m, 8);
+  // One token picks 8 of 128 experts a layer: 1/16 of the routed weights.
+  CHECK(r.cost(one).memory_ms ==
+        Approx(((rest + routed * 8 / 128) / 8 + kv1) / 4.8e12 * 1e3).epsilon(1e-9));
+  // 1024 tokens leave an expert unread with probability (120/128)^1024, about 1e-29.
+  CHECK(r.cost(many).memory_ms ==
+        Approx(((rest + routed) / 8 + 1024 * kv1) / 4.8e12 * 1e3).epsilon(1e-6));
+}
+
+TEST_CASE("roofline: an fp8 checkpoint's linear layers run at the GPU's fp8 rate") {
+  const ModelSpec& m = preset("deepseek-v3");
+  REQUIRE(m.fp8_linear);
+  REQUIRE(m.mla);
+  StepWork work;
+  work.add(0, 4096, true);
+  const double latent = 576;  // kv_lora_rank 512 + qk_rope_head_dim 64, one per token per layer
+  auto h200 = Roofline::make(m, gpu("h200"), 8, 1, latent * 2, ideal());
+  auto a100 = Roofline::make(m, gpu("a100-80gb"), 8, 1, latent * 2, ideal());
+  REQUIRE(h200.ok());
+  REQUIRE(a100.ok());
+  CHECK(h200.value().peak_flops() == 1979e12);
+  CHECK(a100.value().peak_flops() == 312e12);  // no fp8 tensor cores: bf16
+  // MLA in its absorbed form: 2 * heads * (2 * 512 + 64) FLOPs a pair, 128 heads, 61 layers.
+  const double lm_head = 129280.0 * 7168;
+  const double linear = 2 * (static_cast<double>(m.parameters.active) - lm_head) * 4096 + 2 * lm_head;
+  const double attention = 2.0 * 128 * (2 * 512 + 64) * (4096.0 * 4097 / 2) * 61;
+  CHECK(h200.value().cost(work).compute_ms ==
+        Approx((linear / 1979e12 + attention / 989.5e12) / 8 * 1e3).epsilon(1e-9));
+}
+
+TEST_CASE("roofline: sliding layers attend to their window only") {
+  const ModelSpec& m = preset("gemma-3-27b");
+  REQUIRE(m.sliding_window == 1024);
+  StepWork work(1024);
+  work.add(0, 512, true);  // within the window: the same pairs as full attention
+  CHECK(work.window_pairs() == Approx(512.0 * 513 / 2));
+  CHECK(work.full_pairs() == Approx(512.0 * 513 / 2));
+  StepWork past(1024);
+  past.add(10000, 100, true);  // past the window: every token sees 1024 keys
+  CHECK(past.window_pairs() == Approx(100.0 * 1024));
+  CHECK(past.window_read() == Approx(1023.0 + 100));
+  CHECK(past.full_read() == Approx(10100.0));
+  StepWork across(1024);
+  across.add(1000, 48, true);  // positions 1000..1047: q + 1 from 1001 to 1024, then 1024
+  double expected = 0;
+  for (int q = 1000; q < 1048; ++q) expected += std::min(q + 1, 1024);
+  CHECK(across.window_pairs() == Approx(expected));
+
+  // 52 sliding and 10 full layers of 32 heads of 128: the full layers dominate a long prefill.
+  auto r = Roofline::make(m, gpu("h100-80gb"), 1, 1, 2.0 * 16 * 128 * 2, ideal());
+  REQUIRE(r.ok());
+  CHECK(r.value().sliding_window() == 1024);
+}
+
+TEST_CASE("roofline: a model without a parameter count has none") {
+  ModelSpec m;
+  m.layers = 32;
+  auto made = Roofline::make(m, gpu("h100-80gb"), 1, 1, 4096, RooflineConstants{});
+  REQUIRE_FALSE(made.ok());
+  CHECK(made.error().find("--cost-model linear") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvreplay
