@@ -399,6 +399,12 @@ int run_plan(const PlanRequest& request) {
   plan["simulation"] = sim_options_json(options);
   plan["simulation"]["check"] = options.check.name();
   if (slo) plan["simulation"]["slo_attainment"] = request.slo_attainment;
+  if (!cells.empty()) {
+    // The cost model as the simulations resolved it (its GPU is each cell's deployment's).
+    nlohmann::json cost = cells[0].result->report["config"]["simulation"]["cost"];
+    cost.erase("gpu");
+    plan["simulation"]["cost"] = std::move(cost);
+  }
   // Every setting that changes a figure, as the sweep resolved it (the swept
   // model, page size and pool vary per cell: cells[].config).
   if (!cells.empty()) {

@@ -42,7 +42,7 @@ int run_simulate(const SimulateRequest& request) {
   // The summary never mixes with an output on stdout.
   std::FILE* summary_stream = outputs.writes_stdout() ? stderr : stdout;
   std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
-  if (html_out != nullptr) sampler.emplace(TimelineSampler::kDefaultBuckets, /*in_use=*/true);
+  if (html_out != nullptr) sampler.emplace(TimelineSampler::kDefaultBuckets, /*simulate=*/true);
   auto progress = ProgressLine::for_stderr(!request.quiet, 16);
   auto result = simulate_file(request.trace_path, request.format, config.value(), request.options,
                               timeline_out, sampler ? &*sampler : nullptr,
@@ -68,7 +68,8 @@ int run_simulate(const SimulateRequest& request) {
         result.value().report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
   if (html_out != nullptr) {
-    html_out->write(render_run_html(result.value().report, *sampler, "step"));
+    html_out->write(
+        render_run_html(result.value().report, *sampler, "step", result.value().latency_cdf));
   }
   if (!outputs.commit()) {
     fmt::print(stderr, "{}\n", outputs.error());

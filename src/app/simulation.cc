@@ -180,8 +180,14 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   if (sampler != nullptr) {
     sim.on_step = [sampler, timeline_row = std::move(sim.on_step)](const Simulator& s) {
       if (timeline_row) timeline_row(s);
-      sampler->add(timeline_point(s.sim_totals().steps, s.state(), s.totals().cow_copies,
-                                  s.in_use_blocks()));
+      TimelinePoint p = timeline_point(s.sim_totals().steps, s.state(), s.totals().cow_copies);
+      p.in_use_blocks = s.in_use_blocks();
+      p.t = s.now();
+      p.cached_blocks = s.cache_resident_blocks();
+      p.running = static_cast<double>(s.running_requests());
+      p.waiting = static_cast<double>(s.waiting_requests());
+      p.preemptions = static_cast<double>(s.sim_totals().preemptions);
+      sampler->add(p);
     };
   }
   if (terminal.progress != nullptr) {

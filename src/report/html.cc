@@ -8,18 +8,21 @@
 #include <string>
 
 #include "report/assets.h"
+#include "report/report.h"
 
 namespace kvreplay {
 
 namespace {
 
 constexpr std::array<const char*, TimelineSampler::kFigures> kFigureNames{
-    "used_blocks",     "waste_ratio", "logical_tokens",
-    "physical_tokens", "cow_copies",  "in_use_blocks"};
+    "used_blocks", "waste_ratio",   "logical_tokens", "physical_tokens",
+    "cow_copies",  "in_use_blocks", "t",              "cached_blocks",
+    "running",     "waiting",       "preemptions"};
 
 std::array<double, TimelineSampler::kFigures> figures_of(const TimelinePoint& p) {
-  return {p.used_blocks,     p.waste_ratio, p.logical_tokens,
-          p.physical_tokens, p.cow_copies,  p.in_use_blocks};
+  return {p.used_blocks, p.waste_ratio,   p.logical_tokens, p.physical_tokens,
+          p.cow_copies,  p.in_use_blocks, p.t,              p.cached_blocks,
+          p.running,     p.waiting,       p.preemptions};
 }
 
 // A figure as JSON: integral values as integers, ratios to 6 decimals, so the
@@ -107,6 +110,11 @@ std::string value_text(const nlohmann::json& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// A non-negative integer (a count, a byte size), however the JSON holds it.
+bool is_count(const nlohmann::json& value) {
+  return value.is_number_integer() && value.get<std::int64_t>() >= 0;
+}
+
 // Rows "key.sub: value" of one report section, nested objects flattened.
 void flatten(const nlohmann::json& value, const std::string& prefix, std::string& rows) {
   if (value.is_object() && !value.empty()) {
@@ -127,6 +135,9 @@ void flatten(const nlohmann::json& value, const std::string& prefix, std::string
                     : value_text(element);
       }
     }
+  } else if (is_count(value) && prefix.size() > 5 &&
+             prefix.compare(prefix.size() - 5, 5, "bytes") == 0) {
+    text = bytes_text(value.get<std::uint64_t>());  // sizes in GiB (MiB, KiB), not bytes
   } else {
     text = value_text(value);
   }
@@ -204,8 +215,8 @@ std::string page(std::string_view title, std::string_view subtitle, const std::s
 
 }  // namespace
 
-TimelineSampler::TimelineSampler(std::size_t max_buckets, bool in_use)
-    : max_buckets_(max_buckets), in_use_(in_use) {
+TimelineSampler::TimelineSampler(std::size_t max_buckets, bool simulate)
+    : max_buckets_(max_buckets), simulate_(simulate) {
   assert(max_buckets >= 2 && max_buckets % 2 == 0);
   buckets_.reserve(max_buckets);
 }
@@ -250,7 +261,7 @@ nlohmann::json TimelineSampler::to_json() const {
   nlohmann::json xs = nlohmann::json::array();
   for (const Bucket& b : buckets_) xs.push_back(b.x_last);
   out["x"] = std::move(xs);
-  const std::size_t figures = in_use_ ? kFigures : kFigures - 1;
+  const std::size_t figures = simulate_ ? kFigures : kReplayFigures;
   for (std::size_t f = 0; f < figures; ++f) {
     nlohmann::json lo = nlohmann::json::array(), hi = nlohmann::json::array(),
                    last = nlohmann::json::array();
@@ -266,7 +277,7 @@ nlohmann::json TimelineSampler::to_json() const {
 }
 
 std::string render_run_html(const nlohmann::json& report, const TimelineSampler& timeline,
-                            std::string_view x_label) {
+                            std::string_view x_label, const nlohmann::json& latency_cdf) {
   const bool simulate = report.contains("scheduler");
   const std::string path = value_text(at_path(report, {"trace", "path"}));
   std::string title = fmt::format("kvreplay {}: {}", simulate ? "simulate" : "replay", path);
@@ -302,15 +313,38 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
     body += card("preemptions", value_text(at_path(report, {"scheduler", "preemptions"})));
     body +=
         card("prefix-cache hit rate", percent_text(at_path(report, {"prefix_cache", "hit_rate"})));
+    const nlohmann::json& in_use_bytes = at_path(report, {"memory", "peak_in_use_bytes"});
+    if (is_count(in_use_bytes)) {
+      body += card("peak KV memory in use, per GPU", bytes_text(in_use_bytes.get<std::uint64_t>()));
+    }
+    auto ms = [&](std::initializer_list<const char*> where) {
+      const nlohmann::json& v = at_path(report, where);
+      if (!v.is_number()) return std::string("-");
+      const double x = v.get<double>();
+      return x < 1e4 ? fmt::format("{:.1f} ms", x) : fmt::format("{:.1f} s", x / 1e3);
+    };
+    body += card("TTFT p50 / p99", ms({"latency", "ttft_ms", "p50"}) + " / " +
+                                       ms({"latency", "ttft_ms", "p99"}));
+    body += card("TPOT p50 / p99", ms({"latency", "tpot_ms", "p50"}) + " / " +
+                                       ms({"latency", "tpot_ms", "p99"}));
+    const nlohmann::json& attainment = at_path(report, {"slo", "attainment"});
+    if (attainment.is_number()) body += card("SLO attainment", percent_text(attainment));
+    const nlohmann::json& ratio = at_path(report, {"overload", "ratio"});
+    if (ratio.is_number()) {
+      const bool overloaded = at_path(report, {"overload", "overloaded"}) == true;
+      body += card(overloaded ? "overloaded: time / arrival span" : "time / arrival span",
+                   fmt::format("{:.2f}x", ratio.get<double>()), overloaded ? "bad" : "good");
+    }
   }
-  body += "</div>\n<h2>Over time</h2>\n<div class=\"charts\" id=\"charts\"></div>\n";
+  body += fmt::format("</div>\n<h2>Over {}</h2>\n<div class=\"charts\" id=\"charts\"></div>\n",
+                      simulate ? "virtual time" : "time");
   if (timeline.per_bucket() == 1) {
     body +=
         fmt::format("<p class=\"note\">{} {}s, one point each.</p>\n", timeline.points(), x_label);
   } else {
     body += fmt::format(
         "<p class=\"note\">{} {}s, downsampled: each point covers {} consecutive {}s; the line "
-        "is their maximum and the band spans their minimum to maximum (COW copies: the "
+        "is their maximum and the band spans their minimum to maximum (cumulative counts: the "
         "last).</p>\n",
         timeline.points(), x_label, timeline.per_bucket(), x_label);
   }
@@ -321,6 +355,12 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
   data["x_label"] = std::string(x_label);
   data["pool_blocks"] = at_path(report, {"blocks", "total"});
   data["timeline"] = timeline.to_json();
+  if (simulate) {
+    data["block_bytes"] = at_path(report, {"config", "block_bytes"});
+    data["cdf"] = latency_cdf.is_object() ? latency_cdf : nlohmann::json::object();
+    data["slo"] = {{"ttft_ms", at_path(report, {"slo", "ttft_ms"})},
+                   {"tpot_ms", at_path(report, {"slo", "tpot_ms"})}};
+  }
   return page(title, subtitle, body, data);
 }
 
@@ -332,35 +372,63 @@ std::string render_plan_html(const nlohmann::json& plan) {
                                      value_text(at_path(plan, {"trace", "requests"})),
                                      plan.contains("cells") ? plan["cells"].size() : 0);
   std::string body = "<h2>Sweep</h2>\n<div class=\"charts\" id=\"charts\"></div>\n";
-  body +=
-      "<h2>Configurations</h2>\n<table class=\"sweep\">\n<tr><th>model</th><th>page</th>"
-      "<th>kv_memory</th><th>blocks</th><th>peak used</th><th>mean waste</th>"
-      "<th>preemptions</th><th>hit rate</th><th>finished</th><th>skipped</th>"
-      "<th>output tokens/s</th></tr>\n";
   const nlohmann::json empty = nlohmann::json::array();
-  for (const nlohmann::json& c : plan.contains("cells") ? plan["cells"] : empty) {
+  const nlohmann::json& cells = plan.contains("cells") ? plan["cells"] : empty;
+  const bool deployments =
+      std::any_of(cells.begin(), cells.end(), [](const nlohmann::json& c) { return c.contains("deployment"); });
+  const bool slo =
+      std::any_of(cells.begin(), cells.end(), [](const nlohmann::json& c) { return c.contains("slo"); });
+  body += "<h2>Configurations</h2>\n<div class=\"scroll\"><table class=\"sweep\">\n<tr>";
+  if (deployments) body += "<th>deployment</th>";
+  body +=
+      "<th>model</th><th>page</th><th>kv_memory</th><th>blocks</th><th>peak in use</th>"
+      "<th>mean waste</th><th>preemptions</th><th>hit rate</th><th>finished</th><th>skipped</th>"
+      "<th>output tokens/s</th><th>p99 TTFT</th><th>p99 TPOT</th><th>time / arrivals</th>";
+  if (slo) body += "<th>SLO attainment</th>";
+  body += "</tr>\n";
+  auto latency = [](const nlohmann::json& c, const char* name) {
+    const nlohmann::json& v = at_path(c, {"latency", name, "p99"});
+    if (!v.is_number()) return std::string("-");
+    const double ms = v.get<double>();
+    return ms < 1e4 ? fmt::format("{:.1f} ms", ms) : fmt::format("{:.1f} s", ms / 1e3);
+  };
+  for (const nlohmann::json& c : cells) {
+    body += "<tr>";
+    if (deployments) {
+      body += fmt::format("<td>{}</td>", escape_html(value_text(at_path(c, {"deployment", "label"}))));
+    }
+    const nlohmann::json& ratio = at_path(c, {"overload", "ratio"});
     body += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
         escape_html(value_text(at_path(c, {c.contains("label") ? "label" : "model"}))),
         escape_html(value_text(at_path(c, {"page_tokens"}))),
         escape_html(value_text(at_path(c, {"kv_memory"}))),
         escape_html(value_text(at_path(c, {"pool_blocks"}))),
-        escape_html(value_text(at_path(c, {"peak_used"}))),
+        escape_html(value_text(at_path(c, {"peak_in_use"}))),
         escape_html(percent_text(at_path(c, {"waste_ratio_mean"}))),
         escape_html(value_text(at_path(c, {"preemptions"}))),
         escape_html(percent_text(at_path(c, {"hit_rate"}))),
         escape_html(value_text(at_path(c, {"finished"}))),
         escape_html(value_text(at_path(c, {"skipped"}))),
-        escape_html(value_text(at_path(c, {"output_tokens_per_second"}))));
+        escape_html(value_text(at_path(c, {"output_tokens_per_second"}))),
+        escape_html(latency(c, "ttft_ms")), escape_html(latency(c, "tpot_ms")),
+        escape_html(ratio.is_number()
+                        ? fmt::format("{:.2f}x{}", ratio.get<double>(),
+                                      at_path(c, {"overload", "overloaded"}) == true ? " overloaded"
+                                                                                     : "")
+                        : std::string("-")));
+    if (slo) body += fmt::format("<td>{}</td>", escape_html(percent_text(at_path(c, {"slo", "attainment"}))));
+    body += "</tr>\n";
   }
-  body += "</table>\n";
+  body += "</table></div>\n";
   const nlohmann::json& minimum = at_path(plan, {"min_kv_memory"});
   if (minimum.is_array() && !minimum.empty()) {
-    body +=
-        "<h2>Smallest KV memory with no preemption</h2>\n<table class=\"sweep\">\n"
-        "<tr><th>model</th><th>page</th><th>blocks</th><th>KV memory (bytes)</th>"
-        "<th>--kv-memory</th><th>simulations</th></tr>\n";
+    body += fmt::format(
+        "<h2>Smallest KV memory with no preemption{}</h2>\n<table class=\"sweep\">\n"
+        "<tr><th>model</th><th>page</th><th>blocks</th><th>KV memory a GPU</th>"
+        "<th>--kv-memory</th><th>simulations</th></tr>\n",
+        slo ? " meeting the SLOs" : "");
     for (const nlohmann::json& m : minimum) {
       body += fmt::format(
           "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
@@ -369,9 +437,34 @@ std::string render_plan_html(const nlohmann::json& plan) {
           escape_html(at_path(m, {"pool_blocks"}).is_null()
                           ? std::string("not found")
                           : value_text(at_path(m, {"pool_blocks"}))),
-          escape_html(value_text(at_path(m, {"kv_memory_bytes"}))),
+          escape_html(is_count(at_path(m, {"kv_memory_bytes"}))
+                          ? bytes_text(at_path(m, {"kv_memory_bytes"}).get<std::uint64_t>())
+                          : std::string("-")),
           escape_html(value_text(at_path(m, {"kv_memory"}))),
           escape_html(value_text(at_path(m, {"probes"}))));
+    }
+    body += "</table>\n";
+  }
+  const nlohmann::json& smallest = at_path(plan, {"min_deployment"});
+  if (smallest.is_array() && !smallest.empty()) {
+    body += fmt::format(
+        "<h2>Smallest deployment per GPU kind{}</h2>\n<table class=\"sweep\">\n"
+        "<tr><th>model</th><th>page</th><th>GPU</th><th>deployment</th><th>KV memory a GPU</th>"
+        "<th>blocks</th></tr>\n",
+        slo ? " meeting the SLOs" : " with no preemption");
+    for (const nlohmann::json& m : smallest) {
+      const bool found = at_path(m, {"deployment"}).is_object();
+      body += fmt::format(
+          "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+          escape_html(value_text(at_path(m, {"model"}))),
+          escape_html(value_text(at_path(m, {"page_tokens"}))),
+          escape_html(value_text(at_path(m, {"gpu"}))),
+          escape_html(found ? value_text(at_path(m, {"deployment", "label"}))
+                            : std::string("none of those swept")),
+          escape_html(found && is_count(at_path(m, {"kv_memory_bytes"}))
+                          ? bytes_text(at_path(m, {"kv_memory_bytes"}).get<std::uint64_t>())
+                          : std::string("-")),
+          escape_html(found ? value_text(at_path(m, {"pool_blocks"})) : std::string("-")));
     }
     body += "</table>\n";
   }
@@ -380,7 +473,8 @@ std::string render_plan_html(const nlohmann::json& plan) {
 
   nlohmann::json data;
   data["kind"] = "plan";
-  data["cells"] = plan.contains("cells") ? plan["cells"] : empty;
+  data["deployments"] = deployments;
+  data["cells"] = cells;
   data["min_kv_memory"] = minimum.is_array() ? minimum : empty;
   return page(title, subtitle, body, data);
 }

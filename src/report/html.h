@@ -36,21 +36,27 @@ struct TimelinePoint {
   double logical_tokens = 0;
   double physical_tokens = 0;
   double cow_copies = 0;     // cumulative
-  double in_use_blocks = 0;  // simulate: used blocks less cache residency
+  // simulate only (TimelineSampler's `simulate`):
+  double in_use_blocks = 0;  // used blocks less cache residency
+  double t = 0;              // virtual seconds at the end of the step
+  double cached_blocks = 0;  // cached blocks no request holds
+  double running = 0;        // requests running
+  double waiting = 0;        // requests waiting
+  double preemptions = 0;    // cumulative
 };
 
-// The point of an event or step from the figures the engine keeps.
-// `in_use`: the blocks requests hold, when a prefix cache keeps others (simulate).
+// The point of an event (replay) from the figures the engine keeps.
 inline TimelinePoint timeline_point(std::uint64_t x, const ReplayState& state,
-                                    std::uint64_t cow_copies,
-                                    std::optional<std::uint32_t> in_use = std::nullopt) {
-  return TimelinePoint{x,
-                       static_cast<double>(state.used),
-                       state.waste_ratio,
-                       static_cast<double>(state.logical_tokens),
-                       static_cast<double>(state.physical_tokens),
-                       static_cast<double>(cow_copies),
-                       static_cast<double>(in_use.value_or(state.used))};
+                                    std::uint64_t cow_copies) {
+  TimelinePoint p;
+  p.x = x;
+  p.used_blocks = static_cast<double>(state.used);
+  p.waste_ratio = state.waste_ratio;
+  p.logical_tokens = static_cast<double>(state.logical_tokens);
+  p.physical_tokens = static_cast<double>(state.physical_tokens);
+  p.cow_copies = static_cast<double>(cow_copies);
+  p.in_use_blocks = p.used_blocks;
+  return p;
 }
 
 // Downsamples a stream of points to at most max_buckets buckets: when full,
@@ -58,12 +64,14 @@ inline TimelinePoint timeline_point(std::uint64_t x, const ReplayState& state,
 // as many points. Deterministic: depends only on the points and their order.
 class TimelineSampler {
  public:
-  static constexpr std::size_t kFigures = 6;
+  static constexpr std::size_t kFigures = 11;
+  static constexpr std::size_t kReplayFigures = 5;  // the first five; simulate has all
   static constexpr std::size_t kDefaultBuckets = 2000;
 
-  // REQUIRES: max_buckets >= 2 and even. `in_use`: the page charts in-use
-  // blocks apart from used ones (simulate); otherwise that figure is left out.
-  explicit TimelineSampler(std::size_t max_buckets = kDefaultBuckets, bool in_use = false);
+  // REQUIRES: max_buckets >= 2 and even. `simulate`: the figures of a
+  // simulation's steps (in-use and cached blocks, virtual time, requests
+  // running and waiting, preemptions) are kept; otherwise they are left out.
+  explicit TimelineSampler(std::size_t max_buckets = kDefaultBuckets, bool simulate = false);
 
   void add(const TimelinePoint& point);
 
@@ -72,7 +80,8 @@ class TimelineSampler {
   std::uint64_t per_bucket() const { return per_bucket_; }
   // {"points", "per_bucket", "x": [last x of each bucket], "FIGURE": {"min": [...],
   // "max": [...], "last": [...]}} for FIGURE in used_blocks, waste_ratio,
-  // logical_tokens, physical_tokens, cow_copies, and in_use_blocks when asked for.
+  // logical_tokens, physical_tokens, cow_copies, and with `simulate`
+  // in_use_blocks, t, cached_blocks, running, waiting and preemptions.
   nlohmann::json to_json() const;
 
  private:
@@ -84,7 +93,7 @@ class TimelineSampler {
   };
 
   std::size_t max_buckets_;
-  bool in_use_;
+  bool simulate_;
   std::uint64_t per_bucket_ = 1;  // points per full bucket
   std::uint64_t open_count_ = 0;  // points in the last bucket
   std::uint64_t points_ = 0;
@@ -92,12 +101,17 @@ class TimelineSampler {
 };
 
 // A replay or simulate page. `report` is the JSON report (its "timing" object
-// is ignored); `x_label` names the timeline's x ("event" or "step").
+// is ignored); `x_label` names the timeline's x ("event" or "step"; a
+// simulation's charts run over virtual time). `latency_cdf` (simulate):
+// {"ttft_ms": [...], "tpot_ms": [...]}, quantiles from 0 to 1, drawn as CDFs
+// with the report's SLOs.
 std::string render_run_html(const nlohmann::json& report, const TimelineSampler& timeline,
-                            std::string_view x_label);
+                            std::string_view x_label,
+                            const nlohmann::json& latency_cdf = nlohmann::json());
 
-// A plan page: the sweep table and charts of preemptions, peak use, waste and
-// throughput against KV memory, one line per model and page size.
+// A plan page: the sweep table and charts of preemptions, peak use, p99 TTFT
+// and TPOT (and SLO attainment) against KV memory, one line per model,
+// deployment and page size, and against GPUs when deployments are swept.
 std::string render_plan_html(const nlohmann::json& plan);
 
 }  // namespace kvreplay

@@ -132,7 +132,10 @@ TEST_CASE("html: a plan page lists every configuration") {
                             {"hit_rate", 0.5},
                             {"finished", 10},
                             {"skipped", 0},
-                            {"output_tokens_per_second", 150.25}}}},
+                            {"output_tokens_per_second", 150.25},
+                            {"latency", {{"ttft_ms", {{"p99", 147.44}}}, {"tpot_ms", {{"p99", 12345.0}}}}},
+                            {"overload", {{"ratio", 1.5}, {"overloaded", true}}},
+                            {"slo", {{"attainment", 0.5}}}}}},
                          {"min_kv_memory",
                           {{{"model", "llama-3-8b"},
                             {"page_tokens", 16},
@@ -143,7 +146,16 @@ TEST_CASE("html: a plan page lists every configuration") {
   CHECK(page == kvreplay::render_plan_html(plan));
   CHECK(page.find("<td>1GiB</td>") != std::string::npos);
   CHECK(page.find("<td>2GiB</td>") != std::string::npos);
-  CHECK(page.find("<td>1258291200</td>") != std::string::npos);
+  CHECK(page.find("<td>1.2 GiB</td>") != std::string::npos);  // sizes in GiB, not bytes
+  CHECK(page.find("<td>1258291200</td>") == std::string::npos);
+  // Latency, load and SLO columns (a cell without them shows "-").
+  CHECK(page.find("<th>p99 TTFT</th>") != std::string::npos);
+  CHECK(page.find("<td>147.4 ms</td>") != std::string::npos);
+  CHECK(page.find("<td>12.3 s</td>") != std::string::npos);
+  CHECK(page.find("<td>1.50x overloaded</td>") != std::string::npos);
+  CHECK(page.find("<th>SLO attainment</th>") != std::string::npos);
+  CHECK(page.find("<td>50.00%</td>") != std::string::npos);
+  CHECK(page.find("meeting the SLOs") != std::string::npos);
   CHECK(page.find("http") == std::string::npos);
 }
 

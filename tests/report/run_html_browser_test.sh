@@ -108,8 +108,16 @@ check_page() {
 }
 
 check_page replay 4 "$kvreplay" replay "$root/traces/quickstart.jsonl" --check every
-check_page simulate 4 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
-  --max-seq-tokens 4096
+# simulate: KV memory in use vs cached, requests running and waiting,
+# preemptions, waste, and the TTFT and TPOT CDFs with their SLO lines.
+check_page simulate 6 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
+  --max-seq-tokens 4096 --slo-ttft-ms 500 --slo-tpot-ms 20
+# plan: preemptions, peak in use, p99 TTFT and TPOT against KV memory; pools
+# sized by the GPUs of swept deployments: preemptions, p99 TTFT and SLO
+# attainment against GPUs.
 check_page plan 4 "$kvreplay" plan "$work/requests.jsonl" --kv-memory 32MiB,64MiB,128MiB \
   --page-tokens 16,32 --max-seq-tokens 4096 -j 2
+check_page plan-gpus 3 "$kvreplay" plan "$work/requests.jsonl" --model llama-3.1-8b \
+  --gpu h100-80gb,h200 --tp 1,2 --max-seq-tokens 4096 --slo-ttft-ms 200 --slo-tpot-ms 20 \
+  --no-search -j 2
 exit $failed

@@ -30,9 +30,11 @@
     });
   }
 
-  // spec: {title, xLabel, yLabel, percent, integer (y), integerX, x: [..], markers,
-  //        series: [{name, color, lo: [..], hi: [..], x: [..] (optional)}],
+  // spec: {title, xLabel, yLabel, percent, integer (y), integerX, logX, x: [..], markers,
+  //        series: [{name, color, lo: [..], hi: [..], x: [..] (optional), dash, width}],
   //        hlines: [{y, label, color}], vlines: [{x, label, color}]}
+  // A series drawn over another with the same values stays visible: later
+  // series are drawn dashed and thinner (give dash/width to choose).
   function drawChart(holder, spec) {
     var xs = [], ys = [];
     spec.series.forEach(function (s) {
@@ -44,17 +46,54 @@
     });
     (spec.hlines || []).forEach(function (h) { ys.push(h.y); });
     (spec.vlines || []).forEach(function (v) { xs.push(v.x); });
+    if (spec.logX) xs = xs.filter(function (v) { return v > 0; });
     var x0 = Math.min.apply(null, xs.concat([Infinity])), x1 = Math.max.apply(null, xs.concat([-Infinity]));
-    if (!isFinite(x0)) { x0 = 0; x1 = 1; }
-    if (x1 === x0) { x0 -= 1; x1 += 1; }
-    var y0 = Math.min(0, Math.min.apply(null, ys.concat([0])));
-    var y1 = Math.max.apply(null, ys.concat([0]));
-    if (!(y1 > y0)) y1 = y0 + (spec.percent ? 0.01 : 1);
-    var yt = niceTicks(y0, y1, 5, !spec.percent && spec.integer);
-    y1 = Math.max(y1, yt[yt.length - 1]);
-    var xt = niceTicks(x0, x1, 6, spec.integerX);
-    function px(v) { return L + (v - x0) / (x1 - x0) * (W - L - R); }
-    function py(v) { return T + (1 - (v - y0) / (y1 - y0)) * (H - T - B); }
+    if (!isFinite(x0)) { x0 = spec.logX ? 1 : 0; x1 = spec.logX ? 10 : 1; }
+    if (x1 === x0) { if (spec.logX) { x0 /= 2; x1 *= 2; } else { x0 -= 1; x1 += 1; } }
+    var y0, y1, yt;
+    // Powers of ten with 2 and 5 between, within [lo, hi] (few: only the powers).
+    function logTicks(lo, hi) {
+      var out = [];
+      for (var e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) {
+        [1, 2, 5].forEach(function (m) { var v = m * Math.pow(10, e); if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) out.push(v); });
+      }
+      if (out.length > 8) out = out.filter(function (v) { return String(v).charAt(0) === '1'; });
+      return out;
+    }
+    var logY = spec.logY && ys.some(function (v) { return v > 0; });
+    if (logY) {
+      var positive = ys.filter(function (v) { return v > 0; });
+      y0 = Math.pow(10, Math.floor(Math.log10(Math.min.apply(null, positive))));
+      y1 = Math.pow(10, Math.ceil(Math.log10(Math.max.apply(null, positive))));
+      if (y1 <= y0) y1 = y0 * 10;
+      yt = logTicks(y0, y1);
+    } else {
+      y0 = Math.min(0, Math.min.apply(null, ys.concat([0])));
+      y1 = Math.max.apply(null, ys.concat([0]));
+      if (!(y1 > y0)) y1 = y0 + (spec.percent ? 0.01 : 1);
+      yt = niceTicks(y0, y1, 5, !spec.percent && spec.integer);
+      y1 = Math.max(y1, yt[yt.length - 1]);
+    }
+    var xt;
+    if (spec.logX) {
+      xt = logTicks(x0, x1);
+    } else {
+      xt = niceTicks(x0, x1, 6, spec.integerX);
+    }
+    function px(v) {
+      if (spec.logX) {
+        v = Math.max(v, x0);
+        return L + (Math.log10(v) - Math.log10(x0)) / (Math.log10(x1) - Math.log10(x0)) * (W - L - R);
+      }
+      return L + (v - x0) / (x1 - x0) * (W - L - R);
+    }
+    function py(v) {
+      if (logY) {
+        v = Math.max(v, y0);
+        return T + (1 - (Math.log10(v) - Math.log10(y0)) / (Math.log10(y1) - Math.log10(y0))) * (H - T - B);
+      }
+      return T + (1 - (v - y0) / (y1 - y0)) * (H - T - B);
+    }
     var svg = ['<svg viewBox="0 0 ' + W + ' ' + H + '" role="img" aria-label="' + esc(spec.title) + '">'];
     yt.forEach(function (v) {
       var y = py(v).toFixed(1);
@@ -80,9 +119,13 @@
     (spec.vlines || []).forEach(function (v) {
       var x = px(v.x).toFixed(1);
       svg.push('<line class="ref" stroke="' + v.color + '" x1="' + x + '" x2="' + x + '" y1="' + T + '" y2="' + (H - B) + '"/>');
+      if (v.label) {
+        var right = px(v.x) > (L + W - R) / 2;  // past the middle: the label on its left
+        svg.push('<text x="' + x + '" y="' + (T + 10) + '" dx="' + (right ? -4 : 4) + '" text-anchor="' + (right ? 'end' : 'start') + '">' + esc(v.label) + '</text>');
+      }
     });
     var paths = 0;
-    spec.series.forEach(function (s) {
+    spec.series.forEach(function (s, index) {
       var sx = s.x || spec.x, top = [], bottom = [], band = false;
       sx.forEach(function (v, i) {
         if (s.hi[i] === null) return;
@@ -95,19 +138,23 @@
         svg.push('<path class="band" fill="' + s.color + '" d="M' + top.join('L') + 'L' + bottom.reverse().join('L') + 'Z"/>');
       }
       if (top.length === 1) top.push(top[0]);
-      svg.push('<path class="series-line" stroke="' + s.color + '" data-points="' + top.length + '" d="M' + top.join('L') + '"/>');
+      var dash = s.dash !== undefined ? s.dash : (index > 0 ? '6 3' : '');
+      var width = s.width !== undefined ? s.width : (index > 0 ? 1.4 : 2.4);
+      svg.push('<path class="series-line" stroke="' + s.color + '" stroke-width="' + width + '"' +
+               (dash ? ' stroke-dasharray="' + dash + '"' : '') + ' data-points="' + top.length + '" d="M' + top.join('L') + '"/>');
       paths++;
       if (spec.markers) {
         sx.forEach(function (v, i) {
           if (s.hi[i] === null) return;
-          svg.push('<circle r="3.5" fill="' + s.color + '" cx="' + px(v).toFixed(1) + '" cy="' + py(s.hi[i]).toFixed(1) + '"/>');
+          svg.push('<circle r="' + Math.max(1.5, 4.5 - index) + '" fill="' + s.color + '" cx="' + px(v).toFixed(1) + '" cy="' + py(s.hi[i]).toFixed(1) + '"/>');
         });
       }
     });
     svg.push('<line class="cursor" x1="-10" x2="-10" y1="' + T + '" y2="' + (H - B) + '"/>');
     svg.push('</svg>');
-    var legend = spec.series.map(function (s) {
-      return '<span><i style="background:' + s.color + '"></i>' + esc(s.name) + '</span>';
+    var legend = spec.series.map(function (s, index) {
+      var dashed = s.dash !== undefined ? s.dash !== '' : index > 0;
+      return '<span><i style="' + (dashed ? 'height:0;border-top:3px dashed ' + s.color : 'background:' + s.color) + '"></i>' + esc(s.name) + '</span>';
     }).concat((spec.hlines || []).map(function (h) {
       return '<span><i style="background:' + h.color + '"></i>' + esc(h.label) + '</span>';
     }));
@@ -141,16 +188,48 @@
 
   var palette = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#be185d', '#4d7c0f'];
   var specs = [];
-  if (data.kind === 'run') {
+  if (data.kind === 'run' && data.timeline.t) {
+    // simulate: every chart over virtual time; sizes in GiB.
+    var st = data.timeline, gib = (data.block_bytes || 0) / 1073741824;
+    function sim(name, label, color, lo, hi, scale, extra) {
+      var k = scale || 1;
+      function scaled(a) { return a.map(function (v) { return v === null ? null : v * k; }); }
+      var out = {name: label, color: color, lo: scaled(st[name][lo]), hi: scaled(st[name][hi])};
+      for (var key in (extra || {})) out[key] = extra[key];
+      return out;
+    }
+    var vt = st.t.last, xt = 'virtual time (s)';
+    specs.push({id: 'chart-memory', title: 'KV memory per GPU: in use by requests vs cached (GiB)', xLabel: xt,
+                yLabel: 'GiB', x: vt,
+                series: [sim('in_use_blocks', 'in use by requests', palette[0], 'min', 'max', gib),
+                         sim('cached_blocks', 'cached, no request (evictable)', palette[4], 'min', 'max', gib),
+                         sim('used_blocks', 'used (in use + cached)', palette[5], 'min', 'max', gib, {dash: '2 3', width: 1.2})],
+                hlines: data.pool_blocks ? [{y: data.pool_blocks * gib, label: 'pool (' + num(data.pool_blocks * gib) + ' GiB, ' + data.pool_blocks + ' blocks)', color: '#8a93a3'}] : []});
+    specs.push({id: 'chart-requests', title: 'Requests running and waiting', xLabel: xt, yLabel: 'requests', x: vt, integer: true,
+                series: [sim('running', 'running', palette[2], 'min', 'max'),
+                         sim('waiting', 'waiting', palette[1], 'min', 'max')]});
+    specs.push({id: 'chart-preemptions', title: 'Preemptions (cumulative)', xLabel: xt, yLabel: 'preemptions', x: vt, integer: true,
+                series: [sim('preemptions', 'preemptions', palette[3], 'last', 'last')]});
+    specs.push({id: 'chart-waste', title: 'Waste ratio (unfilled slots of used blocks)', xLabel: xt,
+                yLabel: 'waste', percent: true, x: vt,
+                series: [sim('waste_ratio', 'waste ratio', palette[1], 'min', 'max')]});
+    function cdf(id, name, title, slo) {
+      var q = (data.cdf || {})[name] || [];
+      var share = q.map(function (_, i) { return q.length > 1 ? i / (q.length - 1) : 1; });
+      var positive = q.some(function (v) { return v > 0; });
+      specs.push({id: id, title: title, xLabel: 'ms (log scale)', yLabel: 'share of requests', percent: true, logX: positive,
+                  series: q.length ? [{name: name.replace('_ms', '').toUpperCase(), color: palette[id === 'chart-ttft' ? 0 : 2], x: q, lo: share, hi: share}] : [],
+                  vlines: slo !== null && slo !== undefined ? [{x: slo, label: 'SLO ' + num(slo) + ' ms', color: '#b42318'}] : []});
+    }
+    cdf('chart-ttft', 'ttft_ms', 'Time to first token: CDF over requests', data.slo && data.slo.ttft_ms);
+    cdf('chart-tpot', 'tpot_ms', 'Time per output token: CDF over requests', data.slo && data.slo.tpot_ms);
+  } else if (data.kind === 'run') {
     var tl = data.timeline, xl = data.x_label;
     function fig(name, label, color, lo, hi) {
       return {name: label, color: color, lo: tl[name][lo], hi: tl[name][hi]};
     }
     specs.push({id: 'chart-used', title: 'Used blocks', xLabel: xl, yLabel: 'blocks', x: tl.x, integer: true, integerX: true,
-                series: tl.in_use_blocks
-                  ? [fig('used_blocks', 'used (cache residency included)', palette[0], 'min', 'max'),
-                     fig('in_use_blocks', 'in use by requests', palette[5], 'min', 'max')]
-                  : [fig('used_blocks', 'used blocks', palette[0], 'min', 'max')],
+                series: [fig('used_blocks', 'used blocks', palette[0], 'min', 'max')],
                 hlines: data.pool_blocks ? [{y: data.pool_blocks, label: 'pool (' + data.pool_blocks + ' blocks)', color: '#8a93a3'}] : []});
     specs.push({id: 'chart-waste', title: 'Waste ratio (unfilled slots of used blocks)', xLabel: xl,
                 yLabel: 'waste', percent: true, x: tl.x, integerX: true,
@@ -161,14 +240,22 @@
     specs.push({id: 'chart-cow', title: 'Copy-on-write copies (cumulative)', xLabel: xl, yLabel: 'copies', x: tl.x, integer: true, integerX: true,
                 series: [fig('cow_copies', 'COW copies', palette[4], 'last', 'last')]});
   } else if (data.kind === 'plan') {
+    // One line per model, deployment and page size.
     var groups = [], byKey = {};
-    data.cells.forEach(function (c) {
+    function groupName(c) {
       var name = c.label || c.model;
-      var key = name + ', page ' + c.page_tokens;
-      if (!(key in byKey)) { byKey[key] = groups.length; groups.push({name: key, model: name, page: c.page_tokens, cells: []}); }
+      return name + (c.deployment ? ' on ' + c.deployment.label : '') + ', page ' + c.page_tokens;
+    }
+    data.cells.forEach(function (c) {
+      var key = groupName(c);
+      if (!(key in byKey)) { byKey[key] = groups.length; groups.push({name: key, cells: []}); }
       groups[byKey[key]].cells.push(c);
     });
     groups.forEach(function (g) { g.cells.sort(function (a, b) { return a.kv_memory_bytes - b.kv_memory_bytes; }); });
+    var slo = data.cells.some(function (c) { return c.slo; });
+    var p99 = function (name) { return function (c) { return c.latency ? c.latency[name].p99 : null; }; };
+    var attainment = function (c) { return c.slo ? c.slo.attainment : null; };
+    var swept = groups.some(function (g) { return g.cells.length > 1; });  // memory swept
     function sweep(id, title, yLabel, value, percent, withMin) {
       var series = groups.map(function (g, i) {
         var ys = g.cells.map(value);
@@ -177,18 +264,55 @@
       var vlines = [];
       if (withMin) {
         data.min_kv_memory.forEach(function (m) {
-          var i = byKey[(m.label || m.model) + ', page ' + m.page_tokens];
+          var key = (m.label || m.model) + (m.deployment ? ' on ' + m.deployment.label : '') + ', page ' + m.page_tokens;
+          var i = byKey[key];
           if (m.kv_memory_bytes !== null && i !== undefined) vlines.push({x: m.kv_memory_bytes / 1073741824, color: palette[i % palette.length]});
         });
       }
-      specs.push({id: id, title: title, xLabel: 'KV memory (GiB)', yLabel: yLabel, percent: percent,
+      specs.push({id: id, title: title, xLabel: 'KV memory per GPU (GiB)', yLabel: yLabel, percent: percent,
                   markers: true, series: series, vlines: vlines});
     }
-    sweep('chart-preemptions', 'Preemptions (dashed: smallest KV memory with none)', 'preemptions', function (c) { return c.preemptions; }, false, true);
-    specs[specs.length - 1].integer = true;
-    sweep('chart-peak', 'Peak used blocks (fraction of the pool)', 'peak / pool', function (c) { return c.pool_blocks ? c.peak_used / c.pool_blocks : null; }, true, false);
-    sweep('chart-waste', 'Mean waste ratio', 'waste', function (c) { return c.waste_ratio_mean; }, true, false);
-    sweep('chart-throughput', 'Output tokens per second (virtual time)', 'tokens/s', function (c) { return c.output_tokens_per_second; }, false, false);
+    if (swept || !data.deployments) {
+      sweep('chart-preemptions', 'Preemptions (dashed: smallest KV memory with none)', 'preemptions', function (c) { return c.preemptions; }, false, true);
+      specs[specs.length - 1].integer = true;
+      sweep('chart-peak', 'Peak blocks in use (fraction of the pool)', 'in use / pool', function (c) { return c.pool_blocks ? c.peak_in_use / c.pool_blocks : null; }, true, false);
+      sweep('chart-ttft', 'p99 time to first token (ms, log scale)', 'ms', p99('ttft_ms'), false, false);
+      specs[specs.length - 1].logY = true;
+      if (slo) sweep('chart-slo', 'SLO attainment', 'requests meeting the SLOs', attainment, true, false);
+      else {
+        sweep('chart-tpot', 'p99 time per output token (ms, log scale)', 'ms', p99('tpot_ms'), false, false);
+        specs[specs.length - 1].logY = true;
+      }
+    }
+    if (data.deployments && !swept) {
+      // Pools sized by the GPU: against GPUs, one line per model, GPU kind and
+      // page size, a point per deployment.
+      var kinds = [], byKind = {};
+      data.cells.forEach(function (c) {
+        if (!c.deployment || c.deployment.gpu === null) return;
+        var key = (c.label || c.model) + ' on ' + c.deployment.gpu + ', page ' + c.page_tokens;
+        if (!(key in byKind)) { byKind[key] = kinds.length; kinds.push({name: key, cells: []}); }
+        kinds[byKind[key]].cells.push(c);
+      });
+      kinds.forEach(function (k) { k.cells.sort(function (a, b) { return a.deployment.gpus - b.deployment.gpus || a.deployment.tp - b.deployment.tp; }); });
+      function byGpus(id, title, yLabel, value, percent) {
+        specs.push({id: id, title: title, xLabel: 'GPUs', yLabel: yLabel, percent: percent, integerX: true, markers: true,
+                    series: kinds.map(function (k, i) {
+                      var ys = k.cells.map(value);
+                      return {name: k.name, color: palette[i % palette.length], x: k.cells.map(function (c) { return c.deployment.gpus; }), lo: ys, hi: ys};
+                    })});
+      }
+      if (kinds.length) {
+        byGpus('chart-gpus-preemptions', 'Preemptions against GPUs', 'preemptions', function (c) { return c.preemptions; }, false);
+        byGpus('chart-gpus-ttft', 'p99 time to first token against GPUs (ms, log scale)', 'ms', p99('ttft_ms'), false);
+        specs[specs.length - 1].logY = true;
+        if (slo) byGpus('chart-gpus-slo', 'SLO attainment against GPUs', 'requests meeting the SLOs', attainment, true);
+        else {
+          byGpus('chart-gpus-tpot', 'p99 time per output token against GPUs (ms, log scale)', 'ms', p99('tpot_ms'), false);
+          specs[specs.length - 1].logY = true;
+        }
+      }
+    }
   }
   var container = document.getElementById('charts'), drawn = 0;
   specs.forEach(function (spec) {
