@@ -166,15 +166,18 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
     timeline->write(
         "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
         "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished,"
-        "in_use_blocks,cached_blocks,waiting_requests,running_requests\n");
+        "in_use_blocks,cached_blocks,waiting_requests,running_requests,first_tokens,"
+        "ttft_ms_mean\n");
     sim.on_step = [timeline](const Simulator& s) {
       const ReplayState& st = s.state();
-      timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{},{},{}\n",
+      const std::optional<double> ttft = s.step_ttft_mean_ms();
+      timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                       s.sim_totals().steps, s.now(), st.used, s.config().kv.pool_blocks - st.used,
                       st.waste_slots, st.waste_ratio, st.logical_tokens, st.physical_tokens,
                       st.live_sequences, s.totals().cow_copies, s.sim_totals().preemptions,
                       s.evictions(), s.sim_totals().finished, s.in_use_blocks(),
-                      s.cache_resident_blocks(), s.waiting_requests(), s.running_requests());
+                      s.cache_resident_blocks(), s.waiting_requests(), s.running_requests(),
+                      s.step_first_tokens(), ttft ? fmt::format("{:.3f}", *ttft) : std::string());
     };
   }
   if (sampler != nullptr) {

@@ -447,7 +447,12 @@ bool Simulator::end_step() {
                   (cost.kv_bandwidth_gbps * 1e6);
   }
   now_ += step_ms / 1000.0;
-  for (auto& times : step_first_tokens_) times->first_token = now_;
+  last_first_tokens_ = step_first_tokens_.size();
+  last_ttft_sum_ms_ = 0;
+  for (auto& times : step_first_tokens_) {
+    times->first_token = now_;
+    last_ttft_sum_ms_ += times->ttft_ms();
+  }
   step_first_tokens_.clear();
   for (auto& times : step_done_) {
     times->finished = now_;

@@ -336,6 +336,13 @@ class Simulator {
   // With service_p99_s from the finished requests' latencies.
   OverloadFigures overload() const;
   std::uint64_t waiting_requests() const { return waiting_.size(); }
+  // The last step: requests that got their first token, and their mean TTFT
+  // (nullopt when none did), for the timeline.
+  std::uint64_t step_first_tokens() const { return last_first_tokens_; }
+  std::optional<double> step_ttft_mean_ms() const {
+    if (last_first_tokens_ == 0) return std::nullopt;
+    return last_ttft_sum_ms_ / static_cast<double>(last_first_tokens_);
+  }
   std::uint64_t running_requests() const { return running_.size(); }
 
  private:
@@ -516,6 +523,8 @@ class Simulator {
   std::vector<std::shared_ptr<RequestTimes>> step_first_tokens_, step_done_;
   Latencies latencies_;
   std::uint64_t slo_met_ = 0;
+  std::uint64_t last_first_tokens_ = 0;
+  double last_ttft_sum_ms_ = 0;
   OverloadFigures overload_;
   bool any_arrival_ = false;
 };

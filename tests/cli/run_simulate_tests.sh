@@ -269,7 +269,7 @@ finish "--alloc-order vllm: the null block in replay and both engines, lifo's or
 # Latency, SLOs and the per-request CSV (SPEC 3.3), from the CLI: the report's
 # percentiles agree with the CSV's rows, the SLO attainment with its count.
 run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --slo-ttft-ms 60 --slo-tpot-ms 9 \
-  --requests "$work/requests.csv" --report "$work/report.json"
+  --requests "$work/requests.csv" --report "$work/report.json" --timeline "$work/timeline.csv"
 check '[[ $rc -eq 0 && ! -s $work/err ]]' "exit $rc: $(err_text)"
 check '[[ $(key .config.simulation.cost.model) == roofline && $(key .config.simulation.cost.gpu) == h100-80gb ]]' \
   "cost model: $(key '.config.simulation.cost | tostring')"
@@ -288,6 +288,10 @@ check 'jq -e ".slo.attainment == .slo.met / 1000 and .latency.ttft_ms.p50 <= .la
   "attainment or percentiles: $(key '.slo | tostring')"
 check 'grep -q "TTFT ms .*p50 .*p99" "$work/out" && grep -q "SLO attainment  *0\." "$work/out"' \
   "summary: $(grep -E 'TTFT|SLO' "$work/out" | tr '\n' '|')"
+# The timeline: every request's first token in exactly one step, the step's mean TTFT beside it.
+check '[[ $(head -1 "$work/timeline.csv" | cut -d, -f16-) == "waiting_requests,running_requests,first_tokens,ttft_ms_mean" ]] &&
+       [[ $(tail -n +2 "$work/timeline.csv" | awk -F, "{ n += \$18 } END { print n }") == 1000 ]]' \
+  "timeline: $(head -1 "$work/timeline.csv"), first tokens $(tail -n +2 "$work/timeline.csv" | awk -F, '{ n += $18 } END { print n }')"
 finish "simulate: latency percentiles, SLO attainment and --requests agree"
 
 # The roofline moves with the model and the GPU: a 70B model on 4 H100s decodes
