@@ -26,7 +26,7 @@ constexpr std::optional<Threshold> kInformational = std::nullopt;
 // threshold is not a noise margin: it is how much worse a change may make a
 // metric before a gate fails. Ratios get absolute slack (0.001 = 0.1 point),
 // counts relative slack (1% of the base); oom.events may not grow at all.
-constexpr std::array<CompareMetric, 28> kMetrics = {{
+constexpr std::array<CompareMetric, 33> kMetrics = {{
     {"blocks.peak_used", false, relative(0.01)},
     {"blocks.peak_in_use", false, kInformational},  // simulate
     {"blocks.final_used", false, kInformational},
@@ -57,6 +57,12 @@ constexpr std::array<CompareMetric, 28> kMetrics = {{
     {"scheduler.virtual_seconds", false, kInformational},
     {"scheduler.output_tokens_per_second", true, kInformational},
     {"scheduler.requests_per_second", true, kInformational},
+    // Latency in virtual time (a cost model or scheduler change moves it).
+    {"latency.ttft_ms.p99", false, relative(0.05)},
+    {"latency.tpot_ms.p99", false, relative(0.05)},
+    {"latency.ttft_ms.p50", false, kInformational},
+    {"latency.tpot_ms.p50", false, kInformational},
+    {"slo.attainment", true, absolute(0.01)},  // when the runs had SLOs
 }};
 
 const CompareMetric* find_metric(std::string_view path) {
@@ -248,7 +254,8 @@ std::string kind_of(const nlohmann::json& report) {
 // Metrics only simulate reports carry.
 bool simulate_only(std::string_view path) {
   return path.starts_with("requests.") || path.starts_with("prefix_cache.") ||
-         path.starts_with("scheduler.");
+         path.starts_with("scheduler.") || path.starts_with("latency.") ||
+         path.starts_with("slo.");
 }
 
 // The node at `path`: nullptr when absent; an error when a parent on the way
@@ -325,6 +332,12 @@ Result<void, std::string> check_shape(const nlohmann::json& report, std::string_
   for (const CompareMetric& metric : kMetrics) {
     if (kind == "replay" && simulate_only(metric.path)) continue;
     if (regions && metric.path.starts_with("layout.")) continue;
+    // slo exists only for runs given SLOs, latency since reports had it: a
+    // report without the section has nothing to gate there (the row is left out).
+    if ((metric.path.starts_with("slo.") && !report.contains("slo")) ||
+        (metric.path.starts_with("latency.") && !report.contains("latency"))) {
+      continue;
+    }
     if (thresholds.find(metric.path)) {
       if (auto ok = required(metric.path, &nlohmann::json::is_number, "a number", "a gated metric");
           !ok)

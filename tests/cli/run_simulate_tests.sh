@@ -315,6 +315,15 @@ check '[[ $rc -eq 2 ]] && grep -qF "needs the model'"'"'s parameter count" "$wor
 run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --cost-model linear -q --report "$work/report.json"
 check '[[ $rc -eq 0 && $(key .config.simulation.cost.model) == linear && $(key .config.simulation.cost.step_ms) == 5 ]]' \
   "--cost-model linear: $(key '.config.simulation.cost | tostring')"
+# compare gates latency: the same run on an H100 instead of an H200 regresses p99 TPOT.
+run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --gpu h200 -q --report "$work/h200.json"
+run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --gpu h100-80gb -q --report "$work/h100.json"
+run compare "$work/h200.json" "$work/h100.json"
+check '[[ $rc -eq 1 ]] && grep -q "regression: latency.tpot_ms.p99" "$work/err"' \
+  "compare H200 -> H100: exit $rc, $(err_text)"
+run compare "$work/h100.json" "$work/h200.json"
+check '[[ $rc -eq 0 ]] && grep -q "^latency.tpot_ms.p99 .* better" "$work/out"' \
+  "compare H100 -> H200: exit $rc, $(grep latency "$work/out" | tr '\n' '|')"
 finish "simulate: the roofline follows model and GPU; cost-model options are checked"
 
 # Overload is said on stderr even with --quiet, and recorded; a run that keeps up is quiet.
