@@ -42,6 +42,7 @@ PrefixCache::Entry& PrefixCache::grow_entries(BlockId b) {
   entries_.resize(
       std::min<std::size_t>(pool_blocks_, std::max<std::size_t>(b + 1, entries_.size() * 2)));
   entry_count_ = static_cast<std::uint32_t>(entries_.size());
+  if (policy_ != EvictPolicy::kLru) ranks_.resize(entries_.size());
   return entries_[b];
 }
 
@@ -88,13 +89,14 @@ void PrefixCache::make_evictable_ranked(BlockId b) {
     watched_evictable_ += entry.watched ? 1 : 0;
   }
   entry.evictable = true;
-  ++entry.version;
-  Candidate candidate{0, 0, b, entry.version};
+  Rank& rank = ranks_[b];
+  ++rank.version;
+  Candidate candidate{0, 0, b, rank.version};
   if (policy_ == EvictPolicy::kFifo) {
-    candidate.first = entry.inserted;
+    candidate.first = rank.inserted;
   } else {
-    candidate.first = entry.hits;
-    candidate.second = entry.last_use;
+    candidate.first = rank.hits;
+    candidate.second = rank.last_use;
   }
   heap_.push_back(candidate);
   std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
@@ -103,7 +105,7 @@ void PrefixCache::make_evictable_ranked(BlockId b) {
 
 bool PrefixCache::stale(const Candidate& candidate) const {
   const Entry& entry = entries_[candidate.block];
-  return !entry.cached || !entry.evictable || entry.version != candidate.version;
+  return !entry.cached || !entry.evictable || ranks_[candidate.block].version != candidate.version;
 }
 
 void PrefixCache::purge_stale() {
@@ -168,7 +170,16 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
   const std::size_t first = out.size();
   out.resize(first + count);
   BlockId b = lru_head_;
+  // A few blocks down the list, the slot of the block to evict then is loaded
+  // ahead (the index changes meanwhile only near the slots being emptied).
+  constexpr std::uint32_t kAhead = 4;
+  BlockId ahead = b;
+  for (std::uint32_t i = 0; i < kAhead && ahead != kInvalidBlock; ++i) ahead = entries_[ahead].next;
   for (std::uint32_t i = 0; i < count; ++i) {
+    if (ahead != kInvalidBlock) {
+      __builtin_prefetch(&slots_[home(entries_[ahead].hash)]);
+      ahead = entries_[ahead].next;
+    }
     Entry& entry = entries_[b];
     const BlockId next = entry.next;
     watched_evictable_ -= entry.watched ? 1 : 0;  // evictable until now

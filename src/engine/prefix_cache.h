@@ -68,10 +68,11 @@ class PrefixCache {
   // A sequence is about to retain cached block b (a hit): it stops being evictable.
   void touch(BlockId b, std::uint64_t tick) {
     if (b >= entry_count_ || !entries_[b].cached) return;
-    Entry& entry = entries_[b];
     make_unevictable(b);
-    ++entry.hits;
-    entry.last_use = tick;
+    if (policy_ == EvictPolicy::kLru) return;
+    Rank& rank = ranks_[b];
+    ++rank.hits;
+    rank.last_use = tick;
   }
   // Caches block b (held by a sequence) under key; the cache retains it.
   // Returns false, doing nothing, when the block already belongs to the cache
@@ -82,7 +83,7 @@ class PrefixCache {
   // it now, it becomes evictable.
   void released(BlockId b, const BlockPool& pool, std::uint64_t tick) {
     if (b >= entry_count_ || !entries_[b].cached || pool.refcount(b) != 1) return;
-    entries_[b].last_use = tick;
+    if (policy_ != EvictPolicy::kLru) ranks_[b].last_use = tick;
     make_evictable(b);
   }
   // Evicts one evictable block. Returns false when none is evictable.
@@ -136,19 +137,22 @@ class PrefixCache {
   void holds(std::vector<BlockId>& out) const;
 
  private:
-  // One cache line each.
-  struct alignas(64) Entry {
+  // What every operation reads of a block, two to a cache line.
+  struct alignas(32) Entry {
     PageKey key;
-    std::uint64_t inserted = 0;
-    std::uint64_t last_use = 0;
-    std::uint64_t hits = 0;
-    std::uint32_t version = 0;  // fifo, lfu: bumped whenever the block's evictable rank changes
     BlockId prev = kInvalidBlock;  // lru: neighbours in the eviction list
     BlockId next = kInvalidBlock;
     std::uint32_t hash = 0;  // while cached: hash(key), which places it in the key index
     bool cached = false;
     bool evictable = false;
     bool watched = false;
+  };
+  // What fifo and lfu rank a block by (kept only under those policies).
+  struct Rank {
+    std::uint64_t inserted = 0;
+    std::uint64_t last_use = 0;
+    std::uint64_t hits = 0;
+    std::uint32_t version = 0;  // bumped whenever the block's evictable rank changes
   };
   // A candidate for eviction; stale when its version no longer matches.
   struct Candidate {
@@ -196,7 +200,7 @@ class PrefixCache {
       if (policy_ == EvictPolicy::kLru) lru_unlink(b);
     }
     if (policy_ == EvictPolicy::kLru) return;
-    ++entry.version;  // its candidate goes stale
+    ++ranks_[b].version;  // its candidate goes stale
     purge_stale_if_due();
   }
   // Drops stale candidates once they outnumber the live ones (amortised O(1)).
@@ -251,6 +255,7 @@ class PrefixCache {
   std::uint32_t pool_blocks_;
   bool duplicates_;
   std::vector<Entry> entries_;   // by block id, grown on demand
+  std::vector<Rank> ranks_;      // fifo, lfu: by block id, as many as entries_
   std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation
   std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
   // lru: the evictable blocks in the order they became evictable (a doubly
@@ -312,11 +317,14 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
   ++size_;
   cached.hash = h;
   cached.key = key;
-  cached.inserted = cached.last_use = tick;
-  cached.hits = 0;
   cached.cached = true;
   cached.evictable = false;
-  ++cached.version;
+  if (policy_ != EvictPolicy::kLru) {
+    Rank& rank = ranks_[b];
+    rank.inserted = rank.last_use = tick;
+    rank.hits = 0;
+    ++rank.version;
+  }
   return true;
 }
 

@@ -392,6 +392,7 @@ class Simulator {
   std::vector<BlockId> holds_;
   std::vector<BlockId> release_scratch_;  // release_sample's copy of a table
   std::vector<BlockId> alloc_scratch_;    // allocate_vllm's blocks for new pages
+  std::vector<std::pair<Flight*, std::uint32_t>> scheduled_;  // step_vllm's, reused
   // By block: which tracked flight's hit it is, and where (see verify_hits).
   struct HitSlot {
     std::uint64_t owner = 0;

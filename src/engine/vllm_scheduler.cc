@@ -609,7 +609,8 @@ bool Simulator::step_vllm() {
   ++tick_;
   step_prefill_tokens_ = step_decode_seqs_ = step_context_tokens_ = 0;
   std::uint32_t budget = options_.max_batched_tokens;
-  std::vector<std::pair<Flight*, std::uint32_t>> scheduled;
+  std::vector<std::pair<Flight*, std::uint32_t>>& scheduled = scheduled_;
+  scheduled.clear();
   bool preempted = false;
   if (!schedule_running_vllm(budget, preempted, scheduled)) return false;
   // Scheduler.schedule: no waiting request is scheduled in a step that preempted.
@@ -643,17 +644,18 @@ bool Simulator::step_vllm() {
   // (KVCacheManager.free), uncached ones back to the free queue, cached ones
   // evictable.
   if (any_finished) {
-    std::vector<std::unique_ptr<Flight>> still;
-    still.reserve(running_.size());
-    for (auto& flight : running_) {
-      if (!flight->samples[0].done) {
-        still.push_back(std::move(flight));
+    std::size_t kept = 0;  // the running ones, moved up in order
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      Flight& flight = *running_[i];
+      if (!flight.samples[0].done) {
+        if (kept != i) running_[kept] = std::move(running_[i]);
+        ++kept;
         continue;
       }
-      release_sample(flight->samples[0]);
-      if (--*flight->siblings_left == 0) ++sim_.finished;
+      release_sample(flight.samples[0]);
+      if (--*flight.siblings_left == 0) ++sim_.finished;
     }
-    running_ = std::move(still);
+    running_.resize(kept);
   }
   running_samples_ = running_.size();
   return end_step();
