@@ -45,8 +45,8 @@ CoreResult<CopyOnWrite> SequenceBlockTable::ensure_writable(std::uint32_t logica
   return action;
 }
 
-CoreResult<std::uint32_t> SequenceBlockTable::blocks_needed(std::uint32_t tokens,
-                                                            const BlockPool& pool) const {
+CoreResult<std::uint32_t> SequenceBlockTable::count_blocks_needed(std::uint32_t tokens,
+                                                                  const BlockPool& pool) const {
   std::uint64_t new_length = std::uint64_t{length_} + tokens;
   if (new_length > capacity_tokens()) return Unexpected{CoreError::kLengthExceeded};
   if (tokens == 0) return 0u;
@@ -57,9 +57,13 @@ CoreResult<std::uint32_t> SequenceBlockTable::blocks_needed(std::uint32_t tokens
                                    : (new_length - 1) / page_tokens_);
   // Pages that already hold a block (the partial last page) are written in
   // place, or copied when shared; every other page needs a fresh block.
-  std::uint32_t needed = 0;
-  for (std::uint32_t page = first_page; page <= last_page; ++page) {
-    BlockId b = page < entries_.size() ? entries_[page] : kInvalidBlock;
+  // The pages past the stored entries are counted at once.
+  const auto stored = static_cast<std::uint32_t>(
+      std::min<std::size_t>(entries_.size(), std::size_t{last_page} + 1));
+  std::uint32_t needed = last_page + 1 - std::max(first_page, stored);
+  if (first_page >= stored) return needed;
+  for (std::uint32_t page = first_page; page < stored; ++page) {
+    const BlockId b = entries_[page];
     if (b == kInvalidBlock) {
       ++needed;
       continue;
@@ -144,10 +148,12 @@ CoreResult<std::uint32_t> SequenceBlockTable::append_taken(std::uint32_t tokens,
     if (pool.refcount(b) != 1 || pool.filled(b) != 0) return Unexpected{CoreError::kBlockNotLive};
   }
   // Commit: nothing below can fail (bad_alloc growing the vector is fatal).
+  BlockId previous = entries_.empty() ? kInvalidBlock : entries_.back();
+  entries_.insert(entries_.end(), blocks.begin(), blocks.end());
   std::uint32_t left = tokens;
   for (BlockId b : blocks) {
-    continued_ += !entries_.empty() && entries_.back() != kInvalidBlock && b == entries_.back() + 1;
-    entries_.push_back(b);
+    continued_ += previous != kInvalidBlock && b == previous + 1 ? 1 : 0;
+    previous = b;
     const std::uint32_t filled = std::min(left, page_tokens_);
     pool.set_filled(b, filled);
     left -= filled;

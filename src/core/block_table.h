@@ -67,14 +67,9 @@ class SequenceBlockTable {
   // same effect as append with no new page and no copy); otherwise changes
   // nothing and returns false.
   bool append_in_place(std::uint32_t tokens, BlockPool& pool) {
-    const std::uint32_t offset = length_ % page_tokens_;
+    if (!fits_in_place(tokens, pool)) return false;
     const std::uint32_t page = length_ / page_tokens_;
-    if (offset == 0 || tokens == 0 || tokens > page_tokens_ - offset || page >= entries_.size()) {
-      return false;
-    }
-    const BlockId b = entries_[page];
-    if (b >= pool.total() || pool.refcount(b) != 1) return false;
-    pool.set_filled(b, offset + tokens);
+    pool.set_filled(entries_[page], length_ % page_tokens_ + tokens);
     length_ += tokens;
     return true;
   }
@@ -95,7 +90,10 @@ class SequenceBlockTable {
                                          BlockPool& pool);
   // The free blocks append(tokens) would take. Errors: those of append, bar
   // kPoolExhausted.
-  CoreResult<std::uint32_t> blocks_needed(std::uint32_t tokens, const BlockPool& pool) const;
+  CoreResult<std::uint32_t> blocks_needed(std::uint32_t tokens, const BlockPool& pool) const {
+    if (fits_in_place(tokens, pool)) return 0u;  // the common decode step, inline
+    return count_blocks_needed(tokens, pool);
+  }
 
   // Makes `target` share every page of this table, with the same length.
   // Retains each live page; on failure releases what it retained.
@@ -131,6 +129,18 @@ class SequenceBlockTable {
  private:
   friend struct BlockTableTestAccess;  // plants faults in tests
 
+  // Whether `tokens` (at least one) fit in a partial last page that this
+  // table holds alone.
+  bool fits_in_place(std::uint32_t tokens, const BlockPool& pool) const {
+    const std::uint32_t offset = length_ % page_tokens_;
+    const std::uint32_t page = length_ / page_tokens_;
+    if (offset == 0 || tokens == 0 || tokens > page_tokens_ - offset || page >= entries_.size()) {
+      return false;
+    }
+    const BlockId b = entries_[page];
+    return b < pool.total() && pool.refcount(b) == 1;
+  }
+  CoreResult<std::uint32_t> count_blocks_needed(std::uint32_t tokens, const BlockPool& pool) const;
   bool continues(std::size_t page) const {
     return page > 0 && page < entries_.size() && entries_[page] != kInvalidBlock &&
            entries_[page - 1] != kInvalidBlock && entries_[page] == entries_[page - 1] + 1;

@@ -42,6 +42,7 @@ PrefixCache::Entry& PrefixCache::grow_entries(BlockId b) {
   entries_.resize(
       std::min<std::size_t>(pool_blocks_, std::max<std::size_t>(b + 1, entries_.size() * 2)));
   entry_count_ = static_cast<std::uint32_t>(entries_.size());
+  if (policy_ != EvictPolicy::kLru) ranks_.resize(entries_.size());
   return entries_[b];
 }
 
@@ -58,26 +59,23 @@ void PrefixCache::grow_index() {
   for (std::size_t i = 1; i <= n; ++i) {
     const Slot& slot = old[(start + i) % n];
     if (slot.block == kInvalidBlock) continue;
-    const std::size_t to =
-        free_slot_from(static_cast<std::size_t>(mix(PageKey{slot.chain, slot.offset, slot.group})) & mask);
-    slots_[to] = slot;
-    entries_[slot.block].slot = static_cast<std::uint32_t>(to);
+    slots_[free_slot_from(slot.hash & mask)] = slot;
   }
 }
 
-inline void PrefixCache::index_erase(std::size_t slot) {
+inline void PrefixCache::index_erase(BlockId b) {
+  // The block's slot: along the run from its key's home.
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t hole = home(entries_[b].hash);
+  while (slots_[hole].block != b) hole = (hole + 1) & mask;
   // Backward-shift deletion: each later entry of the run whose home is not
   // between the hole and itself moves back into the hole. Entries sharing a
   // key share a home, so they keep their order.
-  const std::size_t mask = slots_.size() - 1;
-  std::size_t hole = slot;
   for (std::size_t next = (hole + 1) & mask; slots_[next].block != kInvalidBlock;
        next = (next + 1) & mask) {
-    const std::size_t home =
-        static_cast<std::size_t>(mix(PageKey{slots_[next].chain, slots_[next].offset, slots_[next].group})) & mask;
-    if (((next - home) & mask) < ((next - hole) & mask)) continue;  // home in (hole, next]
+    const std::size_t at = home(slots_[next].hash);
+    if (((next - at) & mask) < ((next - hole) & mask)) continue;  // home in (hole, next]
     slots_[hole] = slots_[next];
-    entries_[slots_[hole].block].slot = static_cast<std::uint32_t>(hole);
     hole = next;
   }
   slots_[hole] = Slot{};
@@ -91,13 +89,14 @@ void PrefixCache::make_evictable_ranked(BlockId b) {
     watched_evictable_ += entry.watched ? 1 : 0;
   }
   entry.evictable = true;
-  ++entry.version;
-  Candidate candidate{0, 0, b, entry.version};
+  Rank& rank = ranks_[b];
+  ++rank.version;
+  Candidate candidate{0, 0, b, rank.version};
   if (policy_ == EvictPolicy::kFifo) {
-    candidate.first = entry.inserted;
+    candidate.first = rank.inserted;
   } else {
-    candidate.first = entry.hits;
-    candidate.second = entry.last_use;
+    candidate.first = rank.hits;
+    candidate.second = rank.last_use;
   }
   heap_.push_back(candidate);
   std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
@@ -106,7 +105,7 @@ void PrefixCache::make_evictable_ranked(BlockId b) {
 
 bool PrefixCache::stale(const Candidate& candidate) const {
   const Entry& entry = entries_[candidate.block];
-  return !entry.cached || !entry.evictable || entry.version != candidate.version;
+  return !entry.cached || !entry.evictable || ranks_[candidate.block].version != candidate.version;
 }
 
 void PrefixCache::purge_stale() {
@@ -120,7 +119,7 @@ inline void PrefixCache::uncache(BlockId b) {
   make_unevictable(b);
   unwatch(b);
   entry.cached = false;
-  index_erase(entry.slot);
+  index_erase(b);
   if (eviction_log_.size() >= std::max(entries_.size(), kCandidateSlack)) {
     log_base_ = evictions_;
     eviction_log_.clear();
@@ -150,6 +149,7 @@ bool PrefixCache::evict_one(BlockPool& pool) {
 std::uint32_t PrefixCache::evict_for_reuse(BlockPool& pool, std::uint32_t n,
                                            std::vector<BlockId>& out) {
   if (pool.free_count() != 0) return 0;
+  if (policy_ == EvictPolicy::kLru) return evict_lru_for_reuse(pool, n, out);
   std::uint32_t evicted = 0;
   for (; evicted < n; ++evicted) {
     const BlockId b = take_victim();
@@ -161,20 +161,45 @@ std::uint32_t PrefixCache::evict_for_reuse(BlockPool& pool, std::uint32_t n,
   return evicted;
 }
 
-void PrefixCache::watch(BlockId b) {
-  Entry& entry = entry_of(b);
-  if (entry.watched) return;
-  entry.watched = true;
-  watched_.push_back(b);
-  watched_evictable_ += entry.evictable ? 1 : 0;
-}
-
-void PrefixCache::unwatch(BlockId b) {
-  if (b >= entry_count_) return;
-  Entry& entry = entries_[b];
-  if (!entry.watched) return;
-  entry.watched = false;
-  watched_evictable_ -= entry.evictable ? 1 : 0;
+std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
+                                               std::vector<BlockId>& out) {
+  // uncache() of the head of the lru list, n times, the run of evicted
+  // blocks unlinked from the list at once.
+  const std::uint32_t count = std::min(n, evictable_count_);
+  const std::size_t log_cap = std::max(entries_.size(), kCandidateSlack);
+  const std::size_t first = out.size();
+  out.resize(first + count);
+  BlockId b = lru_head_;
+  // A few blocks down the list, the slot of the block to evict then is loaded
+  // ahead (the index changes meanwhile only near the slots being emptied).
+  constexpr std::uint32_t kAhead = 4;
+  BlockId ahead = b;
+  for (std::uint32_t i = 0; i < kAhead && ahead != kInvalidBlock; ++i) ahead = entries_[ahead].next;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (ahead != kInvalidBlock) {
+      __builtin_prefetch(&slots_[home(entries_[ahead].hash)]);
+      ahead = entries_[ahead].next;
+    }
+    Entry& entry = entries_[b];
+    const BlockId next = entry.next;
+    watched_evictable_ -= entry.watched ? 1 : 0;  // evictable until now
+    entry.prev = entry.next = kInvalidBlock;
+    entry.evictable = entry.watched = entry.cached = false;
+    index_erase(b);
+    if (eviction_log_.size() >= log_cap) {
+      log_base_ = evictions_;
+      eviction_log_.clear();
+    }
+    eviction_log_.push_back(b);
+    ++evictions_;
+    (void)pool.recycle(b);  // held by the cache alone, the free list empty
+    out[first + i] = b;
+    b = next;
+  }
+  evictable_count_ -= count;
+  lru_head_ = b;
+  (b != kInvalidBlock ? entries_[b].prev : lru_tail_) = kInvalidBlock;
+  return count;
 }
 
 void PrefixCache::unwatch_all() {

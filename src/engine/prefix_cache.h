@@ -57,7 +57,7 @@ class PrefixCache {
 
   // The block cached under key (with duplicates, the earliest cached).
   std::optional<BlockId> find(const PageKey& key) const {
-    const BlockId b = slots_[slot_of(key)].block;
+    const BlockId b = slots_[slot_of(key, hash(key))].block;
     if (b == kInvalidBlock) return std::nullopt;
     return b;
   }
@@ -68,10 +68,11 @@ class PrefixCache {
   // A sequence is about to retain cached block b (a hit): it stops being evictable.
   void touch(BlockId b, std::uint64_t tick) {
     if (b >= entry_count_ || !entries_[b].cached) return;
-    Entry& entry = entries_[b];
     make_unevictable(b);
-    ++entry.hits;
-    entry.last_use = tick;
+    if (policy_ == EvictPolicy::kLru) return;
+    Rank& rank = ranks_[b];
+    ++rank.hits;
+    rank.last_use = tick;
   }
   // Caches block b (held by a sequence) under key; the cache retains it.
   // Returns false, doing nothing, when the block already belongs to the cache
@@ -82,7 +83,7 @@ class PrefixCache {
   // it now, it becomes evictable.
   void released(BlockId b, const BlockPool& pool, std::uint64_t tick) {
     if (b >= entry_count_ || !entries_[b].cached || pool.refcount(b) != 1) return;
-    entries_[b].last_use = tick;
+    if (policy_ != EvictPolicy::kLru) ranks_[b].last_use = tick;
     make_evictable(b);
   }
   // Evicts one evictable block. Returns false when none is evictable.
@@ -98,8 +99,20 @@ class PrefixCache {
   // Watched blocks: a caller marks some cached blocks (a waiting request's
   // hits) and reads in O(1) how many of them are evictable now. Eviction
   // unwatches a block.
-  void watch(BlockId b);
-  void unwatch(BlockId b);
+  void watch(BlockId b) {
+    Entry& entry = entry_of(b);
+    if (entry.watched) return;
+    entry.watched = true;
+    watched_.push_back(b);
+    watched_evictable_ += entry.evictable ? 1 : 0;
+  }
+  void unwatch(BlockId b) {
+    if (b >= entry_count_) return;
+    Entry& entry = entries_[b];
+    if (!entry.watched) return;
+    entry.watched = false;
+    watched_evictable_ -= entry.evictable ? 1 : 0;
+  }
   void unwatch_all();
   std::uint32_t watched_evictable() const { return watched_evictable_; }
   std::uint64_t evictions() const { return evictions_; }
@@ -124,18 +137,22 @@ class PrefixCache {
   void holds(std::vector<BlockId>& out) const;
 
  private:
-  struct Entry {
+  // What every operation reads of a block, two to a cache line.
+  struct alignas(32) Entry {
     PageKey key;
-    std::uint64_t inserted = 0;
-    std::uint64_t last_use = 0;
-    std::uint64_t hits = 0;
-    std::uint32_t version = 0;  // fifo, lfu: bumped whenever the block's evictable rank changes
     BlockId prev = kInvalidBlock;  // lru: neighbours in the eviction list
     BlockId next = kInvalidBlock;
-    std::uint32_t slot = 0;  // while cached: its slot in the key index
+    std::uint32_t hash = 0;  // while cached: hash(key), which places it in the key index
     bool cached = false;
     bool evictable = false;
     bool watched = false;
+  };
+  // What fifo and lfu rank a block by (kept only under those policies).
+  struct Rank {
+    std::uint64_t inserted = 0;
+    std::uint64_t last_use = 0;
+    std::uint64_t hits = 0;
+    std::uint32_t version = 0;  // bumped whenever the block's evictable rank changes
   };
   // A candidate for eviction; stale when its version no longer matches.
   struct Candidate {
@@ -183,7 +200,7 @@ class PrefixCache {
       if (policy_ == EvictPolicy::kLru) lru_unlink(b);
     }
     if (policy_ == EvictPolicy::kLru) return;
-    ++entry.version;  // its candidate goes stale
+    ++ranks_[b].version;  // its candidate goes stale
     purge_stale_if_due();
   }
   // Drops stale candidates once they outnumber the live ones (amortised O(1)).
@@ -196,12 +213,15 @@ class PrefixCache {
   void purge_stale();
   bool stale(const Candidate& candidate) const;
   // Open-addressing key index: linear probing, deletion by backward shift (no
-  // tombstones), each cached block's entry pointing at its slot. Entries of
-  // one key keep their insertion order along the probe sequence: an insert
-  // goes to the empty slot ending the run, a deletion shifts later entries
-  // back in order, and grow_index() reinserts each probe run from its start.
-  static std::uint64_t mix(const PageKey& key) {
-    // murmur3's 64-bit finaliser over the chain id and the offset.
+  // tombstones). A slot holds a cached block and its key's hash, not the key:
+  // the hash places it (its home is hash & mask) and filters the probes, the
+  // key itself is compared in the block's entry only when the hashes match.
+  // Entries of one key keep their insertion order along the probe sequence:
+  // an insert goes to the empty slot ending the run, a deletion shifts later
+  // entries back in order, and grow_index() reinserts each probe run from its
+  // start.
+  static std::uint32_t hash(const PageKey& key) {
+    // murmur3's 64-bit finaliser over the chain id, the offset and the group.
     std::uint64_t x = key.chain ^ (std::uint64_t{key.offset} * 0x9E3779B97F4A7C15ull) ^
                       (std::uint64_t{key.group} * 0xD6E8FEB86659FD93ull);
     x ^= x >> 33;
@@ -209,18 +229,18 @@ class PrefixCache {
     x ^= x >> 33;
     x *= 0xC4CEB9FE1A85EC53ull;
     x ^= x >> 33;
-    return x;
+    return static_cast<std::uint32_t>(x);
   }
-  // The first slot of key, or the empty one ending its run.
-  std::size_t slot_of(const PageKey& key) const {
+  std::size_t home(std::uint32_t h) const { return h & (slots_.size() - 1); }
+  // The first slot of key (whose hash is h), or the empty one ending its run.
+  std::size_t slot_of(const PageKey& key, std::uint32_t h) const {
     const std::size_t mask = slots_.size() - 1;
-    std::size_t slot = static_cast<std::size_t>(mix(key)) & mask;
-    while (slots_[slot].block != kInvalidBlock &&
-           (slots_[slot].chain != key.chain || slots_[slot].offset != key.offset ||
-            slots_[slot].group != key.group)) {
+    std::size_t slot = home(h);
+    for (;;) {
+      const Slot& at = slots_[slot];
+      if (at.block == kInvalidBlock || (at.hash == h && entries_[at.block].key == key)) return slot;
       slot = (slot + 1) & mask;
     }
-    return slot;
   }
   // The empty slot ending the run that `from` is in.
   std::size_t free_slot_from(std::size_t from) const {
@@ -228,12 +248,14 @@ class PrefixCache {
     while (slots_[from].block != kInvalidBlock) from = (from + 1) & mask;
     return from;
   }
-  void index_erase(std::size_t slot);
+  // Removes cached block b from the index.
+  void index_erase(BlockId b);
 
   EvictPolicy policy_;
   std::uint32_t pool_blocks_;
   bool duplicates_;
   std::vector<Entry> entries_;   // by block id, grown on demand
+  std::vector<Rank> ranks_;      // fifo, lfu: by block id, as many as entries_
   std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation
   std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
   // lru: the evictable blocks in the order they became evictable (a doubly
@@ -262,16 +284,15 @@ class PrefixCache {
   // The next block to evict (its candidate taken off the heap under fifo and
   // lfu), or kInvalidBlock when none is evictable.
   BlockId take_victim();
+  // evict_for_reuse under lru: the first n blocks of the list.
+  std::uint32_t evict_lru_for_reuse(BlockPool& pool, std::uint32_t n, std::vector<BlockId>& out);
   std::uint32_t evictable_count_ = 0;
   std::uint32_t watched_evictable_ = 0;
   std::vector<BlockId> watched_;  // every block watched since unwatch_all (some no longer)
-  // One slot per cache line share: key and block together, so a probe costs
-  // one memory access.
+  // Eight bytes a slot, so that the index of a large pool stays in cache.
   struct Slot {
-    std::uint64_t chain = 0;
-    std::uint32_t offset = 0;
+    std::uint32_t hash = 0;         // hash(key) of the block's key
     BlockId block = kInvalidBlock;  // kInvalidBlock: empty
-    std::uint32_t group = 0;
   };
   std::vector<Slot> slots_;
   std::size_t size_ = 0;  // live slots
@@ -285,23 +306,25 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
   Entry& cached = entry_of(b);
   if (cached.cached) return false;
   reserve_slot();
-  // One probe: the lookup finds the free slot too (past the key's entries
-  // when duplicates are kept).
-  std::size_t slot = slot_of(key);
-  if (slots_[slot].block != kInvalidBlock) {
-    if (!duplicates_) return false;
-    slot = free_slot_from(slot);
-  }
+  // With duplicates the key goes after its entries: the empty slot ending
+  // its run, found without comparing keys. Without, one probe finds the key
+  // or the free slot.
+  const std::uint32_t h = hash(key);
+  const std::size_t slot = duplicates_ ? free_slot_from(home(h)) : slot_of(key, h);
+  if (slots_[slot].block != kInvalidBlock) return false;
   if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
-  slots_[slot] = Slot{key.chain, key.offset, b, key.group};
+  slots_[slot] = Slot{h, b};
   ++size_;
-  cached.slot = static_cast<std::uint32_t>(slot);
+  cached.hash = h;
   cached.key = key;
-  cached.inserted = cached.last_use = tick;
-  cached.hits = 0;
   cached.cached = true;
   cached.evictable = false;
-  ++cached.version;
+  if (policy_ != EvictPolicy::kLru) {
+    Rank& rank = ranks_[b];
+    rank.inserted = rank.last_use = tick;
+    rank.hits = 0;
+    ++rank.version;
+  }
   return true;
 }
 

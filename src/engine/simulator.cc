@@ -508,7 +508,7 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
     const std::uint32_t chunk = std::min(request.prompt - hit_tokens, budget);
     const std::uint64_t needed = ceil_div(std::uint64_t{hit_tokens} + chunk, pt) - hits.size();
-    if (!room_beside_hits(hits, needed)) {
+    if (!room_beside_hits(flight, needed)) {
       stop = true;
       return true;
     }
@@ -709,35 +709,50 @@ void Simulator::verify_hits(Flight& flight) {
     }
     for (std::size_t i = valid; i < hits.size(); ++i) cache_.unwatch(hits[i]);
   } else {
-    // This flight becomes the tracked one: its hits, and only they, watched.
+    // This flight becomes the tracked one: its hits, and only they, watched
+    // (once track_hits runs).
     cache_.unwatch_all();
     valid = 0;
     while (valid < hits.size() && cache_.cached_as(hits[valid], flight.hit_keys[valid])) ++valid;
     flight.track_id = tracked_ = ++last_track_id_;  // never reused
-    for (std::size_t i = 0; i < valid; ++i) track_hit(hits[i], i);
   }
+  // A flight verified again is one whose last attempt failed: track_hits ran.
+  assert(!evicted || flight.watched_hits == hits.size());
   hits.resize(valid);
   flight.hit_keys.resize(valid);
+  flight.watched_hits = evicted ? static_cast<std::uint32_t>(valid) : 0;
   tracked_mark_ = cache_.evictions();
+}
+
+void Simulator::track_hits(Flight& flight) {
+  // verify_hits made this flight the tracked one, and no block was evicted since.
+  assert(flight.track_id == tracked_ && tracked_mark_ == cache_.evictions());
+  const std::vector<BlockId>& hits = flight.hit_blocks;
+  for (std::size_t i = flight.watched_hits; i < hits.size(); ++i) track_hit(hits[i], i);
+  flight.watched_hits = static_cast<std::uint32_t>(hits.size());
 }
 
 void Simulator::forget_hits(Flight& flight) {
   flight.hit_blocks.clear();
   flight.hit_keys.clear();
+  flight.watched_hits = 0;
   if (flight.track_id == tracked_) {
     cache_.unwatch_all();
     tracked_ = 0;  // the next verification is hit by hit
   }
 }
 
-bool Simulator::room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed) {
+bool Simulator::room_beside_hits(Flight& flight, std::uint64_t needed) {
   // Free blocks and evictable cached ones, less the hits that are evictable
   // (touching them takes them off the free queue). The hits are counted only
   // when the bounds leave the answer open.
+  const std::vector<BlockId>& hits = flight.hit_blocks;
   const std::uint64_t available = pool_.free_count() + cache_.evictable();
   const std::uint64_t wanted = needed + watermark_blocks_;
+  if (available >= wanted + hits.size()) return true;  // admitted: its hits need no tracking
+  // The flight waits, or may: its hits tracked from now on.
+  track_hits(flight);
   if (available < wanted) return false;
-  if (available >= wanted + hits.size()) return true;
   // The hits are the tracked flight's, watched in the cache: those that are
   // evictable (held by the cache alone) are counted as they change.
   const std::uint64_t evictable_hits = cache_.watched_evictable();
@@ -765,14 +780,6 @@ void Simulator::track_hit(BlockId block, std::size_t pos) {
   if (block >= hit_slots_.size()) hit_slots_.resize(std::size_t{block} + 1);
   hit_slots_[block] = HitSlot{tracked_, static_cast<std::uint32_t>(pos)};
   cache_.watch(block);
-}
-
-void Simulator::add_hit(Flight& flight, BlockId block, const PageKey& key) {
-  // verify_hits made this flight the tracked one.
-  assert(flight.track_id == tracked_);
-  track_hit(block, flight.hit_blocks.size());
-  flight.hit_blocks.push_back(block);
-  flight.hit_keys.push_back(key);
 }
 
 bool Simulator::install_hits(Flight& flight, const std::vector<BlockId>& hits,
@@ -811,9 +818,10 @@ void Simulator::release_sample(Sample& sample) {
     count_layout(state_, table, -1);
     std::vector<BlockId>& blocks = release_scratch_;
     blocks.assign(table.entries().begin(), table.entries().end());
-    // Pages on the null block (skipped by a sliding window) were uncounted then.
+    // Pages on the null block (skipped by a sliding window) were uncounted
+    // then; only a hybrid run's tables hold it.
     const auto skipped = static_cast<std::size_t>(
-        null_block_ ? std::count(blocks.begin(), blocks.end(), *null_block_) : 0);
+        hybrid_ ? std::count(blocks.begin(), blocks.end(), *null_block_) : 0);
     state_.table_entries -= blocks.size() - skipped;
     request_entries_ -= blocks.size() - skipped;
     (void)table.release_all(pool_);  // tables built by this simulator are consistent

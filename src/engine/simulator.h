@@ -369,6 +369,7 @@ class Simulator {
     std::vector<BlockId> hit_blocks;
     std::vector<PageKey> hit_keys;
     std::uint64_t track_id = 0;  // names this flight's hits in hit_slots_
+    std::uint32_t watched_hits = 0;  // the leading hits tracked so far (track_hits)
     std::vector<Sample> samples;
     // vllm: one table per request (n > 1 fanned out into children). uid keys
     // the request's own pages in the cache, prompt_uid the prompt pages its
@@ -405,15 +406,22 @@ class Simulator {
   // under their keys. For the flight verified last, only the blocks evicted
   // since are looked at; any other is verified hit by hit and becomes that flight.
   void verify_hits(Flight& flight);
-  void add_hit(Flight& flight, BlockId block, const PageKey& key);
+  void add_hit(Flight& flight, BlockId block, const PageKey& key) {
+    flight.hit_blocks.push_back(block);
+    flight.hit_keys.push_back(key);
+  }
+  // Tracks the hits of the tracked flight not tracked yet (track_hit each).
+  // Done only once its admission is not settled by the free blocks alone: a
+  // flight admitted at its first attempt never needs its hits tracked.
+  void track_hits(Flight& flight);
   // Records `block` as the tracked flight's hit at `pos`, and watches it.
   void track_hit(BlockId block, std::size_t pos);
   // Clears an admitted flight's hits; when it was the tracked one, no flight is.
   void forget_hits(Flight& flight);
-  // Whether `needed` blocks (and the watermark) can be had besides `hits`
-  // (the tracked flight's). Under --check every the O(1) count of evictable
-  // hits is recounted, a difference recorded as a violation.
-  bool room_beside_hits(const std::vector<BlockId>& hits, std::uint64_t needed);
+  // Whether `needed` blocks (and the watermark) can be had besides the hits
+  // of `flight` (the tracked one). Under --check every the O(1) count of
+  // evictable hits is recounted, a difference recorded as a violation.
+  bool room_beside_hits(Flight& flight, std::uint64_t needed);
   bool vllm() const { return options_.engine == EngineKind::kVllm && paged(); }
   // engine/vllm_scheduler.cc
   bool step_vllm();
@@ -446,6 +454,8 @@ class Simulator {
   bool hybrid() const { return hybrid_; }
   void preempt_vllm(std::unique_ptr<Flight> victim);
   bool cache_full_blocks_vllm(Flight& flight);
+  // Records cache_full_blocks_vllm's failure to cache a page; returns false.
+  [[gnu::cold]] bool caching_failed(const Flight& flight, std::uint32_t page, CoreError error);
   PageKey vllm_key(const Flight& flight, std::uint32_t page) const;
   std::optional<SkipReason> never_fits_vllm(const Request& request, std::uint64_t& need) const;
   bool admit_next(std::uint32_t& budget, bool& stop);
@@ -507,6 +517,7 @@ class Simulator {
   std::vector<BlockId> holds_;
   std::vector<BlockId> release_scratch_;  // release_sample's copy of a table
   std::vector<BlockId> alloc_scratch_;    // allocate_vllm's blocks for new pages
+  std::vector<std::pair<Flight*, std::uint32_t>> scheduled_;  // step_vllm's, reused
   // By block: which tracked flight's hit it is, and where (see verify_hits).
   struct HitSlot {
     std::uint64_t owner = 0;

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cassert>
 #include <memory>
+#include <span>
 #include <utility>
 
 #include "engine/simulator.h"
@@ -30,6 +31,44 @@ constexpr std::uint64_t kOwnChainBase = 1ull << 62;
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return (a + b - 1) / b;
 }
+
+// The trace's hash block of consecutive pages from a given one on, walked
+// instead of divided for each page: while hashed(), the page's vllm_key is
+// key() (the same key: checked in debug builds).
+class HashedPages {
+ public:
+  HashedPages(const Request& request, std::uint32_t page_tokens, std::uint32_t page)
+      : hash_ids_(request.hash_ids),
+        page_tokens_(page_tokens),
+        hash_block_(request.hash_block_tokens),
+        hashed_end_(std::min<std::uint64_t>(request.prompt, hash_ids_.size() * hash_block_)),
+        end_((std::uint64_t{page} + 1) * page_tokens) {
+    if (!hash_ids_.empty()) k_ = (end_ - 1) / hash_block_;
+    k_start_ = k_ * hash_block_;
+  }
+  // Whether the page is a prompt page inside the trace's hash blocks.
+  bool hashed() const { return end_ <= hashed_end_; }
+  // REQUIRES hashed().
+  PageKey key() const {
+    return PageKey{hash_ids_[k_], static_cast<std::uint32_t>(end_ - k_start_)};
+  }
+  void next() {
+    end_ += page_tokens_;
+    while (k_start_ + hash_block_ < end_ && end_ <= hashed_end_) {
+      ++k_;
+      k_start_ += hash_block_;
+    }
+  }
+
+ private:
+  std::span<const std::uint64_t> hash_ids_;
+  std::uint64_t page_tokens_;
+  std::uint64_t hash_block_;
+  std::uint64_t hashed_end_;
+  std::uint64_t end_;        // the page's end, in tokens
+  std::uint64_t k_ = 0;      // hash block holding the page's last token
+  std::uint64_t k_start_ = 0;  // its first token
+};
 
 }  // namespace
 
@@ -125,45 +164,28 @@ bool Simulator::cache_full_blocks_vllm(Flight& flight) {
   const std::uint32_t full_pages = sample.table.length() / pt;
   if (flight.cached_pages >= full_pages) return true;
   const std::span<const BlockId> entries = sample.table.entries();
-  // vllm_key of consecutive pages, walking the trace's hash blocks instead of
-  // dividing for each page (the keys are the same: checked in debug builds).
-  const Request& request = flight.request;
-  const std::uint64_t hash_block = request.hash_block_tokens;
-  std::uint64_t k = 0;  // hash block holding the page's last token
-  std::uint64_t end = (std::uint64_t{flight.cached_pages} + 1) * pt;
-  if (!request.hash_ids.empty()) k = (end - 1) / hash_block;
-  std::uint64_t k_start = k * hash_block;  // its first token
-  // Pages keyed by the trace's hash chain: prompt pages inside its hash blocks.
-  const std::uint64_t hashed_end =
-      std::min<std::uint64_t>(request.prompt, request.hash_ids.size() * hash_block);
   const std::uint32_t last = std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
-  for (std::uint32_t page = flight.cached_pages; page < last; ++page, end += pt) {
+  HashedPages walk(flight.request, pt, flight.cached_pages);
+  for (std::uint32_t page = flight.cached_pages; page < last; ++page, walk.next()) {
     if (entries[page] == kInvalidBlock) break;
-    PageKey key;
-    if (end <= hashed_end) {
-      while (k_start + hash_block < end) {
-        ++k;
-        k_start += hash_block;
-      }
-      key = PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k_start)};
-    } else {
-      key = vllm_key(flight, page);
-    }
+    PageKey key = walk.hashed() ? walk.key() : vllm_key(flight, page);
     assert(key == vllm_key(flight, page));
+    if (!hybrid_) {
+      // One full-attention group: the page's block, never the null block.
+      auto inserted = cache_.insert(key, entries[page], pool_, tick_);
+      if (!inserted) return caching_failed(flight, page, inserted.error());
+      state_.table_entries += inserted.value() ? 1 : 0;
+      continue;
+    }
     // SingleTypeKVCacheManager.cache_blocks of every group, in group order:
     // the same block hash, keyed by group (make_block_hash_with_group_id);
     // a page on the null block (skipped by a window) is not cached.
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       const BlockId block = g == 0 ? entries[page] : sample.more[g - 1].entries()[page];
-      if (null_block_ && block == *null_block_) continue;
+      if (block == *null_block_) continue;
       key.group = static_cast<std::uint32_t>(g);
       auto inserted = cache_.insert(key, block, pool_, tick_);
-      if (!inserted) {
-        violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                               fmt::format("request {}: caching page {} failed: {}",
-                                           flight.request.id, page, inserted.error())};
-        return false;
-      }
+      if (!inserted) return caching_failed(flight, page, inserted.error());
       state_.table_entries += inserted.value() ? 1 : 0;
     }
   }
@@ -171,13 +193,21 @@ bool Simulator::cache_full_blocks_vllm(Flight& flight) {
   return true;
 }
 
+bool Simulator::caching_failed(const Flight& flight, std::uint32_t page, CoreError error) {
+  violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                         fmt::format("request {}: caching page {} failed: {}", flight.request.id,
+                                     page, error)};
+  return false;
+}
+
 bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   // KVCacheManager.allocate_slots: blocks for the tokens scheduled this step
   // only, never for the whole request ahead; KVCacheCoordinator.allocate_new_blocks
   // asks every group in turn, all from the one pool.
   Sample& sample = flight.samples[0];
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    if (!append_group_vllm(flight, group_table(sample, g), tokens)) return false;
+  if (!append_group_vllm(flight, sample.table, tokens)) return false;
+  for (std::size_t g = 1; g < groups_.size(); ++g) {
+    if (!append_group_vllm(flight, sample.more[g - 1], tokens)) return false;
   }
   sample.length += tokens;
   totals_.tokens_appended += tokens;
@@ -374,9 +404,12 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     std::vector<BlockId>& hits = flight.hit_blocks;
     if (options_.prefix_cache) {
       verify_hits(flight);
-      for (auto page = static_cast<std::uint32_t>(hits.size());
-           (std::uint64_t{page} + 1) * pt <= num_tokens - 1; ++page) {
-        const PageKey key = vllm_key(flight, page);
+      const auto first = static_cast<std::uint32_t>(hits.size());
+      HashedPages walk(flight.request, pt, first);
+      for (std::uint32_t page = first; (std::uint64_t{page} + 1) * pt <= num_tokens - 1;
+           ++page, walk.next()) {
+        const PageKey key = walk.hashed() ? walk.key() : vllm_key(flight, page);
+        assert(key == vllm_key(flight, page));
         auto block = cache_.find(key);
         if (!block) break;
         add_hit(flight, *block, key);
@@ -385,7 +418,7 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
     const std::uint32_t tokens = std::min(num_tokens - hit_tokens, budget);
     const std::uint64_t needed = ceil_div(std::uint64_t{hit_tokens} + tokens, pt) - hits.size();
-    if (!room_beside_hits(hits, needed)) break;  // allocate_slots returned None
+    if (!room_beside_hits(flight, needed)) break;  // allocate_slots returned None
 
     std::unique_ptr<Flight> owned = std::move(waiting_.front());
     waiting_.pop_front();
@@ -578,7 +611,8 @@ bool Simulator::admit_hybrid_vllm(std::uint32_t& budget,
 bool Simulator::step_vllm() {
   ++tick_;
   std::uint32_t budget = options_.max_batched_tokens;
-  std::vector<std::pair<Flight*, std::uint32_t>> scheduled;
+  std::vector<std::pair<Flight*, std::uint32_t>>& scheduled = scheduled_;
+  scheduled.clear();
   bool preempted = false;
   if (!schedule_running_vllm(budget, preempted, scheduled)) return false;
   // Scheduler.schedule: no waiting request is scheduled in a step that preempted.
@@ -608,20 +642,21 @@ bool Simulator::step_vllm() {
   // (KVCacheManager.free), uncached ones back to the free queue, cached ones
   // evictable.
   if (any_finished) {
-    std::vector<std::unique_ptr<Flight>> still;
-    still.reserve(running_.size());
-    for (auto& flight : running_) {
-      if (!flight->samples[0].done) {
-        still.push_back(std::move(flight));
+    std::size_t kept = 0;  // the running ones, moved up in order
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      Flight& flight = *running_[i];
+      if (!flight.samples[0].done) {
+        if (kept != i) running_[kept] = std::move(running_[i]);
+        ++kept;
         continue;
       }
-      release_sample(flight->samples[0]);
-      if (--*flight->siblings_left == 0) {
+      release_sample(flight.samples[0]);
+      if (--*flight.siblings_left == 0) {
         ++sim_.finished;
-        request_done(*flight);
+        request_done(flight);
       }
     }
-    running_ = std::move(still);
+    running_.resize(kept);
   }
   running_samples_ = running_.size();
   return end_step();
