@@ -156,43 +156,45 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                  "parameters are known)")
       ->check(CLI::IsMember(std::vector<std::string>{"auto", "roofline", "linear"}))
       ->group("Cost model");
-  roofline_options.push_back(app.add_option("--compute-efficiency", defaults.cost.roofline.compute_efficiency,
-                 "roofline: share of the GPU's dense peak FLOPs reached (default 0.6)")
-      ->check(CLI::Range(1e-3, 1.0))
-      ->group("Cost model"));
-  roofline_options.push_back(app.add_option("--bandwidth-efficiency", defaults.cost.roofline.bandwidth_efficiency,
-                 "roofline: share of HBM bandwidth reached (default 0.8)")
-      ->check(CLI::Range(1e-3, 1.0))
-      ->group("Cost model"));
-  roofline_options.push_back(app.add_option("--link-efficiency", defaults.cost.roofline.link_efficiency,
-                 "roofline: share of the GPU link's bandwidth an all-reduce reaches (default 0.7)")
-      ->check(CLI::Range(1e-3, 1.0))
-      ->group("Cost model"));
-  roofline_options.push_back(app.add_option("--allreduce-latency-us", defaults.cost.roofline.allreduce_latency_us,
-                 "roofline: fixed cost of one tensor-parallel all-reduce (default 5)")
-      ->check(CLI::Range(0.0, 1e6))
-      ->group("Cost model"));
-  roofline_options.push_back(app.add_option("--step-overhead-ms", defaults.cost.roofline.step_overhead_ms,
-                 "roofline: fixed ms per step (scheduler, sampling, launch; default 0.5)")
-      ->check(CLI::Range(0.0, 1e6))
-      ->group("Cost model"));
-  linear_options = {
-      app.add_option("--step-ms", defaults.cost.linear.step_ms,
-                     "linear: fixed ms per step (default 5)")
-          ->check(CLI::Range(0.0, 1e6))
-          ->group("Cost model"),
-      app.add_option("--prefill-token-ms", defaults.cost.linear.prefill_token_ms,
-                     "linear: ms per prompt token computed (default 0.025)")
-          ->check(CLI::Range(0.0, 1e6))
-          ->group("Cost model"),
-      app.add_option("--decode-seq-ms", defaults.cost.linear.decode_seq_ms,
-                     "linear: ms per sequence decoded (default 0.01)")
-          ->check(CLI::Range(0.0, 1e6))
-          ->group("Cost model"),
-      app.add_option("--kv-bandwidth-gbps", defaults.cost.linear.kv_bandwidth_gbps,
-                     "linear: GB/s at which attention reads KV (default 3000)")
-          ->check(CLI::Range(1e-3, 1e9))
-          ->group("Cost model")};
+  // The constants of each cost model (model/roofline.h, engine/simulator.h): a
+  // constant given with the other model is refused in resolve().
+  struct Constant {
+    const char* name;
+    double* value;
+    const char* help;
+    double lo, hi;
+  };
+  RooflineConstants& roofline = defaults.cost.roofline;
+  LinearCost& linear = defaults.cost.linear;
+  const Constant roofline_constants[] = {
+      {"--compute-efficiency", &roofline.compute_efficiency,
+       "roofline: share of the GPU's dense peak FLOPs reached (default 0.6)", 1e-3, 1.0},
+      {"--bandwidth-efficiency", &roofline.bandwidth_efficiency,
+       "roofline: share of HBM bandwidth reached (default 0.8)", 1e-3, 1.0},
+      {"--link-efficiency", &roofline.link_efficiency,
+       "roofline: share of the GPU link's bandwidth an all-reduce reaches (default 0.7)", 1e-3,
+       1.0},
+      {"--allreduce-latency-us", &roofline.allreduce_latency_us,
+       "roofline: fixed cost of one tensor-parallel all-reduce (default 5)", 0.0, 1e6},
+      {"--step-overhead-ms", &roofline.step_overhead_ms,
+       "roofline: fixed ms per step (scheduler, sampling, launch; default 0.5)", 0.0, 1e6},
+  };
+  const Constant linear_constants[] = {
+      {"--step-ms", &linear.step_ms, "linear: fixed ms per step (default 5)", 0.0, 1e6},
+      {"--prefill-token-ms", &linear.prefill_token_ms,
+       "linear: ms per prompt token computed (default 0.025)", 0.0, 1e6},
+      {"--decode-seq-ms", &linear.decode_seq_ms, "linear: ms per sequence decoded (default 0.01)",
+       0.0, 1e6},
+      {"--kv-bandwidth-gbps", &linear.kv_bandwidth_gbps,
+       "linear: GB/s at which attention reads KV (default 3000)", 1e-3, 1e9},
+  };
+  auto declare = [&](const Constant& c) {
+    return app.add_option(c.name, *c.value, c.help)
+        ->check(CLI::Range(c.lo, c.hi))
+        ->group("Cost model");
+  };
+  for (const Constant& c : roofline_constants) roofline_options.push_back(declare(c));
+  for (const Constant& c : linear_constants) linear_options.push_back(declare(c));
   slo_ttft = app.add_option("--slo-ttft-ms", slo_ttft_ms,
                             "SLO: time to first token, ms (SLO attainment and goodput)")
                  ->check(CLI::Range(0.0, 1e12))

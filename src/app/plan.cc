@@ -125,13 +125,6 @@ struct UnfitCell {
 // Whether a simulation serves the trace: no preemption, nothing skipped for a
 // pool too small, and with SLOs at least `slo_attainment` of the requests
 // meeting them (SPEC 3.4).
-// A latency in ms for the table: "850ms", "12.3s", "1.2h".
-std::string latency_text(double ms) {
-  if (ms < 1e4) return fmt::format("{:.0f}ms", ms);
-  if (ms < 3.6e6) return fmt::format("{:.1f}s", ms / 1e3);
-  return fmt::format("{:.1f}h", ms / 3.6e6);
-}
-
 bool serves(const SimulationResult& result, double slo_attainment) {
   // Requests longer than max_seq_tokens (and failed BurstGPT rows) are skipped
   // whatever the pool; every other request must be served.
@@ -144,7 +137,8 @@ bool serves(const SimulationResult& result, double slo_attainment) {
 }  // namespace
 
 int run_plan(const PlanRequest& request) {
-  auto serves_without_preemption = [&](const SimulationResult& result) {
+  // No preemption, nothing skipped for the pool, and the SLOs when given.
+  auto serves_trace = [&](const SimulationResult& result) {
     return serves(result, request.slo_attainment);
   };
   const bool slo = request.options.slo.any();
@@ -325,7 +319,7 @@ int run_plan(const PlanRequest& request) {
           search.violation = first_violation(result.value());
           return std::nullopt;
         }
-        return serves_without_preemption(result.value());
+        return serves_trace(result.value());
       };
       // The smallest passing pool above `low` (which fails, or is 0): doubling
       // from `start` to a passing pool, then bisection. 0 when none below the bound.
@@ -359,7 +353,7 @@ int run_plan(const PlanRequest& request) {
             continue;
           }
           if (cell.config.kv.pool_blocks < *found) continue;
-          if (!serves_without_preemption(*cell.result)) {
+          if (!serves_trace(*cell.result)) {
             failing = std::max<std::uint64_t>(failing, cell.config.kv.pool_blocks);
           }
         }
@@ -491,8 +485,8 @@ int run_plan(const PlanRequest& request) {
         r["prefix_cache"]["hit_rate"].get<double>(), r["requests"]["finished"].get<std::uint64_t>(),
         r["requests"]["skipped"].get<std::uint64_t>(),
         r["scheduler"]["output_tokens_per_second"].get<double>(),
-        latency_text(r["latency"]["ttft_ms"]["p99"].get<double>()),
-        latency_text(r["latency"]["tpot_ms"]["p99"].get<double>()),
+        ms_text(r["latency"]["ttft_ms"]["p99"].get<double>()),
+        ms_text(r["latency"]["tpot_ms"]["p99"].get<double>()),
         load["ratio"].is_null() ? std::string("-")
                                 : fmt::format("{:.2f}{}", load["ratio"].get<double>(),
                                               load["overloaded"].get<bool>() ? "!" : ""),
@@ -555,10 +549,10 @@ int run_plan(const PlanRequest& request) {
       const PlanCell* answer = nullptr;
       std::vector<std::string> raised;
       for (const PlanCell* candidate : members) {
-        if (!serves_without_preemption(*candidate->result)) continue;
+        if (!serves_trace(*candidate->result)) continue;
         const PlanCell* failing = nullptr;
         for (const PlanCell* other : members) {
-          if (gpus_of(other) >= gpus_of(candidate) && !serves_without_preemption(*other->result)) {
+          if (gpus_of(other) >= gpus_of(candidate) && !serves_trace(*other->result)) {
             failing = other;
           }
         }

@@ -67,8 +67,7 @@ nlohmann::json sim_options_json(const SimOptions& options) {
           {"evict", std::string(to_string(options.evict))},
           {"max_seqs", options.max_seqs},
           {"max_batched_tokens", options.max_batched_tokens},
-          {"watermark", options.watermark},
-          {"cost", cost_json(options.cost, std::nullopt)}};
+          {"watermark", options.watermark}};
   if (options.engine == EngineKind::kVllm) out["gpu_class"] = std::string(to_string(options.gpu_class));
   if (options.slo.ttft_ms) out["slo_ttft_ms"] = *options.slo.ttft_ms;
   if (options.slo.tpot_ms) out["slo_tpot_ms"] = *options.slo.tpot_ms;
@@ -76,21 +75,15 @@ nlohmann::json sim_options_json(const SimOptions& options) {
 }
 
 nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& roofline) {
-  const bool linear = roofline ? false : cost.kind == CostKind::kLinear;
-  if (roofline || (!linear && cost.kind != CostKind::kAuto)) {
-    const RooflineConstants& c = cost.roofline;
-    nlohmann::json out = {{"model", "roofline"},
-                          {"compute_efficiency", c.compute_efficiency},
-                          {"bandwidth_efficiency", c.bandwidth_efficiency},
-                          {"link_efficiency", c.link_efficiency},
-                          {"allreduce_latency_us", c.allreduce_latency_us},
-                          {"step_overhead_ms", c.step_overhead_ms}};
-    if (roofline) out["gpu"] = roofline->gpu();
-    return out;
-  }
-  if (cost.kind == CostKind::kAuto) {
-    // Not yet resolved (the options alone): both sets of constants.
-    return {{"model", "auto"}};
+  if (roofline) {
+    const RooflineConstants& c = roofline->constants();
+    return {{"model", "roofline"},
+            {"gpu", roofline->gpu()},
+            {"compute_efficiency", c.compute_efficiency},
+            {"bandwidth_efficiency", c.bandwidth_efficiency},
+            {"link_efficiency", c.link_efficiency},
+            {"allreduce_latency_us", c.allreduce_latency_us},
+            {"step_overhead_ms", c.step_overhead_ms}};
   }
   return {{"model", "linear"},
           {"step_ms", cost.linear.step_ms},

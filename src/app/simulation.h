@@ -67,10 +67,11 @@ InputResult<SimulationResult> simulate_file(
 std::string requests_csv_header();
 std::string requests_csv_row(const RequestTimes& times);
 
-// The report's "config.simulation" object: the options a simulation ran with.
+// The report's "config.simulation" object: the options a simulation ran with
+// (its "cost" is the run's, cost_json: the options alone do not resolve auto).
 nlohmann::json sim_options_json(const SimOptions& options);
-// Its "cost" object: the cost model run (`roofline`: the one a Simulator made,
-// else none: linear, or auto before a run resolves it) and its constants.
+// The "cost" object: the cost model a Simulator ran (`roofline`: the one it
+// made; none: linear) and its constants.
 nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& roofline);
 // {count, mean, p50, p90, p99, max} of one latency.
 nlohmann::json latency_json(const LatencySummary& summary);

@@ -42,6 +42,12 @@ static_assert(enum_names_unique(kCostKindNames));
 
 }  // namespace
 
+double LinearCost::step_ms_of(const StepWork& work, std::uint64_t bytes_per_token) const {
+  return step_ms + static_cast<double>(work.prefill_tokens()) * prefill_token_ms +
+         static_cast<double>(work.decode_requests()) * decode_seq_ms +
+         work.context_read() * static_cast<double>(bytes_per_token) / (kv_bandwidth_gbps * 1e6);
+}
+
 std::string_view to_string(CostKind kind) {
   return enum_name(kCostKindNames, kind);
 }
@@ -167,7 +173,7 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
     return;
   }
   if (options.cost.kind != CostKind::kLinear && config.model_spec) {
-    const GpuSpec* gpu = find_gpu_preset(config.gpu.empty() ? kDefaultCostGpu : config.gpu);
+    const GpuSpec* gpu = cost_gpu(config);
     const double per_layer = static_cast<double>(config.kv.bytes_per_token()) /
                              std::max<std::uint32_t>(config.kv.layers, 1);
     if (gpu != nullptr) {
@@ -177,6 +183,10 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
     }
   }
   work_ = StepWork(roofline_ ? roofline_->sliding_window() : 0);
+}
+
+const GpuSpec* cost_gpu(const RunConfig& config) {
+  return find_gpu_preset(config.gpu.empty() ? kDefaultCostGpu : config.gpu);
 }
 
 std::optional<std::string> sim_options_error(const RunConfig& config, const SimOptions& options) {
@@ -201,7 +211,7 @@ std::optional<std::string> sim_options_error(const RunConfig& config, const SimO
           "--cost-model roofline needs the model's parameter count (--model or --model-config); "
           "give --cost-model linear for geometry set by hand");
     }
-    if (find_gpu_preset(config.gpu.empty() ? kDefaultCostGpu : config.gpu) == nullptr) {
+    if (cost_gpu(config) == nullptr) {
       return fmt::format("--cost-model roofline: unknown GPU '{}'", config.gpu);
     }
   }
@@ -315,8 +325,7 @@ OverloadFigures Simulator::overload() const {
   return out;
 }
 
-void Simulator::skip_request(const Request& request) {
-  if (!on_request) return;
+RequestTimes request_times(const Request& request) {
   RequestTimes times;
   times.line = request.line;
   times.id = request.id;
@@ -324,19 +333,18 @@ void Simulator::skip_request(const Request& request) {
   times.output = request.output;
   times.n = request.n;
   times.arrival = request.arrival;
+  return times;
+}
+
+void Simulator::skip_request(const Request& request) {
+  if (!on_request) return;
+  RequestTimes times = request_times(request);
   times.skipped = true;
   on_request(times);
 }
 
 std::shared_ptr<RequestTimes> Simulator::new_times(const Request& request) {
-  auto times = std::make_shared<RequestTimes>();
-  times->line = request.line;
-  times->id = request.id;
-  times->prompt = request.prompt;
-  times->output = request.output;
-  times->n = request.n;
-  times->arrival = request.arrival;
-  return times;
+  return std::make_shared<RequestTimes>(request_times(request));
 }
 
 void Simulator::schedule_work(Flight& flight, std::uint64_t context, std::uint64_t tokens,
@@ -440,11 +448,7 @@ bool Simulator::end_step() {
   if (roofline_) {
     step_ms = roofline_->step_ms(work_);
   } else {
-    const LinearCost& cost = options_.cost.linear;
-    step_ms = cost.step_ms + static_cast<double>(work_.prefill_tokens()) * cost.prefill_token_ms +
-              static_cast<double>(work_.decode_requests()) * cost.decode_seq_ms +
-              work_.context_read() * static_cast<double>(config_.kv.bytes_per_token()) /
-                  (cost.kv_bandwidth_gbps * 1e6);
+    step_ms = options_.cost.linear.step_ms_of(work_, config_.kv.bytes_per_token());
   }
   now_ += step_ms / 1000.0;
   last_first_tokens_ = step_first_tokens_.size();

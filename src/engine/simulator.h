@@ -96,12 +96,17 @@ enum class CostKind : std::uint8_t { kAuto, kRoofline, kLinear };
 std::string_view to_string(CostKind kind);
 std::optional<CostKind> parse_cost_kind(std::string_view name);
 inline constexpr std::string_view kDefaultCostGpu = "h100-80gb";
+// The GPU a roofline runs on: --gpu's preset, else kDefaultCostGpu's; nullptr
+// for an unknown name.
+const GpuSpec* cost_gpu(const RunConfig& config);
 
 struct LinearCost {
   double step_ms = 5.0;             // fixed cost per step (weights read, launch)
   double prefill_token_ms = 0.025;  // per prompt token computed
   double decode_seq_ms = 0.01;      // per sequence decoded
   double kv_bandwidth_gbps = 3000;  // attention reads every context token's KV
+  // The formula above, for one step's work.
+  double step_ms_of(const StepWork& work, std::uint64_t bytes_per_token) const;
 };
 
 struct CostModel {
@@ -143,6 +148,9 @@ struct RequestTimes {
     return (finished - first_token) * 1e3 / (output - 1);
   }
 };
+
+// A request's identity and sizes as times (none of them stamped yet).
+RequestTimes request_times(const Request& request);
 
 // mean and percentiles (linear interpolation between order statistics, as
 // numpy's default) of one latency over the finished requests.

@@ -319,9 +319,7 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
     }
     auto ms = [&](std::initializer_list<const char*> where) {
       const nlohmann::json& v = at_path(report, where);
-      if (!v.is_number()) return std::string("-");
-      const double x = v.get<double>();
-      return x < 1e4 ? fmt::format("{:.1f} ms", x) : fmt::format("{:.1f} s", x / 1e3);
+      return v.is_number() ? ms_text(v.get<double>()) : std::string("-");
     };
     body += card("TTFT p50 / p99", ms({"latency", "ttft_ms", "p50"}) + " / " +
                                        ms({"latency", "ttft_ms", "p99"}));
@@ -388,9 +386,7 @@ std::string render_plan_html(const nlohmann::json& plan) {
   body += "</tr>\n";
   auto latency = [](const nlohmann::json& c, const char* name) {
     const nlohmann::json& v = at_path(c, {"latency", name, "p99"});
-    if (!v.is_number()) return std::string("-");
-    const double ms = v.get<double>();
-    return ms < 1e4 ? fmt::format("{:.1f} ms", ms) : fmt::format("{:.1f} s", ms / 1e3);
+    return v.is_number() ? ms_text(v.get<double>()) : std::string("-");
   };
   for (const nlohmann::json& c : cells) {
     body += "<tr>";
