@@ -94,7 +94,8 @@ nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& r
 
 nlohmann::json latency_json(const LatencySummary& summary) {
   return {{"count", summary.count}, {"mean", summary.mean}, {"p50", summary.p50},
-          {"p90", summary.p90},     {"p99", summary.p99},   {"max", summary.max}};
+          {"p90", summary.p90},     {"p99", summary.p99},   {"max", summary.max},
+          {"exact", summary.exact}};
 }
 
 std::string requests_csv_header() {
@@ -217,6 +218,9 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
            (requests != nullptr && requests->failed());
   };
 
+  // The trace is read as the simulation goes, so memory is bounded by the
+  // requests in flight and the cache, not by the trace's length; the readers
+  // refuse a request whose arrival goes backwards (naming its line).
   Request request;
   bool violated = false;
   for (;;) {
@@ -310,10 +314,10 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
   // Latency of the finished requests (SPEC 3.3), the SLOs, and overload.
   const Simulator::Latencies& lat = sim.latencies();
-  const LatencySummary queue = summarize_latency(lat.queue_ms);
-  const LatencySummary ttft = summarize_latency(lat.ttft_ms);
-  const LatencySummary tpot = summarize_latency(lat.tpot_ms);
-  const LatencySummary e2e = summarize_latency(lat.e2e_ms);
+  const LatencySummary queue = lat.queue_ms.summary();
+  const LatencySummary ttft = lat.ttft_ms.summary();
+  const LatencySummary tpot = lat.tpot_ms.summary();
+  const LatencySummary e2e = lat.e2e_ms.summary();
   result.report["latency"] = {{"queue_ms", latency_json(queue)},
                               {"ttft_ms", latency_json(ttft)},
                               {"tpot_ms", latency_json(tpot)},
@@ -350,15 +354,14 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
         path, *load.ratio(), load.end - load.first_arrival, load.arrival_span(),
         grouped(load.waiting_at_last_arrival));
   }
-  for (auto [name, values] : {std::pair<const char*, const std::vector<double>*>{"ttft_ms", &lat.ttft_ms},
-                              {"tpot_ms", &lat.tpot_ms}}) {
-    std::vector<double> sorted = *values;
-    std::sort(sorted.begin(), sorted.end());
+  for (auto [name, values] :
+       {std::pair<const char*, const LatencyDistribution*>{"ttft_ms", &lat.ttft_ms},
+        {"tpot_ms", &lat.tpot_ms}}) {
     nlohmann::json points = nlohmann::json::array();
-    if (!sorted.empty()) {
+    if (!values->empty()) {
       for (std::size_t i = 0; i < kCdfPoints; ++i) {
         points.push_back(
-            quantile_sorted(sorted, static_cast<double>(i) / static_cast<double>(kCdfPoints - 1)));
+            values->quantile(static_cast<double>(i) / static_cast<double>(kCdfPoints - 1)));
       }
     }
     result.latency_cdf[name] = std::move(points);

@@ -56,29 +56,6 @@ std::optional<CostKind> parse_cost_kind(std::string_view name) {
   return enum_parse(kCostKindNames, name);
 }
 
-double quantile_sorted(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0.0;
-  const double rank = q * static_cast<double>(sorted.size() - 1);
-  const auto below = static_cast<std::size_t>(std::floor(rank));
-  const std::size_t above = std::min(below + 1, sorted.size() - 1);
-  return sorted[below] + (sorted[above] - sorted[below]) * (rank - static_cast<double>(below));
-}
-
-LatencySummary summarize_latency(std::vector<double> values) {
-  LatencySummary out;
-  out.count = values.size();
-  if (values.empty()) return out;
-  std::sort(values.begin(), values.end());
-  double sum = 0;
-  for (double v : values) sum += v;
-  out.mean = sum / static_cast<double>(values.size());
-  out.p50 = quantile_sorted(values, 0.50);
-  out.p90 = quantile_sorted(values, 0.90);
-  out.p99 = quantile_sorted(values, 0.99);
-  out.max = values.back();
-  return out;
-}
-
 std::string_view to_string(EngineKind kind) {
   return enum_name(kEngineNames, kind);
 }
@@ -315,13 +292,7 @@ void Simulator::submit(Request request) {
 
 OverloadFigures Simulator::overload() const {
   OverloadFigures out = overload_;
-  std::vector<double> service;
-  service.reserve(latencies_.e2e_ms.size());
-  for (std::size_t i = 0; i < latencies_.e2e_ms.size(); ++i) {
-    service.push_back((latencies_.e2e_ms[i] - latencies_.queue_ms[i]) / 1e3);
-  }
-  std::sort(service.begin(), service.end());
-  out.service_p99_s = quantile_sorted(service, 0.99);
+  out.service_p99_s = latencies_.service_s.quantile(0.99);
   return out;
 }
 
@@ -460,11 +431,12 @@ bool Simulator::end_step() {
   step_first_tokens_.clear();
   for (auto& times : step_done_) {
     times->finished = now_;
-    latencies_.queue_ms.push_back(times->queue_ms());
-    latencies_.ttft_ms.push_back(times->ttft_ms());
-    latencies_.e2e_ms.push_back(times->e2e_ms());
+    latencies_.queue_ms.add(times->queue_ms());
+    latencies_.ttft_ms.add(times->ttft_ms());
+    latencies_.e2e_ms.add(times->e2e_ms());
+    latencies_.service_s.add((times->e2e_ms() - times->queue_ms()) / 1e3);
     const std::optional<double> tpot = times->tpot_ms();
-    if (tpot) latencies_.tpot_ms.push_back(*tpot);
+    if (tpot) latencies_.tpot_ms.add(*tpot);
     const SloTargets& slo = options_.slo;
     if ((!slo.ttft_ms || times->ttft_ms() <= *slo.ttft_ms) &&
         (!slo.tpot_ms || !tpot || *tpot <= *slo.tpot_ms)) {

@@ -37,6 +37,7 @@
 #include "core/block_table.h"
 #include "core/invariants.h"
 #include "model/kv_groups.h"
+#include "engine/latency.h"
 #include "engine/prefix_cache.h"
 #include "engine/replayer.h"
 #include "formats/requests/request.h"
@@ -152,15 +153,6 @@ struct RequestTimes {
 // A request's identity and sizes as times (none of them stamped yet).
 RequestTimes request_times(const Request& request);
 
-// mean and percentiles (linear interpolation between order statistics, as
-// numpy's default) of one latency over the finished requests.
-struct LatencySummary {
-  std::uint64_t count = 0;
-  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
-};
-LatencySummary summarize_latency(std::vector<double> values);
-// The q-quantile (0..1) of sorted values, interpolated; 0 when empty.
-double quantile_sorted(const std::vector<double>& sorted, double q);
 
 // Whether arrivals outpaced service (SPEC 3.3). A server that keeps up ends
 // about one request's service time (scheduled to done) after its last arrival;
@@ -333,10 +325,11 @@ class Simulator {
   // when that is it.
   CostKind cost_kind() const { return roofline_ ? CostKind::kRoofline : CostKind::kLinear; }
   const std::optional<Roofline>& roofline() const { return roofline_; }
-  // Latencies of the finished requests, in ms, in finishing order; TPOT only
-  // for requests of more than one output token.
+  // Latencies of the finished requests, in ms (TPOT only for requests of
+  // more than one output token), and their service times (scheduled to done)
+  // in s; bounded in memory (engine/latency.h).
   struct Latencies {
-    std::vector<double> queue_ms, ttft_ms, tpot_ms, e2e_ms;
+    LatencyDistribution queue_ms, ttft_ms, tpot_ms, e2e_ms, service_s;
   };
   const Latencies& latencies() const { return latencies_; }
   // Finished requests meeting options().slo (all finished ones without SLOs).

@@ -85,8 +85,8 @@ TEST_CASE("latency: queueing, TTFT, TPOT and end-to-end of a schedule worked by 
       CHECK(b.ttft_ms() == Approx(25.0));
       CHECK(b.e2e_ms() == Approx(35.0));
     }
-    CHECK(sim.latencies().ttft_ms.size() == 2);
-    const LatencySummary ttft = summarize_latency(sim.latencies().ttft_ms);
+    CHECK(sim.latencies().ttft_ms.count() == 2);
+    const LatencySummary ttft = sim.latencies().ttft_ms.summary();
     CHECK(ttft.count == 2);
     CHECK(ttft.mean == Approx((a.ttft_ms() + b.ttft_ms()) / 2));
     CHECK(ttft.p50 == Approx((a.ttft_ms() + b.ttft_ms()) / 2));
