@@ -104,14 +104,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT HUP  # through cleanup, too
 
-# A TCP port nobody listens on (IPv4 or IPv6), from /proc/net: Slurm's defaults
-# (6817, 6818) would clash with a cluster already on this machine.
-listening=$(awk 'NR > 1 && $4 == "0A" { split($2, a, ":"); print strtonum("0x" a[2]) }' \
+# A TCP port no socket uses (IPv4 or IPv6, /proc/net), below the ephemeral
+# range: Slurm's defaults (6817, 6818) would clash with a cluster already here.
+listening=$(awk 'NR > 1 { split($2, a, ":"); print strtonum("0x" a[2]) }' \
   /proc/net/tcp /proc/net/tcp6 2>/dev/null | sort -u)
 free_port() {
   local port
   while :; do
-    port=$((20000 + RANDOM % 30000))
+    port=$((10000 + RANDOM % 20000))
     grep -qx "$port" <<<"$listening" || { echo "$port"; return; }
   done
 }
@@ -278,14 +278,22 @@ fi
 
 # --- bad usage: exit 2, nothing submitted.
 before=$(squeue -h -o %i | wc -l)
-for args in "--shards 0 --out $work/u -- x" "--shards 2 -- x" "--shards 2 --out $work/u --" \
-  "--shards 2 --out $work/u --kvreplay /nonexistent -- x" "--shards 2 --out $work/u --bogus -- x" \
-  "--shards 2 --out $out --kvreplay $kvreplay -- x"; do
-  # shellcheck disable=SC2086 # one word per argument, on purpose
-  "$root/scripts/slurm/submit-plan" $args >"$work/usage.txt" 2>&1
+# usage WHY ARGS...: submit-plan ARGS must exit 2 saying WHY.
+usage() {
+  local why=$1 rc
+  shift
+  "$root/scripts/slurm/submit-plan" "$@" >"$work/usage.txt" 2>&1
   rc=$?
-  ((rc == 2)) || fail "submit-plan $args: exit $rc, expected 2: $(cat "$work/usage.txt")"
-done
+  if ((rc != 2)) || ! grep -qF -e "$why" "$work/usage.txt"; then
+    fail "submit-plan $*: exit $rc, expected 2 and '$why': $(cat "$work/usage.txt")"
+  fi
+}
+usage "positive whole number" --shards 0 --out "$work/u" --kvreplay "$kvreplay" -- "$trace"
+usage "--out DIR is required" --shards 2 --kvreplay "$kvreplay" -- "$trace"
+usage "no trace" --shards 2 --out "$work/u" --kvreplay "$kvreplay" --
+usage "not an executable" --shards 2 --out "$work/u" --kvreplay /nonexistent -- "$trace"
+usage "unknown option --bogus" --shards 2 --out "$work/u" --bogus -- "$trace"
+usage "earlier run's part-1.json" --shards 2 --out "$out" --kvreplay "$kvreplay" -- "$trace"
 (($(squeue -h -o %i | wc -l) == before)) || fail "bad usage of submit-plan submitted a job"
 
 # --- the same plan without Slurm: GNU parallel.
