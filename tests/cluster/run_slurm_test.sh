@@ -141,7 +141,7 @@ done
 # --- slurm.conf: this host as controller and its only node, with every path in $work.
 host=$(hostname -s)
 cpus=$(nproc)
-memory=$(free -m | awk '/^Mem:/ { print int($2 * 0.8) }')
+memory=$(awk '/^MemTotal:/ { print int($2 / 1024 * 0.8) }' /proc/meminfo)  # MiB, below the total
 export SLURM_CONF=$work/slurm.conf
 cat >"$SLURM_CONF" <<EOF
 ClusterName=kvreplay-test
