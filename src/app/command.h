@@ -6,7 +6,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -24,6 +26,12 @@ class Command {
   virtual int run() = 0;
 };
 
+// The process's arguments, which main records before parsing, for a command
+// that records its own command line (plan --shard, for plan-merge).
+void set_process_arguments(int argc, char** argv);
+// The arguments after the first one equal to `command`; empty when none is.
+std::vector<std::string> arguments_after(std::string_view command);
+
 struct CommandSpec {
   std::string_view name;
   std::string_view summary;  // the line --help shows
@@ -36,6 +44,7 @@ std::unique_ptr<Command> make_validate_command();
 std::unique_ptr<Command> make_convert_command();
 std::unique_ptr<Command> make_simulate_command();
 std::unique_ptr<Command> make_plan_command();
+std::unique_ptr<Command> make_plan_merge_command();
 std::unique_ptr<Command> make_compare_command();
 std::unique_ptr<Command> make_kernels_command();
 

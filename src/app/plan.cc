@@ -19,7 +19,11 @@
 #include "app/exit_codes.h"
 #include "app/options.h"
 #include "app/terminal.h"
+#include "formats/requests/request_reader.h"
+#include "io/json_file.h"
 #include "io/output.h"
+#include "io/sha256.h"
+#include "io/spool.h"
 #include "io/standard_output.h"
 #include "model/gpu.h"
 #include "model/presets.h"
@@ -134,6 +138,152 @@ bool serves(const SimulationResult& result, double slo_attainment) {
          r["requests"]["skipped_pool_too_small"].get<std::uint64_t>() == 0 && !result.violated;
 }
 
+
+// kvreplay's version, recorded in a partial report: parts of another version
+// are refused, since figures may differ between versions.
+constexpr const char* kKvreplayVersion = KVREPLAY_VERSION;
+// The size cap of a partial report read by plan-merge, and its reason.
+constexpr std::uint64_t kMaxPartBytes = std::uint64_t{1} << 30;
+constexpr std::string_view kPartTooLarge = "far more than a partial plan";
+
+// The cost model's kind and every constant of both models: what a sweep's
+// simulations time steps with.
+nlohmann::json cost_options_json(const CostModel& cost) {
+  const RooflineConstants& r = cost.roofline;
+  const LinearCost& l = cost.linear;
+  return {{"kind", std::string(to_string(cost.kind))},
+          {"roofline", {r.compute_efficiency, r.bandwidth_efficiency, r.link_efficiency,
+                        r.allreduce_latency_us, r.step_overhead_ms}},
+          {"linear", {l.step_ms, l.prefill_token_ms, l.decode_seq_ms, l.kv_bandwidth_gbps}}};
+}
+
+// SHA-256 of everything that decides a sweep's figures and its units: the
+// trace as named, the resolved cells and deployments with their options, the
+// search and its SLO rule. Two plans with the same fingerprint simulate the
+// same things, so their parts can be merged.
+std::string sweep_fingerprint(const PlanRequest& request,
+                              const std::vector<PlanDeployment>& deployments,
+                              const std::vector<PlanCell>& cells,
+                              const std::vector<UnfitCell>& unfit, std::size_t units) {
+  nlohmann::json sweep;
+  sweep["trace"] = request.trace_path;
+  sweep["format"] =
+      request.format ? nlohmann::json(std::string(to_string(*request.format))) : nlohmann::json();
+  sweep["search"] = request.search_min;
+  sweep["slo_attainment"] = request.slo_attainment;
+  sweep["units"] = units;
+  for (const PlanDeployment& d : deployments) {
+    nlohmann::json options = sim_options_json(d.options);
+    options["check"] = d.options.check.name();
+    options["cost"] = cost_options_json(d.options.cost);
+    sweep["deployments"].push_back({{"label", deployment_label(d)}, {"options", options}});
+  }
+  for (const PlanCell& cell : cells) {
+    sweep["cells"].push_back({{"model", cell.model},
+                              {"deployment", cell.deployment},
+                              {"kv_memory", cell.kv_memory},
+                              {"page_tokens", cell.page_tokens},
+                              {"config", cell.config.to_json()}});
+  }
+  for (const UnfitCell& cell : unfit) {
+    sweep["unfit"].push_back({{"model", cell.model},
+                              {"deployment", cell.deployment},
+                              {"page_tokens", cell.page_tokens},
+                              {"problem", cell.problem}});
+  }
+  Sha256 sha;
+  sha.update(sweep.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return sha.hex_digest();
+}
+
+// The trace's SHA-256 (decompressed), as its simulations report it.
+InputResult<std::string> trace_identity(const std::string& file, const std::string& shown,
+                                        std::optional<RequestFormat> format) {
+  auto reader = RequestReader::open(file, format, shown);
+  if (!reader) return Unexpected{reader.error()};
+  return reader.value()->content_sha256();
+}
+
+// One cell of a partial report: the figures run_plan reads of a simulation.
+nlohmann::json cell_part_json(std::size_t index, const SimulationResult& result) {
+  nlohmann::json reasons = nlohmann::json::array();
+  for (SkipReason reason : result.warning_reasons) reasons.push_back(static_cast<int>(reason));
+  return {{"index", index},
+          {"report", result.report},
+          {"warnings", result.warnings},
+          {"warning_reasons", reasons}};
+}
+
+// plan-merge: every cell and search of the sweep from the parts (checked by
+// run_plan_merge to be the shards of one sweep), each exactly once. Returns
+// what is wrong, or nullopt.
+std::optional<std::string> fill_from_parts(const std::vector<PlanPart>& parts,
+                                           const std::string& sweep_sha256, std::size_t units,
+                                           std::vector<PlanCell>& cells,
+                                           std::vector<MinSearch>& searches) {
+  std::vector<const std::string*> cell_from(cells.size(), nullptr);
+  std::vector<const std::string*> search_from(searches.size(), nullptr);
+  for (const PlanPart& part : parts) {
+    const nlohmann::json& json = part.json;
+    if (json.at("sweep_sha256").get<std::string>() != sweep_sha256 ||
+        json.at("units").get<std::size_t>() != units) {
+      return fmt::format(
+          "{}: its sweep resolves differently here (a model preset, a --model-config file or "
+          "this kvreplay changed since the part was written): rerun the shards",
+          part.path);
+    }
+    for (const nlohmann::json& entry : json.at("cells")) {
+      const std::size_t i = entry.at("index").get<std::size_t>();
+      if (i >= cells.size()) return fmt::format("{}: cell {} is not in the sweep", part.path, i);
+      if (cell_from[i] != nullptr) {
+        return fmt::format("{} and {} both hold cell {}", *cell_from[i], part.path, i);
+      }
+      cell_from[i] = &part.path;
+      SimulationResult result;
+      result.report = entry.at("report");
+      result.warnings = entry.at("warnings").get<std::vector<std::string>>();
+      for (const nlohmann::json& reason : entry.at("warning_reasons")) {
+        const int value = reason.get<int>();
+        if (value < 0 || value >= static_cast<int>(kSkipReasons)) {
+          return fmt::format("{}: cell {}: unknown skip reason {}", part.path, i, value);
+        }
+        result.warning_reasons.push_back(static_cast<SkipReason>(value));
+      }
+      if (result.warning_reasons.size() != result.warnings.size()) {
+        return fmt::format("{}: cell {}: warnings and their reasons differ in number", part.path, i);
+      }
+      cells[i].result = std::move(result);
+    }
+    for (const nlohmann::json& entry : json.at("searches")) {
+      const std::size_t g = entry.at("index").get<std::size_t>();
+      if (g >= searches.size()) {
+        return fmt::format("{}: search {} is not in the sweep", part.path, g);
+      }
+      if (search_from[g] != nullptr) {
+        return fmt::format("{} and {} both hold search {}", *search_from[g], part.path, g);
+      }
+      search_from[g] = &part.path;
+      MinSearch& search = searches[g];
+      if (!entry.at("pool_blocks").is_null()) search.blocks = entry["pool_blocks"].get<std::uint32_t>();
+      search.probes = entry.at("probes").get<std::uint32_t>();
+      search.raised_past = entry.at("raised_past_pool_blocks").get<std::vector<std::uint32_t>>();
+    }
+  }
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    if (cell_from[i] == nullptr) {
+      return fmt::format("no part holds the cell --model {} --page-tokens {} --kv-memory {}",
+                         cells[i].model, cells[i].page_tokens, cells[i].kv_memory);
+    }
+  }
+  for (std::size_t g = 0; g < searches.size(); ++g) {
+    if (search_from[g] == nullptr) {
+      return fmt::format("no part holds the search of --model {} --page-tokens {}",
+                         searches[g].model, searches[g].page_tokens);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int run_plan(const PlanRequest& request) {
@@ -207,12 +357,45 @@ int run_plan(const PlanRequest& request) {
     }
     }
   }
+  // The smallest pool with no preemption is searched per (model, deployment,
+  // page size): one search per group of cells, in the order the groups appear.
+  std::vector<MinSearch> searches;
+  std::vector<std::size_t> cell_group(cells.size());
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    const PlanCell& cell = cells[i];
+    std::size_t g = 0;
+    while (g < searches.size() &&
+           !(searches[g].model == cell.model && searches[g].page_tokens == cell.page_tokens &&
+             searches[g].deployment == cell.deployment)) {
+      ++g;
+    }
+    if (g == searches.size()) {
+      searches.push_back(MinSearch{cell.model, cell.deployment, cell.page_tokens, cell.config,
+                                   std::nullopt, 0, std::nullopt, std::nullopt, ViolationText{},
+                                   {}});
+    }
+    cell_group[i] = g;
+  }
+  if (!request.search_min) searches.clear();
+  // --shard splits the sweep into units dealt round-robin: with the search, a
+  // group (its cells and its search, which is verified against them); without,
+  // a cell. A merge simulates nothing: its parts hold every unit's figures.
+  const bool merging = !request.parts.empty();
+  const std::size_t units = request.search_min ? searches.size() : cells.size();
+  auto unit_runs_here = [&](std::size_t unit) {
+    if (merging) return false;
+    return !request.shard || unit % request.shard->count == request.shard->index - 1;
+  };
+  const std::string sweep_sha256 =
+      sweep_fingerprint(request, deployments, cells, unfit, units);
+
   // Opened before the sweep, so a path that cannot be written fails at once.
   OutputSet outputs;
   OutputFile* report_out = nullptr;
   OutputFile* html_out = nullptr;
   if ((!request.report_path.empty() &&
-       (report_out = outputs.open("the plan", request.report_path)) == nullptr) ||
+       (report_out = outputs.open(request.shard ? "the partial plan" : "the plan",
+                                  request.report_path)) == nullptr) ||
       (!request.html_path.empty() &&
        (html_out = outputs.open("the HTML report", request.html_path)) == nullptr)) {
     fmt::print(stderr, "{}\n", outputs.error());
@@ -220,25 +403,52 @@ int run_plan(const PlanRequest& request) {
   }
   // The table never mixes with an output on stdout.
   std::FILE* table_stream = outputs.writes_stdout() ? stderr : stdout;
+  // A trace on standard input is read once, into a temporary file every
+  // simulation then reads (each reads the trace as it goes).
+  std::optional<SpooledInput> spooled;
+  std::string trace_file = request.trace_path;
+  if (request.trace_path == "-" && !merging) {
+    auto spool = SpooledInput::from_stdin();
+    if (!spool) {
+      fmt::print(stderr, "<stdin>: {}\n", spool.error());
+      return kExitInput;
+    }
+    spooled.emplace(std::move(spool).value());
+    trace_file = spooled->path();
+  }
+  auto simulate_trace = [&](const RunConfig& config, const SimOptions& sim_options,
+                            const SimFaults& faults) {
+    return simulate_file(trace_file, request.format, config, sim_options, nullptr, nullptr, {},
+                         faults, nullptr, request.trace_path);
+  };
+
   // Progress: simulations finished, from whichever thread finishes one.
   auto progress = ProgressLine::for_stderr(!request.quiet, 1);
   std::mutex progress_mutex;
   std::uint64_t simulations_done = 0;
+  std::vector<std::size_t> run_cells;
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    if (unit_runs_here(request.search_min ? cell_group[i] : i)) run_cells.push_back(i);
+  }
   auto count_simulation = [&] {
     if (!progress) return;
     std::lock_guard<std::mutex> lock(progress_mutex);
     ++simulations_done;
     if (progress->due()) {
-      progress->draw(fmt::format("plan: {} simulations done ({} cells in the sweep)",
-                                 simulations_done, cells.size()));
+      progress->draw(fmt::format("plan: {} simulations done ({} cells in the sweep{})",
+                                 simulations_done, cells.size(),
+                                 request.shard ? fmt::format(", {} in shard {}/{}", run_cells.size(),
+                                                             request.shard->index,
+                                                             request.shard->count)
+                                               : std::string()));
     }
   };
-  parallel_for(cells.size(), jobs, [&](std::size_t i) {
+  parallel_for(run_cells.size(), jobs, [&](std::size_t k) {
+    const std::size_t i = run_cells[k];
     const bool planted =
         !request.fault_kv_memory.empty() && cells[i].kv_memory == request.fault_kv_memory;
-    auto result = simulate_file(request.trace_path, request.format, cells[i].config,
-                                deployments[cells[i].deployment].options, nullptr, nullptr, {},
-                                planted ? request.faults : SimFaults{});
+    auto result = simulate_trace(cells[i].config, deployments[cells[i].deployment].options,
+                                 planted ? request.faults : SimFaults{});
     count_simulation();
     if (result) {
       cells[i].result = std::move(result).value();
@@ -253,10 +463,17 @@ int run_plan(const PlanRequest& request) {
       return kExitInput;
     }
   }
+  if (merging) {
+    if (auto problem = fill_from_parts(request.parts, sweep_sha256, units, cells, searches)) {
+      fmt::print(stderr, "kvreplay plan-merge: {}\n", *problem);
+      return kExitInput;
+    }
+  }
   // Requests no KV memory can serve, whatever the cell: said once each, even
   // with --quiet (a pool too small is what the sweep measures, not a warning).
   std::vector<std::string> warned;
   for (const PlanCell& cell : cells) {
+    if (!cell.result) continue;  // another shard's
     const SimulationResult& result = *cell.result;
     for (std::size_t i = 0; i < result.warnings.size(); ++i) {
       if (result.warning_reasons[i] == SkipReason::kPoolTooSmall) continue;
@@ -268,7 +485,7 @@ int run_plan(const PlanRequest& request) {
   // A failed check means the engine is wrong: no figure of the sweep is trusted.
   bool violated = false;
   for (const PlanCell& cell : cells) {
-    if (!cell.result->violated) continue;
+    if (!cell.result || !cell.result->violated) continue;
     violated = true;
     ViolationText text = first_violation(*cell.result);
     fmt::print(stderr, "{}: {} at sweep point --model {} --page-tokens {} --kv-memory {}: {}\n",
@@ -279,36 +496,21 @@ int run_plan(const PlanRequest& request) {
 
   // The smallest pool with no preemption, per model and page size: a binary
   // search over pool_blocks (assuming more memory never adds preemptions).
-  std::vector<MinSearch> searches;
   if (request.search_min) {
-    for (const PlanCell& cell : cells) {
-      bool seen = false;
-      for (const MinSearch& s : searches)
-        seen = seen || (s.model == cell.model && s.page_tokens == cell.page_tokens &&
-                        s.deployment == cell.deployment);
-      if (!seen)
-        searches.push_back(MinSearch{cell.model,
-                                     cell.deployment,
-                                     cell.page_tokens,
-                                     cell.config,
-                                     std::nullopt,
-                                     0,
-                                     std::nullopt,
-                                     std::nullopt,
-                                     ViolationText{},
-                                     {}});
+    std::vector<std::size_t> run_searches;
+    for (std::size_t g = 0; g < searches.size(); ++g) {
+      if (unit_runs_here(g)) run_searches.push_back(g);
     }
-    parallel_for(searches.size(), jobs, [&](std::size_t i) {
-      MinSearch& search = searches[i];
+    parallel_for(run_searches.size(), jobs, [&](std::size_t k) {
+      MinSearch& search = searches[run_searches[k]];
       auto probe = [&](std::uint32_t blocks) -> std::optional<bool> {
         RunConfig config = search.config;
         config.kv.pool_blocks = blocks;
         config.kv_memory.reset();
         ++search.probes;
         auto result =
-            simulate_file(request.trace_path, request.format, config,
-                          deployments[search.deployment].options, nullptr, nullptr, {},
-                          request.fault_kv_memory == "search" ? request.faults : SimFaults{});
+            simulate_trace(config, deployments[search.deployment].options,
+                           request.fault_kv_memory == "search" ? request.faults : SimFaults{});
         count_simulation();
         if (!result) {
           search.error = result.error();
@@ -380,6 +582,47 @@ int run_plan(const PlanRequest& request) {
                  *search.violated_blocks, search.violation.message);
     }
     if (violated) return kExitCheckFailed;
+  }
+
+  if (request.shard) {
+    // The part: this shard's figures, and what plan-merge checks them by.
+    auto trace_sha256 = trace_identity(trace_file, request.trace_path, request.format);
+    if (!trace_sha256) {
+      fmt::print(stderr, "{}\n", trace_sha256.error().to_string());
+      return kExitInput;
+    }
+    nlohmann::json part = {{"kvreplay_plan_part", kPlanPartVersion},
+                           {"kvreplay", kKvreplayVersion},
+                           {"shard", {{"index", request.shard->index}, {"count", request.shard->count}}},
+                           {"command", request.command},
+                           {"trace", {{"path", request.trace_path}, {"sha256", trace_sha256.value()}}},
+                           {"sweep_sha256", sweep_sha256},
+                           {"units", units}};
+    nlohmann::json part_cells = nlohmann::json::array();
+    for (std::size_t i : run_cells) part_cells.push_back(cell_part_json(i, *cells[i].result));
+    part["cells"] = std::move(part_cells);
+    nlohmann::json part_searches = nlohmann::json::array();
+    for (std::size_t g = 0; g < searches.size(); ++g) {
+      if (!unit_runs_here(g)) continue;
+      const MinSearch& search = searches[g];
+      part_searches.push_back(
+          {{"index", g},
+           {"pool_blocks", search.blocks ? nlohmann::json(*search.blocks) : nlohmann::json(nullptr)},
+           {"probes", search.probes},
+           {"raised_past_pool_blocks", search.raised_past}});
+    }
+    part["searches"] = std::move(part_searches);
+    report_out->write(part.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    if (!outputs.commit()) {
+      fmt::print(stderr, "{}\n", outputs.error());
+      return kExitInput;
+    }
+    if (!request.quiet) {
+      fmt::print(table_stream, "plan: shard {}/{}: {} of {} cells and {} of {} searches, written to {}\n",
+                 request.shard->index, request.shard->count, run_cells.size(), cells.size(),
+                 part["searches"].size(), searches.size(), request.report_path);
+    }
+    return kExitOk;
   }
 
   nlohmann::json plan;
@@ -642,6 +885,27 @@ int run_plan(const PlanRequest& request) {
 
 namespace {
 
+// "I/N" with 1 <= I <= N.
+Result<PlanShard, std::string> parse_shard(const std::string& text) {
+  const std::string problem =
+      fmt::format("--shard: '{}' is not I/N with 1 <= I <= N (e.g. 2/8)", text);
+  const std::size_t slash = text.find('/');
+  if (slash == std::string::npos) return Unexpected{problem};
+  auto number = [](std::string_view digits) -> std::optional<std::uint32_t> {
+    if (digits.empty() || digits.size() > 9) return std::nullopt;
+    std::uint32_t value = 0;
+    for (char c : digits) {
+      if (c < '0' || c > '9') return std::nullopt;
+      value = value * 10 + static_cast<std::uint32_t>(c - '0');
+    }
+    return value;
+  };
+  auto index = number(std::string_view(text).substr(0, slash));
+  auto count = number(std::string_view(text).substr(slash + 1));
+  if (!index || !count || *index < 1 || *index > *count) return Unexpected{problem};
+  return PlanShard{*index, *count};
+}
+
 class PlanCommand final : public Command {
  public:
   void declare(CLI::App& app) override {
@@ -676,6 +940,10 @@ class PlanCommand final : public Command {
         ->check(CLI::Range(0.0, 1.0))
         ->group("Latency");
     app.add_flag("-q,--quiet", request_.quiet, "print no table");
+    app.add_option("--shard", shard_,
+                   "I/N: run only the I-th of N disjoint parts of the sweep and write them as a "
+                   "partial report to --report, for `kvreplay plan-merge` (docs/SCALE.md)")
+        ->group("Sharding");
     app.footer(
         "Examples:\n"
         "  kvreplay plan traces/requests/azure_conv.csv \\\n"
@@ -689,6 +957,34 @@ class PlanCommand final : public Command {
         "--tp 2,4,8 --slo-ttft-ms 2000 --slo-tpot-ms 80");
   }
   int run() override {
+    if (!shard_.empty()) {
+      auto shard = parse_shard(shard_);
+      if (!shard) return usage_error(shard.error());
+      if (request_.report_path.empty()) {
+        return usage_error("--shard: needs --report, the file the shard's part is written to");
+      }
+      if (!request_.html_path.empty()) {
+        return usage_error("--html: not with --shard: plan-merge writes the page from the parts");
+      }
+      request_.shard = shard.value();
+      request_.command = arguments_after("plan");
+    }
+    return resolve_and_run();
+  }
+
+  // plan-merge: this plan (parsed from the parts' command line) assembled from
+  // `parts` instead of simulated, written where the merge says.
+  int merge(std::vector<PlanPart> parts, const PlanMergeRequest& merge) {
+    request_.parts = std::move(parts);
+    request_.shard.reset();
+    request_.report_path = merge.report_path;
+    request_.html_path = merge.html_path;
+    request_.quiet = merge.quiet;
+    return resolve_and_run();
+  }
+
+ private:
+  int resolve_and_run() {
     request_.overrides = config_.overrides();
     if (request_.models.empty() && request_.model_configs.empty()) {
       request_.models = {std::string(kDefaultSimModel)};
@@ -730,17 +1026,148 @@ class PlanCommand final : public Command {
     return run_plan(request_);
   }
 
- private:
   PlanRequest request_;
   ConfigOptions config_;
   SimOptionsCli options_;
   bool no_search_ = false;
+  std::string shard_;
+};
+
+// What is wrong with a part on its own, or nullopt.
+std::optional<std::string> part_problem(const PlanPart& part) {
+  const nlohmann::json& j = part.json;
+  if (!j.is_object() || !j.contains("kvreplay_plan_part")) {
+    return fmt::format("{}: not a partial plan (kvreplay plan --shard I/N --report FILE writes them)",
+                       part.path);
+  }
+  if (j["kvreplay_plan_part"] != kPlanPartVersion) {
+    return fmt::format("{}: a partial plan of format {}; this kvreplay reads format {}", part.path,
+                       j["kvreplay_plan_part"].dump(), kPlanPartVersion);
+  }
+  if (j.value("kvreplay", std::string()) != kKvreplayVersion) {
+    return fmt::format("{}: written by kvreplay {}; this is kvreplay {}: rerun the shards",
+                       part.path, j.value("kvreplay", std::string("?")), kKvreplayVersion);
+  }
+  for (const char* key : {"shard", "command", "trace", "sweep_sha256", "units", "cells", "searches"}) {
+    if (!j.contains(key)) return fmt::format("{}: a partial plan without \"{}\"", part.path, key);
+  }
+  const nlohmann::json& shard = j["shard"];
+  if (!shard.is_object() || !shard.contains("index") || !shard.contains("count") ||
+      !shard["index"].is_number_unsigned() || !shard["count"].is_number_unsigned() ||
+      shard["index"].get<std::uint64_t>() < 1 ||
+      shard["index"].get<std::uint64_t>() > shard["count"].get<std::uint64_t>()) {
+    return fmt::format("{}: \"shard\" is not {{\"index\": I, \"count\": N}} with 1 <= I <= N",
+                       part.path);
+  }
+  if (!j["command"].is_array() || !j["trace"].is_object() || !j["trace"].contains("sha256") ||
+      !j["sweep_sha256"].is_string() || !j["cells"].is_array() || !j["searches"].is_array()) {
+    return fmt::format("{}: a malformed partial plan", part.path);
+  }
+  for (const nlohmann::json& argument : j["command"]) {
+    if (!argument.is_string()) return fmt::format("{}: \"command\" holds a non-string", part.path);
+  }
+  return std::nullopt;
+}
+
+class PlanMergeCommand final : public Command {
+ public:
+  void declare(CLI::App& app) override {
+    app.add_option("PARTS", request_.part_paths,
+                   "the partial reports of `plan --shard I/N --report FILE`, one per shard")
+        ->required();
+    app.add_option("--report", request_.report_path,
+                   "write the plan as JSON here (- for stdout; the table then goes to stderr)");
+    app.add_option("--html", request_.html_path, "write the plan as a self-contained HTML page");
+    app.add_flag("-q,--quiet", request_.quiet, "print no table");
+    app.footer(
+        "Writes exactly what the unsharded plan would have: the same table, and the same report "
+        "and HTML byte for byte. Refuses (exit 2) parts of different traces, sweeps or kvreplay "
+        "versions, and a set that misses or repeats a shard. Model config files named by "
+        "--model-config must be readable here as they were for the shards.\n"
+        "Example:\n"
+        "  for i in 1 2 3; do kvreplay plan traces/requests/azure_conv.csv --kv-memory "
+        "1GiB,2GiB,4GiB \\\n"
+        "      --shard $i/3 --report part-$i.json; done\n"
+        "  kvreplay plan-merge part-*.json --report plan.json --html plan.html");
+  }
+  int run() override { return run_plan_merge(request_); }
+
+ private:
+  PlanMergeRequest request_;
 };
 
 }  // namespace
 
+int run_plan_merge(const PlanMergeRequest& request) {
+  auto refuse = [](const std::string& why) {
+    fmt::print(stderr, "kvreplay plan-merge: {}\n", why);
+    return kExitInput;
+  };
+  std::vector<PlanPart> parts;
+  for (const std::string& path : request.part_paths) {
+    auto json = read_json_file(path, kMaxPartBytes, kPartTooLarge);
+    if (!json) return refuse(json.error());
+    parts.push_back(PlanPart{path, std::move(json).value()});
+    if (auto problem = part_problem(parts.back())) return refuse(*problem);
+  }
+  // The N shards of one sweep of one trace, each once.
+  const PlanPart& first = parts.front();
+  const std::uint64_t count = first.json["shard"]["count"].get<std::uint64_t>();
+  std::vector<const PlanPart*> by_index(count + 1, nullptr);
+  for (const PlanPart& part : parts) {
+    const nlohmann::json& j = part.json;
+    if (j["trace"]["sha256"] != first.json["trace"]["sha256"]) {
+      return refuse(fmt::format("{} and {} are parts of plans of different traces (sha256 {} and {})",
+                                first.path, part.path, first.json["trace"]["sha256"].dump(),
+                                j["trace"]["sha256"].dump()));
+    }
+    // The fingerprint covers everything that decides the figures (the command
+    // lines differ in --shard and --report, and may in --jobs).
+    if (j["sweep_sha256"] != first.json["sweep_sha256"]) {
+      return refuse(fmt::format("{} and {} are parts of different sweeps", first.path, part.path));
+    }
+    if (j["shard"]["count"].get<std::uint64_t>() != count) {
+      return refuse(fmt::format("{} is one of {} shards, {} one of {}", first.path, count,
+                                part.path, j["shard"]["count"].get<std::uint64_t>()));
+    }
+    const std::uint64_t index = j["shard"]["index"].get<std::uint64_t>();
+    if (by_index[index] != nullptr) {
+      return refuse(fmt::format("{} and {} are both shard {}/{}", by_index[index]->path, part.path,
+                                index, count));
+    }
+    by_index[index] = &part;
+  }
+  for (std::uint64_t index = 1; index <= count; ++index) {
+    if (by_index[index] == nullptr) {
+      return refuse(fmt::format("shard {}/{} is missing ({} of {} parts given)", index, count,
+                                parts.size(), count));
+    }
+  }
+  // The plan the parts came from, rebuilt from its command line.
+  CLI::App app{"kvreplay plan"};
+  PlanCommand plan;
+  plan.declare(app);
+  std::vector<std::string> arguments = first.json["command"].get<std::vector<std::string>>();
+  std::reverse(arguments.begin(), arguments.end());  // CLI11 takes them last first
+  try {
+    app.parse(arguments);
+  } catch (const CLI::ParseError& error) {
+    return refuse(fmt::format("{}: its plan command line does not parse here: {}", first.path,
+                              error.what()));
+  }
+  try {
+    return plan.merge(std::move(parts), request);
+  } catch (const nlohmann::json::exception& error) {
+    return refuse(fmt::format("a part's figures are malformed: {}", error.what()));
+  }
+}
+
 std::unique_ptr<Command> make_plan_command() {
   return std::make_unique<PlanCommand>();
+}
+
+std::unique_ptr<Command> make_plan_merge_command() {
+  return std::make_unique<PlanMergeCommand>();
 }
 
 }  // namespace kvreplay

@@ -3,6 +3,8 @@
 // that serves it without preemption.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +21,18 @@ struct PlanDeployment {
   std::uint32_t tp = 1;
   std::uint32_t pp = 1;
   SimOptions options;
+};
+
+// --shard I/N: the I-th (1-based) of N disjoint parts of a sweep.
+struct PlanShard {
+  std::uint32_t index = 1;
+  std::uint32_t count = 1;
+};
+
+// A partial report of `plan --shard` (kvreplay_plan_part), as plan-merge read it.
+struct PlanPart {
+  std::string path;
+  nlohmann::json json;
 };
 
 struct PlanRequest {
@@ -42,6 +56,15 @@ struct PlanRequest {
   // them for a cell to serve the trace (--slo-attainment).
   double slo_attainment = 0.99;
   bool quiet = false;
+  // --shard: simulate only this part of the sweep and write it as a partial
+  // report to report_path (no table, no HTML).
+  std::optional<PlanShard> shard;
+  // The plan's arguments after `plan`, recorded in a partial report so that
+  // plan-merge rebuilds the same sweep.
+  std::vector<std::string> command;
+  // plan-merge: the parts whose figures stand in for the simulations (checked
+  // against the sweep this request resolves to); empty: simulate.
+  std::vector<PlanPart> parts;
   // Planted faults (tests only): in the simulations of the sweep points at
   // this --kv-memory, or in the search's with "search".
   std::string fault_kv_memory;
@@ -51,5 +74,20 @@ struct PlanRequest {
 // Exit 1 when an invariant check fails in any simulation (the sweep point or
 // search probe is named on stderr, and no report is written).
 int run_plan(const PlanRequest& request);
+
+// The format of a partial report (`kvreplay_plan_part`).
+inline constexpr int kPlanPartVersion = 1;
+
+// plan-merge: reads the parts, checks that they are the N shards of one sweep
+// of one trace written by this version, rebuilds the sweep from their recorded
+// command line, and writes what that plan would have (table, report, HTML).
+// Exit 2, naming the part, when they are not.
+struct PlanMergeRequest {
+  std::vector<std::string> part_paths;
+  std::string report_path;
+  std::string html_path;
+  bool quiet = false;
+};
+int run_plan_merge(const PlanMergeRequest& request);
 
 }  // namespace kvreplay

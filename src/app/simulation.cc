@@ -139,9 +139,10 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
                                             const RunConfig& config, const SimOptions& options,
                                             OutputFile* timeline, TimelineSampler* sampler,
                                             const SimulateTerminal& terminal,
-                                            const SimFaults& faults, OutputFile* requests) {
+                                            const SimFaults& faults, OutputFile* requests,
+                                            const std::string& shown_as) {
   auto start = std::chrono::steady_clock::now();
-  auto opened = RequestReader::open(path, format);
+  auto opened = RequestReader::open(path, format, shown_as);
   if (!opened) return Unexpected{opened.error()};
   RequestReader& reader = *opened.value();
   if (auto problem = sim_options_error(config, options)) {
@@ -238,7 +239,8 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
 
   const SimTotals& st = sim.sim_totals();
   ReportSource source{
-      TraceInfo{path, std::string(to_string(reader.format())), st.requests + reader.skipped(),
+      TraceInfo{shown_as.empty() ? path : shown_as, std::string(to_string(reader.format())),
+                st.requests + reader.skipped(),
                 std::move(sha256).value()},
       violated ? RunStatus::kViolation : RunStatus::kOk,
       &sim.config(),

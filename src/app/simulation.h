@@ -55,12 +55,13 @@ struct SimFaults {
 // CSV row per step (a streamed output of the caller's OutputSet); should it
 // fail, the run stops at the next request and the result is incomplete: the
 // caller reports the output's error. `sampler`, when given, sees every step
-// (for the HTML report). `faults`: tests only.
+// (for the HTML report). `faults`: tests only. `shown_as`: the trace's name in
+// messages and the report, when `path` is a copy of it (plan's of stdin).
 InputResult<SimulationResult> simulate_file(
     const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
     const SimOptions& options, OutputFile* timeline, TimelineSampler* sampler = nullptr,
     const SimulateTerminal& terminal = {}, const SimFaults& faults = {},
-    OutputFile* requests = nullptr);
+    OutputFile* requests = nullptr, const std::string& shown_as = {});
 
 // --requests: the CSV's header, and one request's row (RequestTimes): times in
 // ms, empty where they do not apply (a skipped request's, a TPOT of one token).

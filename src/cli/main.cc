@@ -29,6 +29,9 @@ constexpr kvreplay::CommandSpec kCommands[] = {
     {"plan",
      "sweep models, KV memory and page sizes over a request trace; find the smallest KV memory",
      kvreplay::make_plan_command},
+    {"plan-merge",
+     "assemble the parts of a sharded plan (plan --shard I/N) into the plan's report, table and HTML",
+     kvreplay::make_plan_merge_command},
     {"compare", "compare two reports of the same trace metric by metric (exit 1 on a regression)",
      kvreplay::make_compare_command},
     {"kernels",
@@ -73,6 +76,7 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
 int main(int argc, char** argv) {
   // Temporaries removed on SIGINT/SIGTERM/SIGHUP/SIGPIPE; a stdout write error exits 2.
   kvreplay::install_output_guards(kvreplay::kExitInput);
+  kvreplay::set_process_arguments(argc, argv);
   CLI::App app{"kvreplay: replay and simulate paged KV-cache traces against a real block pool"};
   app.set_version_flag("--version", [] { return version_text(); });
   app.footer(

@@ -59,8 +59,9 @@ RequestReader::RequestReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 RequestReader::~RequestReader() = default;
 
 InputResult<std::unique_ptr<RequestReader>> RequestReader::open(
-    const std::string& path, std::optional<RequestFormat> forced) {
-  std::string name = path == "-" ? "<stdin>" : path;
+    const std::string& path, std::optional<RequestFormat> forced, const std::string& shown_as) {
+  const std::string& shown = shown_as.empty() ? path : shown_as;
+  std::string name = shown == "-" ? "<stdin>" : shown;
   auto source = ByteSource::open(path);
   if (!source) return Unexpected{InputError{name, 0, "file", "cannot open: " + source.error()}};
   auto impl = std::make_unique<Impl>(std::move(source).value(), name);

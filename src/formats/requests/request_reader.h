@@ -35,9 +35,11 @@ class RequestReader {
   static constexpr std::size_t kMaxColumns = 256;
 
   // Opens `path` ("-" for standard input) and recognises its format (or checks
-  // the forced one as far as the header goes).
+  // the forced one as far as the header goes). Messages name it `shown_as`
+  // when given (a copy of standard input: "-"), else by its path.
   static InputResult<std::unique_ptr<RequestReader>> open(const std::string& path,
-                                                          std::optional<RequestFormat> forced);
+                                                          std::optional<RequestFormat> forced,
+                                                          const std::string& shown_as = {});
   // An in-memory trace (tests, fuzzers); `name` is how messages name it.
   static InputResult<std::unique_ptr<RequestReader>> from_string(
       std::string data, const std::string& name, std::optional<RequestFormat> forced);
