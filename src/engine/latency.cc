@@ -33,13 +33,13 @@ void LatencyDistribution::add(double value) {
   sum_ += value;
   min_ = std::min(min_, value);
   max_ = std::max(max_, value);
+  if (!histogram_ && values_.size() == kExactValues) to_histogram();  // before it would grow
   if (histogram_) {
     count_in_bucket(value);
     return;
   }
   values_.push_back(value);
   sorted_ = false;
-  if (values_.size() > kExactValues) to_histogram();
 }
 
 void LatencyDistribution::sort_values() const {
