@@ -52,6 +52,13 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
                         first->need);
         break;
     }
+    if (reason == SkipReason::kPoolTooSmall && st.skipped_stalled > 0) {
+      why += fmt::format(
+          "; {} of them stalled at admission: with the prefix-cache hit they found, their first "
+          "chunk needs more blocks than the pool even with nothing else running, so vLLM would "
+          "retry them forever",
+          st.skipped_stalled);
+    }
     out.warnings.push_back(fmt::format("warning: {}: {} request{} skipped: {}", path, counts[i],
                                        counts[i] == 1 ? "" : "s", why));
     out.warning_reasons.push_back(reason);

@@ -231,6 +231,7 @@ struct SimTotals {
   std::uint64_t skipped = 0;
   std::uint64_t skipped_too_long = 0;          // of those, longer than max_seq_tokens
   std::uint64_t skipped_too_many_samples = 0;  // of those, n above max_seqs
+  std::uint64_t skipped_stalled = 0;  // of those, vllm: stalled at admission (skip_stalled_vllm)
   std::uint64_t steps = 0;
   std::uint64_t preemptions = 0;
   std::uint64_t max_running = 0;  // samples running at once
@@ -384,6 +385,11 @@ class Simulator {
     std::shared_ptr<RequestTimes> times;            // shared by a request's children (vllm)
   };
 
+  // vllm, hybrid: skips the waiting head, whose allocation (`needed` blocks)
+  // fails with nothing running (admit_hybrid_vllm), and counts it once all its
+  // children are done with (skipped_stalled).
+  void skip_stalled_vllm(std::uint64_t needed);
+  void skipped_stalled(const RequestTimes& times);
   bool step();
   // A flight's chunk of `tokens` after `context` cached, for the cost model; the
   // first chunk ever stamps the request's scheduling time.

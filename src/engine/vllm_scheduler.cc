@@ -590,6 +590,19 @@ bool Simulator::admit_hybrid_vllm(std::uint32_t& budget,
     }
   }
   if (std::uint64_t{pool_.free_count()} + cache_.evictable() < needed + watermark_blocks_) {
+    if (running_.empty()) {
+      // Nothing runs, so no block will be freed or evicted: every block but
+      // the null one is already free or evictable, and this allocation fails
+      // at every step to come. vLLM's scheduler would retry it each step and
+      // never admit it nor anything queued behind it (Scheduler.schedule:
+      // allocate_slots returns None, the request stays first in the queue).
+      // never_fits_vllm cannot rule this out: it checks chunks that start at
+      // the budget's boundaries, while a prefix-cache hit can start the first
+      // chunk at any page, where a window group holds more pages at once.
+      // kvreplay skips the request as one the pool is too small for, and goes on.
+      skip_stalled_vllm(needed);
+      return true;
+    }
     stop = true;  // allocate_slots returned None
     return true;
   }
@@ -606,6 +619,30 @@ bool Simulator::admit_hybrid_vllm(std::uint32_t& budget,
   scheduled.emplace_back(&admitted, tokens);
   budget -= tokens;
   return true;
+}
+
+void Simulator::skip_stalled_vllm(std::uint64_t needed) {
+  std::unique_ptr<Flight> flight = std::move(waiting_.front());
+  waiting_.pop_front();  // it holds no block while waiting
+  if (tracked_ == flight->track_id) tracked_ = 0;
+  auto& first = first_skipped_[static_cast<std::size_t>(SkipReason::kPoolTooSmall)];
+  if (!first) first = SkippedRequest{flight->request.line, flight->request.id, needed};
+  // A request of n > 1 is skipped as a whole, counted once its last child is
+  // done with (its siblings that finished released their blocks already).
+  if (flight->times) flight->times->skipped = true;
+  if (--*flight->siblings_left == 0) {
+    if (flight->times) {
+      skipped_stalled(*flight->times);
+    } else {
+      ++sim_.skipped;
+    }
+  }
+}
+
+void Simulator::skipped_stalled(const RequestTimes& times) {
+  ++sim_.skipped;
+  ++sim_.skipped_stalled;
+  if (on_request) on_request(times);
 }
 
 bool Simulator::step_vllm() {
@@ -652,8 +689,12 @@ bool Simulator::step_vllm() {
       }
       release_sample(flight.samples[0]);
       if (--*flight.siblings_left == 0) {
-        ++sim_.finished;
-        request_done(flight);
+        if (flight.times && flight.times->skipped) {
+          skipped_stalled(*flight.times);  // a sibling stalled (skip_stalled_vllm)
+        } else {
+          ++sim_.finished;
+          request_done(flight);
+        }
       }
     }
     running_.resize(kept);

@@ -357,5 +357,23 @@ check '[[ $rc -eq 0 ]] && jq -e "[.cells[].slo.attainment] | all(. < 0.99)" "$wo
   "TTFT 1 ms: $(jq -c '[.cells[].slo]' "$work/plan.json")"
 finish "plan: answers meet the SLOs and reproduce"
 
+# A request that a prefix-cache hit would stall at admission: with the hit it
+# finds, its first chunk starts off the budget's boundaries, where gemma-3's
+# window groups hold more pages at once than the pool has, even with nothing
+# else running. vLLM would retry it forever and admit nothing behind it; this
+# run used to loop without end. It is skipped (counted with the pool too
+# small, the warning says how many stalled) and the run ends.
+rm -f "$work/requests.csv"
+run simulate traces/requests/mooncake_conv.jsonl --model gemma-3-27b --kv-memory 8GiB \
+  --max-seq-tokens 131072 -q --report "$work/report.json" --requests "$work/requests.csv"
+check '[[ $rc -eq 0 ]]' "exit $rc (124: it did not end), $(err_text)"
+check '[[ $(key .requests.finished) == 476 && $(key .requests.skipped_pool_too_small) == 24 ]]' \
+  "requests: $(key '.requests | tostring')"
+check 'grep -qF "24 requests skipped: more blocks than the pool of 6553 less the null block" "$work/err" &&
+  grep -qF "4 of them stalled at admission" "$work/err"' "warning: $(err_text)"
+check '[[ $(grep -c ",skipped," "$work/requests.csv") == 24 && $(grep -c ",finished," "$work/requests.csv") == 476 ]]' \
+  "requests.csv: $(grep -c ",skipped," "$work/requests.csv") skipped, $(grep -c ",finished," "$work/requests.csv") finished"
+finish "simulate: a request stalled at admission by its prefix-cache hit is skipped, and the run ends"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))
