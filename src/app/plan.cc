@@ -138,7 +138,6 @@ bool serves(const SimulationResult& result, double slo_attainment) {
          r["requests"]["skipped_pool_too_small"].get<std::uint64_t>() == 0 && !result.violated;
 }
 
-
 // kvreplay's version, recorded in a partial report: parts of another version
 // are refused, since figures may differ between versions.
 constexpr const char* kKvreplayVersion = KVREPLAY_VERSION;

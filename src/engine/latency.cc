@@ -77,8 +77,7 @@ void LatencyDistribution::count_in_bucket(double value) {
 }
 
 double LatencyDistribution::midpoint(std::int64_t bucket) const {
-  return 2 * std::exp(static_cast<double>(bucket) * log_gamma_) /
-         (std::exp(log_gamma_) + 1);
+  return 2 * std::exp(static_cast<double>(bucket) * log_gamma_) / (std::exp(log_gamma_) + 1);
 }
 
 double LatencyDistribution::order_statistic(std::uint64_t k) const {

@@ -63,8 +63,8 @@ class LatencyDistribution {
   mutable std::vector<double> values_;  // exact mode; sorted on demand
   mutable bool sorted_ = true;
   bool histogram_ = false;
-  std::uint64_t zeros_ = 0;          // values at or below kZeroValue
-  std::int64_t first_bucket_ = 0;    // the bucket buckets_[0] counts
+  std::uint64_t zeros_ = 0;        // values at or below kZeroValue
+  std::int64_t first_bucket_ = 0;  // the bucket buckets_[0] counts
   std::vector<std::uint64_t> buckets_;
   double log_gamma_ = 0;
 };

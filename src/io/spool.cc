@@ -28,7 +28,8 @@ Result<SpooledInput, std::string> SpooledInput::from_fd(int in) {
   for (;;) {
     const ssize_t got = ::read(in, buffer.data(), buffer.size());
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return Unexpected{std::string("cannot read standard input: ") + std::strerror(errno)};
+    if (got < 0)
+      return Unexpected{std::string("cannot read standard input: ") + std::strerror(errno)};
     if (got == 0) break;
     for (ssize_t done = 0; done < got;) {
       const ssize_t put = ::write(fd, buffer.data() + done, static_cast<std::size_t>(got - done));

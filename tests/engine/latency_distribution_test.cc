@@ -58,7 +58,8 @@ TEST_CASE("latency distribution: exact up to the limit, the same figures as the 
   CHECK(d.quantile(0.25) == quantile_sorted(sorted, 0.25));
 }
 
-TEST_CASE("latency distribution: past the limit, percentiles within 0.1% and count, mean, max exact") {
+TEST_CASE(
+    "latency distribution: past the limit, percentiles within 0.1% and count, mean, max exact") {
   const std::size_t n = 4 * LatencyDistribution::kExactValues + 123;
   const std::vector<double> values = sample_values(n, 11);
   LatencyDistribution d;
