@@ -215,8 +215,9 @@ CoreResult<BlockId> SequenceBlockTable::skip_page(std::uint32_t logical_page, Bl
 }
 
 CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
-  // Validate with tentative decrements, undone before anything is freed: each
-  // block must hold at least as many references as this table has entries on it.
+  // Validate with decrements: each block must hold at least as many
+  // references as this table has entries on it. On failure the decrements
+  // are undone; on success they are the release itself.
   std::size_t checked = 0;
   CoreStatus status;
   for (; checked < entries_.size(); ++checked) {
@@ -232,13 +233,27 @@ CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
     }
     pool.adjust_refcount_unchecked(b, -1);
   }
-  for (std::size_t i = 0; i < checked; ++i) {
-    if (entries_[i] != kInvalidBlock) pool.adjust_refcount_unchecked(entries_[i], +1);
+  if (!status) {
+    for (std::size_t i = 0; i < checked; ++i) {
+      if (entries_[i] != kInvalidBlock) pool.adjust_refcount_unchecked(entries_[i], +1);
+    }
+    return status;
   }
-  if (!status) return status;
-  for (BlockId b : entries_) {
-    if (b != kInvalidBlock) (void)pool.release(b);
+  // Releasing page by page frees a block at its last entry, once its count
+  // reaches zero. Walking back, the first entry met on a block at zero is its
+  // last: noted, and the block marked (a count of 1 until it is freed) so
+  // that its earlier entries are passed over. Then the noted blocks are
+  // freed in page order: the free-list order of page-by-page releases.
+  thread_local std::vector<BlockId> zeroed;
+  zeroed.clear();
+  for (std::size_t i = entries_.size(); i-- > 0;) {
+    const BlockId b = entries_[i];
+    if (b == kInvalidBlock || pool.refcount(b) != 0) continue;
+    pool.adjust_refcount_unchecked(b, +1);
+    zeroed.push_back(b);
   }
+  // The mark is the last reference: releasing it frees the block.
+  for (std::size_t i = zeroed.size(); i-- > 0;) (void)pool.release(zeroed[i]);
   entries_.clear();
   continued_ = 0;
   length_ = 0;
