@@ -13,19 +13,28 @@ double quantile_sorted(const std::vector<double>& sorted, double q) {
   return sorted[below] + (sorted[above] - sorted[below]) * (rank - static_cast<double>(below));
 }
 
-LatencySummary summarize_latency(std::vector<double> values) {
+namespace {
+
+// The summary of values already sorted (summing them in that order).
+LatencySummary summarize_sorted(const std::vector<double>& sorted) {
   LatencySummary out;
-  out.count = values.size();
-  if (values.empty()) return out;
-  std::sort(values.begin(), values.end());
+  out.count = sorted.size();
+  if (sorted.empty()) return out;
   double sum = 0;
-  for (double v : values) sum += v;
-  out.mean = sum / static_cast<double>(values.size());
-  out.p50 = quantile_sorted(values, 0.50);
-  out.p90 = quantile_sorted(values, 0.90);
-  out.p99 = quantile_sorted(values, 0.99);
-  out.max = values.back();
+  for (double v : sorted) sum += v;
+  out.mean = sum / static_cast<double>(sorted.size());
+  out.p50 = quantile_sorted(sorted, 0.50);
+  out.p90 = quantile_sorted(sorted, 0.90);
+  out.p99 = quantile_sorted(sorted, 0.99);
+  out.max = sorted.back();
   return out;
+}
+
+}  // namespace
+
+LatencySummary summarize_latency(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return summarize_sorted(values);
 }
 
 void LatencyDistribution::add(double value) {
@@ -109,7 +118,10 @@ double LatencyDistribution::quantile(double q) const {
 }
 
 LatencySummary LatencyDistribution::summary() const {
-  if (!histogram_) return summarize_latency(values_);
+  if (!histogram_) {
+    sort_values();
+    return summarize_sorted(values_);
+  }
   LatencySummary out;
   out.count = count_;
   out.exact = false;

@@ -629,14 +629,9 @@ void Simulator::skip_stalled_vllm(std::uint64_t needed) {
   if (!first) first = SkippedRequest{flight->request.line, flight->request.id, needed};
   // A request of n > 1 is skipped as a whole, counted once its last child is
   // done with (its siblings that finished released their blocks already).
-  if (flight->times) flight->times->skipped = true;
-  if (--*flight->siblings_left == 0) {
-    if (flight->times) {
-      skipped_stalled(*flight->times);
-    } else {
-      ++sim_.skipped;
-    }
-  }
+  // enqueue_vllm gives every child its request's times.
+  flight->times->skipped = true;
+  if (--*flight->siblings_left == 0) skipped_stalled(*flight->times);
 }
 
 void Simulator::skipped_stalled(const RequestTimes& times) {
