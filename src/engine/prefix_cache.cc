@@ -31,8 +31,12 @@ std::vector<std::string> evict_policy_names() {
   return enum_names(kEvictPolicyNames);
 }
 
-PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates)
-    : policy_(policy), pool_blocks_(pool_blocks), duplicates_(duplicates) {
+PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates,
+                         std::uint32_t page_tokens)
+    : policy_(policy),
+      pool_blocks_(pool_blocks),
+      duplicates_(duplicates),
+      page_tokens_(std::max<std::uint32_t>(page_tokens, 1)) {
   assert(pool_blocks <= kInvalidBlock);  // block ids stay below the empty-slot marker
   // Both tables grow with what is cached, not with the pool.
   slots_.resize(1024);

@@ -53,7 +53,10 @@ struct PageKey {
 
 class PrefixCache {
  public:
-  PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates = false);
+  // page_tokens places the keys of a chain's consecutive pages side by side
+  // in the index (see hash()); any value gives the same answers.
+  PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates = false,
+              std::uint32_t page_tokens = 1);
 
   // The block cached under key (with duplicates, the earliest cached).
   std::optional<BlockId> find(const PageKey& key) const {
@@ -220,16 +223,28 @@ class PrefixCache {
   // an insert goes to the empty slot ending the run, a deletion shifts later
   // entries back in order, and grow_index() reinserts each probe run from its
   // start.
-  static std::uint32_t hash(const PageKey& key) {
-    // murmur3's 64-bit finaliser over the chain id, the offset and the group.
-    std::uint64_t x = key.chain ^ (std::uint64_t{key.offset} * 0x9E3779B97F4A7C15ull) ^
+  //
+  // A key's hash keeps its page's neighbours in one cache line: the low
+  // kLineBits bits are the page's place within a run of 2^kLineBits
+  // consecutive pages of its chain, the rest hash the chain, the group and
+  // the run. The pages of a chain are inserted, looked up and evicted in
+  // order, so an operation on the next page finds its slot loaded already.
+  // (Only the placement depends on it: keys are compared whole.)
+  static constexpr std::uint32_t kLineBits = 3;
+  std::uint32_t hash(const PageKey& key) const {
+    // The page's number within the chain when every page of it is
+    // page_tokens long (offset 0, never a page's end, wraps: a placement only).
+    const std::uint64_t page = (key.offset - 1u) / page_tokens_;
+    // murmur3's 64-bit finaliser over the chain id, the run and the group.
+    std::uint64_t x = key.chain ^ ((page >> kLineBits) * 0x9E3779B97F4A7C15ull) ^
                       (std::uint64_t{key.group} * 0xD6E8FEB86659FD93ull);
     x ^= x >> 33;
     x *= 0xFF51AFD7ED558CCDull;
     x ^= x >> 33;
     x *= 0xC4CEB9FE1A85EC53ull;
     x ^= x >> 33;
-    return static_cast<std::uint32_t>(x);
+    constexpr std::uint32_t kLine = (1u << kLineBits) - 1;
+    return (static_cast<std::uint32_t>(x) & ~kLine) | (static_cast<std::uint32_t>(page) & kLine);
   }
   std::size_t home(std::uint32_t h) const { return h & (slots_.size() - 1); }
   // The first slot of key (whose hash is h), or the empty one ending its run.
@@ -254,6 +269,7 @@ class PrefixCache {
   EvictPolicy policy_;
   std::uint32_t pool_blocks_;
   bool duplicates_;
+  std::uint32_t page_tokens_;
   std::vector<Entry> entries_;   // by block id, grown on demand
   std::vector<Rank> ranks_;      // fifo, lfu: by block id, as many as entries_
   std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation

@@ -115,7 +115,8 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
     : config_(config),
       options_(options),
       pool_(config.kv.pool_blocks, config.alloc_order),
-      cache_(options.evict, config.kv.pool_blocks, options.engine == EngineKind::kVllm) {
+      cache_(options.evict, config.kv.pool_blocks, options.engine == EngineKind::kVllm,
+             config.kv.page_tokens) {
   watermark_blocks_ = static_cast<std::uint32_t>(
       std::floor(options.watermark * static_cast<double>(config.kv.pool_blocks)));
   if (!paged()) free_ranges_[0] = std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens;

@@ -504,3 +504,57 @@ TEST_CASE("prefix_cache: the key index agrees with a reference through random in
   CHECK(mismatches == 0);
   CHECK(cache.index_slots() <= 4 * kBlocks);  // grows with the keys, never with the churn
 }
+
+TEST_CASE("prefix_cache: placing a chain's pages side by side changes no answer") {
+  // The same operations on caches whose index places keys by page_tokens 1,
+  // 16 and 7 (the index's placement only): every find, the evicted blocks
+  // and the order of duplicates agree. Chains of consecutive pages, some
+  // keys cached twice, and evictions in between, over several index growths.
+  constexpr std::uint32_t kBlocks = 3000;
+  struct World {
+    BlockPool pool{kBlocks};
+    PrefixCache cache;
+    explicit World(std::uint32_t page_tokens)
+        : cache(EvictPolicy::kLru, kBlocks, /*duplicates=*/true, page_tokens) {}
+  };
+  std::vector<World> worlds;
+  for (std::uint32_t pt : {1u, 16u, 7u}) worlds.emplace_back(pt);
+  std::mt19937_64 rng(7);
+  std::vector<PageKey> keys;
+  for (std::uint64_t tick = 1; tick <= 400; ++tick) {
+    // A sequence of 1 to 40 pages of one of 30 chains, page ends 16 apart.
+    const std::uint64_t chain = rng() % 30;
+    const auto pages = static_cast<std::uint32_t>(1 + rng() % 40);
+    std::vector<std::vector<BlockId>> held(worlds.size());
+    for (std::uint32_t p = 0; p < pages; ++p) {
+      const PageKey key{chain, 16 * (p + 1), static_cast<std::uint32_t>(rng() % 2)};
+      keys.push_back(key);
+      for (std::size_t w = 0; w < worlds.size(); ++w) {
+        World& world = worlds[w];
+        std::vector<BlockId> got;
+        if (world.pool.free_count() == 0) {
+          REQUIRE(world.cache.evict_for_reuse(world.pool, 1, got) == 1);
+        } else {
+          got.push_back(world.pool.allocate().value());
+        }
+        REQUIRE(world.cache.insert(key, got[0], world.pool, tick).ok());
+        held[w].push_back(got[0]);
+      }
+    }
+    for (std::size_t w = 0; w < worlds.size(); ++w) {
+      for (auto it = held[w].rbegin(); it != held[w].rend(); ++it) {
+        REQUIRE(worlds[w].pool.release(*it).ok());
+        worlds[w].cache.released(*it, worlds[w].pool, tick);
+      }
+    }
+    for (const PageKey& key : keys) {
+      const auto expected = worlds[0].cache.find(key);
+      for (std::size_t w = 1; w < worlds.size(); ++w) REQUIRE(worlds[w].cache.find(key) == expected);
+    }
+  }
+  CHECK(worlds[0].cache.evictions() > 0);
+  for (std::size_t w = 1; w < worlds.size(); ++w) {
+    CHECK(worlds[w].cache.evictions() == worlds[0].cache.evictions());
+    CHECK(worlds[w].cache.size() == worlds[0].cache.size());
+  }
+}
