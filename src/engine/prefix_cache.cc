@@ -1,6 +1,7 @@
 #include "engine/prefix_cache.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <functional>
 
@@ -36,10 +37,11 @@ PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool dup
     : policy_(policy),
       pool_blocks_(pool_blocks),
       duplicates_(duplicates),
-      page_tokens_(std::max<std::uint32_t>(page_tokens, 1)) {
-  assert(pool_blocks <= kInvalidBlock);  // block ids stay below the empty-slot marker
-  // Both tables grow with what is cached, not with the pool.
-  slots_.resize(1024);
+      page_tokens_(std::max<std::uint32_t>(page_tokens, 1)),
+      page_shift_(std::has_single_bit(page_tokens_) ? std::countr_zero(page_tokens_) : -1) {
+  assert(pool_blocks <= kInvalidBlock);  // block ids stay below the list's end marker
+  // The tables grow with what is cached, not with the pool.
+  slots_.resize(256);
 }
 
 PrefixCache::Entry& PrefixCache::grow_entries(BlockId b) {
@@ -50,40 +52,77 @@ PrefixCache::Entry& PrefixCache::grow_entries(BlockId b) {
   return entries_[b];
 }
 
-void PrefixCache::grow_index() {
-  // Doubles the index: O(slots) once per slots / 4 inserts at least.
-  std::vector<Slot> old(slots_.size() * 2);
-  old.swap(slots_);
-  // Start after an empty slot, so that a run wrapping past the end is
-  // reinserted in probe order (duplicates keep their order).
-  const std::size_t n = old.size();
-  const std::size_t mask = slots_.size() - 1;
-  std::size_t start = 0;
-  while (old[start].block != kInvalidBlock) ++start;  // at most half taken: one is empty
-  for (std::size_t i = 1; i <= n; ++i) {
-    const Slot& slot = old[(start + i) % n];
-    if (slot.block == kInvalidBlock) continue;
-    slots_[free_slot_from(slot.hash & mask)] = slot;
+std::uint32_t PrefixCache::add_node(const PageKey& key, std::uint32_t run) {
+  if ((live_nodes_ + 1) * 2 > slots_.size()) {
+    // Doubles the table: O(slots) once per slots / 4 new nodes at least.
+    // Nodes of equal hash need no order among themselves: each is one run.
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    const std::size_t mask = slots_.size() - 1;
+    for (const Slot& slot : old) {
+      if (slot.node == kNoNode) continue;
+      std::size_t at = slot.hash & mask;
+      while (slots_[at].node != kNoNode) at = (at + 1) & mask;
+      slots_[at] = slot;
+    }
   }
+  std::uint32_t n;
+  if (!free_nodes_.empty()) {
+    n = free_nodes_.back();
+    free_nodes_.pop_back();
+  } else {
+    n = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  Node& node = nodes_[n];
+  node.chain = key.chain;
+  node.group = key.group;
+  node.run = run;
+  node.hash = node_hash(key.chain, key.group, run);
+  node.live = 0;
+  std::fill(std::begin(node.heads), std::end(node.heads), kInvalidBlock);
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t at = node.hash & mask;
+  while (slots_[at].node != kNoNode) at = (at + 1) & mask;
+  slots_[at] = Slot{node.hash, n};
+  ++live_nodes_;
+  return n;
 }
 
-inline void PrefixCache::index_erase(BlockId b) {
-  // The block's slot: along the run from its key's home.
+void PrefixCache::remove_node(std::uint32_t n) {
+  // The node's slot: along the run from its home.
   const std::size_t mask = slots_.size() - 1;
-  std::size_t hole = home(entries_[b].hash);
-  while (slots_[hole].block != b) hole = (hole + 1) & mask;
+  std::size_t hole = nodes_[n].hash & mask;
+  while (slots_[hole].node != n) hole = (hole + 1) & mask;
   // Backward-shift deletion: each later entry of the run whose home is not
-  // between the hole and itself moves back into the hole. Entries sharing a
-  // key share a home, so they keep their order.
-  for (std::size_t next = (hole + 1) & mask; slots_[next].block != kInvalidBlock;
+  // between the hole and itself moves back into the hole.
+  for (std::size_t next = (hole + 1) & mask; slots_[next].node != kNoNode;
        next = (next + 1) & mask) {
-    const std::size_t at = home(slots_[next].hash);
+    const std::size_t at = slots_[next].hash & mask;
     if (((next - at) & mask) < ((next - hole) & mask)) continue;  // home in (hole, next]
     slots_[hole] = slots_[next];
     hole = next;
   }
   slots_[hole] = Slot{};
+  --live_nodes_;
+  free_nodes_.push_back(n);
+  for (std::uint32_t* last : {&found_node_, &inserted_node_, &erased_node_}) {
+    if (*last == n) *last = kNoNode;
+  }
+}
+
+inline void PrefixCache::index_erase(BlockId b) {
+  // Unlinked from its place's list, the order of the others kept.
+  const Entry& entry = entries_[b];
+  const Place at = place(entry.key);
+  const std::uint32_t n = find_node(entry.key, at.run, erased_node_);
+  assert(n != kNoNode);
+  Node& node = nodes_[n];
+  BlockId* link = &node.heads[at.pos];
+  while (*link != b) link = &entries_[*link].dup_next;
+  *link = entry.dup_next;
   --size_;
+  if (--node.live == 0) remove_node(n);
 }
 
 void PrefixCache::make_evictable_ranked(BlockId b) {
@@ -174,16 +213,7 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
   const std::size_t first = out.size();
   out.resize(first + count);
   BlockId b = lru_head_;
-  // A few blocks down the list, the slot of the block to evict then is loaded
-  // ahead (the index changes meanwhile only near the slots being emptied).
-  constexpr std::uint32_t kAhead = 4;
-  BlockId ahead = b;
-  for (std::uint32_t i = 0; i < kAhead && ahead != kInvalidBlock; ++i) ahead = entries_[ahead].next;
   for (std::uint32_t i = 0; i < count; ++i) {
-    if (ahead != kInvalidBlock) {
-      __builtin_prefetch(&slots_[home(entries_[ahead].hash)]);
-      ahead = entries_[ahead].next;
-    }
     Entry& entry = entries_[b];
     const BlockId next = entry.next;
     watched_evictable_ -= entry.watched ? 1 : 0;  // evictable until now

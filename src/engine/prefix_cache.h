@@ -53,14 +53,17 @@ struct PageKey {
 
 class PrefixCache {
  public:
-  // page_tokens places the keys of a chain's consecutive pages side by side
-  // in the index (see hash()); any value gives the same answers.
+  // page_tokens groups the keys of a chain's consecutive pages into one node
+  // of the index (see Node); any value gives the same answers.
   PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool duplicates = false,
               std::uint32_t page_tokens = 1);
 
   // The block cached under key (with duplicates, the earliest cached).
   std::optional<BlockId> find(const PageKey& key) const {
-    const BlockId b = slots_[slot_of(key, hash(key))].block;
+    const Place at = place(key);
+    const std::uint32_t n = find_node(key, at.run, found_node_);
+    if (n == kNoNode) return std::nullopt;
+    const BlockId b = first_of(nodes_[n].heads[at.pos], key);
     if (b == kInvalidBlock) return std::nullopt;
     return b;
   }
@@ -129,7 +132,8 @@ class PrefixCache {
     return std::span<const BlockId>(eviction_log_).subspan(since - log_base_);
   }
   std::size_t size() const { return size_; }
-  // Slots of the key index (live keys are at most half of them).
+  // Slots of the key index (its live nodes, each a run of a chain's pages,
+  // are at most half of them).
   std::size_t index_slots() const { return slots_.size(); }
   // Eviction candidates queued, stale ones included (bounded: see the contract).
   std::size_t candidates() const {
@@ -145,7 +149,9 @@ class PrefixCache {
     PageKey key;
     BlockId prev = kInvalidBlock;  // lru: neighbours in the eviction list
     BlockId next = kInvalidBlock;
-    std::uint32_t hash = 0;  // while cached: hash(key), which places it in the key index
+    // While cached: the next block listed at the key's place in its index
+    // node (see Node), kInvalidBlock at the end.
+    BlockId dup_next = kInvalidBlock;
     bool cached = false;
     bool evictable = false;
     bool watched = false;
@@ -174,12 +180,6 @@ class PrefixCache {
     return b < entry_count_ ? entries_[b] : grow_entries(b);
   }
   Entry& grow_entries(BlockId b);
-  // Rebuilds the key index twice as large.
-  void grow_index();
-  // Makes room for one more key (at most half the slots live).
-  void reserve_slot() {
-    if ((size_ + 1) * 2 > slots_.size()) grow_index();
-  }
   void make_evictable(BlockId b) {
     if (policy_ != EvictPolicy::kLru) return make_evictable_ranked(b);
     // To the back of the list: least recently released first.
@@ -215,53 +215,74 @@ class PrefixCache {
   }
   void purge_stale();
   bool stale(const Candidate& candidate) const;
-  // Open-addressing key index: linear probing, deletion by backward shift (no
-  // tombstones). A slot holds a cached block and its key's hash, not the key:
-  // the hash places it (its home is hash & mask) and filters the probes, the
-  // key itself is compared in the block's entry only when the hashes match.
-  // Entries of one key keep their insertion order along the probe sequence:
-  // an insert goes to the empty slot ending the run, a deletion shifts later
-  // entries back in order, and grow_index() reinserts each probe run from its
-  // start.
-  //
-  // A key's hash keeps its page's neighbours in one cache line: the low
-  // kLineBits bits are the page's place within a run of 2^kLineBits
-  // consecutive pages of its chain, the rest hash the chain, the group and
-  // the run. The pages of a chain are inserted, looked up and evicted in
-  // order, so an operation on the next page finds its slot loaded already.
-  // (Only the placement depends on it: keys are compared whole.)
-  static constexpr std::uint32_t kLineBits = 3;
-  std::uint32_t hash(const PageKey& key) const {
-    // The page's number within the chain when every page of it is
-    // page_tokens long (offset 0, never a page's end, wraps: a placement only).
-    const std::uint64_t page = (key.offset - 1u) / page_tokens_;
+  // The key index, in two levels. A node holds the blocks of one run of
+  // kRunPages consecutive pages of a chain (same chain id and group, page
+  // number (offset - 1) / page_tokens divided by kRunPages): for each place
+  // in the run, the blocks cached under keys of that place, in insertion
+  // order, listed through Entry::dup_next. Keys are compared whole along the
+  // list, so any page size (or an offset that is no page end) gives the same
+  // answers; the page size only decides which keys share a node. Nodes are
+  // found through an open-addressing table (linear probing, backward-shift
+  // deletion) of eight-byte slots, at most half of them live, and the node
+  // found last is remembered: the simulator inserts, looks up and evicts a
+  // chain's pages in order, so most operations skip the table. A node is
+  // freed when its last block leaves it.
+  static constexpr std::uint32_t kRunBits = 3;
+  static constexpr std::uint32_t kRunPages = 1u << kRunBits;
+  static constexpr std::uint32_t kNoNode = 0xFFFFFFFFu;
+  struct Place {
+    std::uint32_t run;  // the run of pages, within the chain
+    std::uint32_t pos;  // the page's place in it
+  };
+  Place place(const PageKey& key) const {
+    // Offset 0, never a page's end, wraps: a placement only.
+    const std::uint32_t end = key.offset - 1u;
+    const std::uint32_t page = page_shift_ >= 0 ? end >> page_shift_ : end / page_tokens_;
+    return {page >> kRunBits, page & (kRunPages - 1)};
+  }
+  struct alignas(64) Node {
+    std::uint64_t chain = 0;
+    std::uint32_t group = 0;
+    std::uint32_t run = 0;
+    std::uint32_t hash = 0;  // node_hash of the above: its home in the table
+    std::uint32_t live = 0;  // blocks listed
+    BlockId heads[kRunPages];
+  };
+  static std::uint32_t node_hash(std::uint64_t chain, std::uint32_t group, std::uint32_t run) {
     // murmur3's 64-bit finaliser over the chain id, the run and the group.
-    std::uint64_t x = key.chain ^ ((page >> kLineBits) * 0x9E3779B97F4A7C15ull) ^
-                      (std::uint64_t{key.group} * 0xD6E8FEB86659FD93ull);
+    std::uint64_t x = chain ^ (std::uint64_t{run} * 0x9E3779B97F4A7C15ull) ^
+                      (std::uint64_t{group} * 0xD6E8FEB86659FD93ull);
     x ^= x >> 33;
     x *= 0xFF51AFD7ED558CCDull;
     x ^= x >> 33;
     x *= 0xC4CEB9FE1A85EC53ull;
     x ^= x >> 33;
-    constexpr std::uint32_t kLine = (1u << kLineBits) - 1;
-    return (static_cast<std::uint32_t>(x) & ~kLine) | (static_cast<std::uint32_t>(page) & kLine);
+    return static_cast<std::uint32_t>(x);
   }
-  std::size_t home(std::uint32_t h) const { return h & (slots_.size() - 1); }
-  // The first slot of key (whose hash is h), or the empty one ending its run.
-  std::size_t slot_of(const PageKey& key, std::uint32_t h) const {
+  static bool node_is(const Node& node, const PageKey& key, std::uint32_t run) {
+    return node.chain == key.chain && node.run == run && node.group == key.group;
+  }
+  // The node of key's run, or kNoNode; `last` is the node found last by the
+  // same kind of operation (remembered apart: lookups, inserts and evictions
+  // walk different chains in turn).
+  std::uint32_t find_node(const PageKey& key, std::uint32_t run, std::uint32_t& last) const {
+    if (last != kNoNode && node_is(nodes_[last], key, run)) return last;
+    const std::uint32_t h = node_hash(key.chain, key.group, run);
     const std::size_t mask = slots_.size() - 1;
-    std::size_t slot = home(h);
-    for (;;) {
+    for (std::size_t slot = h & mask;; slot = (slot + 1) & mask) {
       const Slot& at = slots_[slot];
-      if (at.block == kInvalidBlock || (at.hash == h && entries_[at.block].key == key)) return slot;
-      slot = (slot + 1) & mask;
+      if (at.node == kNoNode) return kNoNode;
+      if (at.hash == h && node_is(nodes_[at.node], key, run)) return last = at.node;
     }
   }
-  // The empty slot ending the run that `from` is in.
-  std::size_t free_slot_from(std::size_t from) const {
-    const std::size_t mask = slots_.size() - 1;
-    while (slots_[from].block != kInvalidBlock) from = (from + 1) & mask;
-    return from;
+  // A new, empty node for key's run (the table grown first when due).
+  std::uint32_t add_node(const PageKey& key, std::uint32_t run);
+  // Frees node n, which lists no block.
+  void remove_node(std::uint32_t n);
+  // The first block of the list from b cached under key, or kInvalidBlock.
+  BlockId first_of(BlockId b, const PageKey& key) const {
+    while (b != kInvalidBlock && !(entries_[b].key == key)) b = entries_[b].dup_next;
+    return b;
   }
   // Removes cached block b from the index.
   void index_erase(BlockId b);
@@ -270,6 +291,7 @@ class PrefixCache {
   std::uint32_t pool_blocks_;
   bool duplicates_;
   std::uint32_t page_tokens_;
+  int page_shift_;  // log2(page_tokens_) when a power of two, else -1
   std::vector<Entry> entries_;   // by block id, grown on demand
   std::vector<Rank> ranks_;      // fifo, lfu: by block id, as many as entries_
   std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation
@@ -307,31 +329,48 @@ class PrefixCache {
   std::vector<BlockId> watched_;  // every block watched since unwatch_all (some no longer)
   // Eight bytes a slot, so that the index of a large pool stays in cache.
   struct Slot {
-    std::uint32_t hash = 0;         // hash(key) of the block's key
-    BlockId block = kInvalidBlock;  // kInvalidBlock: empty
+    std::uint32_t hash = 0;        // the node's hash
+    std::uint32_t node = kNoNode;  // kNoNode: empty
   };
   std::vector<Slot> slots_;
-  std::size_t size_ = 0;  // live slots
+  std::vector<Node> nodes_;                // by node number, the freed ones too
+  std::vector<std::uint32_t> free_nodes_;  // freed node numbers, reused last freed first
+  std::size_t live_nodes_ = 0;
+  // The node found last by find (so find is not thread-safe), insert and index_erase.
+  mutable std::uint32_t found_node_ = kNoNode;
+  std::uint32_t inserted_node_ = kNoNode;
+  std::uint32_t erased_node_ = kNoNode;
+  std::size_t size_ = 0;  // cached blocks
   std::uint64_t evictions_ = 0;
   std::vector<BlockId> eviction_log_;  // evictions [log_base_, evictions_)
   std::uint64_t log_base_ = 0;
 };
 
 inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,
-                                     std::uint64_t tick) {
+                                            std::uint64_t tick) {
   Entry& cached = entry_of(b);
   if (cached.cached) return false;
-  reserve_slot();
-  // With duplicates the key goes after its entries: the empty slot ending
-  // its run, found without comparing keys. Without, one probe finds the key
-  // or the free slot.
-  const std::uint32_t h = hash(key);
-  const std::size_t slot = duplicates_ ? free_slot_from(home(h)) : slot_of(key, h);
-  if (slots_[slot].block != kInvalidBlock) return false;
-  if (auto retained = pool.retain(b); !retained) return Unexpected{retained.error()};
-  slots_[slot] = Slot{h, b};
+  const Place at = place(key);
+  std::uint32_t n = find_node(key, at.run, inserted_node_);
+  // Without duplicates a key holds one block.
+  if (!duplicates_ && n != kNoNode && first_of(nodes_[n].heads[at.pos], key) != kInvalidBlock) {
+    return false;
+  }
+  // A new node is made before the retain (which then cannot throw) and
+  // dropped again if the retain fails.
+  if (n == kNoNode) n = inserted_node_ = add_node(key, at.run);
+  if (auto retained = pool.retain(b); !retained) {
+    if (nodes_[n].live == 0) remove_node(n);
+    return Unexpected{retained.error()};
+  }
+  // At the end of its place's list: after the blocks cached before it.
+  Node& node = nodes_[n];
+  BlockId* link = &node.heads[at.pos];
+  while (*link != kInvalidBlock) link = &entries_[*link].dup_next;
+  *link = b;
+  ++node.live;
   ++size_;
-  cached.hash = h;
+  cached.dup_next = kInvalidBlock;
   cached.key = key;
   cached.cached = true;
   cached.evictable = false;

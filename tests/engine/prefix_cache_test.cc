@@ -181,6 +181,25 @@ TEST_CASE("prefix_cache: an insert the pool refuses changes nothing") {
   std::vector<BlockId> held;
   cache.holds(held);
   CHECK(held.empty());
+  // Refused again where the key's run already holds a block, then where it
+  // is new: the index keeps what it had and takes the key later.
+  auto b = pool.allocate();
+  REQUIRE(b.ok());
+  REQUIRE(cache.insert(PageKey{7, 16}, b.value(), pool, 2).ok());
+  const BlockId free_block = pool.free_list().front();
+  CHECK_FALSE(cache.insert(PageKey{7, 32}, free_block, pool, 3).ok());
+  CHECK_FALSE(cache.insert(PageKey{8, 16}, free_block, pool, 3).ok());
+  CHECK(cache.find(PageKey{7, 16}) == b.value());
+  CHECK_FALSE(cache.find(PageKey{7, 32}).has_value());
+  CHECK_FALSE(cache.find(PageKey{8, 16}).has_value());
+  CHECK(cache.size() == 1);
+  auto c = pool.allocate();
+  REQUIRE(c.ok());
+  auto later = cache.insert(PageKey{8, 16}, c.value(), pool, 4);
+  REQUIRE(later.ok());
+  CHECK(later.value());
+  CHECK(cache.find(PageKey{8, 16}) == c.value());
+  CHECK(cache.size() == 2);
 }
 
 TEST_CASE("prefix_cache: a block is evictable only while the cache alone holds it") {
