@@ -101,6 +101,22 @@ class BlockPool {
     ++allocations_;
     return {};
   }
+  // recycle(b) for each of blocks, all or none (errors as recycle's, nothing
+  // changed). REQUIRES the blocks distinct.
+  CoreStatus recycle_all(std::span<const BlockId> blocks) {
+    if (free_size_ != 0 && !blocks.empty()) return Unexpected{CoreError::kBlockNotLive};
+    for (BlockId b : blocks) {
+      if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
+      if (refcounts_[b] != 1) return Unexpected{CoreError::kBlockNotLive};
+    }
+    for (BlockId b : blocks) {
+      filled_total_ -= filled_[b];
+      filled_[b] = 0;
+    }
+    frees_ += blocks.size();
+    allocations_ += blocks.size();
+    return {};
+  }
   // Makes a table entry writable. Existing(b) when the caller holds the only
   // reference, Allocated(b) when entry == kInvalidBlock, Copy{source, destination}
   // when shared: allocates the destination (filled copied from the source) and

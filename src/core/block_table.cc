@@ -16,11 +16,6 @@ void SequenceBlockTable::set_entry(std::size_t page, BlockId b) {
   continued_ += (continues(page) ? 1 : 0) + (continues(page + 1) ? 1 : 0);
 }
 
-void SequenceBlockTable::recount_continued() {
-  continued_ = 0;
-  for (std::size_t page = 1; page < entries_.size(); ++page) continued_ += continues(page) ? 1 : 0;
-}
-
 bool SequenceBlockTable::empty() const {
   return length_ == 0 && std::all_of(entries_.begin(), entries_.end(),
                                      [](BlockId b) { return b == kInvalidBlock; });
@@ -189,14 +184,18 @@ CoreStatus SequenceBlockTable::install_shared_prefix(std::span<const BlockId> pa
     return Unexpected{CoreError::kSizeMismatch};
   }
   if (!empty()) return Unexpected{CoreError::kTargetNotEmpty};
+  // Retained page by page (a block out of range, kInvalidBlock among them,
+  // is refused), the pages that continue their predecessor counted as they go.
+  std::uint32_t continued = 0;
   for (std::size_t i = 0; i < pages.size(); ++i) {
     if (auto retained = pool.retain(pages[i]); !retained) {
       for (std::size_t j = 0; j < i; ++j) (void)pool.release(pages[j]);
       return retained;
     }
+    continued += i > 0 && pages[i] == pages[i - 1] + 1 ? 1 : 0;
   }
   entries_.assign(pages.begin(), pages.end());
-  recount_continued();
+  continued_ = continued;
   length_ = tokens;
   return {};
 }
@@ -218,20 +217,32 @@ CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
   // Validate with decrements: each block must hold at least as many
   // references as this table has entries on it. On failure the decrements
   // are undone; on success they are the release itself.
+  //
+  // Releasing page by page frees a block at its last entry, once its count
+  // reaches zero: the entries whose decrement reaches zero, in page order,
+  // are the blocks to free, in the free-list order of page-by-page releases.
+  // Each is noted (a later entry on it finds a count of zero: an error) and,
+  // once the whole table is validated, given its last reference back and
+  // released, which frees it.
+  thread_local std::vector<BlockId> zeroed;
+  zeroed.clear();
   std::size_t checked = 0;
   CoreStatus status;
+  const std::uint32_t total = pool.total();
   for (; checked < entries_.size(); ++checked) {
-    BlockId b = entries_[checked];
+    const BlockId b = entries_[checked];
     if (b == kInvalidBlock) continue;
-    if (b >= pool.total()) {
+    if (b >= total) {
       status = Unexpected{CoreError::kBlockOutOfRange};
       break;
     }
-    if (pool.refcount(b) == 0) {
+    const std::uint32_t count = pool.refcount(b);
+    if (count == 0) {
       status = Unexpected{CoreError::kBlockNotLive};
       break;
     }
     pool.adjust_refcount_unchecked(b, -1);
+    if (count == 1) zeroed.push_back(b);
   }
   if (!status) {
     for (std::size_t i = 0; i < checked; ++i) {
@@ -239,21 +250,10 @@ CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
     }
     return status;
   }
-  // Releasing page by page frees a block at its last entry, once its count
-  // reaches zero. Walking back, the first entry met on a block at zero is its
-  // last: noted, and the block marked (a count of 1 until it is freed) so
-  // that its earlier entries are passed over. Then the noted blocks are
-  // freed in page order: the free-list order of page-by-page releases.
-  thread_local std::vector<BlockId> zeroed;
-  zeroed.clear();
-  for (std::size_t i = entries_.size(); i-- > 0;) {
-    const BlockId b = entries_[i];
-    if (b == kInvalidBlock || pool.refcount(b) != 0) continue;
+  for (BlockId b : zeroed) {
     pool.adjust_refcount_unchecked(b, +1);
-    zeroed.push_back(b);
+    (void)pool.release(b);
   }
-  // The mark is the last reference: releasing it frees the block.
-  for (std::size_t i = zeroed.size(); i-- > 0;) (void)pool.release(zeroed[i]);
   entries_.clear();
   continued_ = 0;
   length_ = 0;

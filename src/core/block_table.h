@@ -147,7 +147,6 @@ class SequenceBlockTable {
   }
   // entries_[page] = b, keeping continued_. REQUIRES: page < entries_.size().
   void set_entry(std::size_t page, BlockId b);
-  void recount_continued();
 
   std::uint32_t capacity_pages_;
   std::uint32_t page_tokens_;

@@ -37,8 +37,9 @@ PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool dup
     : policy_(policy),
       pool_blocks_(pool_blocks),
       duplicates_(duplicates),
-      page_tokens_(std::max<std::uint32_t>(page_tokens, 1)),
-      page_shift_(std::has_single_bit(page_tokens_) ? std::countr_zero(page_tokens_) : -1) {
+      page_shift_(
+          static_cast<std::uint32_t>(std::bit_width(std::max<std::uint32_t>(page_tokens, 1)) - 1)),
+      run_shift_(page_shift_ + kRunBits) {
   assert(pool_blocks <= kInvalidBlock);  // block ids stay below the list's end marker
   // The tables grow with what is cached, not with the pool.
   slots_.resize(256);
@@ -212,6 +213,16 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
   const std::size_t log_cap = std::max(entries_.size(), kCandidateSlack);
   const std::size_t first = out.size();
   out.resize(first + count);
+  // The log starts over before the batch rather than within it: count is at
+  // most the blocks cached, so it still keeps at most log_cap entries.
+  if (eviction_log_.size() + count > log_cap) {
+    log_base_ = evictions_;
+    eviction_log_.clear();
+  }
+  const std::size_t logged = eviction_log_.size();
+  eviction_log_.resize(logged + count);
+  BlockId* const log = eviction_log_.data() + logged;
+  BlockId* const taken = out.data() + first;
   BlockId b = lru_head_;
   for (std::uint32_t i = 0; i < count; ++i) {
     Entry& entry = entries_[b];
@@ -220,16 +231,12 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
     entry.prev = entry.next = kInvalidBlock;
     entry.evictable = entry.watched = entry.cached = false;
     index_erase(b);
-    if (eviction_log_.size() >= log_cap) {
-      log_base_ = evictions_;
-      eviction_log_.clear();
-    }
-    eviction_log_.push_back(b);
-    ++evictions_;
-    (void)pool.recycle(b);  // held by the cache alone, the free list empty
-    out[first + i] = b;
+    log[i] = b;
+    taken[i] = b;
     b = next;
   }
+  (void)pool.recycle_all({taken, count});  // held by the cache alone, the free list empty
+  evictions_ += count;
   evictable_count_ -= count;
   lru_head_ = b;
   (b != kInvalidBlock ? entries_[b].prev : lru_tail_) = kInvalidBlock;

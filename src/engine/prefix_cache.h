@@ -217,11 +217,13 @@ class PrefixCache {
   bool stale(const Candidate& candidate) const;
   // The key index, in two levels. A node holds the blocks of one run of
   // kRunPages consecutive pages of a chain (same chain id and group, page
-  // number (offset - 1) / page_tokens divided by kRunPages): for each place
+  // number (offset - 1) >> page_shift_ divided by kRunPages): for each place
   // in the run, the blocks cached under keys of that place, in insertion
   // order, listed through Entry::dup_next. Keys are compared whole along the
   // list, so any page size (or an offset that is no page end) gives the same
-  // answers; the page size only decides which keys share a node. Nodes are
+  // answers; the page size only decides which keys share a node (with a
+  // page size that is no power of two, pages are numbered in units of the
+  // power of two below it, and two pages may share a place). Nodes are
   // found through an open-addressing table (linear probing, backward-shift
   // deletion) of eight-byte slots, at most half of them live, and the node
   // found last is remembered: the simulator inserts, looks up and evicts a
@@ -237,8 +239,7 @@ class PrefixCache {
   Place place(const PageKey& key) const {
     // Offset 0, never a page's end, wraps: a placement only.
     const std::uint32_t end = key.offset - 1u;
-    const std::uint32_t page = page_shift_ >= 0 ? end >> page_shift_ : end / page_tokens_;
-    return {page >> kRunBits, page & (kRunPages - 1)};
+    return {end >> run_shift_, (end >> page_shift_) & (kRunPages - 1)};
   }
   struct alignas(64) Node {
     std::uint64_t chain = 0;
@@ -290,8 +291,10 @@ class PrefixCache {
   EvictPolicy policy_;
   std::uint32_t pool_blocks_;
   bool duplicates_;
-  std::uint32_t page_tokens_;
-  int page_shift_;  // log2(page_tokens_) when a power of two, else -1
+  // floor(log2(page_tokens)), the page size of the index's placement, and
+  // that plus kRunBits.
+  std::uint32_t page_shift_;
+  std::uint32_t run_shift_;
   std::vector<Entry> entries_;   // by block id, grown on demand
   std::vector<Rank> ranks_;      // fifo, lfu: by block id, as many as entries_
   std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation

@@ -501,6 +501,50 @@ TEST_CASE("pool: recycle is release then allocate of the only free block, or ref
   }
 }
 
+TEST_CASE("pool: recycle_all is recycle of each block, or refuses untouched") {
+  for (AllocOrder order : kAllOrders) {
+    INFO(to_string(order));
+    BlockPool all(6, order);
+    BlockPool each(6, order);
+    std::vector<BlockId> a = allocate_all(all, 6);
+    std::vector<BlockId> b = allocate_all(each, 6);
+    REQUIRE(a == b);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      all.set_filled(a[i], static_cast<std::uint32_t>(i + 1));
+      each.set_filled(b[i], static_cast<std::uint32_t>(i + 1));
+    }
+    const std::vector<BlockId> run = {a[4], a[1], a[2]};
+    REQUIRE(all.recycle_all(run).ok());
+    for (BlockId x : run) REQUIRE(each.recycle(x).ok());
+    CHECK(all.snapshot() == each.snapshot());
+    CHECK(all.filled_total() == each.filled_total());
+    CHECK(all.frees() == each.frees());
+    CHECK(all.allocations() == each.allocations());
+    CHECK(all.filled(a[4]) == 0);
+    CHECK(all.filled(a[0]) == 1);
+
+    // One block shared, out of range, or a block free: refused, nothing changes.
+    REQUIRE(all.retain(a[0]).ok());
+    const PoolSnapshot before = all.snapshot();
+    const std::uint64_t filled_before = all.filled_total();
+    for (const std::vector<BlockId>& refused :
+         {std::vector<BlockId>{a[3], a[0]}, std::vector<BlockId>{a[3], BlockId{6}}}) {
+      auto status = all.recycle_all(refused);
+      REQUIRE_FALSE(status.ok());
+      CHECK(status.error() ==
+            (refused[1] == 6 ? CoreError::kBlockOutOfRange : CoreError::kBlockNotLive));
+      CHECK(all.snapshot() == before);
+      CHECK(all.filled_total() == filled_before);
+    }
+    must_release(all, a[5]);
+    const PoolSnapshot with_free = all.snapshot();
+    auto status = all.recycle_all(std::vector<BlockId>{a[3]});
+    REQUIRE_FALSE(status.ok());
+    CHECK(status.error() == CoreError::kBlockNotLive);
+    CHECK(all.snapshot() == with_free);
+  }
+}
+
 TEST_CASE("pool: errors print with fmt") {
   CHECK(fmt::format("{}", CoreError::kPoolExhausted) == "pool exhausted");
   CHECK(fmt::format("{}", CoreError::kBlockNotLive) == "block not live");
