@@ -243,6 +243,41 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
   return count;
 }
 
+void PrefixCache::released_last_first(std::span<const BlockId> blocks, const BlockPool& pool,
+                                      std::uint64_t tick) {
+  if (policy_ != EvictPolicy::kLru) {
+    for (std::size_t i = blocks.size(); i-- > 0;) released(blocks[i], pool, tick);
+    return;
+  }
+  // released() block by block, the list's tail and the counts kept in locals.
+  BlockId tail = lru_tail_;
+  std::uint32_t added = 0;
+  std::uint32_t watched_added = 0;
+  for (std::size_t i = blocks.size(); i-- > 0;) {
+    const BlockId b = blocks[i];
+    if (b >= entry_count_ || pool.refcount(b) != 1) continue;
+    Entry& entry = entries_[b];
+    if (!entry.cached) continue;
+    if (entry.evictable) {
+      // Evictable already (released twice): moves to the back.
+      lru_tail_ = tail;
+      lru_unlink(b);
+      tail = lru_tail_;
+    } else {
+      ++added;
+      watched_added += entry.watched ? 1 : 0;
+      entry.evictable = true;
+    }
+    entry.prev = tail;
+    entry.next = kInvalidBlock;
+    (tail != kInvalidBlock ? entries_[tail].next : lru_head_) = b;
+    tail = b;
+  }
+  lru_tail_ = tail;
+  evictable_count_ += added;
+  watched_evictable_ += watched_added;
+}
+
 void PrefixCache::unwatch_all() {
   for (BlockId b : watched_) unwatch(b);
   watched_.clear();

@@ -92,6 +92,10 @@ class PrefixCache {
     if (policy_ != EvictPolicy::kLru) ranks_[b].last_use = tick;
     make_evictable(b);
   }
+  // released(b) for each of blocks, the last first (a released table's
+  // pages: its tail becomes evictable before its prefix).
+  void released_last_first(std::span<const BlockId> blocks, const BlockPool& pool,
+                           std::uint64_t tick);
   // Evicts one evictable block. Returns false when none is evictable.
   bool evict_one(BlockPool& pool);
   // With the pool's free list empty: evicts up to n evictable blocks in

@@ -803,7 +803,7 @@ void Simulator::release_sample(Sample& sample) {
     request_entries_ -= blocks.size() - skipped;
     (void)table.release_all(pool_);  // tables built by this simulator are consistent
     // Last page first: a sequence's tail is evicted before its shared prefix.
-    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cache_.released(*it, pool_, tick_);
+    cache_.released_last_first(blocks, pool_, tick_);
   }
 }
 

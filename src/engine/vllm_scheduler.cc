@@ -45,29 +45,37 @@ class HashedPages {
         end_((std::uint64_t{page} + 1) * page_tokens) {
     if (!hash_ids_.empty()) k_ = (end_ - 1) / hash_block_;
     k_start_ = k_ * hash_block_;
+    k_end_ = k_start_ + hash_block_;
+    if (hashed()) chain_ = hash_ids_[k_];
   }
   // Whether the page is a prompt page inside the trace's hash blocks.
   bool hashed() const { return end_ <= hashed_end_; }
   // REQUIRES hashed().
-  PageKey key() const {
-    return PageKey{hash_ids_[k_], static_cast<std::uint32_t>(end_ - k_start_)};
-  }
+  PageKey key() const { return PageKey{chain_, static_cast<std::uint32_t>(end_ - k_start_)}; }
   void next() {
     end_ += page_tokens_;
-    while (k_start_ + hash_block_ < end_ && end_ <= hashed_end_) {
-      ++k_;
-      k_start_ += hash_block_;
-    }
+    if (end_ > k_end_) advance();  // past the hash block: once in hash_block / page_tokens pages
   }
 
  private:
+  void advance() {
+    while (k_end_ < end_ && end_ <= hashed_end_) {
+      ++k_;
+      k_start_ = k_end_;
+      k_end_ += hash_block_;
+    }
+    if (hashed()) chain_ = hash_ids_[k_];
+  }
+
   std::span<const std::uint64_t> hash_ids_;
   std::uint64_t page_tokens_;
   std::uint64_t hash_block_;
   std::uint64_t hashed_end_;
-  std::uint64_t end_;        // the page's end, in tokens
-  std::uint64_t k_ = 0;      // hash block holding the page's last token
+  std::uint64_t end_;          // the page's end, in tokens
+  std::uint64_t k_ = 0;        // hash block holding the page's last token
   std::uint64_t k_start_ = 0;  // its first token
+  std::uint64_t k_end_ = 0;    // its end: k_start_ + hash_block_
+  std::uint64_t chain_ = 0;    // while hashed(): hash_ids_[k_]
 };
 
 }  // namespace
@@ -212,6 +220,11 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   sample.length += tokens;
   totals_.tokens_appended += tokens;
   state_.logical_tokens += tokens;
+  // Most steps fill no page (a decode token in a partial page): nothing to cache.
+  if (!options_.prefix_cache ||
+      flight.cached_pages >= sample.table.length() / config_.kv.page_tokens) {
+    return true;
+  }
   return cache_full_blocks_vllm(flight);
 }
 

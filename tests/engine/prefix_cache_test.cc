@@ -577,3 +577,51 @@ TEST_CASE("prefix_cache: placing a chain's pages side by side changes no answer"
     CHECK(worlds[w].cache.size() == worlds[0].cache.size());
   }
 }
+
+TEST_CASE("prefix_cache: released_last_first is released of each block, the last first") {
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    INFO(to_string(policy));
+    // Two caches given the same history; one hears of a table's release
+    // block by block, the other at once.
+    constexpr std::uint32_t kBlocks = 12;
+    BlockPool one_pool(kBlocks);
+    BlockPool all_pool(kBlocks);
+    PrefixCache one(policy, kBlocks);
+    PrefixCache all(policy, kBlocks);
+    std::vector<BlockId> earlier = cache_pages(one, one_pool, 3, 1);  // evictable already
+    REQUIRE(cache_pages(all, all_pool, 3, 1) == earlier);
+    std::vector<BlockId> table;
+    for (std::uint32_t i = 0; i < 6; ++i) {
+      auto b1 = one_pool.allocate();
+      auto b2 = all_pool.allocate();
+      REQUIRE((b1.ok() && b2.ok()));
+      REQUIRE(b1.value() == b2.value());
+      table.push_back(b1.value());
+      // Pages 0, 2 and 4 cached; 1, 3 and 5 the table's own.
+      if (i % 2 == 0) {
+        REQUIRE(one.insert(PageKey{500 + i, 16}, b1.value(), one_pool, 2).value());
+        REQUIRE(all.insert(PageKey{500 + i, 16}, b2.value(), all_pool, 2).value());
+      }
+    }
+    // Page 2's block is also held by another table, page 0's is watched, and
+    // an evictable block is named again (released twice).
+    REQUIRE(one_pool.retain(table[2]).ok());
+    REQUIRE(all_pool.retain(table[2]).ok());
+    all.watch(table[0]);
+    one.watch(table[0]);
+    std::vector<BlockId> released = table;
+    released.insert(released.begin() + 3, earlier[1]);
+    for (BlockId b : table) {
+      REQUIRE(one_pool.release(b).ok());
+      REQUIRE(all_pool.release(b).ok());
+    }
+    for (std::size_t i = released.size(); i-- > 0;) one.released(released[i], one_pool, 3);
+    all.released_last_first(released, all_pool, 3);
+    CHECK(all.evictable() == one.evictable());
+    CHECK(all.evictable() == 5);  // three earlier, pages 0 and 4
+    CHECK(all.watched_evictable() == one.watched_evictable());
+    CHECK(all.watched_evictable() == 1);
+    CHECK(evict_all(all, all_pool) == evict_all(one, one_pool));
+    CHECK(all_pool.snapshot() == one_pool.snapshot());
+  }
+}
