@@ -48,6 +48,7 @@ PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool dup
 PrefixCache::Entry& PrefixCache::grow_entries(BlockId b) {
   entries_.resize(
       std::min<std::size_t>(pool_blocks_, std::max<std::size_t>(b + 1, entries_.size() * 2)));
+  keys_.resize(entries_.size());
   entry_count_ = static_cast<std::uint32_t>(entries_.size());
   if (policy_ != EvictPolicy::kLru) ranks_.resize(entries_.size());
   return entries_[b];
@@ -107,7 +108,7 @@ void PrefixCache::remove_node(std::uint32_t n) {
   slots_[hole] = Slot{};
   --live_nodes_;
   free_nodes_.push_back(n);
-  for (std::uint32_t* last : {&found_node_, &inserted_node_, &erased_node_}) {
+  for (std::uint32_t* last : {&found_node_, &inserted_node_}) {
     if (*last == n) *last = kNoNode;
   }
 }
@@ -115,11 +116,9 @@ void PrefixCache::remove_node(std::uint32_t n) {
 inline void PrefixCache::index_erase(BlockId b) {
   // Unlinked from its place's list, the order of the others kept.
   const Entry& entry = entries_[b];
-  const Place at = place(entry.key);
-  const std::uint32_t n = find_node(entry.key, at.run, erased_node_);
-  assert(n != kNoNode);
+  const std::uint32_t n = entry.node;
   Node& node = nodes_[n];
-  BlockId* link = &node.heads[at.pos];
+  BlockId* link = &node.heads[entry.pos];
   while (*link != b) link = &entries_[*link].dup_next;
   *link = entry.dup_next;
   --size_;

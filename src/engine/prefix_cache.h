@@ -69,7 +69,7 @@ class PrefixCache {
   }
   // Whether block b is still cached under key (cheaper than find).
   bool cached_as(BlockId b, const PageKey& key) const {
-    return b < entry_count_ && entries_[b].cached && entries_[b].key == key;
+    return b < entry_count_ && entries_[b].cached && keys_[b] == key;
   }
   // A sequence is about to retain cached block b (a hit): it stops being evictable.
   void touch(BlockId b, std::uint64_t tick) {
@@ -148,14 +148,16 @@ class PrefixCache {
   void holds(std::vector<BlockId>& out) const;
 
  private:
-  // What every operation reads of a block, two to a cache line.
-  struct alignas(32) Entry {
-    PageKey key;
+  // What every operation reads of a block, twenty bytes (its key, read only
+  // by lookups, is kept apart in keys_).
+  struct Entry {
     BlockId prev = kInvalidBlock;  // lru: neighbours in the eviction list
     BlockId next = kInvalidBlock;
     // While cached: the next block listed at the key's place in its index
     // node (see Node), kInvalidBlock at the end.
     BlockId dup_next = kInvalidBlock;
+    std::uint32_t node = 0;  // while cached: the index node listing it
+    std::uint8_t pos = 0;    // and its place there
     bool cached = false;
     bool evictable = false;
     bool watched = false;
@@ -230,9 +232,10 @@ class PrefixCache {
   // power of two below it, and two pages may share a place). Nodes are
   // found through an open-addressing table (linear probing, backward-shift
   // deletion) of eight-byte slots, at most half of them live, and the node
-  // found last is remembered: the simulator inserts, looks up and evicts a
-  // chain's pages in order, so most operations skip the table. A node is
-  // freed when its last block leaves it.
+  // found last is remembered: the simulator inserts and looks up a chain's
+  // pages in order, so most operations skip the table. A cached block's
+  // entry names its node and place, so an eviction never searches. A node
+  // is freed when its last block leaves it.
   static constexpr std::uint32_t kRunBits = 3;
   static constexpr std::uint32_t kRunPages = 1u << kRunBits;
   static constexpr std::uint32_t kNoNode = 0xFFFFFFFFu;
@@ -268,8 +271,8 @@ class PrefixCache {
     return node.chain == key.chain && node.run == run && node.group == key.group;
   }
   // The node of key's run, or kNoNode; `last` is the node found last by the
-  // same kind of operation (remembered apart: lookups, inserts and evictions
-  // walk different chains in turn).
+  // same kind of operation (remembered apart: lookups and inserts walk
+  // different chains in turn).
   std::uint32_t find_node(const PageKey& key, std::uint32_t run, std::uint32_t& last) const {
     if (last != kNoNode && node_is(nodes_[last], key, run)) return last;
     const std::uint32_t h = node_hash(key.chain, key.group, run);
@@ -286,7 +289,7 @@ class PrefixCache {
   void remove_node(std::uint32_t n);
   // The first block of the list from b cached under key, or kInvalidBlock.
   BlockId first_of(BlockId b, const PageKey& key) const {
-    while (b != kInvalidBlock && !(entries_[b].key == key)) b = entries_[b].dup_next;
+    while (b != kInvalidBlock && !(keys_[b] == key)) b = entries_[b].dup_next;
     return b;
   }
   // Removes cached block b from the index.
@@ -299,7 +302,8 @@ class PrefixCache {
   // that plus kRunBits.
   std::uint32_t page_shift_;
   std::uint32_t run_shift_;
-  std::vector<Entry> entries_;   // by block id, grown on demand
+  std::vector<Entry> entries_;
+  std::vector<PageKey> keys_;  // by block id, as many as entries_: while cached, its key   // by block id, grown on demand
   std::vector<Rank> ranks_;      // fifo, lfu: by block id, as many as entries_
   std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation
   std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
@@ -343,10 +347,9 @@ class PrefixCache {
   std::vector<Node> nodes_;                // by node number, the freed ones too
   std::vector<std::uint32_t> free_nodes_;  // freed node numbers, reused last freed first
   std::size_t live_nodes_ = 0;
-  // The node found last by find (so find is not thread-safe), insert and index_erase.
+  // The node found last by find (so find is not thread-safe) and by insert.
   mutable std::uint32_t found_node_ = kNoNode;
   std::uint32_t inserted_node_ = kNoNode;
-  std::uint32_t erased_node_ = kNoNode;
   std::size_t size_ = 0;  // cached blocks
   std::uint64_t evictions_ = 0;
   std::vector<BlockId> eviction_log_;  // evictions [log_base_, evictions_)
@@ -378,7 +381,9 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
   ++node.live;
   ++size_;
   cached.dup_next = kInvalidBlock;
-  cached.key = key;
+  cached.node = n;
+  cached.pos = static_cast<std::uint8_t>(at.pos);
+  keys_[b] = key;
   cached.cached = true;
   cached.evictable = false;
   if (policy_ != EvictPolicy::kLru) {
