@@ -479,7 +479,7 @@ bool Simulator::admit_next(std::uint32_t& budget, bool& stop) {
         if (!key) break;
         auto block = cache_.find(*key);
         if (!block) break;
-        add_hit(flight, *block, *key);
+        add_hit(flight, *block);
       }
     }
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
@@ -690,13 +690,15 @@ void Simulator::verify_hits(Flight& flight) {
     // (once track_hits runs).
     cache_.unwatch_all();
     valid = 0;
-    while (valid < hits.size() && cache_.cached_as(hits[valid], flight.hit_keys[valid])) ++valid;
+    while (valid < hits.size() &&
+           cache_.cached_as(hits[valid], hit_key(flight, static_cast<std::uint32_t>(valid)))) {
+      ++valid;
+    }
     flight.track_id = tracked_ = ++last_track_id_;  // never reused
   }
   // A flight verified again is one whose last attempt failed: track_hits ran.
   assert(!evicted || flight.watched_hits == hits.size());
   hits.resize(valid);
-  flight.hit_keys.resize(valid);
   flight.watched_hits = evicted ? static_cast<std::uint32_t>(valid) : 0;
   tracked_mark_ = cache_.evictions();
 }
@@ -711,7 +713,6 @@ void Simulator::track_hits(Flight& flight) {
 
 void Simulator::forget_hits(Flight& flight) {
   flight.hit_blocks.clear();
-  flight.hit_keys.clear();
   flight.watched_hits = 0;
   if (flight.track_id == tracked_) {
     cache_.unwatch_all();

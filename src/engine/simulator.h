@@ -369,7 +369,6 @@ class Simulator {
     // Prefix-cache hits found while waiting, re-verified (not re-searched) on
     // every admission attempt.
     std::vector<BlockId> hit_blocks;
-    std::vector<PageKey> hit_keys;
     std::uint64_t track_id = 0;  // names this flight's hits in hit_slots_
     std::uint32_t watched_hits = 0;  // the leading hits tracked so far (track_hits)
     std::vector<Sample> samples;
@@ -413,9 +412,11 @@ class Simulator {
   // under their keys. For the flight verified last, only the blocks evicted
   // since are looked at; any other is verified hit by hit and becomes that flight.
   void verify_hits(Flight& flight);
-  void add_hit(Flight& flight, BlockId block, const PageKey& key) {
-    flight.hit_blocks.push_back(block);
-    flight.hit_keys.push_back(key);
+  void add_hit(Flight& flight, BlockId block) { flight.hit_blocks.push_back(block); }
+  // The key under which a flight's hit at `page` was found: a function of
+  // the flight and the page, recomputed rather than kept.
+  PageKey hit_key(const Flight& flight, std::uint32_t page) const {
+    return options_.engine == EngineKind::kVllm ? vllm_key(flight, page) : *page_key(flight, page);
   }
   // Tracks the hits of the tracked flight not tracked yet (track_hit each).
   // Done only once its admission is not settled by the free blocks alone: a

@@ -425,7 +425,7 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
         assert(key == vllm_key(flight, page));
         auto block = cache_.find(key);
         if (!block) break;
-        add_hit(flight, *block, key);
+        add_hit(flight, *block);
       }
     }
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
