@@ -302,8 +302,8 @@ class PrefixCache {
   // that plus kRunBits.
   std::uint32_t page_shift_;
   std::uint32_t run_shift_;
-  std::vector<Entry> entries_;
-  std::vector<PageKey> keys_;  // by block id, as many as entries_: while cached, its key   // by block id, grown on demand
+  std::vector<Entry> entries_;   // by block id, grown on demand
+  std::vector<PageKey> keys_;    // by block id, as many as entries_: while cached, its key
   std::vector<Rank> ranks_;      // fifo, lfu: by block id, as many as entries_
   std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation
   std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones

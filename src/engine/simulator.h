@@ -461,8 +461,16 @@ class Simulator {
   bool install_hybrid_hits(Flight& flight, std::uint32_t hit_tokens);
   bool hybrid() const { return hybrid_; }
   void preempt_vllm(std::unique_ptr<Flight> victim);
-  bool cache_full_blocks_vllm(Flight& flight);
-  // Records cache_full_blocks_vllm's failure to cache a page; returns false.
+  // BlockPool.cache_full_blocks after a step's allocation. Inline: most steps
+  // fill no page (a decode token in a partial page) and cache nothing.
+  bool cache_full_blocks_vllm(Flight& flight) {
+    if (!options_.prefix_cache) return true;
+    const std::uint32_t full_pages = flight.samples[0].table.length() / config_.kv.page_tokens;
+    return flight.cached_pages >= full_pages || cache_new_full_blocks_vllm(flight, full_pages);
+  }
+  // Caches the pages from flight.cached_pages up to full_pages.
+  bool cache_new_full_blocks_vllm(Flight& flight, std::uint32_t full_pages);
+  // Records cache_new_full_blocks_vllm's failure to cache a page; returns false.
   [[gnu::cold]] bool caching_failed(const Flight& flight, std::uint32_t page, CoreError error);
   PageKey vllm_key(const Flight& flight, std::uint32_t page) const;
   std::optional<SkipReason> never_fits_vllm(const Request& request, std::uint64_t& need) const;

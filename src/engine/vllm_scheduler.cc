@@ -162,15 +162,12 @@ PageKey Simulator::vllm_key(const Flight& flight, std::uint32_t page) const {
   return PageKey{kOwnChainBase + flight.uid, offset};
 }
 
-bool Simulator::cache_full_blocks_vllm(Flight& flight) {
-  if (!options_.prefix_cache) return true;
+bool Simulator::cache_new_full_blocks_vllm(Flight& flight, std::uint32_t full_pages) {
   // BlockPool.cache_full_blocks, called from KVCacheManager.allocate_slots:
   // every block that is full once the tokens scheduled this step are computed
   // is cached now, prompt and output blocks alike.
   Sample& sample = flight.samples[0];
   const std::uint32_t pt = config_.kv.page_tokens;
-  const std::uint32_t full_pages = sample.table.length() / pt;
-  if (flight.cached_pages >= full_pages) return true;
   const std::span<const BlockId> entries = sample.table.entries();
   const std::uint32_t last = std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
   HashedPages walk(flight.request, pt, flight.cached_pages);
@@ -220,11 +217,6 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   sample.length += tokens;
   totals_.tokens_appended += tokens;
   state_.logical_tokens += tokens;
-  // Most steps fill no page (a decode token in a partial page): nothing to cache.
-  if (!options_.prefix_cache ||
-      flight.cached_pages >= sample.table.length() / config_.kv.page_tokens) {
-    return true;
-  }
   return cache_full_blocks_vllm(flight);
 }
 
