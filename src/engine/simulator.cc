@@ -322,6 +322,8 @@ std::shared_ptr<RequestTimes> Simulator::new_times(const Request& request) {
 void Simulator::schedule_work(Flight& flight, std::uint64_t context, std::uint64_t tokens,
                               bool prefill) {
   work_.add(context, tokens, prefill);
+  if (flight.work_stamped) return;
+  flight.work_stamped = true;
   if (flight.times && flight.times->scheduled < 0) flight.times->scheduled = step_start_;
 }
 

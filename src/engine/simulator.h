@@ -360,28 +360,31 @@ class Simulator {
     std::vector<SequenceBlockTable> more;
   };
   struct Flight {
+    // What every step reads first, together (a step visits every running
+    // flight twice): vLLM's num_computed_tokens, the output so far, the table.
+    std::uint32_t computed = 0;
+    std::uint32_t generated = 0;
+    std::uint32_t cached_pages = 0;  // leading prompt pages already offered to the cache
+    std::uint32_t preemptions = 0;
+    bool work_stamped = false;  // schedule_work has seen it (its times read once)
+    std::vector<Sample> samples;
     Request request;
+    std::shared_ptr<RequestTimes> times;  // shared by a request's children (vllm)
     std::vector<std::uint32_t> counted;  // output tokens counted, per sample (survives preemption)
     std::uint64_t order = 0;             // admission order
     bool admitted_before = false;
     std::uint32_t prefilled = 0;
-    std::uint32_t cached_pages = 0;  // leading prompt pages already offered to the cache
     // Prefix-cache hits found while waiting, re-verified (not re-searched) on
     // every admission attempt.
     std::vector<BlockId> hit_blocks;
     std::uint64_t track_id = 0;  // names this flight's hits in hit_slots_
     std::uint32_t watched_hits = 0;  // the leading hits tracked so far (track_hits)
-    std::vector<Sample> samples;
     // vllm: one table per request (n > 1 fanned out into children). uid keys
     // the request's own pages in the cache, prompt_uid the prompt pages its
     // siblings share; computed is vLLM's num_computed_tokens.
     std::uint64_t uid = 0;
     std::uint64_t prompt_uid = 0;
-    std::uint32_t computed = 0;
-    std::uint32_t generated = 0;
-    std::uint32_t preemptions = 0;
     std::shared_ptr<std::uint32_t> siblings_left;  // children of the request not finished
-    std::shared_ptr<RequestTimes> times;            // shared by a request's children (vllm)
   };
 
   // vllm, hybrid: skips the waiting head, whose allocation (`needed` blocks)
