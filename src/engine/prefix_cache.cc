@@ -48,7 +48,6 @@ PrefixCache::PrefixCache(EvictPolicy policy, std::uint32_t pool_blocks, bool dup
 PrefixCache::Entry& PrefixCache::grow_entries(BlockId b) {
   entries_.resize(
       std::min<std::size_t>(pool_blocks_, std::max<std::size_t>(b + 1, entries_.size() * 2)));
-  keys_.resize(entries_.size());
   entry_count_ = static_cast<std::uint32_t>(entries_.size());
   if (policy_ != EvictPolicy::kLru) ranks_.resize(entries_.size());
   return entries_[b];
@@ -118,7 +117,7 @@ inline void PrefixCache::index_erase(BlockId b) {
   const Entry& entry = entries_[b];
   const std::uint32_t n = entry.node;
   Node& node = nodes_[n];
-  BlockId* link = &node.heads[entry.pos];
+  BlockId* link = &node.heads[place_of(entry.offset).pos];
   while (*link != b) link = &entries_[*link].dup_next;
   *link = entry.dup_next;
   --size_;
@@ -152,6 +151,16 @@ bool PrefixCache::stale(const Candidate& candidate) const {
 }
 
 void PrefixCache::purge_stale() {
+  if (policy_ == EvictPolicy::kLru) {
+    // The live slots, in order, moved to the front.
+    std::size_t kept = 0;
+    for (std::size_t i = lru_front_; i < lru_queue_.size(); ++i) {
+      if (live(lru_queue_[i])) lru_queue_[kept++] = lru_queue_[i];
+    }
+    lru_queue_.resize(kept);
+    lru_front_ = 0;
+    return;
+  }
   auto is_stale = [this](const Candidate& candidate) { return stale(candidate); };
   heap_.erase(std::remove_if(heap_.begin(), heap_.end(), is_stale), heap_.end());
   std::make_heap(heap_.begin(), heap_.end(), std::greater<>{});
@@ -172,7 +181,10 @@ inline void PrefixCache::uncache(BlockId b) {
 }
 
 BlockId PrefixCache::take_victim() {
-  if (policy_ == EvictPolicy::kLru) return lru_head_;
+  if (policy_ == EvictPolicy::kLru) {
+    lru_advance();
+    return lru_front_ < lru_queue_.size() ? lru_queue_[lru_front_].block : kInvalidBlock;
+  }
   while (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
     const Candidate candidate = heap_.back();
@@ -206,8 +218,8 @@ std::uint32_t PrefixCache::evict_for_reuse(BlockPool& pool, std::uint32_t n,
 
 std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
                                                std::vector<BlockId>& out) {
-  // uncache() of the head of the lru list, n times, the run of evicted
-  // blocks unlinked from the list at once.
+  // uncache() of the front of the lru queue, n times, the evicted blocks'
+  // slots consumed at once.
   const std::uint32_t count = std::min(n, evictable_count_);
   const std::size_t log_cap = std::max(entries_.size(), kCandidateSlack);
   const std::size_t first = out.size();
@@ -222,23 +234,25 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
   eviction_log_.resize(logged + count);
   BlockId* const log = eviction_log_.data() + logged;
   BlockId* const taken = out.data() + first;
-  BlockId b = lru_head_;
-  for (std::uint32_t i = 0; i < count; ++i) {
-    Entry& entry = entries_[b];
-    const BlockId next = entry.next;
+  std::size_t at = lru_front_;
+  for (std::uint32_t i = 0; i < count; ++at) {
+    assert(at < lru_queue_.size());  // each evictable block has one live slot
+    const QueueSlot slot = lru_queue_[at];
+    Entry& entry = entries_[slot.block];
+    if (!entry.evictable || entry.version != slot.version) continue;
     watched_evictable_ -= entry.watched ? 1 : 0;  // evictable until now
-    entry.prev = entry.next = kInvalidBlock;
     entry.evictable = entry.watched = entry.cached = false;
-    index_erase(b);
-    log[i] = b;
-    taken[i] = b;
-    b = next;
+    index_erase(slot.block);
+    log[i] = slot.block;
+    taken[i] = slot.block;
+    ++i;
   }
+  lru_front_ = at;
   (void)pool.recycle_all({taken, count});  // held by the cache alone, the free list empty
   evictions_ += count;
   evictable_count_ -= count;
-  lru_head_ = b;
-  (b != kInvalidBlock ? entries_[b].prev : lru_tail_) = kInvalidBlock;
+  lru_advance();
+  purge_stale_if_due();
   return count;
 }
 
@@ -248,8 +262,8 @@ void PrefixCache::released_last_first(std::span<const BlockId> blocks, const Blo
     for (std::size_t i = blocks.size(); i-- > 0;) released(blocks[i], pool, tick);
     return;
   }
-  // released() block by block, the list's tail and the counts kept in locals.
-  BlockId tail = lru_tail_;
+  // released() block by block, the counts kept in locals and the purge
+  // checked once at the end.
   std::uint32_t added = 0;
   std::uint32_t watched_added = 0;
   for (std::size_t i = blocks.size(); i-- > 0;) {
@@ -257,24 +271,17 @@ void PrefixCache::released_last_first(std::span<const BlockId> blocks, const Blo
     if (b >= entry_count_ || pool.refcount(b) != 1) continue;
     Entry& entry = entries_[b];
     if (!entry.cached) continue;
-    if (entry.evictable) {
-      // Evictable already (released twice): moves to the back.
-      lru_tail_ = tail;
-      lru_unlink(b);
-      tail = lru_tail_;
-    } else {
+    if (!entry.evictable) {
       ++added;
       watched_added += entry.watched ? 1 : 0;
       entry.evictable = true;
     }
-    entry.prev = tail;
-    entry.next = kInvalidBlock;
-    (tail != kInvalidBlock ? entries_[tail].next : lru_head_) = b;
-    tail = b;
+    // Evictable already (released twice): it moves to the back.
+    lru_queue_.push_back(QueueSlot{b, ++entry.version});
   }
-  lru_tail_ = tail;
   evictable_count_ += added;
   watched_evictable_ += watched_added;
+  purge_stale_if_due();
 }
 
 void PrefixCache::unwatch_all() {

@@ -19,10 +19,10 @@
 //     under a key already cached, and find returns the earliest-cached block
 //     still cached under the key. Without, a key holds one block.
 //   - Memory grows with the blocks ever cached, not with the pool's size nor
-//     with the number of operations. lru keeps the evictable blocks in a list
-//     linked through the per-block entries (no stale candidates); under fifo
-//     and lfu, candidates that went stale (the block was hit or evicted) are
-//     purged once they outnumber the live ones. After every call
+//     with the number of operations. lru keeps the evictable blocks in a
+//     queue in release order, fifo and lfu in a heap by rank; candidates that
+//     went stale (the block was hit, released again or evicted) are purged
+//     once they outnumber the live ones. After every call
 //     candidates() <= 2 * evictable() + kCandidateSlack.
 #pragma once
 
@@ -63,13 +63,16 @@ class PrefixCache {
     const Place at = place(key);
     const std::uint32_t n = find_node(key, at.run, found_node_);
     if (n == kNoNode) return std::nullopt;
-    const BlockId b = first_of(nodes_[n].heads[at.pos], key);
+    const BlockId b = first_of(nodes_[n].heads[at.pos], key.offset);
     if (b == kInvalidBlock) return std::nullopt;
     return b;
   }
   // Whether block b is still cached under key (cheaper than find).
   bool cached_as(BlockId b, const PageKey& key) const {
-    return b < entry_count_ && entries_[b].cached && keys_[b] == key;
+    if (b >= entry_count_) return false;
+    const Entry& entry = entries_[b];
+    return entry.cached && entry.offset == key.offset &&
+           node_is(nodes_[entry.node], key, place(key).run);
   }
   // A sequence is about to retain cached block b (a hit): it stops being evictable.
   void touch(BlockId b, std::uint64_t tick) {
@@ -141,23 +144,23 @@ class PrefixCache {
   std::size_t index_slots() const { return slots_.size(); }
   // Eviction candidates queued, stale ones included (bounded: see the contract).
   std::size_t candidates() const {
-    return policy_ == EvictPolicy::kLru ? evictable_count_ : heap_.size();
+    return policy_ == EvictPolicy::kLru ? lru_queue_.size() - lru_front_ : heap_.size();
   }
   static constexpr std::size_t kCandidateSlack = 64;
   // Every block the cache holds a reference on (for the invariant checker).
   void holds(std::vector<BlockId>& out) const;
 
  private:
-  // What every operation reads of a block, twenty bytes (its key, read only
-  // by lookups, is kept apart in keys_).
+  // What every operation reads of a block, twenty bytes. A cached block's
+  // key is its node's chain and group and its own offset.
   struct Entry {
-    BlockId prev = kInvalidBlock;  // lru: neighbours in the eviction list
-    BlockId next = kInvalidBlock;
+    // lru: bumped whenever the block joins the queue (see lru_queue_).
+    std::uint32_t version = 0;
     // While cached: the next block listed at the key's place in its index
     // node (see Node), kInvalidBlock at the end.
     BlockId dup_next = kInvalidBlock;
-    std::uint32_t node = 0;  // while cached: the index node listing it
-    std::uint8_t pos = 0;    // and its place there
+    std::uint32_t node = 0;    // while cached: the index node listing it
+    std::uint32_t offset = 0;  // and its key's offset (which gives its place)
     bool cached = false;
     bool evictable = false;
     bool watched = false;
@@ -188,16 +191,15 @@ class PrefixCache {
   Entry& grow_entries(BlockId b);
   void make_evictable(BlockId b) {
     if (policy_ != EvictPolicy::kLru) return make_evictable_ranked(b);
-    // To the back of the list: least recently released first.
+    // To the back of the queue: least recently released first.
     Entry& entry = entries_[b];
-    if (entry.evictable) {
-      lru_unlink(b);
-    } else {
+    if (!entry.evictable) {
       ++evictable_count_;
       watched_evictable_ += entry.watched ? 1 : 0;
       entry.evictable = true;
     }
-    lru_push_back(b);
+    lru_queue_.push_back(QueueSlot{b, ++entry.version});  // an older slot goes stale
+    purge_stale_if_due();
   }
   void make_evictable_ranked(BlockId b);  // fifo, lfu
   void make_unevictable(BlockId b) {
@@ -205,11 +207,9 @@ class PrefixCache {
     if (entry.evictable) {
       --evictable_count_;
       watched_evictable_ -= entry.watched ? 1 : 0;
-      entry.evictable = false;
-      if (policy_ == EvictPolicy::kLru) lru_unlink(b);
+      entry.evictable = false;  // its candidate goes stale
     }
-    if (policy_ == EvictPolicy::kLru) return;
-    ++ranks_[b].version;  // its candidate goes stale
+    if (policy_ != EvictPolicy::kLru) ++ranks_[b].version;
     purge_stale_if_due();
   }
   // Drops stale candidates once they outnumber the live ones (amortised O(1)).
@@ -225,8 +225,9 @@ class PrefixCache {
   // kRunPages consecutive pages of a chain (same chain id and group, page
   // number (offset - 1) >> page_shift_ divided by kRunPages): for each place
   // in the run, the blocks cached under keys of that place, in insertion
-  // order, listed through Entry::dup_next. Keys are compared whole along the
-  // list, so any page size (or an offset that is no page end) gives the same
+  // order, listed through Entry::dup_next. Every block a node lists shares
+  // its chain, group and run, and offsets are compared along the list, so
+  // any page size (or an offset that is no page end) gives the same
   // answers; the page size only decides which keys share a node (with a
   // page size that is no power of two, pages are numbered in units of the
   // power of two below it, and two pages may share a place). Nodes are
@@ -235,17 +236,22 @@ class PrefixCache {
   // found last is remembered: the simulator inserts and looks up a chain's
   // pages in order, so most operations skip the table. A cached block's
   // entry names its node and place, so an eviction never searches. A node
-  // is freed when its last block leaves it.
-  static constexpr std::uint32_t kRunBits = 3;
+  // is freed when its last block leaves it. Runs of 32 pages: a Mooncake
+  // hash block of 512 tokens in pages of 16 is one node, so a chain's
+  // inserts and evictions reach the table once per hash block (on that
+  // trace runs of 8 pages took 3% more instructions and about 10% more
+  // time, runs of 16 1% more instructions).
+  static constexpr std::uint32_t kRunBits = 5;
   static constexpr std::uint32_t kRunPages = 1u << kRunBits;
   static constexpr std::uint32_t kNoNode = 0xFFFFFFFFu;
   struct Place {
     std::uint32_t run;  // the run of pages, within the chain
     std::uint32_t pos;  // the page's place in it
   };
-  Place place(const PageKey& key) const {
+  Place place(const PageKey& key) const { return place_of(key.offset); }
+  Place place_of(std::uint32_t offset) const {
     // Offset 0, never a page's end, wraps: a placement only.
-    const std::uint32_t end = key.offset - 1u;
+    const std::uint32_t end = offset - 1u;
     return {end >> run_shift_, (end >> page_shift_) & (kRunPages - 1)};
   }
   struct alignas(64) Node {
@@ -287,9 +293,11 @@ class PrefixCache {
   std::uint32_t add_node(const PageKey& key, std::uint32_t run);
   // Frees node n, which lists no block.
   void remove_node(std::uint32_t n);
-  // The first block of the list from b cached under key, or kInvalidBlock.
-  BlockId first_of(BlockId b, const PageKey& key) const {
-    while (b != kInvalidBlock && !(keys_[b] == key)) b = entries_[b].dup_next;
+  // The first block of the list from b cached under the key of that node
+  // and offset, or kInvalidBlock (every block a node lists has the node's
+  // chain, group and run: the offset tells the keys apart).
+  BlockId first_of(BlockId b, std::uint32_t offset) const {
+    while (b != kInvalidBlock && entries_[b].offset != offset) b = entries_[b].dup_next;
     return b;
   }
   // Removes cached block b from the index.
@@ -303,27 +311,34 @@ class PrefixCache {
   std::uint32_t page_shift_;
   std::uint32_t run_shift_;
   std::vector<Entry> entries_;   // by block id, grown on demand
-  std::vector<PageKey> keys_;    // by block id, as many as entries_: while cached, its key
   std::vector<Rank> ranks_;      // fifo, lfu: by block id, as many as entries_
   std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation
   std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
-  // lru: the evictable blocks in the order they became evictable (a doubly
-  // linked list through entries_, like vLLM's FreeKVCacheBlockQueue): O(1)
-  // to append, unlink and pop, no stale candidates.
-  BlockId lru_head_ = kInvalidBlock;
-  BlockId lru_tail_ = kInvalidBlock;
-  void lru_push_back(BlockId b) {
-    Entry& entry = entries_[b];
-    entry.prev = lru_tail_;
-    entry.next = kInvalidBlock;
-    (lru_tail_ != kInvalidBlock ? entries_[lru_tail_].next : lru_head_) = b;
-    lru_tail_ = b;
+  // lru: the evictable blocks in the order they became evictable, like
+  // vLLM's FreeKVCacheBlockQueue, as a queue with lazy deletion: a block
+  // joins at the back with a new version, and a slot whose version is not
+  // its block's (the block rejoined later) or whose block is no longer
+  // evictable (hit or evicted) is stale, skipped at the front and purged with
+  // the heap's rule. The same order as a linked list, but eviction reads the
+  // queue in order instead of chasing links, and a hit touches no neighbour.
+  struct QueueSlot {
+    BlockId block;
+    std::uint32_t version;
+  };
+  std::vector<QueueSlot> lru_queue_;
+  std::size_t lru_front_ = 0;  // slots before it were evicted or stale
+  bool live(const QueueSlot& slot) const {
+    const Entry& entry = entries_[slot.block];
+    return entry.evictable && entry.version == slot.version;
   }
-  void lru_unlink(BlockId b) {
-    Entry& entry = entries_[b];
-    (entry.prev != kInvalidBlock ? entries_[entry.prev].next : lru_head_) = entry.next;
-    (entry.next != kInvalidBlock ? entries_[entry.next].prev : lru_tail_) = entry.prev;
-    entry.prev = entry.next = kInvalidBlock;
+  // Skips the stale slots at the front; drops the consumed slots once they
+  // are most of the queue (amortised O(1)).
+  void lru_advance() {
+    while (lru_front_ < lru_queue_.size() && !live(lru_queue_[lru_front_])) ++lru_front_;
+    if (lru_front_ > kCandidateSlack && 2 * lru_front_ > lru_queue_.size()) {
+      lru_queue_.erase(lru_queue_.begin(), lru_queue_.begin() + static_cast<std::ptrdiff_t>(lru_front_));
+      lru_front_ = 0;
+    }
   }
   // Drops the cache's reference on evictable block b, freeing it.
   void evict_block(BlockId b, BlockPool& pool);
@@ -363,7 +378,7 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
   const Place at = place(key);
   std::uint32_t n = find_node(key, at.run, inserted_node_);
   // Without duplicates a key holds one block.
-  if (!duplicates_ && n != kNoNode && first_of(nodes_[n].heads[at.pos], key) != kInvalidBlock) {
+  if (!duplicates_ && n != kNoNode && first_of(nodes_[n].heads[at.pos], key.offset) != kInvalidBlock) {
     return false;
   }
   // A new node is made before the retain (which then cannot throw) and
@@ -382,8 +397,7 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
   ++size_;
   cached.dup_next = kInvalidBlock;
   cached.node = n;
-  cached.pos = static_cast<std::uint8_t>(at.pos);
-  keys_[b] = key;
+  cached.offset = key.offset;
   cached.cached = true;
   cached.evictable = false;
   if (policy_ != EvictPolicy::kLru) {

@@ -625,3 +625,79 @@ TEST_CASE("prefix_cache: released_last_first is released of each block, the last
     CHECK(all_pool.snapshot() == one_pool.snapshot());
   }
 }
+
+TEST_CASE("prefix_cache: lru evicts in release order through hits, re-releases and batches") {
+  // A reference list of the evictable blocks, least recently released first,
+  // against the cache's queue with lazy deletion: random hits (a block leaves
+  // the order), releases (it joins the back), releases of a block evictable
+  // already (it moves to the back), and evictions one at a time and in
+  // batches, enough of them to purge stale slots and drop consumed ones many
+  // times over.
+  constexpr std::uint32_t kBlocks = 48;
+  BlockPool pool(kBlocks);
+  PrefixCache cache(EvictPolicy::kLru, kBlocks);
+  std::vector<BlockId> order = cache_pages(cache, pool, kBlocks, 1);  // release order
+  std::vector<BlockId> held;
+  std::uint64_t next_chain = 5000;
+  std::mt19937 rng(7);
+  std::size_t batches = 0;
+  for (int op = 0; op < 20'000; ++op) {
+    const auto kind = static_cast<std::uint32_t>(rng() % 8);
+    if (kind < 3 && !order.empty()) {
+      // A hit: the block is held and leaves the order.
+      const std::size_t i = rng() % order.size();
+      const BlockId b = order[i];
+      cache.touch(b, 2);
+      REQUIRE(pool.retain(b).ok());
+      order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
+      held.push_back(b);
+    } else if (kind < 5 && !held.empty()) {
+      const std::size_t i = rng() % held.size();
+      const BlockId b = held[i];
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      REQUIRE(pool.release(b).ok());
+      cache.released(b, pool, 2);
+      order.push_back(b);
+    } else if (kind == 5 && !order.empty()) {
+      // Released again while evictable: to the back.
+      const std::size_t i = rng() % order.size();
+      const BlockId b = order[i];
+      cache.released(b, pool, 2);
+      order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
+      order.push_back(b);
+    } else if (!order.empty()) {
+      // Evictions (the free list is empty: every block is cached), then the
+      // evicted blocks cached again under new keys and released.
+      REQUIRE(pool.free_count() == 0);
+      const auto want = static_cast<std::uint32_t>(1 + rng() % 5);
+      std::vector<BlockId> got;
+      if (kind == 6) {
+        REQUIRE(cache.evict_one(pool));
+        got.push_back(pool.allocate().value());
+      } else {
+        cache.evict_for_reuse(pool, want, got);
+        ++batches;
+      }
+      const std::size_t n = std::min<std::size_t>(order.size(), kind == 6 ? 1 : want);
+      REQUIRE(got.size() == n);
+      CHECK(std::equal(got.begin(), got.end(), order.begin()));
+      order.erase(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n));
+      for (BlockId b : got) {
+        REQUIRE(cache.insert(PageKey{next_chain++, 16}, b, pool, 2).value());
+        REQUIRE(pool.release(b).ok());
+        cache.released(b, pool, 2);
+        order.push_back(b);
+      }
+    }
+    REQUIRE(cache.evictable() == order.size());
+    REQUIRE(cache.candidates() <= 2 * cache.evictable() + PrefixCache::kCandidateSlack);
+  }
+  CHECK(batches > 1000);
+  CHECK(cache.size() == kBlocks);
+  for (BlockId b : held) {
+    REQUIRE(pool.release(b).ok());
+    cache.released(b, pool, 3);
+    order.push_back(b);
+  }
+  CHECK(evict_all(cache, pool) == order);
+}
