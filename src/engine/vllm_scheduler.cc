@@ -357,18 +357,19 @@ bool Simulator::schedule_running_vllm(std::uint32_t& budget, bool& preempted,
     for (;;) {
       // KVCacheCoordinator.get_num_blocks_to_allocate: the sum over the groups
       // (a running request has no new hits).
-      auto needed = flight.samples[0].table.blocks_needed(tokens, pool_);
-      for (std::size_t g = 1; g < groups_.size() && needed; ++g) {
-        auto more = flight.samples[0].more[g - 1].blocks_needed(tokens, pool_);
-        needed = more ? CoreResult<std::uint32_t>{needed.value() + more.value()} : more;
+      std::uint32_t needed = 0;
+      for (std::size_t g = 0; g < groups_.size(); ++g) {
+        const SequenceBlockTable& table = g == 0 ? flight.samples[0].table : flight.samples[0].more[g - 1];
+        const auto more = table.blocks_needed(tokens, pool_);
+        if (!more) {
+          violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                                 fmt::format("request {}: allocate_slots failed: {}",
+                                             flight.request.id, more.error())};
+          return false;
+        }
+        needed += more.value();
       }
-      if (!needed) {
-        violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                               fmt::format("request {}: allocate_slots failed: {}",
-                                           flight.request.id, needed.error())};
-        return false;
-      }
-      if (pool_.free_count() + cache_.evictable() >= needed.value()) break;
+      if (pool_.free_count() + cache_.evictable() >= needed) break;
       // allocate_slots returned None: preempt the last request of the running
       // list (FCFS policy); when that is this request, stop scheduling.
       std::unique_ptr<Flight> victim = std::move(running_.back());
