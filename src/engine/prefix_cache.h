@@ -239,8 +239,8 @@ class PrefixCache {
   // is freed when its last block leaves it. Runs of 32 pages: a Mooncake
   // hash block of 512 tokens in pages of 16 is one node, so a chain's
   // inserts and evictions reach the table once per hash block (on that
-  // trace runs of 8 pages took 3% more instructions and about 10% more
-  // time, runs of 16 1% more instructions).
+  // trace runs of 8 pages took 3% more instructions, runs of 16 1% more).
+  // A node is then 152 bytes, three cache lines.
   static constexpr std::uint32_t kRunBits = 5;
   static constexpr std::uint32_t kRunPages = 1u << kRunBits;
   static constexpr std::uint32_t kNoNode = 0xFFFFFFFFu;
