@@ -238,8 +238,8 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
   for (std::uint32_t i = 0; i < count; ++at) {
     assert(at < lru_queue_.size());  // each evictable block has one live slot
     const QueueSlot slot = lru_queue_[at];
+    if (!live(slot)) continue;
     Entry& entry = entries_[slot.block];
-    if (!entry.evictable || entry.version != slot.version) continue;
     watched_evictable_ -= entry.watched ? 1 : 0;  // evictable until now
     entry.evictable = entry.watched = entry.cached = false;
     index_erase(slot.block);

@@ -336,7 +336,8 @@ class PrefixCache {
   void lru_advance() {
     while (lru_front_ < lru_queue_.size() && !live(lru_queue_[lru_front_])) ++lru_front_;
     if (lru_front_ > kCandidateSlack && 2 * lru_front_ > lru_queue_.size()) {
-      lru_queue_.erase(lru_queue_.begin(), lru_queue_.begin() + static_cast<std::ptrdiff_t>(lru_front_));
+      lru_queue_.erase(lru_queue_.begin(),
+                       lru_queue_.begin() + static_cast<std::ptrdiff_t>(lru_front_));
       lru_front_ = 0;
     }
   }
@@ -378,7 +379,8 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
   const Place at = place(key);
   std::uint32_t n = find_node(key, at.run, inserted_node_);
   // Without duplicates a key holds one block.
-  if (!duplicates_ && n != kNoNode && first_of(nodes_[n].heads[at.pos], key.offset) != kInvalidBlock) {
+  if (!duplicates_ && n != kNoNode &&
+      first_of(nodes_[n].heads[at.pos], key.offset) != kInvalidBlock) {
     return false;
   }
   // A new node is made before the retain (which then cannot throw) and

@@ -381,7 +381,7 @@ class Simulator {
     std::uint32_t watched_hits = 0;  // the leading hits tracked so far (track_hits)
     // vllm: one table per request (n > 1 fanned out into children). uid keys
     // the request's own pages in the cache, prompt_uid the prompt pages its
-    // siblings share; computed is vLLM's num_computed_tokens.
+    // siblings share.
     std::uint64_t uid = 0;
     std::uint64_t prompt_uid = 0;
     std::shared_ptr<std::uint32_t> siblings_left;  // children of the request not finished

@@ -359,7 +359,8 @@ bool Simulator::schedule_running_vllm(std::uint32_t& budget, bool& preempted,
       // (a running request has no new hits).
       std::uint32_t needed = 0;
       for (std::size_t g = 0; g < groups_.size(); ++g) {
-        const SequenceBlockTable& table = g == 0 ? flight.samples[0].table : flight.samples[0].more[g - 1];
+        const SequenceBlockTable& table =
+            g == 0 ? flight.samples[0].table : flight.samples[0].more[g - 1];
         const auto more = table.blocks_needed(tokens, pool_);
         if (!more) {
           violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
