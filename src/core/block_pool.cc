@@ -10,8 +10,7 @@ BlockPool::BlockPool(std::uint32_t total, AllocOrder order, std::uint32_t max_re
     : order_(order),
       total_(total),
       max_refcount_(max_refcount),
-      refcounts_(total, 0),
-      filled_(total, 0),
+      blocks_(total),
       free_slots_(total, 0),
       free_size_(total) {
   assert(total < kInvalidBlock);
@@ -61,12 +60,12 @@ CoreResult<CopyOnWrite> BlockPool::writable(BlockId entry) {
     return CopyOnWrite::allocated(fresh.value());
   }
   if (entry >= total()) return Unexpected{CoreError::kBlockOutOfRange};
-  if (refcounts_[entry] == 0) return Unexpected{CoreError::kBlockNotLive};
-  if (refcounts_[entry] == 1) return CopyOnWrite::existing(entry);
+  if (blocks_[entry].refcount == 0) return Unexpected{CoreError::kBlockNotLive};
+  if (blocks_[entry].refcount == 1) return CopyOnWrite::existing(entry);
   auto destination = allocate();
   if (!destination) return Unexpected{destination.error()};
-  set_filled(destination.value(), filled_[entry]);
-  --refcounts_[entry];  // shared, so it stays live
+  set_filled(destination.value(), blocks_[entry].filled);
+  --blocks_[entry].refcount;  // shared, so it stays live
   return CopyOnWrite::copy(entry, destination.value());
 }
 
@@ -92,7 +91,14 @@ std::vector<BlockId> BlockPool::free_list() const {
 }
 
 PoolSnapshot BlockPool::snapshot() const {
-  return PoolSnapshot{refcounts_, filled_, free_list(), allocations_, frees_};
+  PoolSnapshot snapshot{{}, {}, free_list(), allocations_, frees_};
+  snapshot.refcounts.reserve(total());
+  snapshot.filled.reserve(total());
+  for (const BlockState& block : blocks_) {
+    snapshot.refcounts.push_back(block.refcount);
+    snapshot.filled.push_back(block.filled);
+  }
+  return snapshot;
 }
 
 }  // namespace kvreplay

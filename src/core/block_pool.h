@@ -65,8 +65,8 @@ class BlockPool {
   // allocate() when a block is known to be free. REQUIRES free_count() > 0.
   BlockId take_free() {
     const BlockId b = pop_free();
-    refcounts_[b] = 1;
-    filled_[b] = 0;
+    blocks_[b].refcount = 1;
+    blocks_[b].filled = 0;
     ++allocations_;
     return b;
   }
@@ -75,17 +75,17 @@ class BlockPool {
   // REQUIRES b live. Errors: kBlockOutOfRange, kBlockNotLive, kRefcountOverflow.
   CoreStatus retain(BlockId b) {
     if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
-    if (refcounts_[b] == 0) return Unexpected{CoreError::kBlockNotLive};
-    if (refcounts_[b] >= max_refcount_) return Unexpected{CoreError::kRefcountOverflow};
-    ++refcounts_[b];
+    if (blocks_[b].refcount == 0) return Unexpected{CoreError::kBlockNotLive};
+    if (blocks_[b].refcount >= max_refcount_) return Unexpected{CoreError::kRefcountOverflow};
+    ++blocks_[b].refcount;
     return {};
   }
   // Drops one reference; at zero the block returns to the free list with filled 0.
   // Errors: kBlockOutOfRange, kBlockNotLive (a double free is an error, never an underflow).
   CoreStatus release(BlockId b) {
     if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
-    if (refcounts_[b] == 0) return Unexpected{CoreError::kBlockNotLive};
-    if (--refcounts_[b] == 0) free_block(b);
+    if (blocks_[b].refcount == 0) return Unexpected{CoreError::kBlockNotLive};
+    if (--blocks_[b].refcount == 0) free_block(b);
     return {};
   }
   // The free list is empty and the caller holds the only reference to b: the
@@ -94,9 +94,9 @@ class BlockPool {
   // kBlockNotLive unless refcount(b) == 1 and the free list is empty.
   CoreStatus recycle(BlockId b) {
     if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
-    if (refcounts_[b] != 1 || free_size_ != 0) return Unexpected{CoreError::kBlockNotLive};
-    filled_total_ -= filled_[b];
-    filled_[b] = 0;
+    if (blocks_[b].refcount != 1 || free_size_ != 0) return Unexpected{CoreError::kBlockNotLive};
+    filled_total_ -= blocks_[b].filled;
+    blocks_[b].filled = 0;
     ++frees_;
     ++allocations_;
     return {};
@@ -107,11 +107,11 @@ class BlockPool {
     if (free_size_ != 0 && !blocks.empty()) return Unexpected{CoreError::kBlockNotLive};
     for (BlockId b : blocks) {
       if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
-      if (refcounts_[b] != 1) return Unexpected{CoreError::kBlockNotLive};
+      if (blocks_[b].refcount != 1) return Unexpected{CoreError::kBlockNotLive};
     }
     for (BlockId b : blocks) {
-      filled_total_ -= filled_[b];
-      filled_[b] = 0;
+      filled_total_ -= blocks_[b].filled;
+      blocks_[b].filled = 0;
     }
     frees_ += blocks.size();
     allocations_ += blocks.size();
@@ -128,22 +128,23 @@ class BlockPool {
   // validation passes that restore every change before returning (release_all).
   // REQUIRES b < total() and the result stays within [0, max_refcount()].
   void adjust_refcount_unchecked(BlockId b, int delta) {
-    refcounts_[b] = static_cast<std::uint32_t>(static_cast<std::int64_t>(refcounts_[b]) + delta);
+    blocks_[b].refcount =
+        static_cast<std::uint32_t>(static_cast<std::int64_t>(blocks_[b].refcount) + delta);
   }
 
   // REQUIRES b live and n <= the config's page_tokens (the caller checks).
   void set_filled(BlockId b, std::uint32_t n) {
     filled_total_ += n;
-    filled_total_ -= filled_[b];
-    filled_[b] = n;
+    filled_total_ -= blocks_[b].filled;
+    blocks_[b].filled = n;
   }
 
   std::uint32_t total() const { return total_; }
   std::uint32_t free_count() const { return free_size_; }
   std::uint32_t used_count() const { return total() - free_size_; }
-  std::uint32_t refcount(BlockId b) const { return refcounts_[b]; }
-  std::uint32_t filled(BlockId b) const { return filled_[b]; }
-  bool is_live(BlockId b) const { return b < total() && refcounts_[b] > 0; }
+  std::uint32_t refcount(BlockId b) const { return blocks_[b].refcount; }
+  std::uint32_t filled(BlockId b) const { return blocks_[b].filled; }
+  bool is_live(BlockId b) const { return b < total() && blocks_[b].refcount > 0; }
   AllocOrder order() const { return order_; }
   std::uint32_t max_refcount() const { return max_refcount_; }
   // Sum of filled(b) over all blocks (free blocks have filled 0).
@@ -174,17 +175,22 @@ class BlockPool {
   void push_free_queue(BlockId b);
   // refcount(b) reached zero: back to the free list with filled 0.
   void free_block(BlockId b) {
-    filled_total_ -= filled_[b];
-    filled_[b] = 0;
+    filled_total_ -= blocks_[b].filled;
+    blocks_[b].filled = 0;
     push_free(b);
     ++frees_;
   }
 
   AllocOrder order_;
-  std::uint32_t total_;  // refcounts_.size(), kept apart: read on every operation
+  std::uint32_t total_;  // blocks_.size(), kept apart: read on every operation
   std::uint32_t max_refcount_;
-  std::vector<std::uint32_t> refcounts_;
-  std::vector<std::uint32_t> filled_;
+  // What every operation reads of a block, side by side: one cache line
+  // reached, not two.
+  struct BlockState {
+    std::uint32_t refcount = 0;
+    std::uint32_t filled = 0;
+  };
+  std::vector<BlockState> blocks_;
   // Free list storage, capacity total(). lifo: a stack in [0, size) popped at
   // the back; fifo: a ring starting at free_head_; lowest: a min-heap in [0, size).
   std::vector<BlockId> free_slots_;

@@ -214,6 +214,23 @@ CoreResult<BlockId> SequenceBlockTable::skip_page(std::uint32_t logical_page, Bl
 }
 
 CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
+  if (auto released = release_entries(pool); !released) return released;
+  entries_.clear();
+  continued_ = 0;
+  length_ = 0;
+  return {};
+}
+
+CoreStatus SequenceBlockTable::release_all(BlockPool& pool, std::vector<BlockId>& released) {
+  if (auto status = release_entries(pool); !status) return status;
+  released.swap(entries_);
+  entries_.clear();
+  continued_ = 0;
+  length_ = 0;
+  return {};
+}
+
+CoreStatus SequenceBlockTable::release_entries(BlockPool& pool) {
   // Validate with decrements: each block must hold at least as many
   // references as this table has entries on it. On failure the decrements
   // are undone; on success they are the release itself.
@@ -254,9 +271,6 @@ CoreStatus SequenceBlockTable::release_all(BlockPool& pool) {
     pool.adjust_refcount_unchecked(b, +1);
     (void)pool.release(b);
   }
-  entries_.clear();
-  continued_ = 0;
-  length_ = 0;
   return {};
 }
 

@@ -123,6 +123,10 @@ class SequenceBlockTable {
   // entry live, with enough references for its multiplicity), then releases
   // in page order, which fixes the free-list order under lifo and fifo.
   CoreStatus release_all(BlockPool& pool);
+  // release_all, handing the released entries over in page order: `released`
+  // takes them (and the table the storage `released` had, emptied) instead
+  // of a copy. On error nothing changes, `released` included.
+  CoreStatus release_all(BlockPool& pool, std::vector<BlockId>& released);
 
   bool operator==(const SequenceBlockTable&) const = default;
 
@@ -145,6 +149,8 @@ class SequenceBlockTable {
     return page > 0 && page < entries_.size() && entries_[page] != kInvalidBlock &&
            entries_[page - 1] != kInvalidBlock && entries_[page] == entries_[page - 1] + 1;
   }
+  // release_all's references dropped, the entries left as they were.
+  CoreStatus release_entries(BlockPool& pool);
   // entries_[page] = b, keeping continued_. REQUIRES: page < entries_.size().
   void set_entry(std::size_t page, BlockId b);
 

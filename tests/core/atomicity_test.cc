@@ -28,7 +28,7 @@ TEST_CASE("atomicity: snapshots notice any single change") {
   (void)must_append(table, 4, pool);
   const WorldSnapshot before = snapshot(pool, {&table});
   SECTION("a refcount") {
-    BlockPoolTestAccess::refcounts(pool)[0] += 1;
+    BlockPoolTestAccess::refcount(pool, 0) += 1;
     CHECK_FALSE(snapshot(pool, {&table}) == before);
   }
   SECTION("a filled count") {
@@ -216,7 +216,7 @@ TEST_CASE("atomicity: fork_into rolls back when retain overflows at any page") {
           SequenceBlockTable parent(kPages, page_tokens);
           SequenceBlockTable child(kPages, page_tokens);
           (void)must_append(parent, tokens_for_pages(kPages, page_tokens), pool);
-          BlockPoolTestAccess::refcounts(pool)[parent.get(i).value()] = BlockPool::kMaxRefcount;
+          BlockPoolTestAccess::refcount(pool, parent.get(i).value()) = BlockPool::kMaxRefcount;
           const WorldSnapshot before = snapshot(pool, {&parent, &child});
           const auto forked = parent.fork_into(child, pool);
           REQUIRE_FALSE(forked.ok());

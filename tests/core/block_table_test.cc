@@ -603,6 +603,40 @@ TEST_CASE("table: release_all frees every page held alone and resets the table")
   }
 }
 
+TEST_CASE("table: release_all can hand the released entries over") {
+  // The same release as release_all's, the entries given to the caller in
+  // page order; on error nothing changes, the caller's vector included.
+  for (AllocOrder order : kAllOrders) {
+    INFO(to_string(order));
+    BlockPool plain_pool(8, order);
+    BlockPool pool(8, order);
+    SequenceBlockTable plain(4, 3);
+    SequenceBlockTable table(4, 3);
+    (void)must_append(plain, 10, plain_pool);
+    (void)must_append(table, 10, pool);
+    REQUIRE(pool.retain(table.entries()[1]).ok());  // page 1 stays live
+    REQUIRE(plain_pool.retain(plain.entries()[1]).ok());
+    const std::vector<BlockId> entries(table.entries().begin(), table.entries().end());
+    std::vector<BlockId> released = {7, 7};  // replaced, not appended to
+    REQUIRE(table.release_all(pool, released).ok());
+    REQUIRE(plain.release_all(plain_pool).ok());
+    CHECK(released == entries);
+    CHECK(table.empty());
+    CHECK(table.continued_pages() == 0u);
+    CHECK(pool.snapshot() == plain_pool.snapshot());
+    // A bad entry: refused, the table, the pool and the vector unchanged.
+    (void)must_append(table, 4, pool);
+    BlockTableTestAccess::entries(table)[1] = 8;
+    const test::WorldSnapshot before = test::snapshot(pool, {&table});
+    const std::vector<BlockId> kept = released;
+    const auto refused = table.release_all(pool, released);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error() == CoreError::kBlockOutOfRange);
+    CHECK(test::snapshot(pool, {&table}) == before);
+    CHECK(released == kept);
+  }
+}
+
 TEST_CASE("table: release_all of shared pages keeps them live for the other holder") {
   BlockPool pool(8);
   SequenceBlockTable parent(4, 3);

@@ -101,10 +101,10 @@ TEST_CASE("invariants: one InvariantChecker can be reused across pools and state
   (void)must_append(table, 4, small);
   const std::vector<TableRef> small_refs{{&table, "seq 7"}};
   CHECK(test::describe(checker.check(small, 3, small_refs)) == "no violation");
-  Access::refcounts(small)[1] = 2;
+  Access::refcount(small, 1) = 2;
   require_violation(checker.check(small, 3, small_refs), "I1",
                     {"block 1", "refcount 2 but 1 reference", "seq 7 page 1"});
-  Access::refcounts(small)[1] = 1;
+  Access::refcount(small, 1) = 1;
   CHECK(test::describe(checker.check(small, 3, small_refs)) == "no violation");
   CHECK(test::describe(checker.check(big.pool, 3, big_refs)) == "no violation");
 }
@@ -123,7 +123,7 @@ TEST_CASE("invariants: I1 catches a leaked block") {
     {  // A refcount bumped with no reference.
       World world(order);
       const BlockId b = world.b.get(0).value();  // held by prefix, a, b, c
-      Access::refcounts(world.pool)[b] += 1;
+      Access::refcount(world.pool, b) += 1;
       require_violation(world.check(), "I1",
                         {fmt::format("block {}:", b), "refcount 5 but 4 references"});
     }
@@ -285,7 +285,7 @@ TEST_CASE("invariants: I3 catches filled below the tokens written") {
 TEST_CASE("invariants: I3 catches a free block with a filled count") {
   World world(AllocOrder::kFifo);
   const BlockId b = world.pool.free_list().front();
-  Access::filled(world.pool)[b] = 1;
+  Access::filled(world.pool, b) = 1;
   require_violation(world.check(), "I3", {fmt::format("free block {} has filled 1", b)});
 }
 
@@ -301,7 +301,7 @@ TEST_CASE("invariants: I2 is reported before I1 and I1 before I3") {
   World world(AllocOrder::kLifo);
   const BlockId b = world.b.get(1).value();
   world.pool.set_filled(b, 0);                                 // I3
-  Access::refcounts(world.pool)[world.a.get(0).value()] += 1;  // I1
+  Access::refcount(world.pool, world.a.get(0).value()) += 1;   // I1
   require_violation(world.check(), "I1", {});
   std::vector<BlockId> list = world.pool.free_list();
   list.push_back(list.front());  // I2

@@ -27,8 +27,8 @@ namespace kvreplay {
 
 // Plants faults in a BlockPool by writing its private members.
 struct BlockPoolTestAccess {
-  static std::vector<std::uint32_t>& refcounts(BlockPool& pool) { return pool.refcounts_; }
-  static std::vector<std::uint32_t>& filled(BlockPool& pool) { return pool.filled_; }
+  static std::uint32_t& refcount(BlockPool& pool, BlockId b) { return pool.blocks_.at(b).refcount; }
+  static std::uint32_t& filled(BlockPool& pool, BlockId b) { return pool.blocks_.at(b).filled; }
 
   // Rewrites the free list so that free_list() returns `list` (in allocation
   // order), in the storage layout of the pool's order. Refcounts are untouched,
