@@ -124,11 +124,43 @@ inline void PrefixCache::index_erase(BlockId b) {
   if (--node.live == 0) remove_node(n);
 }
 
+CoreStatus PrefixCache::insert_run(const PageKey& first, std::uint32_t step,
+                                   std::span<const BlockId> blocks, BlockPool& pool,
+                                   std::uint64_t tick, RunInserted& done) {
+  // insert() key by key, the node looked up again only when the run changes.
+  done = RunInserted{};
+  PageKey key = first;
+  std::uint32_t n = kNoNode;
+  std::uint32_t run = 0;
+  for (; done.handled < blocks.size(); ++done.handled, key.offset += step) {
+    const BlockId b = blocks[done.handled];
+    if (b == kInvalidBlock) break;
+    if (entry_of(b).cached) continue;
+    const Place at = place(key);
+    if (n == kNoNode || at.run != run) {
+      n = find_node(key, at.run, inserted_node_);
+      run = at.run;
+    }
+    if (!duplicates_ && n != kNoNode &&
+        first_of(nodes_[n].heads[at.pos], key.offset) != kInvalidBlock) {
+      continue;
+    }
+    if (n == kNoNode) n = inserted_node_ = add_node(key, at.run);
+    if (auto retained = pool.retain(b); !retained) {
+      if (nodes_[n].live == 0) remove_node(n);
+      return retained;
+    }
+    link_cached(n, at.pos, b, key.offset, tick);
+    ++done.cached;
+  }
+  return {};
+}
+
 void PrefixCache::make_evictable_ranked(BlockId b) {
   Entry& entry = entries_[b];
   if (!entry.evictable) {
     ++evictable_count_;
-    watched_evictable_ += entry.watched ? 1 : 0;
+    watched_evictable_ += watched(entry) ? 1 : 0;
   }
   entry.evictable = true;
   Rank& rank = ranks_[b];
@@ -240,8 +272,9 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
     const QueueSlot slot = lru_queue_[at];
     if (!live(slot)) continue;
     Entry& entry = entries_[slot.block];
-    watched_evictable_ -= entry.watched ? 1 : 0;  // evictable until now
-    entry.evictable = entry.watched = entry.cached = false;
+    watched_evictable_ -= watched(entry) ? 1 : 0;  // evictable until now
+    entry.watch = 0;
+    entry.evictable = entry.cached = false;
     index_erase(slot.block);
     log[i] = slot.block;
     taken[i] = slot.block;
@@ -266,6 +299,7 @@ void PrefixCache::released_last_first(std::span<const BlockId> blocks, const Blo
   // checked once at the end.
   std::uint32_t added = 0;
   std::uint32_t watched_added = 0;
+  const std::uint16_t generation = watch_generation_;  // a local: entry stores may alias it
   for (std::size_t i = blocks.size(); i-- > 0;) {
     const BlockId b = blocks[i];
     if (b >= entry_count_ || pool.refcount(b) != 1) continue;
@@ -273,7 +307,7 @@ void PrefixCache::released_last_first(std::span<const BlockId> blocks, const Blo
     if (!entry.cached) continue;
     if (!entry.evictable) {
       ++added;
-      watched_added += entry.watched ? 1 : 0;
+      watched_added += entry.watch == generation ? 1 : 0;
       entry.evictable = true;
     }
     // Evictable already (released twice): it moves to the back.
@@ -284,9 +318,9 @@ void PrefixCache::released_last_first(std::span<const BlockId> blocks, const Blo
   purge_stale_if_due();
 }
 
-void PrefixCache::unwatch_all() {
-  for (BlockId b : watched_) unwatch(b);
-  watched_.clear();
+void PrefixCache::restart_watch_generations() {
+  for (Entry& entry : entries_) entry.watch = 0;
+  watch_generation_ = 1;
 }
 
 void PrefixCache::evict_block(BlockId b, BlockPool& pool) {

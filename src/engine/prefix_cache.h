@@ -67,6 +67,29 @@ class PrefixCache {
     if (b == kInvalidBlock) return std::nullopt;
     return b;
   }
+  // find() of up to `count` keys, `first` with its offset advanced by i *
+  // step for the i-th, appending each block found to out and stopping at the
+  // first key not cached: one index lookup per node instead of one per key.
+  // Returns how many it found.
+  std::uint32_t find_run(const PageKey& first, std::uint32_t step, std::uint32_t count,
+                         std::vector<BlockId>& out) const {
+    PageKey key = first;
+    std::uint32_t n = kNoNode;
+    std::uint32_t run = 0;
+    std::uint32_t found = 0;
+    for (; found < count; ++found, key.offset += step) {
+      const Place at = place(key);
+      if (n == kNoNode || at.run != run) {
+        n = find_node(key, at.run, found_node_);
+        run = at.run;
+        if (n == kNoNode) break;
+      }
+      const BlockId b = first_of(nodes_[n].heads[at.pos], key.offset);
+      if (b == kInvalidBlock) break;
+      out.push_back(b);
+    }
+    return found;
+  }
   // Whether block b is still cached under key (cheaper than find).
   bool cached_as(BlockId b, const PageKey& key) const {
     if (b >= entry_count_) return false;
@@ -88,6 +111,19 @@ class PrefixCache {
   // or (without duplicates) the key is already cached. Error: that of
   // BlockPool::retain.
   CoreResult<bool> insert(const PageKey& key, BlockId b, BlockPool& pool, std::uint64_t tick);
+  // insert() of each of blocks in turn, blocks[i] under `first` with its
+  // offset advanced by i * step, stopping at the first error: the same
+  // effect, with one index lookup per node instead of one per key (a chain's
+  // consecutive pages share nodes). Stops early, without error, at a block
+  // kInvalidBlock. `done` counts the blocks gone through (on error,
+  // blocks[done.handled] is the one that failed) and those of them cached.
+  // Error: that of BlockPool::retain.
+  struct RunInserted {
+    std::uint32_t handled = 0;
+    std::uint32_t cached = 0;
+  };
+  CoreStatus insert_run(const PageKey& first, std::uint32_t step, std::span<const BlockId> blocks,
+                        BlockPool& pool, std::uint64_t tick, RunInserted& done);
   // After a sequence released block b: if b is cached and only the cache holds
   // it now, it becomes evictable.
   void released(BlockId b, const BlockPool& pool, std::uint64_t tick) {
@@ -111,22 +147,25 @@ class PrefixCache {
   std::uint32_t evictable() const { return evictable_count_; }
   // Watched blocks: a caller marks some cached blocks (a waiting request's
   // hits) and reads in O(1) how many of them are evictable now. Eviction
-  // unwatches a block.
+  // unwatches a block. unwatch_all is O(1) (amortised): a block is watched
+  // while its entry carries the current watch generation.
   void watch(BlockId b) {
     Entry& entry = entry_of(b);
-    if (entry.watched) return;
-    entry.watched = true;
-    watched_.push_back(b);
+    if (watched(entry)) return;
+    entry.watch = watch_generation_;
     watched_evictable_ += entry.evictable ? 1 : 0;
   }
   void unwatch(BlockId b) {
     if (b >= entry_count_) return;
     Entry& entry = entries_[b];
-    if (!entry.watched) return;
-    entry.watched = false;
+    if (!watched(entry)) return;
+    entry.watch = 0;
     watched_evictable_ -= entry.evictable ? 1 : 0;
   }
-  void unwatch_all();
+  void unwatch_all() {
+    watched_evictable_ = 0;
+    if (++watch_generation_ == 0) restart_watch_generations();
+  }
   std::uint32_t watched_evictable() const { return watched_evictable_; }
   std::uint64_t evictions() const { return evictions_; }
   // The blocks evicted since evictions() was `since`, oldest first, or nullopt
@@ -161,10 +200,14 @@ class PrefixCache {
     BlockId dup_next = kInvalidBlock;
     std::uint32_t node = 0;    // while cached: the index node listing it
     std::uint32_t offset = 0;  // and its key's offset (which gives its place)
+    // The watch generation it was watched in (see watched()); 0: never.
+    std::uint16_t watch = 0;
     bool cached = false;
     bool evictable = false;
-    bool watched = false;
   };
+  bool watched(const Entry& entry) const { return entry.watch == watch_generation_; }
+  // The generations wrapped: every entry unwatched, generation 1 next.
+  void restart_watch_generations();
   // What fifo and lfu rank a block by (kept only under those policies).
   struct Rank {
     std::uint64_t inserted = 0;
@@ -195,7 +238,7 @@ class PrefixCache {
     Entry& entry = entries_[b];
     if (!entry.evictable) {
       ++evictable_count_;
-      watched_evictable_ += entry.watched ? 1 : 0;
+      watched_evictable_ += watched(entry) ? 1 : 0;
       entry.evictable = true;
     }
     lru_queue_.push_back(QueueSlot{b, ++entry.version});  // an older slot goes stale
@@ -206,7 +249,7 @@ class PrefixCache {
     Entry& entry = entries_[b];
     if (entry.evictable) {
       --evictable_count_;
-      watched_evictable_ -= entry.watched ? 1 : 0;
+      watched_evictable_ -= watched(entry) ? 1 : 0;
       entry.evictable = false;  // its candidate goes stale
     }
     if (policy_ != EvictPolicy::kLru) ++ranks_[b].version;
@@ -302,6 +345,10 @@ class PrefixCache {
   }
   // Removes cached block b from the index.
   void index_erase(BlockId b);
+  // Lists block b (retained already) at place pos of node n, after the
+  // blocks cached there before it, and marks it cached under that key.
+  void link_cached(std::uint32_t n, std::uint32_t pos, BlockId b, std::uint32_t offset,
+                   std::uint64_t tick);
 
   EvictPolicy policy_;
   std::uint32_t pool_blocks_;
@@ -353,7 +400,7 @@ class PrefixCache {
   std::uint32_t evict_lru_for_reuse(BlockPool& pool, std::uint32_t n, std::vector<BlockId>& out);
   std::uint32_t evictable_count_ = 0;
   std::uint32_t watched_evictable_ = 0;
-  std::vector<BlockId> watched_;  // every block watched since unwatch_all (some no longer)
+  std::uint16_t watch_generation_ = 1;  // never 0
   // Eight bytes a slot, so that the index of a large pool stays in cache.
   struct Slot {
     std::uint32_t hash = 0;        // the node's hash
@@ -390,16 +437,23 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
     if (nodes_[n].live == 0) remove_node(n);
     return Unexpected{retained.error()};
   }
+  link_cached(n, at.pos, b, key.offset, tick);
+  return true;
+}
+
+inline void PrefixCache::link_cached(std::uint32_t n, std::uint32_t pos, BlockId b,
+                                     std::uint32_t offset, std::uint64_t tick) {
+  Entry& cached = entries_[b];
   // At the end of its place's list: after the blocks cached before it.
   Node& node = nodes_[n];
-  BlockId* link = &node.heads[at.pos];
+  BlockId* link = &node.heads[pos];
   while (*link != kInvalidBlock) link = &entries_[*link].dup_next;
   *link = b;
   ++node.live;
   ++size_;
   cached.dup_next = kInvalidBlock;
   cached.node = n;
-  cached.offset = key.offset;
+  cached.offset = offset;
   cached.cached = true;
   cached.evictable = false;
   if (policy_ != EvictPolicy::kLru) {
@@ -408,7 +462,6 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
     rank.hits = 0;
     ++rank.version;
   }
-  return true;
 }
 
 }  // namespace kvreplay

@@ -701,3 +701,148 @@ TEST_CASE("prefix_cache: lru evicts in release order through hits, re-releases a
   }
   CHECK(evict_all(cache, pool) == order);
 }
+
+TEST_CASE("prefix_cache: insert_run and find_run are insert and find key by key") {
+  // Two caches given the same operations, one key by key, the other a run
+  // at a time: runs of a chain's pages (index pages of 16 and of 7, with and
+  // without duplicates, lru and lfu) whose blocks include ones cached
+  // already, a block without a page (the run stops) and a free block (the
+  // pool refuses it: the blocks before it are cached, it and those after are
+  // not). Every find, find_run, eviction and the pools agree.
+  for (const bool duplicates : {true, false}) {
+    for (const std::uint32_t pt : {16u, 7u}) {
+      for (const EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kLfu}) {
+        INFO("duplicates " << duplicates << ", page_tokens " << pt << ", " << to_string(policy));
+        constexpr std::uint32_t kBlocks = 400;
+        BlockPool one_pool(kBlocks);
+        BlockPool run_pool(kBlocks);
+        PrefixCache one(policy, kBlocks, duplicates, pt);
+        PrefixCache run(policy, kBlocks, duplicates, pt);
+        std::mt19937 rng(11);
+        std::vector<PageKey> keys;
+        std::size_t refused = 0;
+        std::size_t stopped = 0;
+        for (std::uint64_t tick = 1; tick <= 300; ++tick) {
+          const PageKey first{rng() % 12, 16 * (1 + static_cast<std::uint32_t>(rng() % 40)),
+                              static_cast<std::uint32_t>(rng() % 2)};
+          const auto pages = static_cast<std::uint32_t>(1 + rng() % 50);
+          std::vector<BlockId> blocks;
+          for (std::uint32_t p = 0; p < pages; ++p) {
+            std::vector<BlockId> got;
+            if (one_pool.free_count() == 0) {
+              REQUIRE(one.evict_for_reuse(one_pool, 1, got) == 1);
+              std::vector<BlockId> same;
+              REQUIRE(run.evict_for_reuse(run_pool, 1, same) == 1);
+              REQUIRE(same == got);
+            } else {
+              got.push_back(one_pool.allocate().value());
+              REQUIRE(run_pool.allocate().value() == got[0]);
+            }
+            blocks.push_back(got[0]);
+          }
+          std::vector<BlockId> run_blocks = blocks;
+          const auto kind = rng() % 6;
+          const std::size_t at = rng() % pages;
+          if (kind == 0) {
+            run_blocks[at] = kvreplay::kInvalidBlock;
+          } else if (kind == 1) {
+            // A free block (one evicted first if none is): retain fails.
+            if (one_pool.free_count() == 0) {
+              REQUIRE(one.evict_one(one_pool));
+              REQUIRE(run.evict_one(run_pool));
+            }
+            REQUIRE(run_pool.free_list() == one_pool.free_list());
+            run_blocks[at] = one_pool.free_list().front();
+          } else if (kind == 2 && !keys.empty()) {
+            // A block cached already (under another key) goes into the run.
+            const auto cached = one.find(keys[rng() % keys.size()]);
+            if (cached) run_blocks[at] = *cached;
+          }
+          // Key by key, as insert_run describes it.
+          std::uint32_t handled = 0;
+          std::uint32_t cached_count = 0;
+          bool failed = false;
+          for (; handled < pages; ++handled) {
+            const BlockId b = run_blocks[handled];
+            if (b == kvreplay::kInvalidBlock) break;
+            PageKey key = first;
+            key.offset += 16 * handled;
+            auto inserted = one.insert(key, b, one_pool, tick);
+            if (!inserted.ok()) {
+              failed = true;
+              break;
+            }
+            cached_count += inserted.value() ? 1 : 0;
+          }
+          PrefixCache::RunInserted done;
+          auto status = run.insert_run(first, 16, run_blocks, run_pool, tick, done);
+          REQUIRE(status.ok() == !failed);
+          REQUIRE(done.handled == handled);
+          REQUIRE(done.cached == cached_count);
+          refused += failed ? 1 : 0;
+          stopped += !failed && handled < pages ? 1 : 0;
+          for (std::uint32_t p = 0; p < pages; ++p) {
+            keys.push_back(PageKey{first.chain, first.offset + 16 * p, first.group});
+          }
+          // find_run against find, from the run's first key.
+          std::vector<BlockId> found;
+          const std::uint32_t n = run.find_run(first, 16, pages, found);
+          std::vector<BlockId> expected;
+          for (std::uint32_t p = 0; p < pages; ++p) {
+            const auto b = one.find(PageKey{first.chain, first.offset + 16 * p, first.group});
+            if (!b) break;
+            expected.push_back(*b);
+          }
+          REQUIRE(n == expected.size());
+          REQUIRE(found == expected);
+          // The sequence ends: last page first.
+          for (std::size_t i = pages; i-- > 0;) {
+            REQUIRE(one_pool.release(blocks[i]).ok());
+            REQUIRE(run_pool.release(blocks[i]).ok());
+            one.released(blocks[i], one_pool, tick);
+            run.released(blocks[i], run_pool, tick);
+          }
+          REQUIRE(run.size() == one.size());
+          REQUIRE(run.evictable() == one.evictable());
+        }
+        CHECK(refused > 10);
+        CHECK(stopped > 10);
+        for (const PageKey& key : keys) REQUIRE(run.find(key) == one.find(key));
+        CHECK(run_pool.snapshot() == one_pool.snapshot());
+        CHECK(evict_all(run, run_pool) == evict_all(one, one_pool));
+      }
+    }
+  }
+}
+
+TEST_CASE("prefix_cache: unwatch_all forgets every watch, also when its generations wrap") {
+  // unwatch_all is O(1): a block is watched while its entry carries the
+  // current generation. After 65,535 calls the 16-bit generation comes round
+  // to the value a block was watched with long ago; that block must not
+  // count, nor may any block never watched.
+  BlockPool pool(8);
+  PrefixCache cache(EvictPolicy::kLru, 8);
+  std::vector<BlockId> blocks = cache_pages(cache, pool, 4, 1);  // all evictable
+  cache.watch(blocks[0]);
+  CHECK(cache.watched_evictable() == 1);
+  for (std::uint32_t i = 0; i < 65'535; ++i) {
+    cache.unwatch_all();
+    REQUIRE(cache.watched_evictable() == 0);
+  }
+  cache.watch(blocks[1]);
+  CHECK(cache.watched_evictable() == 1);
+  // A hit on the block watched long ago changes nothing watched; one on the
+  // watched block does.
+  cache.touch(blocks[0], 2);
+  REQUIRE(pool.retain(blocks[0]).ok());
+  CHECK(cache.watched_evictable() == 1);
+  cache.touch(blocks[1], 2);
+  REQUIRE(pool.retain(blocks[1]).ok());
+  CHECK(cache.watched_evictable() == 0);
+  REQUIRE(pool.release(blocks[0]).ok());
+  cache.released(blocks[0], pool, 3);
+  CHECK(cache.watched_evictable() == 0);
+  REQUIRE(pool.release(blocks[1]).ok());
+  cache.released(blocks[1], pool, 3);
+  CHECK(cache.watched_evictable() == 1);
+}
