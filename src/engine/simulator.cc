@@ -796,15 +796,16 @@ void Simulator::release_sample(Sample& sample) {
   for (std::size_t g = 0; g < 1 + sample.more.size(); ++g) {
     SequenceBlockTable& table = group_table(sample, g);
     count_layout(state_, table, -1);
+    // The released entries, handed over rather than copied.
     std::vector<BlockId>& blocks = release_scratch_;
-    blocks.assign(table.entries().begin(), table.entries().end());
+    blocks.clear();
+    (void)table.release_all(pool_, blocks);  // tables built by this simulator are consistent
     // Pages on the null block (skipped by a sliding window) were uncounted
     // then; only a hybrid run's tables hold it.
     const auto skipped = static_cast<std::size_t>(
         hybrid_ ? std::count(blocks.begin(), blocks.end(), *null_block_) : 0);
     state_.table_entries -= blocks.size() - skipped;
     request_entries_ -= blocks.size() - skipped;
-    (void)table.release_all(pool_);  // tables built by this simulator are consistent
     // Last page first: a sequence's tail is evicted before its shared prefix.
     cache_.released_last_first(blocks, pool_, tick_);
   }

@@ -442,6 +442,9 @@ class Simulator {
   bool schedule_waiting_vllm(std::uint32_t& budget,
                              std::vector<std::pair<Flight*, std::uint32_t>>& scheduled);
   bool allocate_vllm(Flight& flight, std::uint32_t tokens);
+  // What allocate_vllm does once every group's table took the tokens: the
+  // sample's length, the counts, the pages that became full cached.
+  bool appended_vllm(Flight& flight, std::uint32_t tokens);
   // allocate_vllm's work in one group's table (no length or cache update).
   bool append_group_vllm(Flight& flight, SequenceBlockTable& table, std::uint32_t tokens);
   // Group g's table of a sample (0: sample.table).
@@ -534,7 +537,7 @@ class Simulator {
   std::optional<Violation> violation_;
   std::vector<TableRef> table_refs_;
   std::vector<BlockId> holds_;
-  std::vector<BlockId> release_scratch_;  // release_sample's copy of a table
+  std::vector<BlockId> release_scratch_;  // a released table's entries (release_sample)
   std::vector<BlockId> alloc_scratch_;    // allocate_vllm's blocks for new pages
   std::vector<std::pair<Flight*, std::uint32_t>> scheduled_;  // step_vllm's, reused
   // By block: which tracked flight's hit it is, and where (see verify_hits).

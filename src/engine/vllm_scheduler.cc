@@ -56,6 +56,21 @@ class HashedPages {
     end_ += page_tokens_;
     if (end_ > k_end_) advance();  // past the hash block: once in hash_block / page_tokens pages
   }
+  // REQUIRES hashed(). The pages from this one on that end in its hash block
+  // (and in the prompt): their keys share key()'s chain, their offsets step
+  // by the page size.
+  std::uint64_t pages_in_block() const {
+    return (std::min(k_end_, hashed_end_) - end_) / page_tokens_ + 1;
+  }
+  // The key `pages` pages on, REQUIRES pages < pages_in_block().
+  PageKey key_after(std::uint64_t pages) const {
+    return PageKey{chain_, static_cast<std::uint32_t>(end_ + pages * page_tokens_ - k_start_)};
+  }
+  // next(), `pages` times.
+  void skip(std::uint64_t pages) {
+    end_ += pages * page_tokens_;
+    if (end_ > k_end_) advance();
+  }
 
  private:
   void advance() {
@@ -172,6 +187,21 @@ bool Simulator::cache_new_full_blocks_vllm(Flight& flight, std::uint32_t full_pa
   const std::uint32_t last = std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
   HashedPages walk(flight.request, pt, flight.cached_pages);
   for (std::uint32_t page = flight.cached_pages; page < last; ++page, walk.next()) {
+    if (!hybrid_ && walk.hashed()) {
+      // The pages of one hash block at once (insert_run: the same inserts).
+      const auto pages =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(walk.pages_in_block(), last - page));
+      assert(walk.key_after(pages - 1) == vllm_key(flight, page + pages - 1));
+      PrefixCache::RunInserted done;
+      auto inserted =
+          cache_.insert_run(walk.key(), pt, entries.subspan(page, pages), pool_, tick_, done);
+      state_.table_entries += done.cached;
+      if (!inserted) return caching_failed(flight, page + done.handled, inserted.error());
+      if (done.handled < pages) break;  // a page without a block
+      walk.skip(pages - 1);             // the loop's next() moves past the last of them
+      page += pages - 1;
+      continue;
+    }
     if (entries[page] == kInvalidBlock) break;
     PageKey key = walk.hashed() ? walk.key() : vllm_key(flight, page);
     assert(key == vllm_key(flight, page));
@@ -214,7 +244,11 @@ bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
   for (std::size_t g = 1; g < groups_.size(); ++g) {
     if (!append_group_vllm(flight, sample.more[g - 1], tokens)) return false;
   }
-  sample.length += tokens;
+  return appended_vllm(flight, tokens);
+}
+
+bool Simulator::appended_vllm(Flight& flight, std::uint32_t tokens) {
+  flight.samples[0].length += tokens;
   totals_.tokens_appended += tokens;
   state_.logical_tokens += tokens;
   return cache_full_blocks_vllm(flight);
@@ -352,6 +386,16 @@ bool Simulator::schedule_running_vllm(std::uint32_t& budget, bool& preempted,
       ++i;
       continue;
     }
+    if (!hybrid_ && flight.samples[0].table.append_in_place(tokens, pool_)) {
+      // The common decode step: the tokens fit the partial last page, so
+      // get_num_blocks_to_allocate is 0 and allocate_slots cannot fail (what
+      // the loop below and allocate_vllm would do, at once).
+      if (!appended_vllm(flight, tokens)) return false;
+      scheduled.emplace_back(&flight, tokens);
+      budget -= tokens;
+      ++i;
+      continue;
+    }
     bool self = false;
     if (hybrid_ && !remove_skipped_blocks_vllm(flight)) return false;
     for (;;) {
@@ -413,10 +457,19 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
       verify_hits(flight);
       const auto first = static_cast<std::uint32_t>(hits.size());
       HashedPages walk(flight.request, pt, first);
-      for (std::uint32_t page = first; (std::uint64_t{page} + 1) * pt <= num_tokens - 1;
-           ++page, walk.next()) {
-        const PageKey key = walk.hashed() ? walk.key() : vllm_key(flight, page);
-        assert(key == vllm_key(flight, page));
+      const std::uint32_t pages = (num_tokens - 1) / pt;  // full pages before the last token
+      for (std::uint32_t page = first; page < pages; ++page, walk.next()) {
+        if (walk.hashed()) {
+          // The pages of one hash block at once (find_run: the same lookups).
+          const auto run = static_cast<std::uint32_t>(
+              std::min<std::uint64_t>(walk.pages_in_block(), pages - page));
+          assert(walk.key_after(run - 1) == vllm_key(flight, page + run - 1));
+          if (cache_.find_run(walk.key(), pt, run, hits) < run) break;
+          walk.skip(run - 1);  // the loop's next() moves past the last of them
+          page += run - 1;
+          continue;
+        }
+        const PageKey key = vllm_key(flight, page);
         auto block = cache_.find(key);
         if (!block) break;
         add_hit(flight, *block);
