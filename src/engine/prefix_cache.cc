@@ -289,6 +289,28 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
   return count;
 }
 
+void PrefixCache::touch_all(std::span<const BlockId> blocks, std::uint64_t tick) {
+  if (policy_ != EvictPolicy::kLru) {
+    for (BlockId b : blocks) touch(b, tick);
+    return;
+  }
+  // make_unevictable() block by block, the counts kept in locals.
+  std::uint32_t removed = 0;
+  std::uint32_t watched_removed = 0;
+  const std::uint16_t generation = watch_generation_;  // a local: entry stores may alias it
+  for (BlockId b : blocks) {
+    if (b >= entry_count_) continue;
+    Entry& entry = entries_[b];
+    if (!entry.cached || !entry.evictable) continue;
+    ++removed;
+    watched_removed += entry.watch == generation ? 1 : 0;
+    entry.evictable = false;  // its slot goes stale
+  }
+  evictable_count_ -= removed;
+  watched_evictable_ -= watched_removed;
+  purge_stale_if_due();
+}
+
 void PrefixCache::released_last_first(std::span<const BlockId> blocks, const BlockPool& pool,
                                       std::uint64_t tick) {
   if (policy_ != EvictPolicy::kLru) {

@@ -106,6 +106,8 @@ class PrefixCache {
     ++rank.hits;
     rank.last_use = tick;
   }
+  // touch() of each of blocks (a table's hits), the purge checked once.
+  void touch_all(std::span<const BlockId> blocks, std::uint64_t tick);
   // Caches block b (held by a sequence) under key; the cache retains it.
   // Returns false, doing nothing, when the block already belongs to the cache
   // or (without duplicates) the key is already cached. Error: that of

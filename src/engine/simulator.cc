@@ -319,10 +319,7 @@ std::shared_ptr<RequestTimes> Simulator::new_times(const Request& request) {
   return std::make_shared<RequestTimes>(request_times(request));
 }
 
-void Simulator::schedule_work(Flight& flight, std::uint64_t context, std::uint64_t tokens,
-                              bool prefill) {
-  work_.add(context, tokens, prefill);
-  if (flight.work_stamped) return;
+void Simulator::stamp_scheduled(Flight& flight) {
   flight.work_stamped = true;
   if (flight.times && flight.times->scheduled < 0) flight.times->scheduled = step_start_;
 }
@@ -768,7 +765,7 @@ bool Simulator::install_hits(Flight& flight, const std::vector<BlockId>& hits,
   flight.samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0, {}});
   if (hits.empty()) return true;
   // Hit blocks leave the eviction candidates (BlockPool.touch) before any allocation.
-  for (BlockId b : hits) cache_.touch(b, tick_);
+  cache_.touch_all(hits, tick_);
   SequenceBlockTable& table = flight.samples[0].table;
   if (auto installed = table.install_shared_prefix(hits, hit_tokens, pool_); !installed) {
     violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",

@@ -395,7 +395,12 @@ class Simulator {
   bool step();
   // A flight's chunk of `tokens` after `context` cached, for the cost model; the
   // first chunk ever stamps the request's scheduling time.
-  void schedule_work(Flight& flight, std::uint64_t context, std::uint64_t tokens, bool prefill);
+  void schedule_work(Flight& flight, std::uint64_t context, std::uint64_t tokens, bool prefill) {
+    work_.add(context, tokens, prefill);
+    if (!flight.work_stamped) stamp_scheduled(flight);
+  }
+  // A flight's first step: its request's first scheduling time.
+  void stamp_scheduled(Flight& flight);
   // The flight produced its request's first token / its last (request done):
   // stamped with the step's end time in end_step.
   void first_token(Flight& flight);

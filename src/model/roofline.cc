@@ -7,41 +7,6 @@
 
 namespace kvreplay {
 
-namespace {
-
-// Keys the tokens at positions [context, context + tokens) attend to, summed,
-// in a layer whose window is `window` (0: full attention): position q sees
-// min(q + 1, window) keys.
-double attention_pairs(double context, double tokens, double window) {
-  const double first = context + 1, last = context + tokens;  // q + 1 over the chunk
-  if (window <= 0 || last <= window) return tokens * context + tokens * (tokens + 1) / 2;
-  if (first >= window) return tokens * window;
-  // first..window grow, the rest see the whole window.
-  return (window * (window + 1) - context * (context + 1)) / 2 + (last - window) * window;
-}
-
-}  // namespace
-
-void StepWork::add(std::uint64_t context, std::uint64_t tokens, bool prefill) {
-  if (tokens == 0) return;
-  const double p = static_cast<double>(context), c = static_cast<double>(tokens);
-  tokens_ += tokens;
-  ++requests_;
-  if (prefill) {
-    prefill_tokens_ += tokens;
-  } else {
-    ++decode_requests_;
-  }
-  full_pairs_ += attention_pairs(p, c, 0);
-  full_read_ += p + c;
-  context_read_ += p + c;
-  if (window_ > 0) {
-    const double w = window_;
-    window_pairs_ += attention_pairs(p, c, w);
-    window_read_ += std::min(p, w - 1) + c;
-  }
-}
-
 Result<Roofline, std::string> Roofline::make(const ModelSpec& model, const GpuSpec& gpu,
                                              std::uint32_t tp, std::uint32_t pp,
                                              double kv_bytes_per_token_layer,

@@ -71,7 +71,26 @@ class StepWork {
   }
   // A request's chunk: `tokens` computed after `context` already cached;
   // `prefill` when they are prompt (or recomputed) tokens, not one decode.
-  void add(std::uint64_t context, std::uint64_t tokens, bool prefill);
+  // Inline: called once per request per step.
+  void add(std::uint64_t context, std::uint64_t tokens, bool prefill) {
+    if (tokens == 0) return;
+    const double p = static_cast<double>(context), c = static_cast<double>(tokens);
+    tokens_ += tokens;
+    ++requests_;
+    if (prefill) {
+      prefill_tokens_ += tokens;
+    } else {
+      ++decode_requests_;
+    }
+    full_pairs_ += attention_pairs(p, c, 0);
+    full_read_ += p + c;
+    context_read_ += p + c;
+    if (window_ > 0) {
+      const double w = window_;
+      window_pairs_ += attention_pairs(p, c, w);
+      window_read_ += std::min(p, w - 1) + c;
+    }
+  }
 
   std::uint64_t tokens() const { return tokens_; }
   std::uint64_t requests() const { return requests_; }
@@ -84,6 +103,17 @@ class StepWork {
   double context_read() const { return context_read_; }  // context + tokens, the linear model's
 
  private:
+  // Keys the tokens at positions [context, context + tokens) attend to,
+  // summed, in a layer whose window is `window` (0: full attention):
+  // position q sees min(q + 1, window) keys.
+  static double attention_pairs(double context, double tokens, double window) {
+    const double first = context + 1, last = context + tokens;  // q + 1 over the chunk
+    if (window <= 0 || last <= window) return tokens * context + tokens * (tokens + 1) / 2;
+    if (first >= window) return tokens * window;
+    // first..window grow, the rest see the whole window.
+    return (window * (window + 1) - context * (context + 1)) / 2 + (last - window) * window;
+  }
+
   std::uint32_t window_;
   std::uint64_t tokens_ = 0, requests_ = 0, prefill_tokens_ = 0, decode_requests_ = 0;
   double full_pairs_ = 0, window_pairs_ = 0, full_read_ = 0, window_read_ = 0, context_read_ = 0;

@@ -846,3 +846,53 @@ TEST_CASE("prefix_cache: unwatch_all forgets every watch, also when its generati
   cache.released(blocks[1], pool, 3);
   CHECK(cache.watched_evictable() == 1);
 }
+
+TEST_CASE("prefix_cache: touch_all is touch of each block") {
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    INFO(to_string(policy));
+    // Two caches given the same history; one hears of a table's hits block
+    // by block, the other at once: evictable, watched, held already (not
+    // evictable), uncached and out-of-range blocks among them.
+    constexpr std::uint32_t kBlocks = 16;
+    BlockPool one_pool(kBlocks);
+    BlockPool all_pool(kBlocks);
+    PrefixCache one(policy, kBlocks);
+    PrefixCache all(policy, kBlocks);
+    const std::vector<BlockId> cached = cache_pages(one, one_pool, 8, 1);
+    REQUIRE(cache_pages(all, all_pool, 8, 1) == cached);
+    for (PrefixCache* cache : {&one, &all}) {
+      cache->watch(cached[1]);
+      cache->watch(cached[4]);
+      cache->touch(cached[2], 2);  // held already
+    }
+    REQUIRE(one_pool.retain(cached[2]).ok());
+    REQUIRE(all_pool.retain(cached[2]).ok());
+    const BlockId uncached = one_pool.free_list().front();
+    const std::vector<BlockId> hits = {cached[1], cached[2],   uncached, cached[5],
+                                       cached[4], kBlocks + 3, cached[0]};
+    for (BlockId b : hits) one.touch(b, 3);
+    all.touch_all(hits, 3);
+    CHECK(all.evictable() == one.evictable());
+    CHECK(all.evictable() == 3);  // cached 3, 6 and 7
+    CHECK(all.watched_evictable() == one.watched_evictable());
+    CHECK(all.watched_evictable() == 0);
+    CHECK(all.candidates() <= 2 * all.evictable() + PrefixCache::kCandidateSlack);
+    // The hits are held, then released: the same order of eviction after.
+    for (BlockId b : hits) {
+      if (b >= kBlocks || b == uncached || b == cached[2]) continue;
+      REQUIRE(one_pool.retain(b).ok());
+      REQUIRE(all_pool.retain(b).ok());
+    }
+    for (BlockId b : hits) {
+      if (b >= kBlocks || b == uncached) continue;
+      REQUIRE(one_pool.release(b).ok());
+      REQUIRE(all_pool.release(b).ok());
+      one.released(b, one_pool, 4);
+      all.released(b, all_pool, 4);
+    }
+    CHECK(all.watched_evictable() == one.watched_evictable());
+    CHECK(all.watched_evictable() == 2);
+    CHECK(evict_all(all, all_pool) == evict_all(one, one_pool));
+    CHECK(all_pool.snapshot() == one_pool.snapshot());
+  }
+}
