@@ -132,6 +132,18 @@ class BlockPool {
         static_cast<std::uint32_t>(static_cast<std::int64_t>(blocks_[b].refcount) + delta);
   }
 
+  // set_filled of fresh pages in order: page_tokens for each block but the
+  // last, which gets the rest of `tokens`. REQUIRES each block live with
+  // filled 0 and tokens in ((blocks.size() - 1) * page_tokens,
+  // blocks.size() * page_tokens] (the caller checks).
+  void fill_fresh(std::span<const BlockId> blocks, std::uint32_t tokens,
+                  std::uint32_t page_tokens) {
+    if (blocks.empty()) return;
+    for (std::size_t i = 0; i + 1 < blocks.size(); ++i) blocks_[blocks[i]].filled = page_tokens;
+    blocks_[blocks.back()].filled =
+        tokens - static_cast<std::uint32_t>(blocks.size() - 1) * page_tokens;
+    filled_total_ += tokens;
+  }
   // REQUIRES b live and n <= the config's page_tokens (the caller checks).
   void set_filled(BlockId b, std::uint32_t n) {
     filled_total_ += n;

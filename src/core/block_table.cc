@@ -145,14 +145,13 @@ CoreResult<std::uint32_t> SequenceBlockTable::append_taken(std::uint32_t tokens,
   // Commit: nothing below can fail (bad_alloc growing the vector is fatal).
   BlockId previous = entries_.empty() ? kInvalidBlock : entries_.back();
   entries_.insert(entries_.end(), blocks.begin(), blocks.end());
-  std::uint32_t left = tokens;
+  std::uint32_t continued = 0;
   for (BlockId b : blocks) {
-    continued_ += previous != kInvalidBlock && b == previous + 1 ? 1 : 0;
+    continued += previous != kInvalidBlock && b == previous + 1 ? 1 : 0;
     previous = b;
-    const std::uint32_t filled = std::min(left, page_tokens_);
-    pool.set_filled(b, filled);
-    left -= filled;
   }
+  continued_ += continued;
+  pool.fill_fresh(blocks, tokens, page_tokens_);  // each checked live with filled 0
   length_ = static_cast<std::uint32_t>(new_length);
   return pages;
 }

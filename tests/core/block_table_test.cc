@@ -154,6 +154,8 @@ TEST_CASE("table: append_taken is append_fresh onto blocks the caller took, and 
     CHECK(taken == fresh);
     CHECK(taken.continued_pages() == fresh.continued_pages());
     CHECK(taken_pool.snapshot() == fresh_pool.snapshot());
+    CHECK(taken_pool.filled_total() == 7u);
+    CHECK(taken_pool.filled_total() == fresh_pool.filled_total());
   }
   BlockPool pool(8);
   SequenceBlockTable table(4, 3);
