@@ -135,6 +135,8 @@ CoreStatus PrefixCache::insert_run(const PageKey& first, std::uint32_t step,
   for (; done.handled < blocks.size(); ++done.handled, key.offset += step) {
     const BlockId b = blocks[done.handled];
     if (b == kInvalidBlock) break;
+    // A block the pool cannot hold has no entry either: retain's error.
+    if (b >= pool_blocks_) return Unexpected{CoreError::kBlockOutOfRange};
     if (entry_of(b).cached) continue;
     const Place at = place(key);
     if (n == kNoNode || at.run != run) {

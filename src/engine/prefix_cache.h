@@ -109,9 +109,10 @@ class PrefixCache {
   // touch() of each of blocks (a table's hits), the purge checked once.
   void touch_all(std::span<const BlockId> blocks, std::uint64_t tick);
   // Caches block b (held by a sequence) under key; the cache retains it.
-  // Returns false, doing nothing, when the block already belongs to the cache
-  // or (without duplicates) the key is already cached. Error: that of
-  // BlockPool::retain.
+  // Returns false, doing nothing, when the block already belongs to the cache,
+  // (without duplicates) the key is already cached, or b is kInvalidBlock.
+  // Error: that of BlockPool::retain (kBlockOutOfRange for a block past the
+  // cache's pool).
   CoreResult<bool> insert(const PageKey& key, BlockId b, BlockPool& pool, std::uint64_t tick);
   // insert() of each of blocks in turn, blocks[i] under `first` with its
   // offset advanced by i * step, stopping at the first error: the same
@@ -119,7 +120,8 @@ class PrefixCache {
   // consecutive pages share nodes). Stops early, without error, at a block
   // kInvalidBlock. `done` counts the blocks gone through (on error,
   // blocks[done.handled] is the one that failed) and those of them cached.
-  // Error: that of BlockPool::retain.
+  // Error: that of BlockPool::retain (kBlockOutOfRange for a block past the
+  // cache's pool).
   struct RunInserted {
     std::uint32_t handled = 0;
     std::uint32_t cached = 0;
@@ -423,24 +425,11 @@ class PrefixCache {
 
 inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,
                                             std::uint64_t tick) {
-  Entry& cached = entry_of(b);
-  if (cached.cached) return false;
-  const Place at = place(key);
-  std::uint32_t n = find_node(key, at.run, inserted_node_);
-  // Without duplicates a key holds one block.
-  if (!duplicates_ && n != kNoNode &&
-      first_of(nodes_[n].heads[at.pos], key.offset) != kInvalidBlock) {
-    return false;
+  RunInserted done;
+  if (auto inserted = insert_run(key, 0, {&b, 1}, pool, tick, done); !inserted) {
+    return Unexpected{inserted.error()};
   }
-  // A new node is made before the retain (which then cannot throw) and
-  // dropped again if the retain fails.
-  if (n == kNoNode) n = inserted_node_ = add_node(key, at.run);
-  if (auto retained = pool.retain(b); !retained) {
-    if (nodes_[n].live == 0) remove_node(n);
-    return Unexpected{retained.error()};
-  }
-  link_cached(n, at.pos, b, key.offset, tick);
-  return true;
+  return done.cached == 1;
 }
 
 inline void PrefixCache::link_cached(std::uint32_t n, std::uint32_t pos, BlockId b,

@@ -175,6 +175,13 @@ TEST_CASE("prefix_cache: an insert the pool refuses changes nothing") {
   // Block 3 is free: retaining it is a core error, and the cache must not keep the key.
   auto inserted = cache.insert(PageKey{7, 16}, 3, pool, 1);
   CHECK_FALSE(inserted.ok());
+  // A block past the pool is refused as the pool would; no block is nothing.
+  auto past = cache.insert(PageKey{7, 16}, 4, pool, 1);
+  REQUIRE_FALSE(past.ok());
+  CHECK(past.error() == kvreplay::CoreError::kBlockOutOfRange);
+  auto none = cache.insert(PageKey{7, 16}, kvreplay::kInvalidBlock, pool, 1);
+  REQUIRE(none.ok());
+  CHECK_FALSE(none.value());
   CHECK_FALSE(cache.find(PageKey{7, 16}).has_value());
   CHECK(cache.size() == 0);
   CHECK(pool.free_count() == 4);
