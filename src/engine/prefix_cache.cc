@@ -124,6 +124,29 @@ inline void PrefixCache::index_erase(BlockId b) {
   if (--node.live == 0) remove_node(n);
 }
 
+inline void PrefixCache::link_cached(std::uint32_t n, std::uint32_t pos, BlockId b,
+                                     std::uint32_t offset, std::uint64_t tick) {
+  Entry& cached = entries_[b];
+  // At the end of its place's list: after the blocks cached before it.
+  Node& node = nodes_[n];
+  BlockId* link = &node.heads[pos];
+  while (*link != kInvalidBlock) link = &entries_[*link].dup_next;
+  *link = b;
+  ++node.live;
+  ++size_;
+  cached.dup_next = kInvalidBlock;
+  cached.node = n;
+  cached.offset = offset;
+  cached.cached = true;
+  cached.evictable = false;
+  if (policy_ != EvictPolicy::kLru) {
+    Rank& rank = ranks_[b];
+    rank.inserted = rank.last_use = tick;
+    rank.hits = 0;
+    ++rank.version;
+  }
+}
+
 CoreStatus PrefixCache::insert_run(const PageKey& first, std::uint32_t step,
                                    std::span<const BlockId> blocks, BlockPool& pool,
                                    std::uint64_t tick, RunInserted& done) {

@@ -432,27 +432,4 @@ inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, Block
   return done.cached == 1;
 }
 
-inline void PrefixCache::link_cached(std::uint32_t n, std::uint32_t pos, BlockId b,
-                                     std::uint32_t offset, std::uint64_t tick) {
-  Entry& cached = entries_[b];
-  // At the end of its place's list: after the blocks cached before it.
-  Node& node = nodes_[n];
-  BlockId* link = &node.heads[pos];
-  while (*link != kInvalidBlock) link = &entries_[*link].dup_next;
-  *link = b;
-  ++node.live;
-  ++size_;
-  cached.dup_next = kInvalidBlock;
-  cached.node = n;
-  cached.offset = offset;
-  cached.cached = true;
-  cached.evictable = false;
-  if (policy_ != EvictPolicy::kLru) {
-    Rank& rank = ranks_[b];
-    rank.inserted = rank.last_use = tick;
-    rank.hits = 0;
-    ++rank.version;
-  }
-}
-
 }  // namespace kvreplay
