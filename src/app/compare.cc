@@ -20,7 +20,7 @@ constexpr std::string_view kTooLarge = "far more than a kvreplay report";
 
 int run_compare(const CompareRequest& request) {
   auto refuse = [](const std::string& why) {
-    fmt::print(stderr, "kvreplay compare: {}\n", why);
+    eprint("kvreplay compare: {}\n", why);
     return kExitInput;
   };
   Thresholds thresholds;
@@ -48,7 +48,7 @@ int run_compare(const CompareRequest& request) {
                                      color_enabled(stdout)));
   }
   for (const std::string& regression : comparison.value().regressions) {
-    fmt::print(stderr, "kvreplay compare: regression: {}\n", regression);
+    eprint("kvreplay compare: regression: {}\n", regression);
   }
   return comparison.value().regressed() ? kExitCheckFailed : kExitOk;
 }

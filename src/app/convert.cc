@@ -28,7 +28,8 @@ int run_convert(const std::string& input, std::optional<RequestFormat> forced,
   // Opened first, as every command opens its outputs before reading: a path
   // that cannot be written fails before any input is read.
   OutputSet outputs;
-  OutputFile* out = outputs.open("the output", output, OutputFile::Flow::kStream);
+  outputs.add_input("INPUT", input);
+  OutputFile* out = outputs.open("the output", output, OutputFile::Flow::kStream, "--output");
   if (out == nullptr) return write_failed(outputs);
   const bool to_stdout = out->is_stdout();  // then the summary is left out
   auto opened = RequestReader::open(input, forced);

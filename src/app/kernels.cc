@@ -10,10 +10,12 @@
 #include "app/command.h"
 #include "app/exit_codes.h"
 #include "app/options.h"
+#include "core/memory_budget.h"
 #include "dataplane/arena.h"
 #include "io/output.h"
 #include "io/standard_output.h"
 #include "model/presets.h"
+#include "model/run_config.h"
 
 namespace kvreplay {
 
@@ -50,16 +52,45 @@ int run_kernels(const KernelBenchRequest& request) {
   geometry.pool_blocks = 1;
   geometry.max_seq_tokens = 1;
   if (auto problem = geometry.validate()) {
-    fmt::print(stderr, "command line: kernels: {}\n", *problem);
+    eprint("command line: kernels: {}\n", *problem);
     return kExitInput;
+  }
+
+  // Every point's pool is bounded before anything runs (SPEC §8): the
+  // fragmenting replay keeps kKernelBytesPerBlock a block on the host, and its
+  // pool is at most kMaxSupportedPoolBlocks, as a replay's; arenas are bounded
+  // by --arena-limit, point by point, and skipped past it.
+  for (std::uint32_t page_tokens : page_sizes) {
+    for (std::uint32_t batch : batches) {
+      for (std::uint32_t context : contexts) {
+        const std::uint64_t blocks = fragmented_pool_blocks(batch, context, page_tokens);
+        const std::string point = fmt::format("--batch {} --context {} --page-tokens {}", batch,
+                                              context, page_tokens);
+        if (blocks > kMaxSupportedPoolBlocks) {
+          eprint("command line: {}: the point needs a pool of {} blocks, more than kvreplay "
+                 "keeps in memory (at most {}); give a smaller batch or context, or larger "
+                 "pages\n",
+                 point, blocks, kMaxSupportedPoolBlocks);
+          return kExitInput;
+        }
+        if (auto problem =
+                check_memory(mul_sat(blocks, kKernelBytesPerBlock), "the point " + point,
+                             fmt::format("{} bytes a block x {} blocks", kKernelBytesPerBlock,
+                                         blocks))) {
+          eprint("command line: {}\n", *problem);
+          return kExitInput;
+        }
+      }
+    }
   }
 
   // Opened before the sweep, so a path that cannot be written fails at once.
   OutputSet outputs;
   OutputFile* report_out = nullptr;
   if (!request.report_path.empty() &&
-      (report_out = outputs.open("the report", request.report_path)) == nullptr) {
-    fmt::print(stderr, "{}\n", outputs.error());
+      (report_out = outputs.open("the report", request.report_path, OutputFile::Flow::kWhole,
+                                 "--report")) == nullptr) {
+    eprint("{}\n", outputs.error());
     return kExitInput;
   }
   // The table never mixes with a report on stdout.
@@ -69,7 +100,7 @@ int run_kernels(const KernelBenchRequest& request) {
   // The copy roof, on a one-block arena of the same backend.
   auto roof_backend = make_backend(request.backend, geometry, request.arena_limit);
   if (!roof_backend) {
-    fmt::print(stderr, "command line: --backend: {}: {}\n", to_string(request.backend),
+    eprint("command line: --backend: {}: {}\n", to_string(request.backend),
                roof_backend.error());
     return kExitInput;
   }
@@ -78,7 +109,7 @@ int run_kernels(const KernelBenchRequest& request) {
   try {
     roof = roof_backend.value()->measure_copy_roof(roof_bytes, request.iterations);
   } catch (const BackendError& error) {
-    fmt::print(stderr, "kvreplay kernels: the copy roof failed: {}\n", error.what());
+    eprint("kvreplay kernels: the copy roof failed: {}\n", error.what());
     return kExitInput;
   }
   const std::string description = roof_backend.value()->description();
@@ -177,7 +208,7 @@ int run_kernels(const KernelBenchRequest& request) {
     report_out->write(report.dump(2) + "\n");
   }
   if (!outputs.commit()) {
-    fmt::print(stderr, "{}\n", outputs.error());
+    eprint("{}\n", outputs.error());
     return kExitInput;
   }
   return kExitOk;

@@ -2,14 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdlib>
+
 #include "app/exit_codes.h"
+#include "io/standard_output.h"
 #include "model/gpu.h"
 #include "model/presets.h"
 
 namespace kvreplay {
 
 int usage_error(std::string_view problem) {
-  fmt::print(stderr, "command line: {}\n", problem);
+  eprint("command line: {}\n", problem);
   return kExitInput;
 }
 
@@ -19,6 +23,41 @@ const CLI::Validator kCheckValidator(
                                        : "must be every, end, off or a positive integer N";
     },
     "every|N|end|off");
+
+namespace {
+
+// A FLOAT option's value: refused when it reads as NaN or an infinity (or a
+// number too large for a double, which strtod makes an infinity). A value
+// that is not a number at all is left to CLI11's own conversion error.
+const CLI::Validator kFiniteValidator(
+    [](std::string& value) -> std::string {
+      const char* begin = value.c_str();
+      char* end = nullptr;
+      const double number = std::strtod(begin, &end);
+      if (end == begin) return std::string();
+      return std::isfinite(number) ? std::string() : "must be a finite number, got " + value;
+    },
+    "", "finite");
+
+const CLI::Validator kNonEmptyValidator(
+    [](std::string& value) -> std::string {
+      return value.empty() ? "an empty value names nothing" : std::string();
+    },
+    "", "non-empty");
+
+}  // namespace
+
+void add_value_checks(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_expected_min() > 0 || option->get_positional()) {
+      option->check(kNonEmptyValidator);
+    }
+    if (option->get_type_name().rfind("FLOAT", 0) == 0) option->check(kFiniteValidator);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    add_value_checks(*sub);
+  }
+}
 
 void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
   auto positive = CLI::Range(1u, 0xFFFFFFFFu);

@@ -23,6 +23,15 @@ int usage_error(std::string_view problem);
 // --check: every | N | end | off.
 extern const CLI::Validator kCheckValidator;
 
+// The checks every option of `app` and of its subcommands gets, however deep;
+// main() adds them once after every command has declared its options, so no
+// option can forget them (SPEC §8):
+//   - a FLOAT option refuses NaN and infinities ("nan", "inf", "1e999"):
+//     CLI11's Range lets NaN through, since every comparison with NaN is false;
+//   - an option or argument that takes a value refuses an empty one
+//     (`--report ''` is a usage error, never "no output").
+void add_value_checks(CLI::App& app);
+
 // Raw option storage; copied into ConfigOverrides for the options actually given.
 struct ConfigOptions {
   std::string model, model_config, dtype, kv_memory, alloc_order, gpu;

@@ -407,9 +407,9 @@ int run_plan(const PlanRequest& request) {
   std::optional<SpooledInput> spooled;
   std::string trace_file = request.trace_path;
   if (request.trace_path == "-" && !merging) {
-    auto spool = SpooledInput::from_stdin();
+    auto spool = spool_standard_input(request.format);  // checked as it is spooled
     if (!spool) {
-      fmt::print(stderr, "<stdin>: {}\n", spool.error());
+      fmt::print(stderr, "{}\n", spool.error());
       return kExitInput;
     }
     spooled.emplace(std::move(spool).value());

@@ -20,7 +20,7 @@ namespace kvreplay {
 namespace {
 
 int output_failure(const OutputSet& outputs) {
-  fmt::print(stderr, "{}\n", outputs.error());
+  eprint("{}\n", outputs.error());
   return kExitInput;
 }
 
@@ -29,20 +29,26 @@ int output_failure(const OutputSet& outputs) {
 int run_replay(const ReplayRequest& request) {
   // Opened before the run, so a path that cannot be written fails at once.
   OutputSet outputs;
+  outputs.add_input("TRACE", request.trace_path);
+  if (request.overrides.model_config) {
+    outputs.add_input("--model-config", *request.overrides.model_config);
+  }
   OutputFile* report_out = nullptr;
   OutputFile* timeline_out = nullptr;
   OutputFile* html_out = nullptr;
   if (!request.report_path.empty() &&
-      (report_out = outputs.open("the report", request.report_path)) == nullptr) {
+      (report_out = outputs.open("the report", request.report_path, OutputFile::Flow::kWhole,
+                                 "--report")) == nullptr) {
     return output_failure(outputs);
   }
   if (!request.timeline_path.empty() &&
       (timeline_out = outputs.open("the timeline", request.timeline_path,
-                                   OutputFile::Flow::kStream)) == nullptr) {
+                                   OutputFile::Flow::kStream, "--timeline")) == nullptr) {
     return output_failure(outputs);
   }
   if (!request.html_path.empty() &&
-      (html_out = outputs.open("the HTML report", request.html_path)) == nullptr) {
+      (html_out = outputs.open("the HTML report", request.html_path, OutputFile::Flow::kWhole,
+                               "--html")) == nullptr) {
     return output_failure(outputs);
   }
   // The summary never mixes with an output on stdout.
@@ -88,10 +94,10 @@ int run_replay(const ReplayRequest& request) {
   }
   if (const auto& v = run.value().replayer->violation()) {
     if (v->event == 0) {
-      fmt::print(stderr, "{}: invariant {} violated at the end of the trace: {}\n",
+      eprint("{}: invariant {} violated at the end of the trace: {}\n",
                  input.trace.path, v->invariant, v->message);
     } else {
-      fmt::print(stderr, "{}:{}: invariant {} violated at event {}: {}\n", input.trace.path,
+      eprint("{}:{}: invariant {} violated at event {}: {}\n", input.trace.path,
                  v->line, v->invariant, v->event, v->message);
     }
   }

@@ -17,13 +17,14 @@
 #include "engine/replayer.h"
 #include "formats/kvtrace_reader.h"
 #include "io/input_error.h"
+#include "io/standard_output.h"
 #include "model/run_config.h"
 #include "report/report.h"
 
 namespace kvreplay {
 
 inline int input_failure(const InputError& error) {
-  fmt::print(stderr, "{}\n", error.to_string());
+  eprint("{}\n", error.to_string());
   return kExitInput;
 }
 

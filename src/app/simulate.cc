@@ -17,26 +17,32 @@ namespace kvreplay {
 int run_simulate(const SimulateRequest& request) {
   auto config = resolve_sim_config(request.overrides);
   if (!config) {
-    fmt::print(stderr, "{}\n", config.error().to_string());
+    eprint("{}\n", config.error().to_string());
     return kExitInput;
   }
   // Opened before the run, so a path that cannot be written fails at once.
   OutputSet outputs;
+  outputs.add_input("REQUESTS", request.trace_path);
+  if (request.overrides.model_config) {
+    outputs.add_input("--model-config", *request.overrides.model_config);
+  }
   OutputFile* report_out = nullptr;
   OutputFile* timeline_out = nullptr;
   OutputFile* html_out = nullptr;
   OutputFile* requests_out = nullptr;
   if ((!request.report_path.empty() &&
-       (report_out = outputs.open("the report", request.report_path)) == nullptr) ||
+       (report_out = outputs.open("the report", request.report_path, OutputFile::Flow::kWhole,
+                                  "--report")) == nullptr) ||
       (!request.timeline_path.empty() &&
        (timeline_out = outputs.open("the timeline", request.timeline_path,
-                                    OutputFile::Flow::kStream)) == nullptr) ||
+                                    OutputFile::Flow::kStream, "--timeline")) == nullptr) ||
       (!request.html_path.empty() &&
-       (html_out = outputs.open("the HTML report", request.html_path)) == nullptr) ||
+       (html_out = outputs.open("the HTML report", request.html_path, OutputFile::Flow::kWhole,
+                                "--html")) == nullptr) ||
       (!request.requests_path.empty() &&
        (requests_out = outputs.open("the request times", request.requests_path,
-                                    OutputFile::Flow::kStream)) == nullptr)) {
-    fmt::print(stderr, "{}\n", outputs.error());
+                                    OutputFile::Flow::kStream, "--requests")) == nullptr)) {
+    eprint("{}\n", outputs.error());
     return kExitInput;
   }
   // The summary never mixes with an output on stdout.
@@ -50,17 +56,17 @@ int run_simulate(const SimulateRequest& request) {
                               SimFaults{}, requests_out);
   if (progress) progress->clear();
   if (!result) {
-    fmt::print(stderr, "{}\n", result.error().to_string());
+    eprint("{}\n", result.error().to_string());
     return kExitInput;
   }
   for (const std::string& warning : result.value().warnings) {
-    fmt::print(stderr, "kvreplay simulate: {}\n", warning);
+    eprint("kvreplay simulate: {}\n", warning);
   }
   if (!result.value().overload_warning.empty()) {
-    fmt::print(stderr, "kvreplay simulate: {}\n", result.value().overload_warning);
+    eprint("kvreplay simulate: {}\n", result.value().overload_warning);
   }
   if (outputs.failed()) {  // the run stopped early: its result is incomplete
-    fmt::print(stderr, "{}\n", outputs.error());
+    eprint("{}\n", outputs.error());
     return kExitInput;
   }
   if (report_out != nullptr) {
@@ -72,13 +78,13 @@ int run_simulate(const SimulateRequest& request) {
         render_run_html(result.value().report, *sampler, "step", result.value().latency_cdf));
   }
   if (!outputs.commit()) {
-    fmt::print(stderr, "{}\n", outputs.error());
+    eprint("{}\n", outputs.error());
     return kExitInput;
   }
   if (!request.quiet) put_text(summary_stream, result.value().summary);
   if (result.value().violated) {
     const auto& violations = result.value().report["invariants"]["violations"];
-    fmt::print(stderr, "{}: invariant violated: {}\n", request.trace_path,
+    eprint("{}: invariant violated: {}\n", request.trace_path,
                violations.empty() ? std::string("?") : violations[0]["message"].get<std::string>());
     return kExitCheckFailed;
   }

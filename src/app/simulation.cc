@@ -7,7 +7,9 @@
 #include <cmath>
 #include <optional>
 
+#include "core/memory_budget.h"
 #include "formats/requests/request_reader.h"
+#include "io/byte_source.h"
 #include "report/report.h"
 
 namespace kvreplay {
@@ -139,7 +141,46 @@ InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
                    "missing: give --kv-memory (e.g. 40GiB), --pool-blocks or --gpu (e.g. "
                    "h100-80gb)"}};
   }
-  return resolve_run_config(header, overrides, "command line", 0);
+  auto config = resolve_run_config(header, overrides, "command line", 0);
+  if (!config) return config;
+  const std::uint64_t blocks = config.value().kv.pool_blocks;
+  if (auto problem = check_memory(simulation_memory_bytes(blocks),
+                                  fmt::format("a simulation of a pool of {} blocks", blocks),
+                                  fmt::format("{} MiB + {} bytes a block", kSimulationBaseBytes >> 20,
+                                              kSimulationBytesPerBlock))) {
+    return Unexpected{InputError{"command line", 0,
+                                 overrides.pool_blocks ? "--pool-blocks"
+                                 : overrides.kv_memory ? "--kv-memory"
+                                                       : "--gpu",
+                                 *problem}};
+  }
+  return config;
+}
+
+Result<SpooledInput, std::string> spool_standard_input(std::optional<RequestFormat> format) {
+  auto made = SpooledInput::create();
+  if (!made) return Unexpected{"<stdin>: " + made.error()};
+  SpooledInput spool = std::move(made).value();
+  ByteSource::tee_standard_input(spool.fd());
+  auto reader = RequestReader::open("-", format);
+  ByteSource::tee_standard_input(-1);  // in case open() failed before taking it
+  if (!reader) return Unexpected{reader.error().to_string()};
+  Request request;
+  for (;;) {
+    auto more = reader.value()->next(request);
+    if (!more) return Unexpected{more.error().to_string()};
+    if (!more.value()) break;
+  }
+  // What the reader did not consume (nothing, for a well-formed trace) is
+  // still copied, and the copy's own failure reported.
+  if (auto rest = reader.value()->content_sha256(); !rest) {
+    return Unexpected{rest.error().to_string()};
+  }
+  return spool;
+}
+
+std::uint64_t simulation_memory_bytes(std::uint64_t pool_blocks) {
+  return add_sat(kSimulationBaseBytes, mul_sat(pool_blocks, kSimulationBytesPerBlock));
 }
 
 InputResult<SimulationResult> simulate_file(const std::string& path,

@@ -13,6 +13,7 @@
 #include "formats/requests/request.h"
 #include "io/input_error.h"
 #include "io/output.h"
+#include "io/spool.h"
 #include "model/run_config.h"
 #include "report/html.h"
 
@@ -85,6 +86,24 @@ inline constexpr std::string_view kDefaultSimModel = "llama-3.1-8b";
 // only, kDefaultSimModel when no model or geometry is given; a pool size
 // (--pool-blocks, --kv-memory or --gpu) is required. `overrides` should have
 // context_default set and the batch limits (set_activation_limits).
+// plan's standard input: copied into an unnamed spool file while every record
+// is read and checked, so that a bad (or endless) input stops at its first
+// error, not after filling the disk. Error: the line to print (exit 2).
+Result<SpooledInput, std::string> spool_standard_input(std::optional<RequestFormat> format);
+
+// Refuses a pool whose simulation would not fit this machine's memory
+// (simulation_memory_bytes against core/memory_budget.h's limit).
 InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides);
+
+// The memory one simulation needs, bounded (docs/SCALE.md fits 12 MiB + 105
+// bytes a block on the Mooncake trace; the bound leaves room for the request
+// records and the exact percentiles' buffers of a large trace):
+//   kSimulationBaseBytes + kSimulationBytesPerBlock x pool blocks.
+// An overloaded run also keeps its waiting queue, which grows with the trace,
+// not with the pool; the bound is checked before the run, per simulation
+// (plan multiplies it by its parallel jobs).
+inline constexpr std::uint64_t kSimulationBaseBytes = std::uint64_t{64} << 20;
+inline constexpr std::uint64_t kSimulationBytesPerBlock = 128;
+std::uint64_t simulation_memory_bytes(std::uint64_t pool_blocks);
 
 }  // namespace kvreplay

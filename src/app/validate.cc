@@ -25,7 +25,7 @@ int run_validate(const std::string& trace_path, const ConfigOverrides& overrides
   const Replayer& replayer = *run.value().replayer;
   std::string name = trace_path == "-" ? "<stdin>" : trace_path;
   if (run.value().status == RunStatus::kViolation) {
-    fmt::print(stderr, "{}: invariant {} violated: {}\n", name, replayer.violation()->invariant,
+    eprint("{}: invariant {} violated: {}\n", name, replayer.violation()->invariant,
                replayer.violation()->message);
     return kExitCheckFailed;
   }

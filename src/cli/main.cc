@@ -4,13 +4,18 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "app/command.h"
 #include "app/exit_codes.h"
+#include "app/options.h"
 #include "cli/suggest.h"
+#include "core/memory_budget.h"
 #include "gpu/device.h"
 #include "io/standard_output.h"
 
@@ -61,14 +66,49 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() != 0) {
       if (auto message = kvreplay::unknown_name_message(app, argc, argv)) {
-        fmt::print(stderr, "{}\n", *message);
+        kvreplay::eprint("{}\n", *message);
         return kvreplay::kExitInput;
       }
     }
-    int code = app.exit(error);
-    return code == 0 ? kvreplay::kExitOk : kvreplay::kExitInput;
+    if (error.get_exit_code() == 0) {  // --help, --version
+      app.exit(error);
+      return kvreplay::kExitOk;
+    }
+    // One line, in the house style, whatever CLI11 would have said.
+    std::string what = error.what();
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+    for (char& c : what) {
+      if (c == '\n') c = ' ';
+    }
+    kvreplay::put_text(stderr, fmt::format("command line: {}\n", what));
+    return kvreplay::kExitInput;
   }
   return std::nullopt;
+}
+
+// Runs the parsed command. What escapes it is an environment failure (memory,
+// a stream that cannot be written), never a reason to abort: the outputs'
+// destructors remove every temporary on the way out, and the exit code stays
+// below 128 (SPEC §8).
+int run_command(kvreplay::Command& command) {
+  if (auto problem = kvreplay::check_memory(0, "", "")) {  // a KVREPLAY_MEMORY_LIMIT that is no size
+    kvreplay::put_text(stderr, fmt::format("environment: {}\n", *problem));
+    return kvreplay::kExitInput;
+  }
+  try {
+    return command.run();
+  } catch (const std::bad_alloc&) {
+    kvreplay::put_text(stderr, "kvreplay: out of memory (nothing written); see the README's "
+                               "\"Memory bounds\" for what a run needs\n");
+  } catch (const std::length_error& error) {
+    kvreplay::put_text(stderr, fmt::format("kvreplay: out of memory: {} (nothing written)\n",
+                                           error.what()));
+  } catch (const std::system_error& error) {
+    kvreplay::put_text(stderr, fmt::format("kvreplay: {} (nothing written)\n", error.what()));
+  } catch (const std::exception& error) {
+    kvreplay::put_text(stderr, fmt::format("kvreplay: {} (nothing written)\n", error.what()));
+  }
+  return kvreplay::kExitInput;
 }
 
 }  // namespace
@@ -98,9 +138,10 @@ int main(int argc, char** argv) {
     declared.back().command->declare(*subcommand);
   }
 
+  kvreplay::add_value_checks(app);
   if (auto code = parse_command_line(app, argc, argv)) return *code;
   for (Declared& entry : declared) {
-    if (entry.subcommand->parsed()) return entry.command->run();
+    if (entry.subcommand->parsed()) return run_command(*entry.command);
   }
   kvreplay::put_text(stdout, app.help());
   return kvreplay::kExitOk;

@@ -1,5 +1,7 @@
 #include "core/memory_budget.h"
 
+#include "core/config.h"
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -16,34 +18,12 @@ namespace {
 
 constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
 
-// "8GiB", "512MiB", "1000": bytes; nullopt when it does not parse.
+// KVREPLAY_MEMORY_LIMIT and memory.max: sizes as --kv-memory takes them
+// (8GiB, 512MiB, 2GB, bytes); nullopt when it does not parse.
 std::optional<std::uint64_t> parse_limit(std::string_view text) {
-  std::size_t i = 0;
-  std::uint64_t value = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
-    const std::uint64_t digit = static_cast<std::uint64_t>(text[i] - '0');
-    if (value > (kMax - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
-    ++i;
-  }
-  if (i == 0) return std::nullopt;
-  const std::string_view suffix = text.substr(i);
-  std::uint64_t unit = 1;
-  if (suffix.empty() || suffix == "B") {
-    unit = 1;
-  } else if (suffix == "KiB") {
-    unit = std::uint64_t{1} << 10;
-  } else if (suffix == "MiB") {
-    unit = std::uint64_t{1} << 20;
-  } else if (suffix == "GiB") {
-    unit = std::uint64_t{1} << 30;
-  } else if (suffix == "TiB") {
-    unit = std::uint64_t{1} << 40;
-  } else {
-    return std::nullopt;
-  }
-  if (value > kMax / unit) return std::nullopt;
-  return value * unit;
+  auto bytes = parse_memory_size(text);
+  if (!bytes) return std::nullopt;
+  return bytes.value();
 }
 
 MemoryLimit read_limit() {
@@ -88,7 +68,7 @@ std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
   return b > kMax - a ? kMax : a + b;
 }
 
-std::string bytes_text(std::uint64_t bytes) {
+std::string memory_text(std::uint64_t bytes) {
   if (bytes == kMax) return "more than 16 EiB";
   constexpr double kKiB = 1024.0;
   const double b = static_cast<double>(bytes);
@@ -104,12 +84,12 @@ std::optional<std::string> check_memory(std::uint64_t need_bytes, std::string_vi
   if (const char* env = std::getenv("KVREPLAY_MEMORY_LIMIT");
       env != nullptr && *env != '\0' && !parse_limit(env)) {
     return fmt::format(
-        "KVREPLAY_MEMORY_LIMIT: '{}' is not a size (bytes, or with KiB, MiB, GiB, TiB)", env);
+        "KVREPLAY_MEMORY_LIMIT: '{}' is not a size (8GiB, 512MiB, 2GB or bytes)", env);
   }
   const MemoryLimit limit = memory_limit();
   if (need_bytes <= limit.bytes) return std::nullopt;
   return fmt::format("{} needs {} ({}), over the memory limit of {} ({})", what,
-                     bytes_text(need_bytes), formula, bytes_text(limit.bytes), limit.source);
+                     memory_text(need_bytes), formula, memory_text(limit.bytes), limit.source);
 }
 
 }  // namespace kvreplay

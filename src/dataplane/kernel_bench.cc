@@ -68,6 +68,15 @@ KernelMeasure measure(KvBackend& backend, std::string_view kernel, int warmup, i
 
 }  // namespace
 
+std::uint64_t fragmented_pool_blocks(std::uint32_t batch, std::uint32_t context,
+                                     std::uint32_t page_tokens) {
+  const std::uint64_t pages = (std::uint64_t{context} + page_tokens - 1) / page_tokens;
+  const std::uint64_t noise = std::max<std::uint32_t>(1, batch / 4);
+  const std::uint64_t noise_cap = std::max<std::uint32_t>(1, context / 2);
+  return std::uint64_t{batch} * pages + noise * ((noise_cap + page_tokens - 1) / page_tokens + 1) +
+         batch;
+}
+
 FragmentedTables replay_fragmented_tables(const PagedKvConfig& geometry, std::uint32_t batch,
                                           std::uint32_t context, std::uint64_t seed) {
   const std::uint32_t page_tokens = geometry.page_tokens;

@@ -43,6 +43,18 @@ struct FragmentedTables {
 FragmentedTables replay_fragmented_tables(const PagedKvConfig& geometry, std::uint32_t batch,
                                           std::uint32_t context, std::uint64_t seed);
 
+// The pool a sweep point's fragmenting replay needs (FragmentedTables::pool_blocks),
+// in 64 bits: the batch's pages, the noise sequences' and the reserved tail.
+std::uint64_t fragmented_pool_blocks(std::uint32_t batch, std::uint32_t context,
+                                     std::uint32_t page_tokens);
+
+// The host memory a sweep point needs before any arena (kernels' "Memory
+// bounds" in the README): per pool block, the pool's bookkeeping
+// (kPoolBytesPerBlock), the replay's block-table entry and the captured
+// table's copy (4 bytes each), the backend's table on the host (4 bytes) and
+// its slot mapping and lineage (16 bytes): kKernelBytesPerBlock.
+inline constexpr std::uint64_t kKernelBytesPerBlock = 40;
+
 // The kernels timed at every point, in the order of the report and the table.
 inline constexpr std::array<std::string_view, 4> kBenchKernels = {"append", "copy_blocks", "gather",
                                                                   "attention"};

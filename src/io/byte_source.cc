@@ -1,5 +1,7 @@
 #include "io/byte_source.h"
 
+#include <atomic>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,11 +21,33 @@ std::string corrupt_gzip(const char* message) {
 }
 }  // namespace
 
+static std::atomic<int> g_stdin_tee{-1};
+
+void ByteSource::tee_standard_input(int fd) {
+  g_stdin_tee.store(fd);
+}
+
+bool ByteSource::tee(const void* bytes, std::size_t n) {
+  const char* data = static_cast<const char*>(bytes);
+  while (tee_fd_ >= 0 && n > 0) {
+    const ssize_t put = ::write(tee_fd_, data, n);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) {
+      error_ = std::string("cannot spool standard input: ") + std::strerror(put < 0 ? errno : EIO);
+      return false;
+    }
+    data += put;
+    n -= static_cast<std::size_t>(put);
+  }
+  return true;
+}
+
 Result<std::unique_ptr<ByteSource>, std::string> ByteSource::open(const std::string& path) {
   int fd = path == "-" ? dup(STDIN_FILENO) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Unexpected{std::string(std::strerror(errno))};
   std::unique_ptr<ByteSource> source(new ByteSource());
   source->fd_ = fd;
+  if (path == "-") source->tee_fd_ = g_stdin_tee.exchange(-1);
   source->input_.resize(kChunk);
   source->data_.resize(kChunk);
   return source;
@@ -61,6 +85,7 @@ bool ByteSource::read_input() {
       input_eof_ = true;
       return false;
     }
+    if (!tee(input_.data() + input_end_, static_cast<std::size_t>(got))) return false;
     input_end_ += static_cast<std::size_t>(got);
     return true;
   }
@@ -161,6 +186,7 @@ std::size_t ByteSource::produce(char* out, std::size_t space) {
         input_eof_ = finished_ = true;
         break;
       }
+      if (!tee(out + made, static_cast<std::size_t>(got))) break;
       made += static_cast<std::size_t>(got);
       continue;
     }

@@ -24,6 +24,12 @@ class ByteSource {
  public:
   // Opens `path` ("-" for standard input). Error: why it cannot be read.
   static Result<std::unique_ptr<ByteSource>, std::string> open(const std::string& path);
+  // The next source opened on standard input ("-") also copies every raw byte
+  // it reads to `fd` (plan's spool: standard input is read once, and checked
+  // record by record as it is spooled, so a bad or endless input stops at its
+  // first error instead of filling the disk first). A failed copy stops the
+  // source with error() "cannot spool standard input: WHY". -1: none.
+  static void tee_standard_input(int fd);
   // An in-memory source (tests, fuzzers).
   static std::unique_ptr<ByteSource> from_string(std::string data);
   ~ByteSource();
@@ -62,6 +68,8 @@ class ByteSource {
   // Reads more raw input into input_ (after what is left of it). Returns false
   // at end of file (input_eof_ set) or on error (error_ set).
   bool read_input();
+  // Copies `n` raw bytes to the tee, if any; false (error_ set) when that fails.
+  bool tee(const void* bytes, std::size_t n);
   // Decides raw or gzip from the first bytes.
   bool start();
   // Appends up to `space` decompressed (or raw) bytes at `out`; returns how
@@ -70,6 +78,7 @@ class ByteSource {
   std::size_t produce_gzip(char* out, std::size_t space);
 
   int fd_ = -1;
+  int tee_fd_ = -1;
   bool memory_ = false;
   bool started_ = false;
   bool finished_ = false;  // every input byte produced

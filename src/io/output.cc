@@ -57,7 +57,28 @@ struct Target {
   bool exists = false;  // kTemporary: a regular file is there now
   struct stat info {};  // of that file
   bool append = false;  // kInPlace: a regular file reached through /proc
+  FileIdentity identity;
 };
+
+// The folder part of `path` resolved (realpath), and its last component: the
+// name a file not yet made will have, whatever "." , ".." and links spelled it.
+std::string canonical_new_path(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (::realpath(parent_of(path).c_str(), resolved) == nullptr) return path;
+  std::string folder(resolved);
+  if (folder.back() != '/') folder += '/';
+  return folder + base_of(path);
+}
+
+// A name no file has yet, beside `target`: TARGET.tmp.PID.N (or a short name
+// when that would be too long), for linkat() of an O_TMPFILE.
+std::string fresh_temporary_name(const std::string& target, unsigned attempt) {
+  static unsigned counter = 0;
+  const std::string suffix = fmt::format(".tmp.{}.{}", ::getpid(), counter++ + attempt);
+  return base_of(target).size() + suffix.size() <= NAME_MAX
+             ? target + suffix
+             : parent_of(target) + "/.kvreplay" + suffix;
+}
 
 // Where `given` leads (see output.h). Returns 0 or an errno value.
 int resolve(const std::string& given, Target& out) {
@@ -70,8 +91,9 @@ int resolve(const std::string& given, Target& out) {
     struct stat info {};
     if (::lstat(current.c_str(), &info) != 0) {
       if (errno != ENOENT) return errno;
-      out.kind = Target::Kind::kTemporary;  // a new file (its folder is checked by mkostemp)
+      out.kind = Target::Kind::kTemporary;  // a new file (its folder is checked when made)
       out.path = current;
+      out.identity = {false, 0, 0, canonical_new_path(current)};
       return 0;
     }
     if (S_ISLNK(info.st_mode)) {
@@ -89,6 +111,7 @@ int resolve(const std::string& given, Target& out) {
         out.kind = Target::Kind::kInPlace;
         out.path = current;
         out.append = S_ISREG(opened.st_mode);
+        if (out.append) out.identity = {true, opened.st_dev, opened.st_ino, {}};
         return 0;
       }
       char link[PATH_MAX];
@@ -102,6 +125,7 @@ int resolve(const std::string& given, Target& out) {
     if (S_ISDIR(info.st_mode)) return EISDIR;
     out.path = current;
     out.info = info;
+    if (S_ISREG(info.st_mode)) out.identity = {true, info.st_dev, info.st_ino, {}};
     if (S_ISREG(info.st_mode)) {
       // Renaming would replace a file that a plain write may not touch.
       if (::faccessat(AT_FDCWD, current.c_str(), W_OK, AT_EACCESS) != 0) return errno;
@@ -172,6 +196,32 @@ bool OutputFile::close_descriptor() {
   return error_ == 0;
 }
 
+bool OutputFile::link_temporary() {
+  // linkat through /proc/self/fd works without CAP_DAC_READ_SEARCH (which
+  // AT_EMPTY_PATH needs); the name is fresh, so EEXIST means try another.
+  const std::string source = fmt::format("/proc/self/fd/{}", fd_);
+  BlockedSignals blocked;  // linked and registered, or neither
+  for (unsigned attempt = 0; attempt < 100; ++attempt) {
+    std::string name = fresh_temporary_name(target_, attempt);
+    if (::linkat(AT_FDCWD, source.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+      if (errno == EEXIST) continue;
+      fail(errno);
+      return false;
+    }
+    slot_ = register_temporary(name.c_str());
+    if (slot_ < 0) {
+      ::unlink(name.c_str());
+      fail(ENAMETOOLONG);
+      return false;
+    }
+    temp_ = std::move(name);
+    unnamed_ = false;
+    return true;
+  }
+  fail(EEXIST);
+  return false;
+}
+
 void OutputFile::remove_temporary() {
   if (temp_.empty()) return;
   ::unlink(temp_.c_str());
@@ -192,13 +242,45 @@ OutputSet::~OutputSet() {
   abandon();
 }
 
-OutputFile* OutputSet::open(std::string what, const std::string& path, OutputFile::Flow flow) {
+bool FileIdentity::same_as(const FileIdentity& other) const {
+  if (exists && other.exists) return device == other.device && inode == other.inode;
+  if (!exists && !other.exists) return !new_path.empty() && new_path == other.new_path;
+  return false;
+}
+
+void OutputSet::add_input(std::string name, const std::string& path) {
+  Input input{std::move(name), path, {}};
+  struct stat info {};
+  const int status = path == "-" ? ::fstat(STDIN_FILENO, &info) : ::stat(path.c_str(), &info);
+  if (status != 0 || !S_ISREG(info.st_mode)) return;
+  input.identity = {true, info.st_dev, info.st_ino, {}};
+  inputs_.push_back(std::move(input));
+}
+
+OutputFile* OutputSet::open(std::string what, const std::string& path, OutputFile::Flow flow,
+                            std::string flag) {
   std::unique_ptr<OutputFile> file(new OutputFile(std::move(what), path, flow));
+  file->flag_ = std::move(flag);
+  if (path.empty()) {
+    error_ = fmt::format("command line: {}: an empty path names no file (- is standard output)",
+                         file->flag_.empty() ? file->what_ : file->flag_);
+    return nullptr;
+  }
   Target target;
   if (int error = resolve(path, target); error != 0) {
     file->fail(error);
     error_ = file->message();
     return nullptr;
+  }
+  auto label = [](const OutputFile& f) { return f.flag_.empty() ? f.what_ : f.flag_; };
+  if (target.identity.known()) {
+    for (const Input& input : inputs_) {
+      if (!target.identity.same_as(input.identity)) continue;
+      error_ = fmt::format(
+          "command line: {} {} is {} {}: an output never replaces an input (nothing written)",
+          label(*file), path, input.name, input.path);
+      return nullptr;
+    }
   }
   for (const auto& other : files_) {
     if (target.kind == Target::Kind::kStdout && other->is_stdout()) {
@@ -206,14 +288,17 @@ OutputFile* OutputSet::open(std::string what, const std::string& path, OutputFil
                            file->what_);
       return nullptr;
     }
-    if (target.kind == Target::Kind::kTemporary && other->kind_ == OutputFile::Kind::kTemporary &&
-        other->target_ == target.path) {
-      error_ =
-          fmt::format("command line: {} and {} both write to {}", other->what_, file->what_, path);
+    if (target.identity.known() && target.identity.same_as(other->identity_)) {
+      error_ = other->flag_.empty() || file->flag_.empty()
+                   ? fmt::format("command line: {} and {} both write to {}", other->what_,
+                                 file->what_, path)
+                   : fmt::format("command line: {} {} and {} {} are one file (nothing written)",
+                                 other->flag_, other->path_, file->flag_, path);
       return nullptr;
     }
   }
   file->target_ = target.path;
+  file->identity_ = target.identity;
   switch (target.kind) {
     case Target::Kind::kStdout:
       file->kind_ = OutputFile::Kind::kStdout;
@@ -230,23 +315,33 @@ OutputFile* OutputSet::open(std::string what, const std::string& path, OutputFil
     }
     case Target::Kind::kTemporary: {
       file->kind_ = OutputFile::Kind::kTemporary;
-      std::string name = base_of(target.path).size() + kTempSuffix.size() <= NAME_MAX
-                             ? target.path + std::string(kTempSuffix)
-                             : parent_of(target.path) + "/.kvreplay" + std::string(kTempSuffix);
-      BlockedSignals blocked;  // created and registered, or neither, when a signal comes
-      file->fd_ = ::mkostemp(name.data(), O_CLOEXEC);
-      if (file->fd_ < 0) {
+      const mode_t mode = target.exists ? (target.info.st_mode & 07777) : (0666 & ~process_umask());
+      // An unnamed file first: nothing to leave behind until commit.
+      file->fd_ = ::open(parent_of(target.path).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+      if (file->fd_ >= 0) {
+        file->unnamed_ = true;
+      } else if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+        // No O_TMPFILE on this file system: a named temporary.
+        std::string name = base_of(target.path).size() + kTempSuffix.size() <= NAME_MAX
+                               ? target.path + std::string(kTempSuffix)
+                               : parent_of(target.path) + "/.kvreplay" + std::string(kTempSuffix);
+        BlockedSignals blocked;  // created and registered, or neither, when a signal comes
+        file->fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+        if (file->fd_ < 0) {
+          file->fail(errno);
+          break;
+        }
+        file->slot_ = register_temporary(name.c_str());
+        if (file->slot_ < 0) {
+          ::unlink(name.c_str());
+          file->fail(ENAMETOOLONG);
+          break;
+        }
+        file->temp_ = std::move(name);
+      } else {
         file->fail(errno);
         break;
       }
-      file->slot_ = register_temporary(name.c_str());
-      if (file->slot_ < 0) {
-        ::unlink(name.c_str());
-        file->fail(ENAMETOOLONG);
-        break;
-      }
-      file->temp_ = std::move(name);
-      const mode_t mode = target.exists ? (target.info.st_mode & 07777) : (0666 & ~process_umask());
       if (target.exists &&
           (target.info.st_uid != ::geteuid() || target.info.st_gid != ::getegid()) &&
           ::fchown(file->fd_, target.info.st_uid, target.info.st_gid) != 0) {
@@ -294,6 +389,7 @@ bool OutputSet::commit() {
     for (const auto& file : files_) {
       if (file->kind_ != kind) continue;
       file->flush();
+      if (file->unnamed_ && !file->failed() && !file->link_temporary()) return give_up(*file);
       if (!file->close_descriptor()) return give_up(*file);
     }
   }

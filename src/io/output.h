@@ -13,9 +13,16 @@
 //                  (a FIFO waits for its reader), never truncated, never
 //                  replaced; a regular file reached through /proc is appended
 //                  to, since whoever opened it chose where writing starts.
-//   a regular file or a new path: written to a temporary file made by mkostemp
-//                  (O_CLOEXEC) in the target's own folder and renamed over the
-//                  target by OutputSet::commit(). The target's permission bits
+//   a regular file or a new path: written to an unnamed temporary file
+//                  (O_TMPFILE) in the target's own folder, which no crash can
+//                  leave behind, not even SIGKILL; OutputSet::commit() links it
+//                  under a fresh name beside the target (linkat) and renames
+//                  that over the target, so the named temporary exists only
+//                  for the microseconds of the commit. Where the file system
+//                  has no O_TMPFILE, a named temporary made by mkostemp
+//                  (O_CLOEXEC) takes its place for the whole run (removed on
+//                  any failure and on SIGINT/SIGTERM/SIGHUP/SIGPIPE, not on
+//                  SIGKILL). The target's permission bits
 //                  (and owner, where allowed) are kept; a new file gets
 //                  0666 & ~umask. An existing file we may not write is refused
 //                  (EACCES), as a shell redirection would refuse it.
@@ -36,11 +43,21 @@
 // EIO, EFBIG, EPIPE when SIGPIPE is ignored, ...); the first one is kept and
 // given by error() as one line:
 //   kvreplay: cannot write the report out.json: No space left on device
-// Usage errors (two outputs on standard output, two outputs on one file) read
+// Usage errors (two outputs on standard output, two outputs on one file, an
+// output that is one of the run's inputs) read
 //   command line: the report and the timeline both write to standard output
+//   command line: --report a.csv is REQUESTS a.csv: an output never replaces an input
+//   command line: --requests and --report are one file, out/./y.csv
+// Files are compared by identity before anything is written (SPEC §8): device
+// and inode for a file that exists (hard links and symlinks included, and
+// standard input when it is a regular file), else the path with its folder
+// resolved (realpath), so "out/./y.csv" and "out/y.csv" are one file. Devices,
+// FIFOs and standard output are not files an output could destroy: two
+// outputs on /dev/null are allowed.
 #pragma once
 
 #include <fmt/format.h>
+#include <sys/types.h>
 
 #include <iterator>
 #include <memory>
@@ -50,6 +67,16 @@
 #include <vector>
 
 namespace kvreplay {
+
+// What a path names, for telling whether two paths are one file.
+struct FileIdentity {
+  bool exists = false;   // a regular file: device and inode below
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::string new_path;  // a file not yet made: its path, folder resolved
+  bool same_as(const FileIdentity& other) const;
+  bool known() const { return exists || !new_path.empty(); }
+};
 
 class OutputFile {
  public:
@@ -85,10 +112,14 @@ class OutputFile {
   void flush();  // writes the buffer out; records the first error
   void fail(int error);
   bool close_descriptor();
+  bool link_temporary();  // an O_TMPFILE gets its name beside the target
   void remove_temporary();
   std::string message() const;
 
   std::string what_;    // "the report"
+  std::string flag_;    // "--report", or empty
+  FileIdentity identity_;
+  bool unnamed_ = false;  // kTemporary through O_TMPFILE: no name until commit
   std::string path_;    // as given
   std::string target_;  // after symlinks: what a temporary is renamed over
   std::string temp_;    // kTemporary: the temporary file's path
@@ -112,8 +143,16 @@ class OutputSet {
   // report"). nullptr when it cannot be opened or clashes with another output
   // of the set; error() is then the line to print (exit code 2). The pointer
   // stays valid until commit() or abandon().
+  // `flag`: the option that named the path ("--report"), for the message of
+  // a clash with an input or another output; empty: `what` names it.
   OutputFile* open(std::string what, const std::string& path,
-                   OutputFile::Flow flow = OutputFile::Flow::kWhole);
+                   OutputFile::Flow flow = OutputFile::Flow::kWhole, std::string flag = {});
+
+  // Records a file the run reads (`name`: its argument or option, "REQUESTS",
+  // "--model-config"), so that open() refuses an output that is that file.
+  // "-" is standard input, recorded when it is a regular file (`< a.csv`).
+  // A path that does not exist is not recorded: reading it fails later.
+  void add_input(std::string name, const std::string& path);
 
   // Whether an output is standard output: the run's summary then goes to stderr.
   bool writes_stdout() const;
@@ -131,7 +170,12 @@ class OutputSet {
   std::string error() const;
 
  private:
+  struct Input {
+    std::string name, path;
+    FileIdentity identity;
+  };
   std::vector<std::unique_ptr<OutputFile>> files_;
+  std::vector<Input> inputs_;
   std::string error_;
 };
 

@@ -14,16 +14,35 @@ Result<SpooledInput, std::string> SpooledInput::from_stdin() {
   return from_fd(STDIN_FILENO);
 }
 
-Result<SpooledInput, std::string> SpooledInput::from_fd(int in) {
+namespace {
+
+std::string spool_folder() {
   const char* tmpdir = std::getenv("TMPDIR");
-  std::string folder = tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp";
-  std::string name = folder + "/kvreplay-stdin.XXXXXX";
-  const int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  return tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp";
+}
+
+}  // namespace
+
+Result<SpooledInput, std::string> SpooledInput::create() {
+  const std::string folder = spool_folder();
+  int fd = ::open(folder.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    std::string name = folder + "/kvreplay-stdin.XXXXXX";
+    fd = ::mkostemp(name.data(), O_CLOEXEC);
+    if (fd >= 0) ::unlink(name.c_str());  // unnamed from now on: nothing to clean up
+  }
   if (fd < 0) {
     return Unexpected{"cannot create a temporary file in " + folder + ": " + std::strerror(errno)};
   }
-  ::unlink(name.c_str());  // unnamed from now on: nothing to clean up
-  SpooledInput spool(fd, "/proc/self/fd/" + std::to_string(fd));
+  return SpooledInput(fd, "/proc/self/fd/" + std::to_string(fd));
+}
+
+Result<SpooledInput, std::string> SpooledInput::from_fd(int in) {
+  const std::string folder = spool_folder();
+  auto made = create();
+  if (!made) return Unexpected{made.error()};
+  SpooledInput spool = std::move(made).value();
+  const int fd = spool.fd_;
   std::vector<char> buffer(std::size_t{1} << 20);
   for (;;) {
     const ssize_t got = ::read(in, buffer.data(), buffer.size());

@@ -20,6 +20,7 @@ namespace {
 constexpr int kUnknown = -1;
 std::atomic<int> g_stdout_error{0};
 std::atomic<int> g_write_error_exit{1};  // set by install_output_guards
+std::atomic<bool> g_stderr_failed{false};
 
 void remember_stdout_error(int error) {
   int none = 0;
@@ -31,7 +32,10 @@ void check_stdout_at_exit() {
   if (std::fflush(stdout) != 0) remember_stdout_error(errno);
   if (std::ferror(stdout)) remember_stdout_error(0);
   const int error = g_stdout_error.load();
-  if (error == 0) return;
+  if (error == 0) {
+    if (g_stderr_failed.load()) ::_exit(g_write_error_exit.load());
+    return;
+  }
   const std::string line = fmt::format("kvreplay: cannot write to standard output: {}\n",
                                        error == kUnknown ? "write error" : std::strerror(error));
   if (::write(STDERR_FILENO, line.data(), line.size()) < 0) {
@@ -45,8 +49,9 @@ void check_stdout_at_exit() {
 void put_text(std::FILE* stream, std::string_view text) {
   if (text.empty()) return;
   errno = 0;
-  if (std::fwrite(text.data(), 1, text.size(), stream) != text.size() && stream == stdout) {
-    remember_stdout_error(errno);
+  if (std::fwrite(text.data(), 1, text.size(), stream) != text.size()) {
+    if (stream == stdout) remember_stdout_error(errno);
+    if (stream == stderr) g_stderr_failed.store(true);
   }
 }
 

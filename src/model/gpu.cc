@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -29,6 +30,11 @@ GpuSpec read_gpu(const EmbeddedFile& file) {
     gpu.interconnect_bytes_per_second = json.at("interconnect_bytes_per_second").get<std::uint64_t>();
     gpu.vllm_gpu_class = json.at("vllm_gpu_class").get<std::string>();
     gpu.source = json.at("source").get<std::string>();
+    const auto positive = [](double value) { return std::isfinite(value) && value > 0.0; };
+    if (!positive(gpu.bf16_dense_tflops) ||
+        (gpu.fp8_dense_tflops && !positive(*gpu.fp8_dense_tflops))) {
+      throw std::runtime_error("a dense TFLOPS figure is not a finite positive number");
+    }
     if (gpu.name != file.name || gpu.memory_bytes == 0 || gpu.interconnect_bytes_per_second == 0 ||
         (gpu.vllm_gpu_class != "large" && gpu.vllm_gpu_class != "small")) {
       throw std::runtime_error("name, memory_bytes or vllm_gpu_class is wrong");

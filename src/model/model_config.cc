@@ -291,6 +291,14 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   spec.max_position_embeddings = static_cast<std::uint32_t>(context);
   spec.dtype = dtype;
   const std::uint64_t kv_heads = kv_heads_given.value_or(heads);
+  // Grouped-query attention shares each KV head among heads / kv_heads query
+  // heads: a count that does not divide is no model anyone serves.
+  if (heads % kv_heads != 0) {
+    return fields.fail("num_key_value_heads",
+                       fmt::format("{} does not divide num_attention_heads {} (each KV head "
+                                   "serves a whole group of query heads)",
+                                   kv_heads, heads));
+  }
   std::uint64_t head_dim = 0;
   if (head_dim_given) {
     head_dim = *head_dim_given;

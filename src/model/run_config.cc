@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "core/memory_budget.h"
 #include "model/deployment.h"
 #include "model/gpu.h"
 #include "model/presets.h"
@@ -354,6 +355,17 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
                     kCheckerBytesPerBlock, gib(run.kv.pool_blocks), gib(kMaxSupportedPoolBlocks)));
   }
   if (auto problem = run.kv.validate()) return invalid(*problem);
+  // Within the ceiling, the pool must still fit this machine (SPEC §8).
+  if (auto problem = check_memory(
+          mul_sat(run.kv.pool_blocks, kPoolBytesPerBlock + kCheckerBytesPerBlock),
+          fmt::format("a pool of {} blocks", run.kv.pool_blocks),
+          fmt::format("{} bytes a block in the pool and the invariant checker",
+                      kPoolBytesPerBlock + kCheckerBytesPerBlock))) {
+    return fail(pool_from_cli                  ? (cli.pool_blocks ? "pool-blocks" : "kv-memory")
+                : run.activation_reserve_bytes ? "gpu"
+                                               : (pool_blocks ? "pool_blocks" : "kv_memory"),
+                pool_from_cli || run.activation_reserve_bytes.has_value(), *problem);
+  }
   return run;
 }
 

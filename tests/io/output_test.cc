@@ -133,10 +133,8 @@ TEST_CASE("a new path is written through a temporary that commit renames") {
   REQUIRE(out != nullptr);
   CHECK_FALSE(out->is_stdout());
   out->write("{}\n");
-  // Until commit, only a temporary beside the target exists.
-  auto names = dir.names();
-  REQUIRE(names.size() == 1);
-  CHECK(names.begin()->rfind("out.json.tmp.", 0) == 0);
+  // Until commit, the file has no name (O_TMPFILE): nothing is beside the target.
+  CHECK(dir.names().empty());
   REQUIRE(set.commit());
   CHECK(dir.names() == std::set<std::string>{"out.json"});
   CHECK(read_all(target) == "{}\n");
@@ -172,8 +170,9 @@ TEST_CASE("a symlink is followed and the link stays a link") {
   OutputFile* out = set.open("the report", dir.file("link"));
   REQUIRE(out != nullptr);
   out->write("new\n");
-  // The temporary is made in the target's folder, so the rename stays on one file system.
-  CHECK(std::distance(fs::directory_iterator(dir.path / "real"), fs::directory_iterator()) == 2);
+  // The unnamed temporary is made in the target's folder (the rename stays on
+  // one file system), and has no name there until commit.
+  CHECK(std::distance(fs::directory_iterator(dir.path / "real"), fs::directory_iterator()) == 1);
   REQUIRE(set.commit());
   CHECK(is_link(dir.file("link")));
   CHECK(is_link(dir.file("middle")));
@@ -344,7 +343,7 @@ TEST_CASE("an abandoned set removes every temporary") {
     OutputFile* timeline = set.open("the timeline", dir.file("b.csv"), OutputFile::Flow::kStream);
     REQUIRE(timeline != nullptr);
     for (int i = 0; i < 20000; ++i) timeline->print("{}\n", i);  // streamed into its temporary
-    CHECK(dir.names().size() == 2);
+    CHECK(dir.names().empty());  // unnamed temporaries
   }
   CHECK(dir.names().empty());
 }
@@ -396,6 +395,104 @@ TEST_CASE("two outputs on one file are refused") {
         "command line: the report and the HTML report both write to " + dir.file("link"));
   set.abandon();
   CHECK(dir.names() == std::set<std::string>{"link"});
+}
+
+TEST_CASE("two paths of one file are one output, however they are spelled") {
+  TempDir dir;
+  fs::create_directories(dir.path / "out");
+  OutputSet set;
+  REQUIRE(set.open("the request times", dir.file("out/y.csv"), OutputFile::Flow::kWhole,
+                   "--requests") != nullptr);
+  // Not made yet: the folder resolved tells them apart from each other.
+  CHECK(set.open("the report", dir.file("out/./y.csv"), OutputFile::Flow::kWhole, "--report") ==
+        nullptr);
+  CHECK(set.error() == "command line: --requests " + dir.file("out/y.csv") + " and --report " +
+                           dir.file("out/./y.csv") + " are one file (nothing written)");
+  CHECK(set.open("the HTML report", dir.file("out/../out/y.csv"), OutputFile::Flow::kWhole,
+                 "--html") == nullptr);
+  set.abandon();
+  CHECK(dir.names() == std::set<std::string>{"out"});
+  // Existing: a hard link is the same device and inode.
+  write_all(dir.file("a.json"), "old\n");
+  REQUIRE(::link(dir.file("a.json").c_str(), dir.file("b.json").c_str()) == 0);
+  OutputSet linked;
+  REQUIRE(linked.open("the report", dir.file("a.json"), OutputFile::Flow::kWhole, "--report") !=
+          nullptr);
+  CHECK(linked.open("the timeline", dir.file("b.json"), OutputFile::Flow::kWhole, "--timeline") ==
+        nullptr);
+  linked.abandon();
+  CHECK(read_all(dir.file("a.json")) == "old\n");
+}
+
+TEST_CASE("an output that is an input is refused before anything is written") {
+  TempDir dir;
+  write_all(dir.file("a.csv"), "the trace\n");
+  REQUIRE(::symlink("a.csv", dir.file("link.csv").c_str()) == 0);
+  REQUIRE(::link(dir.file("a.csv").c_str(), dir.file("hard.csv").c_str()) == 0);
+  fs::create_directories(dir.path / "sub");
+  for (const std::string& spelled :
+       {dir.file("a.csv"), dir.file("link.csv"), dir.file("hard.csv"), dir.file("sub/../a.csv"),
+        dir.file("./a.csv")}) {
+    INFO(spelled);
+    OutputSet set;
+    set.add_input("REQUESTS", dir.file("a.csv"));
+    CHECK(set.open("the report", spelled, OutputFile::Flow::kWhole, "--report") == nullptr);
+    CHECK(set.error() == "command line: --report " + spelled + " is REQUESTS " + dir.file("a.csv") +
+                             ": an output never replaces an input (nothing written)");
+  }
+  CHECK(read_all(dir.file("a.csv")) == "the trace\n");
+  CHECK(dir.names() == std::set<std::string>{"a.csv", "hard.csv", "link.csv", "sub"});
+  // Another file, and a device twice, are fine.
+  OutputSet set;
+  set.add_input("REQUESTS", dir.file("a.csv"));
+  CHECK(set.open("the report", dir.file("r.json")) != nullptr);
+  if (fs::exists("/dev/null")) {
+    CHECK(set.open("the timeline", "/dev/null") != nullptr);
+    CHECK(set.open("the HTML report", "/dev/null") != nullptr);
+  }
+}
+
+TEST_CASE("standard input redirected from a file is that file") {
+  TempDir dir;
+  write_all(dir.file("a.csv"), "the trace\n");
+  const int status = in_child([&] {
+    const int fd = ::open(dir.file("a.csv").c_str(), O_RDONLY);
+    if (fd < 0 || ::dup2(fd, STDIN_FILENO) < 0) return 10;
+    OutputSet set;
+    set.add_input("REQUESTS", "-");
+    if (set.open("the report", dir.file("a.csv"), OutputFile::Flow::kWhole, "--report") != nullptr)
+      return 11;
+    return set.error().find("is REQUESTS -") != std::string::npos ? 0 : 12;
+  });
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(read_all(dir.file("a.csv")) == "the trace\n");
+}
+
+TEST_CASE("an empty output path is a usage error") {
+  OutputSet set;
+  CHECK(set.open("the report", "", OutputFile::Flow::kWhole, "--report") == nullptr);
+  CHECK(set.error() ==
+        "command line: --report: an empty path names no file (- is standard output)");
+}
+
+TEST_CASE("SIGKILL in the middle of a run leaves no temporary") {
+  TempDir dir;
+  write_all(dir.file("old.json"), "the previous run\n");
+  const int status = in_child([&] {
+    OutputSet set;
+    OutputFile* report = set.open("the report", dir.file("old.json"));
+    OutputFile* timeline = set.open("the timeline", dir.file("t.csv"), OutputFile::Flow::kStream);
+    if (report == nullptr || timeline == nullptr) return 10;
+    report->write("{}\n");
+    for (int i = 0; i < 100000; ++i) timeline->print("{}\n", i);
+    ::raise(SIGKILL);
+    return 11;
+  });
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  CHECK(dir.names() == std::set<std::string>{"old.json"});
+  CHECK(read_all(dir.file("old.json")) == "the previous run\n");
 }
 
 TEST_CASE("a link to the descriptor of standard output names standard output") {
