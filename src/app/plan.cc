@@ -180,29 +180,29 @@ bool serves(const SimulationResult& result, double slo_attainment) {
 // empty when it serves.
 std::string shortfall_words(const nlohmann::json& r, double slo_attainment) {
   std::vector<std::string> words;
-  const auto preemptions = r["scheduler"]["preemptions"].get<std::uint64_t>();
+  const auto preemptions = r.at("scheduler").at("preemptions").get<std::uint64_t>();
   if (preemptions > 0) {
     words.push_back(fmt::format("{} preemption{}", preemptions, preemptions == 1 ? "" : "s"));
   }
-  const auto skipped = r["requests"]["skipped_pool_too_small"].get<std::uint64_t>();
+  const auto skipped = r.at("requests").at("skipped_pool_too_small").get<std::uint64_t>();
   if (skipped > 0) {
     words.push_back(
         fmt::format("{} request{} skipped for the pool's size", skipped, skipped == 1 ? "" : "s"));
   }
-  if (r.contains("slo") && r["slo"]["attainment"].get<double>() < slo_attainment) {
-    const nlohmann::json& slo = r["slo"];
+  if (r.contains("slo") && r.at("slo").at("attainment").get<double>() < slo_attainment) {
+    const nlohmann::json& slo = r.at("slo");
     std::vector<std::string> slos;
     std::vector<std::string> p99s;
-    if (slo.contains("ttft_ms") && slo["ttft_ms"].is_number()) {
-      slos.push_back(fmt::format("TTFT <= {:g} ms", slo["ttft_ms"].get<double>()));
-      p99s.push_back("p99 TTFT " + ms_text(r["latency"]["ttft_ms"]["p99"].get<double>()));
+    if (slo.contains("ttft_ms") && slo.at("ttft_ms").is_number()) {
+      slos.push_back(fmt::format("TTFT <= {:g} ms", slo.at("ttft_ms").get<double>()));
+      p99s.push_back("p99 TTFT " + ms_text(r.at("latency").at("ttft_ms").at("p99").get<double>()));
     }
-    if (slo.contains("tpot_ms") && slo["tpot_ms"].is_number()) {
-      slos.push_back(fmt::format("TPOT <= {:g} ms", slo["tpot_ms"].get<double>()));
-      p99s.push_back("p99 TPOT " + ms_text(r["latency"]["tpot_ms"]["p99"].get<double>()));
+    if (slo.contains("tpot_ms") && slo.at("tpot_ms").is_number()) {
+      slos.push_back(fmt::format("TPOT <= {:g} ms", slo.at("tpot_ms").get<double>()));
+      p99s.push_back("p99 TPOT " + ms_text(r.at("latency").at("tpot_ms").at("p99").get<double>()));
     }
     words.push_back(fmt::format("{:.1f}% of requests meet {} ({}), under the {:g}% required",
-                                slo["attainment"].get<double>() * 100, fmt::join(slos, ", "),
+                                slo.at("attainment").get<double>() * 100, fmt::join(slos, ", "),
                                 fmt::join(p99s, ", "), slo_attainment * 100));
   }
   return fmt::format("{}", fmt::join(words, ", "));
@@ -215,10 +215,10 @@ std::string shortfall_words(const nlohmann::json& r, double slo_attainment) {
 bool pool_mattered(const nlohmann::json& r, std::uint32_t blocks, double watermark) {
   const auto watermark_blocks =
       static_cast<std::uint64_t>(std::floor(watermark * static_cast<double>(blocks)));
-  return r["scheduler"]["preemptions"].get<std::uint64_t>() > 0 ||
-         r["requests"]["skipped_pool_too_small"].get<std::uint64_t>() > 0 ||
-         r["prefix_cache"]["evictions"].get<std::uint64_t>() > 0 ||
-         r["blocks"]["peak_used"].get<std::uint64_t>() + watermark_blocks + 1 >= blocks;
+  return r.at("scheduler").at("preemptions").get<std::uint64_t>() > 0 ||
+         r.at("requests").at("skipped_pool_too_small").get<std::uint64_t>() > 0 ||
+         r.at("prefix_cache").at("evictions").get<std::uint64_t>() > 0 ||
+         r.at("blocks").at("peak_used").get<std::uint64_t>() + watermark_blocks + 1 >= blocks;
 }
 
 // plan.json's min_kv_memory[].unmet (and a part's searches[].unmet): null
