@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <exception>
 #include <functional>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -19,6 +23,7 @@
 #include "app/exit_codes.h"
 #include "app/options.h"
 #include "app/terminal.h"
+#include "core/memory_budget.h"
 #include "formats/requests/request_reader.h"
 #include "io/json_file.h"
 #include "io/output.h"
@@ -62,19 +67,51 @@ struct MinSearch {
   // Swept pools at or above an answer that still preempted (or skipped): each
   // raised the answer past it, since preemptions need not fall as memory grows.
   std::vector<std::uint32_t> raised_past;
+  // Why no pool serves (blocks is empty): the reason, the pool that showed it,
+  // and the table's words (`unmet_message`, plan.json's unmet.message).
+  std::optional<SearchUnmet> unmet;
+  std::uint32_t unmet_blocks = 0;
+  std::string unmet_message;
+  // The last probe's pool and, when it did not serve, why (for the message).
+  std::uint32_t last_probe_blocks = 0;
+  std::string last_shortfall;
 };
 
+// How many of `count` jobs run at once with `-j jobs`.
+std::size_t jobs_at_once(std::size_t count, unsigned jobs) {
+  return std::max<std::size_t>(1, std::min<std::size_t>(jobs, count));
+}
+
 // Runs `count` jobs on up to `jobs` threads; job i writes only its own slot.
+// An exception in a job (std::bad_alloc) stops the others from starting more
+// jobs and is rethrown here once every thread has joined; a thread that cannot
+// be started leaves the jobs to the others.
 void parallel_for(std::size_t count, unsigned jobs, const std::function<void(std::size_t)>& job) {
   std::atomic<std::size_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
   auto worker = [&] {
-    for (std::size_t i = next++; i < count; i = next++) job(i);
+    try {
+      for (std::size_t i = next++; i < count; i = next++) job(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next = count;
+    }
   };
   std::vector<std::thread> threads;
-  unsigned n = std::max(1u, std::min<unsigned>(jobs, static_cast<unsigned>(count)));
-  for (unsigned t = 1; t < n; ++t) threads.emplace_back(worker);
+  const std::size_t n = jobs_at_once(count, jobs);
+  threads.reserve(n - 1);  // so that emplace_back below only fails to start a thread
+  for (std::size_t t = 1; t < n; ++t) {
+    try {
+      threads.emplace_back(worker);
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
   worker();
   for (std::thread& thread : threads) thread.join();
+  if (failure) std::rethrow_exception(failure);
 }
 
 // The first violation of a simulation: "invariant I1 violated" and its message.
@@ -136,6 +173,61 @@ bool serves(const SimulationResult& result, double slo_attainment) {
   if (r.contains("slo") && r["slo"]["attainment"].get<double>() < slo_attainment) return false;
   return r["scheduler"]["preemptions"].get<std::uint64_t>() == 0 &&
          r["requests"]["skipped_pool_too_small"].get<std::uint64_t>() == 0 && !result.violated;
+}
+
+// Why a simulation does not serve the trace, in words ("3 preemptions, 84.1%
+// of requests meet TTFT <= 50 ms (p99 TTFT 147.4 ms), under the 99% required");
+// empty when it serves.
+std::string shortfall_words(const nlohmann::json& r, double slo_attainment) {
+  std::vector<std::string> words;
+  const auto preemptions = r.at("scheduler").at("preemptions").get<std::uint64_t>();
+  if (preemptions > 0) {
+    words.push_back(fmt::format("{} preemption{}", preemptions, preemptions == 1 ? "" : "s"));
+  }
+  const auto skipped = r.at("requests").at("skipped_pool_too_small").get<std::uint64_t>();
+  if (skipped > 0) {
+    words.push_back(
+        fmt::format("{} request{} skipped for the pool's size", skipped, skipped == 1 ? "" : "s"));
+  }
+  if (r.contains("slo") && r.at("slo").at("attainment").get<double>() < slo_attainment) {
+    const nlohmann::json& slo = r.at("slo");
+    std::vector<std::string> slos;
+    std::vector<std::string> p99s;
+    if (slo.contains("ttft_ms") && slo.at("ttft_ms").is_number()) {
+      slos.push_back(fmt::format("TTFT <= {:g} ms", slo.at("ttft_ms").get<double>()));
+      p99s.push_back("p99 TTFT " + ms_text(r.at("latency").at("ttft_ms").at("p99").get<double>()));
+    }
+    if (slo.contains("tpot_ms") && slo.at("tpot_ms").is_number()) {
+      slos.push_back(fmt::format("TPOT <= {:g} ms", slo.at("tpot_ms").get<double>()));
+      p99s.push_back("p99 TPOT " + ms_text(r.at("latency").at("tpot_ms").at("p99").get<double>()));
+    }
+    words.push_back(fmt::format("{:.1f}% of requests meet {} ({}), under the {:g}% required",
+                                slo.at("attainment").get<double>() * 100, fmt::join(slos, ", "),
+                                fmt::join(p99s, ", "), slo_attainment * 100));
+  }
+  return fmt::format("{}", fmt::join(words, ", "));
+}
+
+// Whether the pool of `blocks` held a simulation back: it preempted, skipped a
+// request for the pool's size, evicted a cached block, or filled (its peak use,
+// the watermark and one block of margin, for vLLM's null block, reach it).
+// When not, any larger pool runs the very same simulation.
+bool pool_mattered(const nlohmann::json& r, std::uint32_t blocks, double watermark) {
+  const auto watermark_blocks =
+      static_cast<std::uint64_t>(std::floor(watermark * static_cast<double>(blocks)));
+  return r.at("scheduler").at("preemptions").get<std::uint64_t>() > 0 ||
+         r.at("requests").at("skipped_pool_too_small").get<std::uint64_t>() > 0 ||
+         r.at("prefix_cache").at("evictions").get<std::uint64_t>() > 0 ||
+         r.at("blocks").at("peak_used").get<std::uint64_t>() + watermark_blocks + 1 >= blocks;
+}
+
+// plan.json's min_kv_memory[].unmet (and a part's searches[].unmet): null
+// when the search found a pool, else why not.
+nlohmann::json unmet_json(const MinSearch& search) {
+  if (!search.unmet) return nullptr;
+  return {{"reason", std::string(to_string(*search.unmet))},
+          {"pool_blocks", search.unmet_blocks},
+          {"message", search.unmet_message}};
 }
 
 // kvreplay's version, recorded in a partial report: parts of another version
@@ -213,71 +305,426 @@ nlohmann::json cell_part_json(std::size_t index, const SimulationResult& result)
           {"warning_reasons", reasons}};
 }
 
+// plan-merge reads every number of a part against the plan it claims to be
+// part of: a forged or corrupt part is refused, "FILE: FIELD: PROBLEM", before
+// any of it is used (counts that would wrap or size an allocation, shares
+// outside [0, 1], pools past the ceiling, cells of another shard, text with
+// control characters for the terminal).
+
+// The most shards `plan --shard I/N` accepts (N of at most nine digits).
+constexpr std::uint64_t kMaxShards = 999'999'999;
+// The most probes one search makes per start: doubling from 1 block to the
+// ceiling (2^28: 29 probes), then bisecting it (28), rounded up.
+constexpr std::uint64_t kMaxProbesPerStart = 64;
+// The longest text read from a part (a warning, a reason).
+constexpr std::size_t kMaxPartText = 4096;
+
+std::string field_problem(const std::string& file, std::string_view field,
+                          std::string_view problem) {
+  return fmt::format("{}: {}: {}", file, field, problem);
+}
+
+// A value as a message quotes it: its JSON, cut short.
+std::string shown(const nlohmann::json& value) {
+  std::string text = value.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+  if (text.size() > 40) text = text.substr(0, 40) + "...";
+  return text;
+}
+
+// The value at a dotted path ("blocks.peak_used") under `json`, or nullptr.
+const nlohmann::json* find_dotted(const nlohmann::json& json, std::string_view dotted) {
+  const nlohmann::json* at = &json;
+  while (!dotted.empty()) {
+    const std::size_t dot = dotted.find('.');
+    if (!at->is_object()) return nullptr;
+    auto it = at->find(std::string(dotted.substr(0, dot)));
+    if (it == at->end()) return nullptr;
+    at = &*it;
+    dotted = dot == std::string_view::npos ? std::string_view() : dotted.substr(dot + 1);
+  }
+  return at;
+}
+
+// What a number or text read from a part must be.
+enum class Figure {
+  kCount,         // an integer >= 0
+  kShare,         // a number in [0, 1]
+  kAmount,        // a number >= 0
+  kAmountOrNull,  // an amount, or null
+  kFlag,          // true or false
+  kText,          // a string of printable characters, at most kMaxPartText bytes
+  kObject,        // an object
+  kNone,          // an empty array
+};
+
+// What is wrong with `value` as a `figure`, or nullopt.
+std::optional<std::string> figure_problem(const nlohmann::json* value, Figure figure) {
+  if (value == nullptr) return std::string("missing");
+  const nlohmann::json& v = *value;
+  switch (figure) {
+    case Figure::kCount:
+      if (!v.is_number_unsigned()) return shown(v) + " is not a count (an integer >= 0)";
+      break;
+    case Figure::kShare:
+      if (!v.is_number() || !(v.get<double>() >= 0.0 && v.get<double>() <= 1.0)) {
+        return shown(v) + " is not a share between 0 and 1";
+      }
+      break;
+    case Figure::kAmountOrNull:
+      if (v.is_null()) break;
+      [[fallthrough]];
+    case Figure::kAmount:
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0.0) {
+        return shown(v) + " is not a number >= 0";
+      }
+      break;
+    case Figure::kFlag:
+      if (!v.is_boolean()) return shown(v) + " is not true or false";
+      break;
+    case Figure::kText: {
+      if (!v.is_string()) return shown(v) + " is not a string";
+      const std::string& text = v.get_ref<const std::string&>();
+      if (text.size() > kMaxPartText) {
+        return fmt::format("{} bytes of text, more than the {} a part holds", text.size(),
+                           kMaxPartText);
+      }
+      for (char c : text) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          return shown(v) + " holds a control character";
+        }
+      }
+      break;
+    }
+    case Figure::kObject:
+      if (!v.is_object()) return shown(v) + " is not an object";
+      break;
+    case Figure::kNone:
+      if (!v.is_array() || !v.empty()) return shown(v) + " is not an empty array";
+      break;
+  }
+  return std::nullopt;
+}
+
+// The figures plan and plan-merge read of a cell's report, and what each must be.
+struct FigureRule {
+  const char* path;
+  Figure figure;
+};
+constexpr FigureRule kCellFigures[] = {
+    {"trace.format", Figure::kText},
+    {"trace.sha256", Figure::kText},
+    {"requests.total", Figure::kCount},
+    {"requests.finished", Figure::kCount},
+    {"requests.skipped", Figure::kCount},
+    {"requests.skipped_pool_too_small", Figure::kCount},
+    {"blocks.peak_used", Figure::kCount},
+    {"blocks.peak_in_use", Figure::kCount},
+    {"fragmentation.waste_ratio_mean", Figure::kShare},
+    {"fragmentation.waste_ratio_at_peak", Figure::kShare},
+    {"scheduler.preemptions", Figure::kCount},
+    {"scheduler.output_tokens_per_second", Figure::kAmount},
+    {"scheduler.virtual_seconds", Figure::kAmount},
+    {"prefix_cache.hit_rate", Figure::kShare},
+    {"latency", Figure::kObject},
+    {"latency.ttft_ms.p99", Figure::kAmount},
+    {"latency.tpot_ms.p99", Figure::kAmount},
+    {"overload", Figure::kObject},
+    {"overload.ratio", Figure::kAmountOrNull},
+    {"overload.overloaded", Figure::kFlag},
+    {"invariants.checks", Figure::kCount},
+    {"invariants.violations", Figure::kNone},
+    {"config.pool_blocks", Figure::kCount},
+    {"config.simulation.cost", Figure::kObject},
+};
+
+// What is wrong with the report a part gives for `cell`, as "FIELD: PROBLEM"
+// under `field` ("cells[3].report"), or nullopt. `trace_sha256`: the part's
+// trace; `slo`: whether the plan has SLOs (then every report has "slo").
+std::optional<std::string> cell_report_problem(const nlohmann::json& r, const std::string& field,
+                                               const PlanCell& cell,
+                                               const std::string& trace_sha256, bool slo) {
+  if (!r.is_object()) return fmt::format("{}: {} is not an object", field, shown(r));
+  for (const FigureRule& rule : kCellFigures) {
+    if (auto problem = figure_problem(find_dotted(r, rule.path), rule.figure)) {
+      return fmt::format("{}.{}: {}", field, rule.path, *problem);
+    }
+  }
+  if (slo != r.contains("slo")) {
+    return fmt::format(
+        "{}.slo: {}", field,
+        slo ? "missing, but the plan has SLOs" : "present, but the plan has no SLOs");
+  }
+  if (slo) {
+    if (auto problem = figure_problem(find_dotted(r, "slo"), Figure::kObject)) {
+      return fmt::format("{}.slo: {}", field, *problem);
+    }
+    if (auto problem = figure_problem(find_dotted(r, "slo.attainment"), Figure::kShare)) {
+      return fmt::format("{}.slo.attainment: {}", field, *problem);
+    }
+  }
+  if (r["trace"]["sha256"] != trace_sha256) {
+    return fmt::format("{}.trace.sha256: {}, but the part's trace is {}", field,
+                       shown(r["trace"]["sha256"]), trace_sha256);
+  }
+  const auto total = r["requests"]["total"].get<std::uint64_t>();
+  const auto finished = r["requests"]["finished"].get<std::uint64_t>();
+  const auto skipped = r["requests"]["skipped"].get<std::uint64_t>();
+  if (add_sat(finished, skipped) > total) {
+    return fmt::format("{}.requests: {} finished and {} skipped of {} requests", field, finished,
+                       skipped, total);
+  }
+  if (r["requests"]["skipped_pool_too_small"].get<std::uint64_t>() > skipped) {
+    return fmt::format("{}.requests.skipped_pool_too_small: more than the {} skipped", field,
+                       skipped);
+  }
+  const std::uint32_t pool = cell.config.kv.pool_blocks;
+  if (r["config"]["pool_blocks"].get<std::uint64_t>() != pool) {
+    return fmt::format(
+        "{}.config.pool_blocks: {}, but the sweep's cell --model {} --page-tokens "
+        "{} --kv-memory {} has {} blocks",
+        field, r["config"]["pool_blocks"].get<std::uint64_t>(), cell.model, cell.page_tokens,
+        cell.kv_memory, pool);
+  }
+  const auto peak_used = r["blocks"]["peak_used"].get<std::uint64_t>();
+  if (peak_used > pool) {
+    return fmt::format("{}.blocks.peak_used: {} blocks, more than the pool's {}", field, peak_used,
+                       pool);
+  }
+  if (r["blocks"]["peak_in_use"].get<std::uint64_t>() > peak_used) {
+    return fmt::format("{}.blocks.peak_in_use: {}, more than the {} blocks used at the peak", field,
+                       r["blocks"]["peak_in_use"].get<std::uint64_t>(), peak_used);
+  }
+  return std::nullopt;
+}
+
+// The plan the parts claim to be of, as this plan-merge resolved it.
+struct MergedSweep {
+  const std::string& sweep_sha256;
+  std::size_t units = 0;
+  bool search_min = true;
+  bool slo = false;
+  const std::vector<std::size_t>& cell_group;  // each cell's search (its unit with the search)
+};
+
 // plan-merge: every cell and search of the sweep from the parts (checked by
-// run_plan_merge to be the shards of one sweep), each exactly once. Returns
-// what is wrong, or nullopt.
+// run_plan_merge to be the shards of one sweep), each exactly once, every
+// figure range-checked. Returns the line to print when a part is refused.
 std::optional<std::string> fill_from_parts(const std::vector<PlanPart>& parts,
-                                           const std::string& sweep_sha256, std::size_t units,
-                                           std::vector<PlanCell>& cells,
+                                           const MergedSweep& sweep, std::vector<PlanCell>& cells,
                                            std::vector<MinSearch>& searches) {
   std::vector<const std::string*> cell_from(cells.size(), nullptr);
   std::vector<const std::string*> search_from(searches.size(), nullptr);
+  auto refuse = [](const std::string& why) { return "kvreplay plan-merge: " + why; };
   for (const PlanPart& part : parts) {
     const nlohmann::json& json = part.json;
-    if (json.at("sweep_sha256").get<std::string>() != sweep_sha256 ||
-        json.at("units").get<std::size_t>() != units) {
-      return fmt::format(
+    const std::string& file = part.path;
+    if (json.at("sweep_sha256").get<std::string>() != sweep.sweep_sha256 ||
+        json.at("units").get<std::uint64_t>() != sweep.units) {
+      return refuse(fmt::format(
           "{}: its sweep resolves differently here (a model preset, a --model-config file or "
           "this kvreplay changed since the part was written): rerun the shards",
-          part.path);
+          file));
     }
-    for (const nlohmann::json& entry : json.at("cells")) {
-      const std::size_t i = entry.at("index").get<std::size_t>();
-      if (i >= cells.size()) return fmt::format("{}: cell {} is not in the sweep", part.path, i);
+    // run_plan_merge checked 1 <= index <= count.
+    const auto shard_index = json["shard"]["index"].get<std::uint64_t>();
+    const auto shard_count = json["shard"]["count"].get<std::uint64_t>();
+    auto other_shard = [&](std::string_view what, std::size_t i,
+                           std::size_t unit) -> std::optional<std::string> {
+      if (unit % shard_count == shard_index - 1) return std::nullopt;
+      return fmt::format("{} {} is shard {}/{}'s, not this part's {}/{}", what, i,
+                         unit % shard_count + 1, shard_count, shard_index, shard_count);
+    };
+    const std::string trace_sha256 = json["trace"]["sha256"].get<std::string>();
+    const nlohmann::json& part_cells = json.at("cells");
+    for (std::size_t k = 0; k < part_cells.size(); ++k) {
+      const nlohmann::json& entry = part_cells[k];
+      const std::string field = fmt::format("cells[{}]", k);
+      if (auto problem = figure_problem(&entry, Figure::kObject)) {
+        return field_problem(file, field, *problem);
+      }
+      if (auto problem = figure_problem(find_dotted(entry, "index"), Figure::kCount)) {
+        return field_problem(file, field + ".index", *problem);
+      }
+      const auto index = entry["index"].get<std::uint64_t>();
+      if (index >= cells.size()) {
+        return field_problem(
+            file, field + ".index",
+            fmt::format("cell {} is not in the sweep ({} cells)", index, cells.size()));
+      }
+      const std::size_t i = static_cast<std::size_t>(index);
+      if (auto problem = other_shard("cell", i, sweep.search_min ? sweep.cell_group[i] : i)) {
+        return field_problem(file, field + ".index", *problem);
+      }
       if (cell_from[i] != nullptr) {
-        return fmt::format("{} and {} both hold cell {}", *cell_from[i], part.path, i);
+        return refuse(fmt::format("{} and {} both hold cell {}", *cell_from[i], file, i));
       }
-      cell_from[i] = &part.path;
+      cell_from[i] = &file;
+      if (auto problem =
+              cell_report_problem(entry.contains("report") ? entry["report"] : nullptr,
+                                  field + ".report", cells[i], trace_sha256, sweep.slo)) {
+        return fmt::format("{}: {}", file, *problem);
+      }
+      const nlohmann::json* warnings = find_dotted(entry, "warnings");
+      const nlohmann::json* reasons = find_dotted(entry, "warning_reasons");
+      if (warnings == nullptr || !warnings->is_array()) {
+        return field_problem(file, field + ".warnings", "not an array");
+      }
+      if (reasons == nullptr || !reasons->is_array()) {
+        return field_problem(file, field + ".warning_reasons", "not an array");
+      }
+      if (warnings->size() != reasons->size()) {
+        return field_problem(
+            file, field + ".warning_reasons",
+            fmt::format("{} reasons for {} warnings", reasons->size(), warnings->size()));
+      }
       SimulationResult result;
-      result.report = entry.at("report");
-      result.warnings = entry.at("warnings").get<std::vector<std::string>>();
-      for (const nlohmann::json& reason : entry.at("warning_reasons")) {
-        const int value = reason.get<int>();
-        if (value < 0 || value >= static_cast<int>(kSkipReasons)) {
-          return fmt::format("{}: cell {}: unknown skip reason {}", part.path, i, value);
+      for (std::size_t w = 0; w < warnings->size(); ++w) {
+        if (auto problem = figure_problem(&(*warnings)[w], Figure::kText)) {
+          return field_problem(file, fmt::format("{}.warnings[{}]", field, w), *problem);
         }
-        result.warning_reasons.push_back(static_cast<SkipReason>(value));
+        const nlohmann::json& reason = (*reasons)[w];
+        if (!reason.is_number_unsigned() || reason.get<std::uint64_t>() >= kSkipReasons) {
+          return field_problem(file, fmt::format("{}.warning_reasons[{}]", field, w),
+                               fmt::format("unknown skip reason {}", shown(reason)));
+        }
+        result.warnings.push_back((*warnings)[w].get<std::string>());
+        result.warning_reasons.push_back(static_cast<SkipReason>(reason.get<std::uint64_t>()));
       }
-      if (result.warning_reasons.size() != result.warnings.size()) {
-        return fmt::format("{}: cell {}: warnings and their reasons differ in number", part.path, i);
-      }
+      result.report = entry["report"];
       cells[i].result = std::move(result);
     }
-    for (const nlohmann::json& entry : json.at("searches")) {
-      const std::size_t g = entry.at("index").get<std::size_t>();
-      if (g >= searches.size()) {
-        return fmt::format("{}: search {} is not in the sweep", part.path, g);
+    const nlohmann::json& part_searches = json.at("searches");
+    for (std::size_t k = 0; k < part_searches.size(); ++k) {
+      const nlohmann::json& entry = part_searches[k];
+      const std::string field = fmt::format("searches[{}]", k);
+      if (auto problem = figure_problem(&entry, Figure::kObject)) {
+        return field_problem(file, field, *problem);
+      }
+      for (const char* key : {"index", "probes"}) {
+        if (auto problem = figure_problem(find_dotted(entry, key), Figure::kCount)) {
+          return field_problem(file, field + "." + key, *problem);
+        }
+      }
+      const auto index = entry["index"].get<std::uint64_t>();
+      if (index >= searches.size()) {
+        return field_problem(
+            file, field + ".index",
+            fmt::format("search {} is not in the sweep ({} searches)", index, searches.size()));
+      }
+      const std::size_t g = static_cast<std::size_t>(index);
+      if (auto problem = other_shard("search", g, g)) {
+        return field_problem(file, field + ".index", *problem);
       }
       if (search_from[g] != nullptr) {
-        return fmt::format("{} and {} both hold search {}", *search_from[g], part.path, g);
+        return refuse(fmt::format("{} and {} both hold search {}", *search_from[g], file, g));
       }
-      search_from[g] = &part.path;
+      search_from[g] = &file;
       MinSearch& search = searches[g];
-      if (!entry.at("pool_blocks").is_null()) search.blocks = entry["pool_blocks"].get<std::uint32_t>();
-      search.probes = entry.at("probes").get<std::uint32_t>();
-      search.raised_past = entry.at("raised_past_pool_blocks").get<std::vector<std::uint32_t>>();
+      // Raised past: swept pools of this search's cells, each larger than the last.
+      const nlohmann::json* raised = find_dotted(entry, "raised_past_pool_blocks");
+      if (raised == nullptr || !raised->is_array()) {
+        return field_problem(file, field + ".raised_past_pool_blocks", "not an array");
+      }
+      for (std::size_t r = 0; r < raised->size(); ++r) {
+        const std::string raised_field = fmt::format("{}.raised_past_pool_blocks[{}]", field, r);
+        const nlohmann::json& value = (*raised)[r];
+        if (auto problem = figure_problem(&value, Figure::kCount)) {
+          return field_problem(file, raised_field, *problem);
+        }
+        const auto blocks = value.get<std::uint64_t>();
+        const bool swept = std::any_of(cells.begin(), cells.end(), [&](const PlanCell& cell) {
+          return cell.model == search.model && cell.page_tokens == search.page_tokens &&
+                 cell.deployment == search.deployment && cell.config.kv.pool_blocks == blocks;
+        });
+        if (!swept) {
+          return field_problem(file, raised_field,
+                               fmt::format("{} blocks is no swept pool of this search", blocks));
+        }
+        if (!search.raised_past.empty() && blocks <= search.raised_past.back()) {
+          return field_problem(file, raised_field, "not above the one before");
+        }
+        search.raised_past.push_back(static_cast<std::uint32_t>(blocks));
+      }
+      const auto probes = entry["probes"].get<std::uint64_t>();
+      if (probes > kMaxProbesPerStart * (1 + raised->size())) {
+        return field_problem(file, field + ".probes",
+                             fmt::format("{} probes, more than a search makes ({} a start)", probes,
+                                         kMaxProbesPerStart));
+      }
+      search.probes = static_cast<std::uint32_t>(probes);
+      const nlohmann::json* pool = find_dotted(entry, "pool_blocks");
+      const nlohmann::json* unmet = find_dotted(entry, "unmet");
+      if (pool == nullptr || unmet == nullptr || pool->is_null() == unmet->is_null()) {
+        return field_problem(file, field,
+                             "not exactly one of \"pool_blocks\" (the answer) and \"unmet\" (why "
+                             "none)");
+      }
+      auto pool_problem = [&](const nlohmann::json& value) -> std::optional<std::string> {
+        if (auto problem = figure_problem(&value, Figure::kCount)) return problem;
+        const auto blocks = value.get<std::uint64_t>();
+        if (blocks < 1 || blocks > kMaxSupportedPoolBlocks) {
+          return fmt::format("{} blocks, not within 1 to {} (the largest pool kvreplay simulates)",
+                             blocks, kMaxSupportedPoolBlocks);
+        }
+        return std::nullopt;
+      };
+      if (!pool->is_null()) {
+        if (auto problem = pool_problem(*pool)) {
+          return field_problem(file, field + ".pool_blocks", *problem);
+        }
+        if (!search.raised_past.empty() &&
+            pool->get<std::uint64_t>() <= search.raised_past.back()) {
+          return field_problem(file, field + ".pool_blocks",
+                               "not above the swept pools it was raised past");
+        }
+        search.blocks = pool->get<std::uint32_t>();
+        continue;
+      }
+      if (auto problem = figure_problem(unmet, Figure::kObject)) {
+        return field_problem(file, field + ".unmet", *problem);
+      }
+      if (auto problem = figure_problem(find_dotted(*unmet, "reason"), Figure::kText)) {
+        return field_problem(file, field + ".unmet.reason", *problem);
+      }
+      auto why = parse_search_unmet((*unmet)["reason"].get<std::string>());
+      if (!why) {
+        return field_problem(file, field + ".unmet.reason",
+                             fmt::format("{} is not compute_bound, block_ceiling or memory_limit",
+                                         shown((*unmet)["reason"])));
+      }
+      if (auto problem = figure_problem(find_dotted(*unmet, "message"), Figure::kText)) {
+        return field_problem(file, field + ".unmet.message", *problem);
+      }
+      const nlohmann::json* unmet_pool = find_dotted(*unmet, "pool_blocks");
+      if (auto problem = unmet_pool == nullptr ? std::optional<std::string>("missing")
+                                               : pool_problem(*unmet_pool)) {
+        return field_problem(file, field + ".unmet.pool_blocks", *problem);
+      }
+      search.unmet = why;
+      search.unmet_blocks = unmet_pool->get<std::uint32_t>();
+      search.unmet_message = (*unmet)["message"].get<std::string>();
     }
   }
   for (std::size_t i = 0; i < cells.size(); ++i) {
     if (cell_from[i] == nullptr) {
-      return fmt::format("no part holds the cell --model {} --page-tokens {} --kv-memory {}",
-                         cells[i].model, cells[i].page_tokens, cells[i].kv_memory);
+      return refuse(fmt::format("no part holds the cell --model {} --page-tokens {} --kv-memory {}",
+                                cells[i].model, cells[i].page_tokens, cells[i].kv_memory));
     }
   }
   for (std::size_t g = 0; g < searches.size(); ++g) {
     if (search_from[g] == nullptr) {
-      return fmt::format("no part holds the search of --model {} --page-tokens {}",
-                         searches[g].model, searches[g].page_tokens);
+      return refuse(fmt::format("no part holds the search of --model {} --page-tokens {}",
+                                searches[g].model, searches[g].page_tokens));
+    }
+  }
+  // Every cell simulated the one trace: the same requests.
+  for (std::size_t i = 1; i < cells.size(); ++i) {
+    const nlohmann::json& total = cells[i].result->report["requests"]["total"];
+    if (total != cells[0].result->report["requests"]["total"]) {
+      return field_problem(
+          *cell_from[i], fmt::format("cells[].report.requests.total (cell {})", i),
+          fmt::format("{} requests, but the cells of {} have {}", total.dump(), *cell_from[0],
+                      cells[0].result->report["requests"]["total"].dump()));
     }
   }
   return std::nullopt;
@@ -285,7 +732,84 @@ std::optional<std::string> fill_from_parts(const std::vector<PlanPart>& parts,
 
 }  // namespace
 
-int run_plan(const PlanRequest& request) {
+std::uint64_t simulation_memory_bound(std::uint64_t pool_blocks) {
+  return add_sat(kSimulationBaseBytes, mul_sat(kSimulationBytesPerBlock, pool_blocks));
+}
+
+std::string_view to_string(SearchUnmet unmet) {
+  switch (unmet) {
+    case SearchUnmet::kComputeBound: return "compute_bound";
+    case SearchUnmet::kBlockCeiling: return "block_ceiling";
+    case SearchUnmet::kMemoryLimit: return "memory_limit";
+  }
+  return "?";
+}
+
+std::optional<SearchUnmet> parse_search_unmet(std::string_view text) {
+  for (SearchUnmet unmet :
+       {SearchUnmet::kComputeBound, SearchUnmet::kBlockCeiling, SearchUnmet::kMemoryLimit}) {
+    if (to_string(unmet) == text) return unmet;
+  }
+  return std::nullopt;
+}
+
+PoolSearchOutcome search_smallest_pool(
+    std::uint32_t start, std::uint32_t ceiling, SearchUnmet at_ceiling,
+    const std::function<std::optional<PoolProbe>(std::uint32_t)>& probe,
+    const std::function<std::uint32_t(std::uint32_t)>& largest_failing_swept) {
+  PoolSearchOutcome outcome;
+  auto give_up = [&](SearchUnmet why, std::uint64_t blocks) {
+    outcome.unmet = why;
+    outcome.decided_at = static_cast<std::uint32_t>(blocks);
+    return std::nullopt;
+  };
+  // The smallest pool that serves above `low` (which does not, or is 0):
+  // doubling from `first` (capped at the ceiling) to one that serves, then
+  // bisection. nullopt: stopped, or none (outcome.unmet says why).
+  auto smallest_above = [&](std::uint64_t low,
+                            std::uint64_t first) -> std::optional<std::uint64_t> {
+    std::uint64_t high = std::max<std::uint64_t>(first, low + 1);
+    for (;;) {
+      if (high > ceiling) return give_up(at_ceiling, ceiling);
+      auto seen = probe(static_cast<std::uint32_t>(high));
+      if (!seen) {
+        outcome.stopped = true;
+        return std::nullopt;
+      }
+      if (seen->serves) break;
+      // A pool that held nothing back runs as any larger one: no memory serves.
+      if (!seen->pool_mattered) return give_up(SearchUnmet::kComputeBound, high);
+      if (high == ceiling) return give_up(at_ceiling, ceiling);
+      low = high;
+      high = std::min<std::uint64_t>(high * 2, ceiling);
+    }
+    while (high - low > 1) {
+      const std::uint64_t mid = low + (high - low) / 2;
+      auto seen = probe(static_cast<std::uint32_t>(mid));
+      if (!seen) {
+        outcome.stopped = true;
+        return std::nullopt;
+      }
+      (seen->serves ? high : low) = mid;
+    }
+    return high;
+  };
+  auto found = smallest_above(0, start);
+  // The answer must hold at every swept size above it too: a swept pool at or
+  // above it that does not serve raises the search past it.
+  while (found) {
+    const std::uint32_t failing = largest_failing_swept(static_cast<std::uint32_t>(*found));
+    if (failing == 0) break;
+    outcome.raised_past.push_back(failing);
+    found = smallest_above(failing, std::uint64_t{failing} + 1);
+  }
+  if (found) outcome.blocks = static_cast<std::uint32_t>(*found);
+  return outcome;
+}
+
+namespace {
+
+int run_plan_steps(const PlanRequest& request) {
   // No preemption, nothing skipped for the pool, and the SLOs when given.
   auto serves_trace = [&](const SimulationResult& result) {
     return serves(result, request.slo_attainment);
@@ -369,9 +893,12 @@ int run_plan(const PlanRequest& request) {
       ++g;
     }
     if (g == searches.size()) {
-      searches.push_back(MinSearch{cell.model, cell.deployment, cell.page_tokens, cell.config,
-                                   std::nullopt, 0, std::nullopt, std::nullopt, ViolationText{},
-                                   {}});
+      MinSearch search;
+      search.model = cell.model;
+      search.deployment = cell.deployment;
+      search.page_tokens = cell.page_tokens;
+      search.config = cell.config;
+      searches.push_back(std::move(search));
     }
     cell_group[i] = g;
   }
@@ -387,6 +914,35 @@ int run_plan(const PlanRequest& request) {
   };
   const std::string sweep_sha256 =
       sweep_fingerprint(request, deployments, cells, unfit, units);
+  std::vector<std::size_t> run_cells;
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    if (unit_runs_here(request.search_min ? cell_group[i] : i)) run_cells.push_back(i);
+  }
+  // The sweep's simulations at once must fit in memory, each bounded by its
+  // pool (README, "Memory bounds"); checked before anything is written. The
+  // search caps its own pools by the same bound.
+  if (auto problem = check_memory(0, "", "")) {  // KVREPLAY_MEMORY_LIMIT is no size
+    fmt::print(stderr, "kvreplay plan: {}\n", *problem);
+    return kExitInput;
+  }
+  if (!run_cells.empty()) {
+    std::uint32_t largest = 0;
+    for (std::size_t i : run_cells) largest = std::max(largest, cells[i].config.kv.pool_blocks);
+    const std::uint64_t at_once = jobs_at_once(run_cells.size(), jobs);
+    const std::uint64_t each = simulation_memory_bound(largest);
+    if (auto problem = check_memory(
+            mul_sat(at_once, each),
+            fmt::format("running {} of the sweep's simulations at once", at_once),
+            fmt::format("{} x ({} + {} bytes a block x {} blocks, the largest swept pool)", at_once,
+                        memory_text(kSimulationBaseBytes), kSimulationBytesPerBlock, largest))) {
+      const std::uint64_t fitting = memory_limit().bytes / each;
+      fmt::print(stderr, "kvreplay plan: {}: {}\n", *problem,
+                 fitting == 0 ? std::string("sweep smaller pools (a larger --page-tokens, "
+                                            "or less --kv-memory)")
+                              : fmt::format("-j {} fits", fitting));
+      return kExitInput;
+    }
+  }
 
   // Opened before the sweep, so a path that cannot be written fails at once.
   OutputSet outputs;
@@ -425,10 +981,6 @@ int run_plan(const PlanRequest& request) {
   auto progress = ProgressLine::for_stderr(!request.quiet, 1);
   std::mutex progress_mutex;
   std::uint64_t simulations_done = 0;
-  std::vector<std::size_t> run_cells;
-  for (std::size_t i = 0; i < cells.size(); ++i) {
-    if (unit_runs_here(request.search_min ? cell_group[i] : i)) run_cells.push_back(i);
-  }
   auto count_simulation = [&] {
     if (!progress) return;
     std::lock_guard<std::mutex> lock(progress_mutex);
@@ -463,8 +1015,9 @@ int run_plan(const PlanRequest& request) {
     }
   }
   if (merging) {
-    if (auto problem = fill_from_parts(request.parts, sweep_sha256, units, cells, searches)) {
-      fmt::print(stderr, "kvreplay plan-merge: {}\n", *problem);
+    const MergedSweep sweep{sweep_sha256, units, request.search_min, slo, cell_group};
+    if (auto problem = fill_from_parts(request.parts, sweep, cells, searches)) {
+      fmt::print(stderr, "{}\n", *problem);
       return kExitInput;
     }
   }
@@ -494,21 +1047,36 @@ int run_plan(const PlanRequest& request) {
   if (violated) return kExitCheckFailed;
 
   // The smallest pool with no preemption, per model and page size: a binary
-  // search over pool_blocks (assuming more memory never adds preemptions).
+  // search over pool_blocks (assuming more memory never adds preemptions),
+  // which stops where memory stops mattering, and never goes past the largest
+  // pool kvreplay simulates or that the searches run at once fit in memory.
   if (request.search_min) {
     std::vector<std::size_t> run_searches;
     for (std::size_t g = 0; g < searches.size(); ++g) {
       if (unit_runs_here(g)) run_searches.push_back(g);
     }
+    const std::uint64_t searching_at_once = jobs_at_once(run_searches.size(), jobs);
+    const MemoryLimit limit = memory_limit();
+    const std::uint64_t share = limit.bytes / searching_at_once;
+    const std::uint64_t fitting_blocks =
+        share <= kSimulationBaseBytes ? 0
+                                      : (share - kSimulationBaseBytes) / kSimulationBytesPerBlock;
+    const std::uint32_t ceiling = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(kMaxSupportedPoolBlocks, fitting_blocks));
+    const SearchUnmet at_ceiling = fitting_blocks < kMaxSupportedPoolBlocks
+                                       ? SearchUnmet::kMemoryLimit
+                                       : SearchUnmet::kBlockCeiling;
     parallel_for(run_searches.size(), jobs, [&](std::size_t k) {
       MinSearch& search = searches[run_searches[k]];
-      auto probe = [&](std::uint32_t blocks) -> std::optional<bool> {
+      const SimOptions& sim_options = deployments[search.deployment].options;
+      auto probe = [&](std::uint32_t blocks) -> std::optional<PoolProbe> {
+        if (request.fault_out_of_memory) throw std::bad_alloc();
         RunConfig config = search.config;
         config.kv.pool_blocks = blocks;
         config.kv_memory.reset();
         ++search.probes;
         auto result =
-            simulate_trace(config, deployments[search.deployment].options,
+            simulate_trace(config, sim_options,
                            request.fault_kv_memory == "search" ? request.faults : SimFaults{});
         count_simulation();
         if (!result) {
@@ -520,49 +1088,56 @@ int run_plan(const PlanRequest& request) {
           search.violation = first_violation(result.value());
           return std::nullopt;
         }
-        return serves_trace(result.value());
+        search.last_probe_blocks = blocks;
+        search.last_shortfall = shortfall_words(result.value().report, request.slo_attainment);
+        return PoolProbe{serves_trace(result.value()),
+                         pool_mattered(result.value().report, blocks, sim_options.watermark)};
       };
-      // The smallest passing pool above `low` (which fails, or is 0): doubling
-      // from `start` to a passing pool, then bisection. 0 when none below the bound.
-      auto smallest_above = [&](std::uint64_t low,
-                                std::uint64_t start) -> std::optional<std::uint64_t> {
-        std::uint64_t high = std::max<std::uint64_t>(start, low + 1);
-        for (;;) {
-          auto ok = probe(static_cast<std::uint32_t>(high));
-          if (!ok) return std::nullopt;
-          if (*ok) break;
-          low = high;
-          if (high * 2 > kMaxSupportedPoolBlocks) return 0;  // not found
-          high *= 2;
-        }
-        while (high - low > 1) {
-          std::uint64_t mid = low + (high - low) / 2;
-          auto ok = probe(static_cast<std::uint32_t>(mid));
-          if (!ok) return std::nullopt;
-          (*ok ? high : low) = mid;
-        }
-        return high;
-      };
-      auto found = smallest_above(0, search.config.kv.pool_blocks);
-      // The answer must hold at every swept size above it too: a swept pool at
-      // or above it that still preempts raises the search past it.
-      while (found && *found != 0) {
-        std::uint64_t failing = 0;
+      auto largest_failing_swept = [&](std::uint32_t answer) {
+        std::uint32_t failing = 0;
         for (const PlanCell& cell : cells) {
           if (cell.model != search.model || cell.page_tokens != search.page_tokens ||
-              cell.deployment != search.deployment) {
+              cell.deployment != search.deployment || cell.config.kv.pool_blocks < answer) {
             continue;
           }
-          if (cell.config.kv.pool_blocks < *found) continue;
-          if (!serves_trace(*cell.result)) {
-            failing = std::max<std::uint64_t>(failing, cell.config.kv.pool_blocks);
-          }
+          if (!serves_trace(*cell.result)) failing = std::max(failing, cell.config.kv.pool_blocks);
         }
-        if (failing == 0) break;
-        search.raised_past.push_back(static_cast<std::uint32_t>(failing));
-        found = smallest_above(failing, failing + 1);
+        return failing;
+      };
+      PoolSearchOutcome outcome = search_smallest_pool(search.config.kv.pool_blocks, ceiling,
+                                                       at_ceiling, probe, largest_failing_swept);
+      search.blocks = outcome.blocks;
+      search.raised_past = outcome.raised_past;
+      if (outcome.stopped || !outcome.unmet) return;
+      search.unmet = outcome.unmet;
+      search.unmet_blocks = outcome.decided_at;
+      const std::string at_last =
+          search.last_probe_blocks == outcome.decided_at && !search.last_shortfall.empty()
+              ? " (" + search.last_shortfall + ")"
+              : std::string();
+      switch (*outcome.unmet) {
+        case SearchUnmet::kComputeBound:
+          search.unmet_message = fmt::format(
+              "compute-bound: at any KV memory, {} (the pool of {} blocks never filled, and "
+              "nothing was preempted or skipped for its size)",
+              search.last_shortfall, outcome.decided_at);
+          break;
+        case SearchUnmet::kBlockCeiling:
+          search.unmet_message = fmt::format(
+              "block ceiling: {} blocks, the largest pool kvreplay simulates, do not serve the "
+              "trace{}",
+              outcome.decided_at, at_last);
+          break;
+        case SearchUnmet::kMemoryLimit:
+          search.unmet_message = fmt::format(
+              "memory limit: {} blocks do not serve the trace{}, and no larger pool fits: {} "
+              "simulation{} at once, each {} + {} bytes a block, within the memory limit of {} "
+              "({})",
+              outcome.decided_at, at_last, searching_at_once, searching_at_once == 1 ? "" : "s",
+              memory_text(kSimulationBaseBytes), kSimulationBytesPerBlock, memory_text(limit.bytes),
+              limit.source);
+          break;
       }
-      if (found && *found != 0) search.blocks = static_cast<std::uint32_t>(*found);
     });
     if (progress) progress->clear();
     for (const MinSearch& search : searches) {
@@ -608,7 +1183,8 @@ int run_plan(const PlanRequest& request) {
           {{"index", g},
            {"pool_blocks", search.blocks ? nlohmann::json(*search.blocks) : nlohmann::json(nullptr)},
            {"probes", search.probes},
-           {"raised_past_pool_blocks", search.raised_past}});
+           {"raised_past_pool_blocks", search.raised_past},
+           {"unmet", unmet_json(search)}});
     }
     part["searches"] = std::move(part_searches);
     report_out->write(part.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
@@ -853,7 +1429,8 @@ int run_plan(const PlanRequest& request) {
            {"kv_memory_bytes", search.blocks ? nlohmann::json(bytes) : nlohmann::json(nullptr)},
            {"kv_memory", search.blocks ? nlohmann::json(memory) : nlohmann::json(nullptr)},
            {"raised_past_pool_blocks", search.raised_past},
-           {"probes", search.probes}});
+           {"probes", search.probes},
+           {"unmet", unmet_json(search)}});
       if (show_deployments) minimum.back()["deployment"] = deployment_json(search.deployment);
       std::string raised;
       for (std::uint32_t failing : search.raised_past) {
@@ -864,9 +1441,9 @@ int run_plan(const PlanRequest& request) {
               ? fmt::format("  {}{:<15} page {:>4}: --kv-memory {} = {} blocks ({} simulations{})\n",
                             deployment_column(search.deployment), model_label(search.config),
                             search.page_tokens, memory, *search.blocks, search.probes, raised)
-              : fmt::format("  {}{:<15} page {:>4}: not found below 2^31 blocks\n",
+              : fmt::format("  {}{:<15} page {:>4}: not found: {}\n",
                             deployment_column(search.deployment), model_label(search.config),
-                            search.page_tokens);
+                            search.page_tokens, search.unmet_message);
     }
   }
   plan["min_kv_memory"] = std::move(minimum);
@@ -880,6 +1457,21 @@ int run_plan(const PlanRequest& request) {
   }
   if (!request.quiet) put_text(table_stream, table);
   return kExitOk;
+}
+
+}  // namespace
+
+int run_plan(const PlanRequest& request) {
+  // Whatever the estimates missed: exit 2 with a message, and the outputs'
+  // temporary files removed as run_plan_steps unwinds.
+  try {
+    return run_plan_steps(request);
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "kvreplay plan: out of memory: run fewer simulations at once (-j) or sweep "
+               "smaller pools (README, \"Memory bounds (plan)\")\n");
+    return kExitInput;
+  }
 }
 
 namespace {
@@ -931,7 +1523,10 @@ class PlanCommand final : public Command {
     app.add_option("--report", request_.report_path,
                    "write the sweep as JSON here (- for stdout; the table then goes to stderr)");
     app.add_option("--html", request_.html_path, "write the sweep as a self-contained HTML page");
-    app.add_option("-j,--jobs", request_.jobs, "parallel simulations (default: one per core)");
+    app.add_option("-j,--jobs", request_.jobs,
+                   "parallel simulations (default: one per core); each holds up to 32 MiB + 128 "
+                   "bytes a pool block, and those at once must fit the memory limit, else exit 2 "
+                   "(README, \"Memory bounds (plan)\")");
     app.add_flag("--no-search", no_search_, "skip the search for the smallest KV memory");
     app.add_option("--slo-attainment", request_.slo_attainment,
                    "with --slo-ttft-ms/--slo-tpot-ms: the share of requests that must meet them "
@@ -1051,12 +1646,30 @@ std::optional<std::string> part_problem(const PlanPart& part) {
     if (!j.contains(key)) return fmt::format("{}: a partial plan without \"{}\"", part.path, key);
   }
   const nlohmann::json& shard = j["shard"];
-  if (!shard.is_object() || !shard.contains("index") || !shard.contains("count") ||
-      !shard["index"].is_number_unsigned() || !shard["count"].is_number_unsigned() ||
-      shard["index"].get<std::uint64_t>() < 1 ||
-      shard["index"].get<std::uint64_t>() > shard["count"].get<std::uint64_t>()) {
-    return fmt::format("{}: \"shard\" is not {{\"index\": I, \"count\": N}} with 1 <= I <= N",
-                       part.path);
+  if (!shard.is_object()) {
+    return field_problem(part.path, "shard", shown(shard) + " is not {\"index\": I, \"count\": N}");
+  }
+  for (const char* key : {"index", "count"}) {
+    if (auto problem = figure_problem(find_dotted(shard, key), Figure::kCount)) {
+      return field_problem(part.path, fmt::format("shard.{}", key), *problem);
+    }
+  }
+  const auto count = shard["count"].get<std::uint64_t>();
+  const auto index = shard["index"].get<std::uint64_t>();
+  if (count < 1 || count > kMaxShards) {
+    return field_problem(
+        part.path, "shard.count",
+        fmt::format("{} shards, not within 1 to {} (what --shard I/N takes)", count, kMaxShards));
+  }
+  if (index < 1 || index > count) {
+    return field_problem(part.path, "shard.index",
+                         fmt::format("{} is not within 1 to the {} shards", index, count));
+  }
+  if (auto problem = figure_problem(&j["units"], Figure::kCount)) {
+    return field_problem(part.path, "units", *problem);
+  }
+  if (auto problem = figure_problem(find_dotted(j, "trace.sha256"), Figure::kText)) {
+    return field_problem(part.path, "trace.sha256", *problem);
   }
   if (!j["command"].is_array() || !j["trace"].is_object() || !j["trace"].contains("sha256") ||
       !j["sweep_sha256"].is_string() || !j["cells"].is_array() || !j["searches"].is_array()) {
@@ -1095,9 +1708,7 @@ class PlanMergeCommand final : public Command {
   PlanMergeRequest request_;
 };
 
-}  // namespace
-
-int run_plan_merge(const PlanMergeRequest& request) {
+int merge_parts(const PlanMergeRequest& request) {
   auto refuse = [](const std::string& why) {
     fmt::print(stderr, "kvreplay plan-merge: {}\n", why);
     return kExitInput;
@@ -1107,12 +1718,17 @@ int run_plan_merge(const PlanMergeRequest& request) {
     auto json = read_json_file(path, kMaxPartBytes, kPartTooLarge);
     if (!json) return refuse(json.error());
     parts.push_back(PlanPart{path, std::move(json).value()});
-    if (auto problem = part_problem(parts.back())) return refuse(*problem);
+    if (auto problem = part_problem(parts.back())) {  // "FILE: ..."
+      fmt::print(stderr, "{}\n", *problem);
+      return kExitInput;
+    }
   }
   // The N shards of one sweep of one trace, each once.
   const PlanPart& first = parts.front();
   const std::uint64_t count = first.json["shard"]["count"].get<std::uint64_t>();
-  std::vector<const PlanPart*> by_index(count + 1, nullptr);
+  // By shard index: a map, as N (checked to be at most kMaxShards) may be far
+  // more than the parts given.
+  std::map<std::uint64_t, const PlanPart*> by_index;
   for (const PlanPart& part : parts) {
     const nlohmann::json& j = part.json;
     if (j["trace"]["sha256"] != first.json["trace"]["sha256"]) {
@@ -1130,14 +1746,15 @@ int run_plan_merge(const PlanMergeRequest& request) {
                                 part.path, j["shard"]["count"].get<std::uint64_t>()));
     }
     const std::uint64_t index = j["shard"]["index"].get<std::uint64_t>();
-    if (by_index[index] != nullptr) {
-      return refuse(fmt::format("{} and {} are both shard {}/{}", by_index[index]->path, part.path,
-                                index, count));
+    if (auto [at, fresh] = by_index.emplace(index, &part); !fresh) {
+      return refuse(
+          fmt::format("{} and {} are both shard {}/{}", at->second->path, part.path, index, count));
     }
-    by_index[index] = &part;
   }
+  // Each index once, each within 1..count: the first missing one is at most
+  // the number of parts given plus one.
   for (std::uint64_t index = 1; index <= count; ++index) {
-    if (by_index[index] == nullptr) {
+    if (by_index.count(index) == 0) {
       return refuse(fmt::format("shard {}/{} is missing ({} of {} parts given)", index, count,
                                 parts.size(), count));
     }
@@ -1158,6 +1775,17 @@ int run_plan_merge(const PlanMergeRequest& request) {
     return plan.merge(std::move(parts), request);
   } catch (const nlohmann::json::exception& error) {
     return refuse(fmt::format("a part's figures are malformed: {}", error.what()));
+  }
+}
+
+}  // namespace
+
+int run_plan_merge(const PlanMergeRequest& request) {
+  try {
+    return merge_parts(request);
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "kvreplay plan-merge: out of memory reading the parts\n");
+    return kExitInput;
   }
 }
 

@@ -5,8 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "app/simulation.h"
@@ -69,7 +72,74 @@ struct PlanRequest {
   // this --kv-memory, or in the search's with "search".
   std::string fault_kv_memory;
   SimFaults faults;
+  // Tests only: every probe of the search throws std::bad_alloc (exit 2, no
+  // output left behind).
+  bool fault_out_of_memory = false;
 };
+
+// Memory bounds (README, "Memory bounds (plan)"): one simulation holds at most
+// kSimulationBaseBytes (the trace's reader, the exact latency percentiles, the
+// report, the requests in flight of a run that keeps up) plus
+// kSimulationBytesPerBlock a block of its pool (the pool, the block tables and
+// the prefix-cache index with every block in use: docs/SCALE.md's fit, 105
+// bytes, with a margin). A plan runs J = min(-j, simulations ready) at once, so it
+// needs J x simulation_memory_bound(largest pool); the sweep is refused (exit
+// 2) and the search's largest pool is capped by that against memory_limit().
+inline constexpr std::uint64_t kSimulationBaseBytes = std::uint64_t{32} << 20;
+inline constexpr std::uint64_t kSimulationBytesPerBlock = 128;
+std::uint64_t simulation_memory_bound(std::uint64_t pool_blocks);
+
+// The search for the smallest pool that serves a trace (SPEC 3.4), apart from
+// the simulations it runs (each probe is one).
+//
+// Why a search found no pool.
+enum class SearchUnmet {
+  // A probe whose pool never filled (peak used + watermark + 1 below it, no
+  // cached block evicted), with no preemption and nothing skipped for the
+  // pool's size, still misses the SLOs: every larger pool runs the same
+  // simulation, so no memory serves the trace.
+  kComputeBound,
+  // The largest pool kvreplay simulates (kMaxSupportedPoolBlocks) does not serve.
+  kBlockCeiling,
+  // The largest pool whose simulations, as many as run at once, fit the memory
+  // limit does not serve.
+  kMemoryLimit,
+};
+// "compute_bound", "block_ceiling", "memory_limit": plan.json's min_kv_memory[].unmet.reason.
+std::string_view to_string(SearchUnmet unmet);
+std::optional<SearchUnmet> parse_search_unmet(std::string_view text);
+
+// What one probe saw.
+struct PoolProbe {
+  bool serves = false;  // no preemption, nothing skipped for the pool, the SLOs met
+  // The pool held the run back: it filled, or preempted, or skipped a request
+  // for its size. False: any larger pool runs the same simulation.
+  bool pool_mattered = true;
+};
+
+struct PoolSearchOutcome {
+  std::optional<std::uint32_t> blocks;  // the smallest pool that serves
+  std::optional<SearchUnmet> unmet;     // why none (unless stopped)
+  std::uint32_t decided_at = 0;         // the pool that showed `unmet`
+  // Swept pools at or above an answer that still did not serve: each raised
+  // the answer past it, since preemptions need not fall as memory grows.
+  std::vector<std::uint32_t> raised_past;
+  bool stopped = false;  // a probe failed (no figures): no answer either way
+};
+
+// Doubling from `start` to a pool that serves, then bisection; the answer is
+// then verified against the swept pools: `largest_failing_swept(answer)` is the
+// largest swept pool >= answer that does not serve (0: none), and the search
+// resumes above it. Stops, with `unmet`, at a pool where memory no longer
+// matters (a probe with !pool_mattered that does not serve: kComputeBound) or
+// when `ceiling` does not serve (`at_ceiling`). Never probes above `ceiling`;
+// probes `ceiling` itself before giving up. `probe` returns nullopt when the
+// simulation failed: the search stops at once.
+// REQUIRES: start >= 1.
+PoolSearchOutcome search_smallest_pool(
+    std::uint32_t start, std::uint32_t ceiling, SearchUnmet at_ceiling,
+    const std::function<std::optional<PoolProbe>(std::uint32_t)>& probe,
+    const std::function<std::uint32_t(std::uint32_t)>& largest_failing_swept);
 
 // Exit 1 when an invariant check fails in any simulation (the sweep point or
 // search probe is named on stderr, and no report is written).

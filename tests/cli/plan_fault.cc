@@ -3,11 +3,14 @@
 // fault), for tests/cli/run_cli_tests.sh. Prints what kvreplay prints; returns
 // its exit code.
 //
-// Usage: plan_fault REQUESTS KV_MEMORIES CHECK WHERE STEP
+// Usage: plan_fault REQUESTS KV_MEMORIES CHECK WHERE STEP [REPORT]
 //   KV_MEMORIES  comma-separated, as --kv-memory
 //   WHERE        the --kv-memory of the sweep points to plant in, or "search"
-//                (the search for the smallest KV memory runs only then)
+//                (the search for the smallest KV memory runs only then), or
+//                "oom": every probe of the search, on two threads (page sizes
+//                16 and 32, -j 2), throws std::bad_alloc
 //   STEP         the step after which one more reference to a live block is taken
+//   REPORT       --report (default: none)
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -16,8 +19,8 @@
 #include "app/plan.h"
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: %s REQUESTS KV_MEMORIES CHECK WHERE STEP\n", argv[0]);
+  if (argc != 6 && argc != 7) {
+    std::fprintf(stderr, "usage: %s REQUESTS KV_MEMORIES CHECK WHERE STEP [REPORT]\n", argv[0]);
     return 2;
   }
   kvreplay::PlanRequest request;
@@ -38,6 +41,14 @@ int main(int argc, char** argv) {
   request.page_tokens = {16};
   request.search_min = request.fault_kv_memory == "search";
   request.jobs = 1;
+  if (request.fault_kv_memory == "oom") {
+    request.fault_kv_memory.clear();
+    request.fault_out_of_memory = true;
+    request.search_min = true;
+    request.page_tokens = {16, 32};
+    request.jobs = 2;
+  }
+  if (argc == 7) request.report_path = argv[6];
   request.quiet = true;
   return kvreplay::run_plan(request);
 }

@@ -117,7 +117,7 @@ refused "a report that is no part" "not a partial plan" "$work/p/whole.json"
 jq '.cells = []' "$work/p/1.json" >"$work/p/no-cells.json"
 refused "a part that lost its cells" "no part holds the cell" "$work/p/no-cells.json" "$work/p/2.json" "$work/p/3.json"
 jq '.cells[0].report.blocks = "x"' "$work/p/1.json" >"$work/p/garbled.json"
-refused "a part with garbled figures" "malformed" "$work/p/garbled.json" "$work/p/2.json" "$work/p/3.json"
+refused "a part with garbled figures" "garbled.json: cells[0].report.blocks.peak_used: missing" "$work/p/garbled.json" "$work/p/2.json" "$work/p/3.json"
 printf '{"kvreplay_plan_part": 1, ' >"$work/p/truncated.json"
 refused "a truncated part" "truncated.json" "$work/p/truncated.json"
 
