@@ -30,8 +30,14 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
     std::string why;
     switch (reason) {
       case SkipReason::kTooLong:
-        why = fmt::format("longer than --max-seq-tokens {} (first: line {}, {} tokens)",
-                          config.kv.max_seq_tokens, first->line, first->need);
+        why = sim.options().engine == EngineKind::kVllm &&
+                      sim.options().allocator == AllocatorKind::kPaged
+                  ? fmt::format(
+                        "prompt + output tokens above --max-seq-tokens {} (vLLM's max_model_len: "
+                        "`vllm serve` rejects them; first: line {}, {} tokens)",
+                        config.kv.max_seq_tokens, first->line, first->need)
+                  : fmt::format("longer than --max-seq-tokens {} (first: line {}, {} tokens)",
+                                config.kv.max_seq_tokens, first->line, first->need);
         break;
       case SkipReason::kTooManySamples:
         why = fmt::format("n above --max-seqs {} (first: line {}, n {})", sim.options().max_seqs,
@@ -215,12 +221,13 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       const ReplayState& st = s.state();
       const std::optional<double> ttft = s.step_ttft_mean_ms();
       timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                      s.sim_totals().steps, s.now(), st.used, s.config().kv.pool_blocks - st.used,
-                      st.waste_slots, st.waste_ratio, st.logical_tokens, st.physical_tokens,
-                      st.live_sequences, s.totals().cow_copies, s.sim_totals().preemptions,
-                      s.evictions(), s.sim_totals().finished, s.in_use_blocks(),
-                      s.cache_resident_blocks(), s.waiting_requests(), s.running_requests(),
-                      s.step_first_tokens(), ttft ? fmt::format("{:.3f}", *ttft) : std::string());
+                      s.sim_totals().steps, s.now(), st.used,
+                      s.config().kv.pool_blocks - s.null_blocks() - st.used, st.waste_slots,
+                      st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
+                      s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(),
+                      s.sim_totals().finished, s.in_use_blocks(), s.cache_resident_blocks(),
+                      s.waiting_requests(), s.running_requests(), s.step_first_tokens(),
+                      ttft ? fmt::format("{:.3f}", *ttft) : std::string());
     };
   }
   if (sampler != nullptr) {
@@ -299,11 +306,12 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       &sim.totals(),
       &sim.state(),
       sim.pool().total(),
-      sim.pool().allocations(),
+      sim.pool().allocations() - sim.null_blocks(),  // the null block: no allocation for KV
       sim.pool().frees(),
       options.check.name(),
       &sim.violation(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  source.null_blocks = sim.null_blocks();
   if (options.allocator != AllocatorKind::kPaged) {
     // The baselines reserve regions instead of taking blocks.
     source.allocations = 0;
@@ -319,6 +327,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       {"finished", st.finished},
       {"skipped", st.skipped + reader.skipped()},
       {"skipped_pool_too_small", st.skipped - st.skipped_too_long - st.skipped_too_many_samples},
+      {"skipped_too_long", st.skipped_too_long},
       {"skipped_too_many_samples", st.skipped_too_many_samples}};
   const double hit_rate = st.query_tokens == 0 ? 0.0
                                                : static_cast<double>(st.hit_tokens) /

@@ -475,7 +475,11 @@ void record_event(ReplayState& state, ReplayTotals& totals, std::uint32_t used,
 void Replayer::record(const Event& event) {
   (void)event;
   state_.live_sequences = sequences_.size();
-  record_event(state_, totals_, pool_.used_count(), pool_.filled_total(), config_.kv.page_tokens);
+  // --alloc-order vllm: the null block is held, never used, in use nor wasted
+  // (vLLM's BlockPool.get_usage counts num_gpu_blocks - 1), so it is left out
+  // of every figure; the invariant checks still see it held (run_check).
+  const std::uint32_t used = pool_.used_count() - (null_block_ ? 1 : 0);
+  record_event(state_, totals_, used, pool_.filled_total(), config_.kv.page_tokens);
 }
 
 bool Replayer::run_check(const Event* event) {

@@ -147,6 +147,8 @@ class Replayer {
   const RunConfig& config() const { return config_; }
   const CheckPolicy& check_policy() const { return check_; }
   std::uint64_t cow_copies() const { return totals_.cow_copies; }
+  // 1 under --alloc-order vllm (block 0 held as vLLM's null block), else 0.
+  std::uint32_t null_blocks() const { return null_block_ ? 1 : 0; }
 
  private:
   struct Sequence {

@@ -268,7 +268,7 @@ std::optional<SkipReason> Simulator::never_fits(const Request& request, std::uin
   // Full prompt pages are shared by the samples; the rest is per sample.
   std::uint64_t shared = request.prompt / pt;
   need = shared + request.n * (ceil_div(final_length, pt) - shared);
-  const std::uint64_t usable = config_.kv.pool_blocks - (null_block_ ? 1 : 0);
+  const std::uint64_t usable = usable_blocks();
   if (need + watermark_blocks_ <= usable) return std::nullopt;
   return SkipReason::kPoolTooSmall;
 }
@@ -865,7 +865,7 @@ void Simulator::record_in_use(std::uint32_t in_use, std::uint32_t resident) {
   sim_.peak_cache_resident = std::max(sim_.peak_cache_resident, resident);
   if (sim_.steps > 1 && in_use <= sim_.peak_in_use) return;
   sim_.peak_in_use = in_use;
-  const std::uint64_t referenced = std::min<std::uint64_t>(request_entries_, pool_.total());
+  const std::uint64_t referenced = std::min<std::uint64_t>(request_entries_, usable_blocks());
   sim_.saved_blocks_at_peak = referenced > in_use ? referenced - in_use : 0;
 }
 
@@ -880,7 +880,8 @@ void Simulator::record() {
   state_.live_sequences = running_samples_;
   const std::uint32_t pt = config_.kv.page_tokens;
   if (paged()) {
-    record_event(state_, totals_, pool_.used_count(), pool_.filled_total(), pt);
+    // The null block (filled 0) is neither used nor wasted: used_blocks.
+    record_event(state_, totals_, used_blocks(), pool_.filled_total(), pt);
     record_in_use(in_use_blocks(), cache_resident_blocks());
     record_saved_blocks();
     return;

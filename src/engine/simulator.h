@@ -212,7 +212,8 @@ std::optional<std::string> sim_options_error(const RunConfig& config, const SimO
 
 // Why a request can never fit; the first applies when several do.
 enum class SkipReason : std::uint8_t {
-  kTooLong,         // prompt + output - 1 > max_seq_tokens (no pool helps)
+  kTooLong,         // generic: prompt + output - 1 > max_seq_tokens; vllm: prompt >= or
+                    // prompt + output > max_seq_tokens, max_model_len (no pool helps)
   kTooManySamples,  // n > max_seqs (no pool helps)
   kPoolTooSmall,    // more blocks (or slots) than the pool minus the watermark
 };
@@ -251,16 +252,17 @@ struct SimTotals {
   std::uint64_t preempted_queries = 0;
   std::uint64_t preempted_hits = 0;
   // Blocks in use: referenced by a running request's table, what vLLM's
-  // kv_cache_usage reports. The pool's used blocks less the cache residency
-  // (cached blocks no request holds, which the cache gives back on demand).
-  // Contiguous baselines: the reserved pages. Taken after every step.
+  // kv_cache_usage reports. The pool's used blocks (the null block never
+  // counted, see used_blocks) less the cache residency (cached blocks no
+  // request holds, which the cache gives back on demand). Contiguous
+  // baselines: the reserved pages. Taken after every step.
   std::uint32_t peak_in_use = 0;
   double in_use_sum = 0.0;  // over steps, for the mean
   std::uint32_t peak_cache_resident = 0;
   // At the first step that reached peak_in_use: the blocks the running
   // requests' tables reference (as many as the pool could hold) less the blocks
   // in use, i.e. the blocks of this pool that sharing kept free. In
-  // [0, pool_blocks - peak_in_use]. Paged only.
+  // [0, pool_blocks - null block - peak_in_use]. Paged only.
   std::uint64_t saved_blocks_at_peak = 0;
   std::uint64_t reserved_slots_peak = 0;  // contiguous baselines
   std::uint64_t admission_blocked_external =
@@ -306,6 +308,13 @@ class Simulator {
   // After the last step: blocks referenced by running requests, and cached
   // blocks no request holds (see SimTotals::peak_in_use).
   std::uint32_t in_use_blocks() const { return state_.used - cache_resident_blocks(); }
+  // The pool's blocks that hold KV or are held for it: its used blocks less
+  // the null block, which is never used, in use nor wasted in any figure
+  // (BlockPool.get_usage: 1 - free / (num_gpu_blocks - 1)). state().used.
+  std::uint32_t used_blocks() const { return pool_.used_count() - null_blocks(); }
+  // Blocks that can hold KV: the pool less the null block.
+  std::uint32_t usable_blocks() const { return pool_.total() - null_blocks(); }
+  std::uint32_t null_blocks() const { return null_block_ ? 1 : 0; }
   std::uint32_t cache_resident_blocks() const { return paged() ? cache_.evictable() : 0; }
   // vLLM's null block (vllm engine, or --alloc-order vllm): block 0, never KV.
   const std::optional<BlockId>& null_block() const { return null_block_; }
@@ -366,6 +375,11 @@ class Simulator {
     std::uint32_t generated = 0;
     std::uint32_t cached_pages = 0;  // leading prompt pages already offered to the cache
     std::uint32_t preemptions = 0;
+    // vllm: from (re)admission until its computed tokens catch up with its
+    // tokens (a token is sampled): every token computed then is prompt
+    // computation, a one-token chunk too (a recompute after a full prefix
+    // hit, or the last token of a chunked re-prefill), not a decode.
+    bool prefilling = true;
     bool work_stamped = false;  // schedule_work has seen it (its times read once)
     std::vector<Sample> samples;
     Request request;

@@ -97,11 +97,21 @@ class HashedPages {
 
 std::optional<SkipReason> Simulator::never_fits_vllm(const Request& request,
                                                      std::uint64_t& need) const {
-  const std::uint64_t final_length = std::uint64_t{request.prompt} + request.output - 1;
-  if (final_length > config_.kv.max_seq_tokens) {
-    need = final_length;
+  // max_model_len (--max-seq-tokens) as `vllm serve` applies it, a trace's
+  // output being the request's max_tokens: InputProcessor._validate_prompt_len
+  // (vllm/v1/engine/input_processor.py) rejects a prompt of max_model_len
+  // tokens or more (equal: "plus the number of requested output tokens (at
+  // least 1) is longer"), and the OpenAI server's TokenizeParams._token_len_check
+  // (vllm/renderers/params.py, max_output_tokens = the request's max_tokens,
+  // CompletionRequest.build_tok_params) one whose prompt + max_tokens exceeds
+  // it. Rejected requests never reach the scheduler: skipped, counted.
+  const std::uint64_t max_model_len = config_.kv.max_seq_tokens;
+  const std::uint64_t total = std::uint64_t{request.prompt} + request.output;
+  if (request.prompt >= max_model_len || total > max_model_len) {
+    need = total;
     return SkipReason::kTooLong;
   }
+  const std::uint64_t final_length = total - 1;  // KV held when the last token is sampled
   // Each child of an n > 1 request is a request of its own (no --max-seqs
   // bound on n). One that needs more blocks than the pool less the null block
   // (and the watermark, when given) waits at the head of the queue forever.
@@ -370,6 +380,7 @@ void Simulator::preempt_vllm(std::unique_ptr<Flight> victim) {
   victim->samples.clear();
   victim->computed = 0;
   victim->cached_pages = 0;
+  victim->prefilling = true;  // it re-prefills prompt + generated tokens
   ++victim->preemptions;
   ++sim_.preemptions;
   waiting_.push_front(std::move(victim));
@@ -712,20 +723,29 @@ bool Simulator::step_vllm() {
   sim_.max_running = std::max<std::uint64_t>(sim_.max_running, running_.size());
 
   // The model runs; Scheduler.update_from_output: a request whose computed
-  // tokens catch up with its tokens samples one more; one that reaches its
-  // output length finishes.
+  // tokens catch up with its tokens samples one more; check_stop
+  // (vllm/v1/core/sched/utils.py) finishes one that reaches its max_tokens
+  // (the trace's output) or num_tokens >= max_model_len (FINISHED_LENGTH_CAPPED;
+  // never first here, as never_fits_vllm rejects prompt + output > max_model_len).
   bool any_finished = false;
+  const std::uint64_t max_model_len = config_.kv.max_seq_tokens;
   for (auto [flight, tokens] : scheduled) {
     const std::uint32_t num_tokens = flight->request.prompt + flight->generated;
-    const bool prefill = flight->generated == 0 || num_tokens - flight->computed > 1;
+    // Prompt computation from (re)admission until a token is sampled, one-token
+    // chunks included: a preempted request whose prefix hit covers all but its
+    // last token (get_computed_blocks caps the hit at num_tokens - 1)
+    // recomputes that token as part of its re-prefill, not as a decode.
+    const bool prefill = flight->prefilling;
     schedule_work(*flight, flight->computed, tokens, prefill);
     flight->computed += tokens;
     if (prefill) sim_.prompt_tokens_computed += tokens;
     if (flight->computed < num_tokens) continue;
+    flight->prefilling = false;
     if (flight->generated == 0) first_token(*flight);
     ++flight->generated;
     ++sim_.output_tokens;  // once: a preempted request keeps what it generated
-    if (flight->generated >= flight->request.output) {
+    if (flight->generated >= flight->request.output ||
+        std::uint64_t{flight->request.prompt} + flight->generated >= max_model_len) {
       flight->samples[0].done = true;
       any_finished = true;
     }

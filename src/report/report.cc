@@ -24,17 +24,20 @@ std::string_view to_string(RunStatus status) {
 
 ReportSource report_source(const ReplayReportInput& input) {
   const Replayer& replayer = *input.replayer;
+  // Block 0 taken as the null block is no allocation for KV.
+  const std::uint64_t allocations = replayer.pool().allocations() - replayer.null_blocks();
   return ReportSource{input.trace,
                       input.status,
                       &replayer.config(),
                       &replayer.totals(),
                       &replayer.state(),
                       replayer.pool().total(),
-                      replayer.pool().allocations(),
+                      allocations,
                       replayer.pool().frees(),
                       replayer.check_policy().name(),
                       &replayer.violation(),
-                      input.wall_seconds};
+                      input.wall_seconds,
+                      replayer.null_blocks()};
 }
 
 nlohmann::json base_report(const ReportSource& source) {
@@ -159,8 +162,13 @@ std::string base_summary(const ReportSource& input, bool color) {
                        memory.empty() ? std::string() : ": per GPU" + memory.substr(1));
   }
   out += paint.bold("blocks") + "\n";
+  // The share of the blocks that can hold KV: vLLM's BlockPool.get_usage
+  // divides by num_gpu_blocks - 1, the null block left out.
+  const std::uint32_t usable = input.pool_total - input.null_blocks;
   line("peak used", fmt::format("{} of {} ({})", totals.peak_used, input.pool_total,
-                                percent(static_cast<double>(totals.peak_used) / input.pool_total)));
+                                percent(usable == 0 ? 0.0
+                                                    : static_cast<double>(totals.peak_used) /
+                                                          static_cast<double>(usable))));
   line("final used", std::to_string(state.used));
   line("allocations / frees", fmt::format("{} / {}", input.allocations, input.frees));
   out += paint.bold("waste (unfilled slots of used blocks)") + "\n";
@@ -220,7 +228,8 @@ void TimelineWriter::row(const Event& event, const Replayer& replayer) {
   out_.print("{},{},{},{},{},{},{},{:.6f},{},{},{},{},{},{}\n", event.index, event.line,
              to_string(event.op), event.has_t ? fmt::format("{}", event.t) : std::string(), s.used,
              pool.free_count(), s.waste_slots, s.waste_ratio, s.logical_tokens, s.physical_tokens,
-             s.live_sequences, replayer.cow_copies(), pool.allocations(), pool.frees());
+             s.live_sequences, replayer.cow_copies(), pool.allocations() - replayer.null_blocks(),
+             pool.frees());
 }
 
 }  // namespace kvreplay

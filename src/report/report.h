@@ -43,6 +43,7 @@ struct ReportSource {
   std::string check_mode;
   const std::optional<Violation>* violation = nullptr;
   double wall_seconds = 0.0;
+  std::uint32_t null_blocks = 0;  // vLLM's null block, held: not a block of the pool's share
 };
 
 ReportSource report_source(const ReplayReportInput& input);

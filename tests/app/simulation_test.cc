@@ -6,6 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 namespace {
 
@@ -40,6 +44,58 @@ std::filesystem::path shared_trace(const char* relative) {
 }
 
 }  // namespace
+
+TEST_CASE("simulate report: vLLM's null block and max_model_len in the report's figures") {
+  // --max-seq-tokens 8 (max_model_len), pool 4 (null + 3), 4-token pages, no
+  // prefix cache. a: prompt 6, output 2: step 1 computes 6 tokens in 2 blocks
+  // (2 of 8 slots unfilled), step 2 its last token; freed at the step's end.
+  // b (prompt 8 >= max_model_len) and c (5 + 4 > 8) are rejected as `vllm
+  // serve` does (InputProcessor._validate_prompt_len,
+  // TokenizeParams._token_len_check): skipped, counted, warned. No figure
+  // counts the null block (BlockPool.get_usage).
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvreplay_simulation_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "t.jsonl").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "{\"arrival\": 0, \"id\": \"a\", \"prompt\": 6, \"output\": 2}\n"
+           "{\"arrival\": 0, \"id\": \"b\", \"prompt\": 8, \"output\": 1}\n"
+           "{\"arrival\": 0, \"id\": \"c\", \"prompt\": 5, \"output\": 4}\n";
+  }
+  RunConfig config = tiny_config(4, 4);
+  config.kv.max_seq_tokens = 8;
+  SimOptions options = engine_options(kvreplay::EngineKind::kVllm);
+  options.prefix_cache = false;
+  auto result = kvreplay::simulate_file(path, std::nullopt, config, options, nullptr);
+  std::filesystem::remove_all(dir);
+  REQUIRE(result);
+  const auto& report = result.value().report;
+  INFO(report.dump(1));
+  CHECK(report["blocks"]["total"] == 4);
+  CHECK(report["blocks"]["peak_used"] == 2);
+  CHECK(report["blocks"]["peak_in_use"] == 2);
+  CHECK(report["blocks"]["final_used"] == 0);
+  CHECK(report["blocks"]["allocations"] == 2);  // block 0 taken as the null block is none
+  CHECK(report["blocks"]["mean_in_use"].get<double>() == Approx(1.0));  // 2, then 0
+  CHECK(report["fragmentation"]["waste_ratio_max"].get<double>() == 0.25);
+  CHECK(report["fragmentation"]["waste_ratio_at_peak"].get<double>() == 0.25);
+  CHECK(report["fragmentation"]["waste_slots_at_peak"] == 2);
+  CHECK(report["memory"]["peak_in_use_bytes"] == 2 * 4 * 32);  // 2 blocks of 4 tokens, K + V 32 B
+  CHECK(report["requests"]["total"] == 3);
+  CHECK(report["requests"]["finished"] == 1);
+  CHECK(report["requests"]["skipped"] == 2);
+  CHECK(report["requests"]["skipped_too_long"] == 2);
+  CHECK(report["requests"]["skipped_pool_too_small"] == 0);
+  CHECK(report["scheduler"]["output_tokens"] == 2);
+  const auto& warnings = result.value().warnings;
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("2 requests skipped: prompt + output tokens above --max-seq-tokens 8 "
+                         "(vLLM's max_model_len") != std::string::npos);
+  CHECK(warnings[0].find("first: line 2, 9 tokens") != std::string::npos);
+  // The summary's share of the pool is of the 3 blocks that can hold KV.
+  CHECK(result.value().summary.find("2 of 4 (66.67%)") != std::string::npos);
+}
 
 TEST_CASE("simulator: Mooncake conversation trace matches the published reuse figures",
           "[shared]") {

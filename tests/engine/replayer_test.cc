@@ -254,6 +254,43 @@ TEST_CASE("replayer: --check off runs no check, not even for a check event") {
   CHECK(d.replayer.totals().events == 2);
 }
 
+TEST_CASE("replayer --alloc-order vllm: the null block is neither used nor wasted") {
+  // vLLM's BlockPool holds block 0 as the null block (BlockPool.get_usage
+  // counts num_gpu_blocks - 1). Pool 8 under vllm: admit 6 tokens (2 blocks,
+  // 2 of 8 slots unfilled), append 2 (full), free: nothing used, so the
+  // waste ratio is 0 there, not the null block's 1.0. The checks, run after
+  // every event, still count block 0 held.
+  RunConfig config = micro_config(8, 64);
+  config.alloc_order = AllocOrder::kVllm;
+  Replayer replayer(config, CheckPolicy{CheckPolicy::Mode::kEvery, 1}, OomPolicy::kFail);
+  std::uint64_t index = 0;
+  auto ok = [&](Event event) {
+    event.index = ++index;
+    event.line = index + 1;
+    auto outcome = replayer.apply(event, "t.jsonl");
+    REQUIRE(outcome);
+    REQUIRE(outcome.value() == Replayer::Outcome::kApplied);
+  };
+  ok(admit(1, 6));
+  CHECK(replayer.state().used == 2);
+  CHECK(replayer.state().waste_slots == 2);
+  ok(append(1, 2));
+  CHECK(replayer.state().waste_ratio == 0.0);
+  ok(free_seq(1));
+  CHECK(replayer.state().used == 0);
+  CHECK(replayer.state().waste_ratio == 0.0);
+  CHECK(replayer.finish() == Replayer::Outcome::kApplied);
+  const ReplayTotals& t = replayer.totals();
+  CHECK(t.peak_used == 2);
+  CHECK(t.waste_ratio_max == 0.25);
+  CHECK(t.waste_ratio_at_peak == 0.25);
+  CHECK(t.waste_slots_at_peak == 2);
+  CHECK(t.saved_blocks_at_peak == 0);  // 2 table entries, 2 blocks
+  CHECK(replayer.null_blocks() == 1);
+  CHECK(replayer.pool().used_count() == 1);  // block 0, held
+  CHECK(t.checks >= 3);
+}
+
 TEST_CASE("replayer layout: runs and continued pages of the sequence tables, per order") {
   // Two sequences grow in turn, so their pages interleave: under lowest, seq 1
   // gets b0 b2 b4, seq 2 b1 b3 b5 (3 runs each); freeing seq 1 and admitting

@@ -11,6 +11,7 @@
 namespace {
 
 using kvreplay::AllocatorKind;
+using kvreplay::AllocOrder;
 using kvreplay::CheckPolicy;
 using kvreplay::EvictPolicy;
 using kvreplay::Request;
@@ -70,6 +71,30 @@ TEST_CASE("simulator: one request prefills, decodes and frees every block") {
   CHECK(sim.totals().tokens_appended == 14);
   CHECK(sim.pool().used_count() == 0);
   CHECK(sim.sim_totals().preemptions == 0);
+}
+
+TEST_CASE("simulator: under --alloc-order vllm the null block is neither used nor wasted") {
+  // The generic engine with vLLM's free queue holds block 0 as the null block
+  // (BlockPool.get_usage counts num_gpu_blocks - 1). Prompt 6, output 4, no
+  // prefix cache: step 1 prefills 6 tokens into 2 blocks (2 of 8 slots
+  // unfilled), steps 2-3 fill page 1, step 4 takes page 2 and finishes: no
+  // block used after it, so no waste either (the null block's 1.0 before).
+  RunConfig config = tiny_config(4);
+  config.alloc_order = AllocOrder::kVllm;
+  SimOptions options = checked_options();
+  options.prefix_cache = false;
+  Simulator sim(config, options);
+  std::vector<std::uint32_t> used;
+  sim.on_step = [&](const Simulator& s) { used.push_back(s.state().used); };
+  run_all(sim, {request(0.0, 6, 4)});
+  CHECK(used == std::vector<std::uint32_t>{2, 2, 2, 0});
+  CHECK(sim.totals().peak_used == 2);
+  CHECK(sim.sim_totals().peak_in_use == 2);
+  CHECK(sim.totals().waste_ratio_max == 0.25);
+  CHECK(sim.totals().waste_slots_at_peak == 2);
+  CHECK(sim.null_block());
+  CHECK(sim.pool().used_count() == 1);  // block 0, held (the checks count it)
+  CHECK(sim.used_blocks() == 0);
 }
 
 TEST_CASE(

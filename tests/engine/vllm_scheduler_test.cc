@@ -1,6 +1,6 @@
 // The vllm engine rule by rule, on micro-traces worked by hand (4-token blocks,
 // pools of a few blocks). Each case records, after every step, the blocks in
-// use (block 0, the null block, included), preemptions, prompt tokens
+// use (block 0, the null block, never counted: BlockPool.get_usage), preemptions, prompt tokens
 // computed and output tokens, and compares them with the figures derived from
 // vLLM's rules (traces/README.md, "The vllm engine, worked by hand").
 #include <catch2/catch.hpp>
@@ -89,14 +89,17 @@ TEST_CASE("vllm: the null block, blocks per step, finished requests freed at the
   // blocks are freed at the end of the step (full pages stay cached).
   Simulator sim(micro_config(4), vllm_options());
   const Steps steps = run(sim, {request("a", 6, 4)});
-  CHECK(steps.in_use == U32s{3, 3, 3, 1});
+  CHECK(steps.in_use == U32s{2, 2, 2, 0});
   CHECK(steps.output == U64s{1, 2, 3, 4});
   CHECK(steps.prompt_computed == U64s{6, 6, 6, 6});
   CHECK(steps.preemptions == U64s{0, 0, 0, 0});
   // The null block and the two full pages (prompt page 0, page 1 of tokens
-  // 4..7) stay used: one in use, two cache residency.
+  // 4..7) stay held in the pool: the two pages are cache residency, none is in
+  // use, and the null block is neither.
   CHECK(sim.pool().used_count() == 3);
+  CHECK(sim.used_blocks() == 2);
   CHECK(sim.cache_resident_blocks() == 2);
+  CHECK(sim.in_use_blocks() == 0);
   CHECK(sim.sim_totals().finished == 1);
 }
 
@@ -112,7 +115,7 @@ TEST_CASE("vllm: preemption keeps the generated tokens and admits nothing in tha
   const Steps steps = run(sim, {request("a", 4, 6), request("b", 4, 6)});
   CHECK(steps.preemptions == U64s{0, 0, 0, 0, 0, 1, 1});
   CHECK(steps.output == U64s{2, 4, 6, 8, 10, 11, 12});
-  CHECK(steps.in_use == U32s{3, 5, 5, 5, 5, 1, 1});
+  CHECK(steps.in_use == U32s{2, 4, 4, 4, 4, 0, 0});
   CHECK(steps.prompt_computed == U64s{8, 8, 8, 8, 8, 8, 13});
   const SimTotals& t = sim.sim_totals();
   // PrefixCacheStats: the first admissions' 8 tokens, no hits; B's readmission
@@ -162,14 +165,96 @@ TEST_CASE("vllm: a waiting request that cannot get its blocks stops admission (h
   // C alone would fit.
   Simulator sim(micro_config(4), vllm_options());
   const Steps steps = run(sim, {request("a", 8, 2), request("b", 8, 1), request("c", 1, 1)});
-  // Step 1: only A runs (2 blocks + null). A finishes in step 2; B and C are
+  // Step 1: only A runs (2 blocks). A finishes in step 2; B and C are
   // admitted in step 3 (A's freed blocks are free from then).
   CHECK(steps.in_use.size() >= 3);
-  CHECK(steps.in_use[0] == 3);
+  CHECK(steps.in_use[0] == 2);
   CHECK(steps.prompt_computed[0] == 8);
   CHECK(steps.prompt_computed[1] == 8);
   CHECK(steps.prompt_computed[2] == 8 + 8 + 1);
   CHECK(sim.sim_totals().finished == 3);
+}
+
+TEST_CASE("vllm: the null block is neither used, in use nor wasted in any figure") {
+  // BlockPool.get_usage: usage = 1 - free / (num_gpu_blocks - 1), the null
+  // block left out. Pool 4, no prefix cache, prompt 6 output 4 (as "the null
+  // block, blocks per step" above): step 1 holds 2 blocks for 6 tokens (2 of
+  // 8 slots unfilled: 0.25), step 2 7 tokens, step 3 8, step 4 takes page 2
+  // and finishes, its blocks freed at the step's end: nothing used then, so
+  // no waste either (the old figures: peak 3 with the null block, and a
+  // waste ratio of 1.0 whenever only the null block was held).
+  SimOptions options = vllm_options();
+  options.prefix_cache = false;
+  Simulator sim(micro_config(4), options);
+  std::vector<std::uint32_t> used;
+  std::vector<double> waste;
+  sim.on_step = [&](const Simulator& s) {
+    used.push_back(s.state().used);
+    waste.push_back(s.state().waste_ratio);
+  };
+  run_to_end(sim, {request("a", 6, 4)});
+  CHECK(used == U32s{2, 2, 2, 0});
+  CHECK(waste == std::vector<double>{0.25, 0.125, 0.0, 0.0});
+  CHECK(sim.totals().peak_used == 2);
+  CHECK(sim.sim_totals().peak_in_use == 2);
+  CHECK(sim.state().used == 0);  // final_used
+  CHECK(sim.totals().waste_ratio_max == 0.25);
+  CHECK(sim.totals().waste_ratio_at_peak == 0.25);
+  CHECK(sim.totals().waste_slots_at_peak == 2);
+  // The mean is over the steps that used a block: (0.25 + 0.125 + 0) / 3.
+  CHECK(sim.totals().waste_ratio_mean() == Approx(0.125));
+  CHECK(sim.sim_totals().in_use_sum == 6.0);
+  // The pool still holds block 0 (the invariant checks, run after every step
+  // by run_to_end's policy, count it held, not free).
+  CHECK(sim.pool().used_count() == 1);
+  CHECK(sim.pool().free_count() == 3);
+  CHECK(sim.used_blocks() == 0);
+  CHECK(sim.usable_blocks() == 3);
+}
+
+TEST_CASE("vllm: max_model_len as vllm serve applies it") {
+  // --max-seq-tokens 8 is max_model_len. InputProcessor._validate_prompt_len
+  // rejects a prompt of 8 tokens or more; TokenizeParams._token_len_check a
+  // prompt + max_tokens (the trace's output) above 8. The old rule skipped
+  // only prompt + output - 1 > 8 and ran both "a" and "b".
+  Simulator sim(micro_config(32, 8), vllm_options());
+  const Steps steps =
+      run(sim, {request("a", 8, 1), request("b", 5, 4), request("c", 5, 3), request("d", 7, 1)});
+  const SimTotals& t = sim.sim_totals();
+  CHECK(t.requests == 4);
+  CHECK(t.skipped == 2);
+  CHECK(t.skipped_too_long == 2);
+  REQUIRE(sim.first_skipped(SkipReason::kTooLong));
+  CHECK(sim.first_skipped(SkipReason::kTooLong)->id == "a");
+  CHECK(sim.first_skipped(SkipReason::kTooLong)->need == 9);  // prompt + output
+  // c (5 + 3 = 8 tokens) and d (7 + 1) run: check_stop ends c when its
+  // num_tokens reaches 8, max_tokens and max_model_len at once.
+  CHECK(t.finished == 2);
+  CHECK(t.output_tokens == 3 + 1);
+  CHECK(steps.prompt_computed.front() == 5 + 7);
+}
+
+TEST_CASE("vllm: a one-token recompute after a full prefix hit is prompt computation") {
+  // Pool 6 (null + 5). A: prompt 6, output 7; B: prompt 4, output 6.
+  // Step 1: A computes 6 (pages 0-1), B 4 (page 0): 3 blocks. Step 2: B
+  // takes page 1. Step 4: A takes page 2, the last free block. Step 5: B's
+  // page 1 fills (cached). Step 6: B (num_tokens 9, computed 8) needs page 2,
+  // nothing free or evictable: B, the last running, preempts itself; its
+  // pages 0-1 stay cached. Step 7: A finishes; B hits both pages but needs 1
+  // new + 2 evictable blocks with 2 evictable: waits. Step 8: B's hit is 8
+  // tokens, all but its last (get_computed_blocks caps it at num_tokens - 1),
+  // so it recomputes 1 token: the rest of its re-prefill, counted in
+  // prompt_tokens_computed (the old code counted it as a decode: 10 at the end).
+  Simulator sim(micro_config(6), vllm_options());
+  const Steps steps = run(sim, {request("a", 6, 7), request("b", 4, 6)});
+  CHECK(steps.preemptions == U64s{0, 0, 0, 0, 0, 1, 1, 1});
+  CHECK(steps.output == U64s{2, 4, 6, 8, 10, 11, 12, 13});
+  CHECK(steps.in_use == U32s{3, 4, 4, 5, 5, 3, 0, 0});
+  CHECK(steps.prompt_computed == U64s{10, 10, 10, 10, 10, 10, 10, 11});
+  const SimTotals& t = sim.sim_totals();
+  CHECK(t.preempted_queries == 9);
+  CHECK(t.preempted_hits == 8);
+  CHECK(t.finished == 2);
 }
 
 TEST_CASE("vllm: block ids and eviction order of vLLM's test_prefix_caching test_prefill") {
@@ -310,7 +395,7 @@ TEST_CASE(
   REQUIRE(seen.tables.size() == 3);
   // Step 1: both computed, cached, finished and freed; 2 blocks stay resident.
   CHECK(seen.tables[0].empty());
-  CHECK(seen.in_use[0] == 1);  // the null block
+  CHECK(seen.in_use[0] == 0);  // only the null block is held: never in use
   // Step 2: req2 hits block 1 (16 tokens) and takes block 2 for tokens 16..30.
   CHECK(seen.tables[1] == Tables{{1, 2}});
   CHECK(sim.evictions() == 1);
@@ -521,7 +606,7 @@ TEST_CASE("vllm hybrid: one block per group per page, pages leaving the window f
   };
   Request a = hashed_request("a", 10, 4, {1, 2, 3}, 0.0, 4);
   run_to_end(sim, {a});
-  CHECK(steps.in_use == U32s{7, 6, 5, 1});
+  CHECK(steps.in_use == U32s{6, 5, 4, 0});
   CHECK(after_step3 == GroupTables{{{1, 2, 3}, {0, 0, 6}}});
   CHECK(sim.sim_totals().window_freed_blocks == 2);
   CHECK(sim.sim_totals().output_tokens == 4);
@@ -541,7 +626,7 @@ TEST_CASE("vllm hybrid: one block per group per page, pages leaving the window f
   Request b = hashed_request("b", 10, 2, {1, 2, 3}, sim.now(), 4);
   run_to_end(sim, {b});
   CHECK(b_tables == GroupTables{{{1, 2, 8}, {0, 5, 7}}});
-  CHECK(steps.in_use == U32s{6, 1});
+  CHECK(steps.in_use == U32s{5, 0});
   CHECK(sim.sim_totals().hits == 8);
   CHECK(sim.sim_totals().queries == 20);
 }
@@ -560,7 +645,7 @@ TEST_CASE("vllm hybrid: preemption frees every group, the hit needs every group"
   CHECK(steps.preemptions == U64s{0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
   CHECK(steps.output == U64s{2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
   CHECK(steps.prompt_computed == U64s{8, 8, 8, 8, 8, 8, 13, 13, 13, 13, 13});
-  CHECK(steps.in_use == U32s{5, 5, 5, 5, 4, 1, 5, 5, 5, 4, 1});
+  CHECK(steps.in_use == U32s{4, 4, 4, 4, 3, 0, 4, 4, 4, 3, 0});
   const SimTotals& t = sim.sim_totals();
   CHECK(t.queries == 8);
   CHECK(t.hits == 0);
