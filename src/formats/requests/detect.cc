@@ -38,7 +38,8 @@ Result<RequestFormat, InputError> decide_json_format(const JsonLines& lines,
     }
     return RequestFormat::kNative;
   }
-  if (record.first_unknown == "kvtrace" || record.first_unknown == "op") {
+  if (record.first_unknown == "kvtrace" || record.first_unknown == "op" ||
+      record.first_unknown == "config" || record.first_unknown == "events") {
     return Unexpected{lines.error_at(record.line, "format",
                                      "this is a kvtrace event trace, not a request trace "
                                      "(replay it with kvreplay replay)")};
