@@ -3,10 +3,14 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "app/command.h"
 #include "app/exit_codes.h"
+#include "core/memory_budget.h"
 #include "formats/requests/native_writer.h"
 #include "formats/requests/request_reader.h"
 #include "io/output.h"
@@ -21,10 +25,57 @@ int write_failed(const OutputSet& outputs) {
   return kExitInput;
 }
 
+// --sort: every request of the trace, held in memory (the formula is the
+// README's, "Sorting a trace"), then written in the order of their arrivals.
+struct SortedTrace {
+  // A request held: itself, twice over while the vector grows, and its entry
+  // in the order (index and arrival) and in stable_sort's buffer.
+  static constexpr std::uint64_t kBytesPerRequest = 2 * sizeof(Request) + 2 * 16;
+
+  std::vector<Request> requests;
+  std::uint64_t heap_bytes = 0;  // ids, prefixes and hash ids
+  std::uint64_t next_check = 0;  // the first request checks (KVREPLAY_MEMORY_LIMIT too)
+
+  std::uint64_t need() const {
+    return add_sat(mul_sat(requests.size(), kBytesPerRequest), heap_bytes);
+  }
+  // Takes `request`; the problem when the trace held so far is over the memory limit.
+  std::optional<std::string> add(Request&& request) {
+    heap_bytes = add_sat(heap_bytes, request.id.size() + request.prefix.size() +
+                                         8 * std::uint64_t{request.hash_ids.size()});
+    requests.push_back(std::move(request));
+    const std::uint64_t bytes = need();
+    if (bytes < next_check && bytes <= memory_limit().bytes) return std::nullopt;
+    next_check = mul_sat(bytes, 2);
+    return check_memory(bytes,
+                        fmt::format("sorting (the whole trace in memory, {} request{} so far)",
+                                    requests.size(), requests.size() == 1 ? "" : "s"),
+                        fmt::format("{} bytes a request + {} of ids, prefixes and hash ids",
+                                    kBytesPerRequest, memory_text(heap_bytes)));
+  }
+  // Orders the requests by arrival, ties in trace order; when some arrive
+  // before arrival 0 (an Azure row earlier than the first), arrivals are
+  // rebased to the earliest.
+  void sort() {
+    std::vector<std::pair<double, std::size_t>> order(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) order[i] = {requests[i].arrival, i};
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Request> sorted;
+    sorted.reserve(requests.size());
+    for (const auto& [arrival, index] : order) sorted.push_back(std::move(requests[index]));
+    requests = std::move(sorted);
+    const double origin = requests.empty() ? 0.0 : requests.front().arrival;
+    if (origin < 0) {
+      for (Request& request : requests) request.arrival -= origin;
+    }
+  }
+};
+
 }  // namespace
 
 int run_convert(const std::string& input, std::optional<RequestFormat> forced,
-                const std::string& output) {
+                const std::string& output, bool sort) {
   // Opened first, as every command opens its outputs before reading: a path
   // that cannot be written fails before any input is read.
   OutputSet outputs;
@@ -37,9 +88,20 @@ int run_convert(const std::string& input, std::optional<RequestFormat> forced,
     return kExitInput;
   }
   RequestReader& reader = *opened.value();
+  if (sort) reader.allow_unsorted();
   std::string record;
   Request request;
   std::uint64_t count = 0;
+  SortedTrace held;
+  // The trace's wall-clock start goes with the first record written.
+  auto write = [&](const Request& r) {
+    record.clear();
+    std::optional<std::string> start;
+    if (count == 0) start = reader.start();
+    append_native_json(record, r, start.value_or(std::string()));
+    out->write(record);
+    ++count;
+  };
   for (;;) {
     auto more = reader.next(request);
     if (!more) {
@@ -47,11 +109,24 @@ int run_convert(const std::string& input, std::optional<RequestFormat> forced,
       return kExitInput;  // the output's temporary file is removed
     }
     if (!more.value()) break;
+    if (sort) {
+      const std::uint64_t line = request.line;
+      if (auto problem = held.add(std::move(request))) {
+        fmt::print(stderr, "{}\n", InputError{reader.name(), line, "--sort", *problem}.to_string());
+        return kExitInput;
+      }
+      request = Request{};
+      continue;
+    }
     if (out->failed()) return write_failed(outputs);  // stop at once, not at the end
-    record.clear();
-    append_native_json(record, request);
-    out->write(record);
-    ++count;
+    write(request);
+  }
+  if (sort) {
+    held.sort();
+    for (const Request& r : held.requests) {
+      if (out->failed()) return write_failed(outputs);
+      write(r);
+    }
   }
   if (!outputs.commit()) return write_failed(outputs);
   std::string skipped;
@@ -62,9 +137,9 @@ int run_convert(const std::string& input, std::optional<RequestFormat> forced,
   if (to_stdout) {
     if (!skipped.empty()) fmt::print(stderr, "kvreplay convert: {}\n", skipped.substr(2));
   } else {
-    put_text(stdout,
-             fmt::format("converted {} request{} ({} -> native) to {}{}\n", count,
-                         count == 1 ? "" : "s", to_string(reader.format()), output, skipped));
+    put_text(stdout, fmt::format("converted {} request{} ({} -> native{}) to {}{}\n", count,
+                                 count == 1 ? "" : "s", to_string(reader.format()),
+                                 sort ? ", sorted by arrival" : "", output, skipped));
   }
   return kExitOk;
 }
@@ -81,19 +156,24 @@ class ConvertCommand final : public Command {
     app.add_option("-o,--output", output_,
                    "write here (default - for stdout); a file appears only once the whole input "
                    "converted");
+    app.add_flag("--sort", sort_,
+                 "sort the requests by arrival (stable: ties keep their order) instead of "
+                 "refusing arrivals that go backwards; holds the whole trace in memory");
     app.footer(
         "Examples:\n"
         "  kvreplay convert traces/requests/mooncake_conv.jsonl -o requests.jsonl\n"
-        "  kvreplay convert traces/requests/azure_conv.csv -o requests.jsonl");
+        "  kvreplay convert traces/requests/azure_conv.csv -o requests.jsonl\n"
+        "  kvreplay convert traces/requests/azure_conv.csv --sort -o sorted.jsonl");
   }
   int run() override {
     std::optional<RequestFormat> format;
     if (!format_.empty()) format = parse_request_format(format_);
-    return run_convert(input_, format, output_);
+    return run_convert(input_, format, output_, sort_);
   }
 
  private:
   std::string input_, format_, output_ = "-";
+  bool sort_ = false;
 };
 
 }  // namespace

@@ -88,7 +88,7 @@ std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
   return b > kMax - a ? kMax : a + b;
 }
 
-std::string bytes_text(std::uint64_t bytes) {
+std::string memory_text(std::uint64_t bytes) {
   if (bytes == kMax) return "more than 16 EiB";
   constexpr double kKiB = 1024.0;
   const double b = static_cast<double>(bytes);
@@ -109,7 +109,7 @@ std::optional<std::string> check_memory(std::uint64_t need_bytes, std::string_vi
   const MemoryLimit limit = memory_limit();
   if (need_bytes <= limit.bytes) return std::nullopt;
   return fmt::format("{} needs {} ({}), over the memory limit of {} ({})", what,
-                     bytes_text(need_bytes), formula, bytes_text(limit.bytes), limit.source);
+                     memory_text(need_bytes), formula, memory_text(limit.bytes), limit.source);
 }
 
 }  // namespace kvreplay

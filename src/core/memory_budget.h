@@ -42,6 +42,6 @@ std::optional<std::string> check_memory(std::uint64_t need_bytes, std::string_vi
                                         std::string_view formula);
 
 // "1.50 GiB", "512.00 MiB", "900 bytes".
-std::string bytes_text(std::uint64_t bytes);
+std::string memory_text(std::uint64_t bytes);
 
 }  // namespace kvreplay
