@@ -28,9 +28,9 @@ int write_failed(const OutputSet& outputs) {
 // --sort: every request of the trace, held in memory (the formula is the
 // README's, "Sorting a trace"), then written in the order of their arrivals.
 struct SortedTrace {
-  // A request held: itself, twice over while the vector grows, and its entry
-  // in the order (index and arrival) and in stable_sort's buffer.
-  static constexpr std::uint64_t kBytesPerRequest = 2 * sizeof(Request) + 2 * 16;
+  // A request held: itself, twice over while the vector grows; its key in the
+  // sort (arrival and index) and in stable_sort's buffer; its index in the order.
+  static constexpr std::uint64_t kBytesPerRequest = 2 * sizeof(Request) + 2 * 16 + 8;
 
   std::vector<Request> requests;
   std::uint64_t heap_bytes = 0;  // ids, prefixes and hash ids
@@ -53,22 +53,21 @@ struct SortedTrace {
                         fmt::format("{} bytes a request + {} of ids, prefixes and hash ids",
                                     kBytesPerRequest, memory_text(heap_bytes)));
   }
-  // Orders the requests by arrival, ties in trace order; when some arrive
-  // before arrival 0 (an Azure row earlier than the first), arrivals are
-  // rebased to the earliest.
-  void sort() {
-    std::vector<std::pair<double, std::size_t>> order(requests.size());
-    for (std::size_t i = 0; i < requests.size(); ++i) order[i] = {requests[i].arrival, i};
-    std::stable_sort(order.begin(), order.end(),
+  // The requests in arrival order, ties in trace order (indices into
+  // `requests`, so nothing is copied); when some arrive before arrival 0 (an
+  // Azure row earlier than the first), their arrivals are rebased to the earliest.
+  std::vector<std::size_t> sort() {
+    std::vector<std::pair<double, std::size_t>> keyed(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) keyed[i] = {requests[i].arrival, i};
+    std::stable_sort(keyed.begin(), keyed.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<Request> sorted;
-    sorted.reserve(requests.size());
-    for (const auto& [arrival, index] : order) sorted.push_back(std::move(requests[index]));
-    requests = std::move(sorted);
-    const double origin = requests.empty() ? 0.0 : requests.front().arrival;
+    const double origin = keyed.empty() ? 0.0 : keyed.front().first;
     if (origin < 0) {
       for (Request& request : requests) request.arrival -= origin;
     }
+    std::vector<std::size_t> order(keyed.size());
+    for (std::size_t i = 0; i < keyed.size(); ++i) order[i] = keyed[i].second;
+    return order;
   }
 };
 
@@ -122,10 +121,9 @@ int run_convert(const std::string& input, std::optional<RequestFormat> forced,
     write(request);
   }
   if (sort) {
-    held.sort();
-    for (const Request& r : held.requests) {
+    for (std::size_t index : held.sort()) {
       if (out->failed()) return write_failed(outputs);
-      write(r);
+      write(held.requests[index]);
     }
   }
   if (!outputs.commit()) return write_failed(outputs);
