@@ -15,8 +15,12 @@ namespace kvreplay {
 // or a FIFO is written in place as records are read. Bad input: one
 // "FILE:LINE: FIELD: problem" line on stderr, exit code 2, and no output file.
 // An output that cannot be written: one "kvreplay: cannot write the output
-// PATH: why" line, exit code 2. Returns the exit code.
+// PATH: why" line, exit code 2. The trace's wall-clock start, when its format
+// has one (RequestReader::start), is the first record's "start".
+// `sort`: arrivals may go backwards; every request is held in memory (within
+// core/memory_budget.h's limit, else exit 2) and written in arrival order,
+// ties in trace order. Returns the exit code.
 int run_convert(const std::string& input, std::optional<RequestFormat> forced,
-                const std::string& output);
+                const std::string& output, bool sort = false);
 
 }  // namespace kvreplay

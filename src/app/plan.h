@@ -85,8 +85,7 @@ struct PlanRequest {
 // bytes, with a margin). A plan runs J = min(-j, simulations ready) at once, so it
 // needs J x simulation_memory_bound(largest pool); the sweep is refused (exit
 // 2) and the search's largest pool is capped by that against memory_limit().
-inline constexpr std::uint64_t kSimulationBaseBytes = std::uint64_t{32} << 20;
-inline constexpr std::uint64_t kSimulationBytesPerBlock = 128;
+// (The constants are app/simulation.h's, shared with simulate's own check.)
 std::uint64_t simulation_memory_bound(std::uint64_t pool_blocks);
 
 // The search for the smallest pool that serves a trace (SPEC 3.4), apart from

@@ -57,7 +57,7 @@ int run_replay(const ReplayRequest& request) {
   if (timeline_out != nullptr) timeline.emplace(*timeline_out);
   std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
   if (html_out != nullptr) sampler.emplace();
-  auto progress = ProgressLine::for_stderr(!request.quiet, 1024);
+  auto progress = ProgressLine::for_stderr(!request.quiet, 1024, request.trace_path);
   auto run = replay_trace(
       request.trace_path, request.overrides, request.check, request.on_oom, request.dataplane,
       [&](const Event& event, const Replayer& replayer) {

@@ -49,7 +49,7 @@ int run_simulate(const SimulateRequest& request) {
   std::FILE* summary_stream = outputs.writes_stdout() ? stderr : stdout;
   std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
   if (html_out != nullptr) sampler.emplace(TimelineSampler::kDefaultBuckets, /*simulate=*/true);
-  auto progress = ProgressLine::for_stderr(!request.quiet, 16);
+  auto progress = ProgressLine::for_stderr(!request.quiet, 16, request.trace_path);
   auto result = simulate_file(request.trace_path, request.format, config.value(), request.options,
                               timeline_out, sampler ? &*sampler : nullptr,
                               SimulateTerminal{progress.get(), color_enabled(summary_stream)},

@@ -453,13 +453,13 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
                    sim.roofline() ? fmt::format("roofline on {}", sim.roofline()->gpu())
                                   : std::string("linear")));
   auto percentiles = [](const LatencySummary& l) {
-    return fmt::format("p50 {:.1f}, p90 {:.1f}, p99 {:.1f}, mean {:.1f}", l.p50, l.p90, l.p99,
-                       l.mean);
+    return fmt::format("p50 {}, p90 {}, p99 {}, mean {}", ms_text(l.p50), ms_text(l.p90),
+                       ms_text(l.p99), ms_text(l.mean));
   };
-  line("TTFT ms", percentiles(ttft));
-  line("TPOT ms", percentiles(tpot));
-  line("queueing ms", percentiles(queue));
-  line("end-to-end ms", percentiles(e2e));
+  line("TTFT", percentiles(ttft));
+  line("TPOT", percentiles(tpot));
+  line("queueing", percentiles(queue));
+  line("end-to-end", percentiles(e2e));
   if (options.slo.any()) {
     std::string targets;
     if (options.slo.ttft_ms) targets += fmt::format("TTFT <= {:g} ms", *options.slo.ttft_ms);

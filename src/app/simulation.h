@@ -102,7 +102,7 @@ InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides);
 // An overloaded run also keeps its waiting queue, which grows with the trace,
 // not with the pool; the bound is checked before the run, per simulation
 // (plan multiplies it by its parallel jobs).
-inline constexpr std::uint64_t kSimulationBaseBytes = std::uint64_t{64} << 20;
+inline constexpr std::uint64_t kSimulationBaseBytes = std::uint64_t{32} << 20;
 inline constexpr std::uint64_t kSimulationBytesPerBlock = 128;
 std::uint64_t simulation_memory_bytes(std::uint64_t pool_blocks);
 

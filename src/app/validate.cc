@@ -11,7 +11,7 @@
 namespace kvreplay {
 
 int run_validate(const std::string& trace_path, const ConfigOverrides& overrides) {
-  auto progress = ProgressLine::for_stderr(true, 1024);
+  auto progress = ProgressLine::for_stderr(true, 1024, trace_path);
   auto run =
       replay_trace(trace_path, overrides, CheckPolicy{CheckPolicy::Mode::kEnd, 1}, OomPolicy::kSkip,
                    DataPlaneRequest{}, [&](const Event& event, const Replayer&) {

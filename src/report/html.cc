@@ -192,6 +192,22 @@ std::string percent_text(const nlohmann::json& ratio) {
   return ratio.is_number() ? fmt::format("{:.2f}%", ratio.get<double>() * 100.0) : "-";
 }
 
+// What makes an ok simulation less than fine, "" when nothing does:
+// "overloaded" (overload.overloaded), "SLO 42.5%" (slo.attainment below
+// kSloAttained, floored to a hundredth of a percent so it never reads 99%).
+constexpr double kSloAttained = 0.99;  // plan's default --slo-attainment
+
+std::string run_concerns(const nlohmann::json& report) {
+  std::string out;
+  if (at_path(report, {"overload", "overloaded"}) == true) out = "overloaded";
+  const nlohmann::json& attainment = at_path(report, {"slo", "attainment"});
+  if (attainment.is_number() && attainment.get<double>() < kSloAttained) {
+    const double percent = std::floor(attainment.get<double>() * 10000.0) / 100.0;
+    out += fmt::format("{}SLO {:g}%", out.empty() ? "" : " · ", percent);
+  }
+  return out;
+}
+
 // The page's style and script are assets/report.css and assets/report.js,
 // embedded at build time (report/assets.h). The script draws every chart
 // described in the page's data and sets data-drawn on <html>; it builds SVG as
@@ -281,14 +297,23 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
   const bool simulate = report.contains("scheduler");
   const std::string path = value_text(at_path(report, {"trace", "path"}));
   std::string title = fmt::format("kvreplay {}: {}", simulate ? "simulate" : "replay", path);
-  std::string subtitle =
-      fmt::format("{} · {} {} · status {}", value_text(at_path(report, {"trace", "format"})),
-                  value_text(at_path(report, {"trace", "events"})),
-                  simulate ? "requests" : "events", value_text(at_path(report, {"status"})));
+  const std::string status = value_text(at_path(report, {"status"}));
+  const std::string concerns = run_concerns(report);
+  std::string subtitle = fmt::format(
+      "{} · {} {} · status {}{}", value_text(at_path(report, {"trace", "format"})),
+      value_text(at_path(report, {"trace", "events"})), simulate ? "requests" : "events", status,
+      concerns.empty() ? std::string() : fmt::format(" ({})", concerns));
 
   std::string body = "<div class=\"cards\">\n";
-  const std::string status = value_text(at_path(report, {"status"}));
-  body += card("status", status, status == "ok" ? "good" : "bad");
+  // Green only for a run that is ok and kept its promises: an ok run that was
+  // overloaded or missed its SLOs is amber, saying which.
+  if (status != "ok") {
+    body += card("status", status, "bad");
+  } else if (!concerns.empty()) {
+    body += card("status", concerns, "warn");
+  } else {
+    body += card("status", status, "good");
+  }
   body += card("peak used blocks",
                fmt::format("{} of {}", value_text(at_path(report, {"blocks", "peak_used"})),
                            value_text(at_path(report, {"blocks", "total"}))));
@@ -326,7 +351,10 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
     body += card("TPOT p50 / p99", ms({"latency", "tpot_ms", "p50"}) + " / " +
                                        ms({"latency", "tpot_ms", "p99"}));
     const nlohmann::json& attainment = at_path(report, {"slo", "attainment"});
-    if (attainment.is_number()) body += card("SLO attainment", percent_text(attainment));
+    if (attainment.is_number()) {
+      body += card("SLO attainment", percent_text(attainment),
+                   attainment.get<double>() < kSloAttained ? "warn" : "good");
+    }
     const nlohmann::json& ratio = at_path(report, {"overload", "ratio"});
     if (ratio.is_number()) {
       const bool overloaded = at_path(report, {"overload", "overloaded"}) == true;

@@ -94,12 +94,6 @@ nlohmann::json replay_report(const ReplayReportInput& input) {
   return base_report(report_source(input));
 }
 
-std::string ms_text(double ms) {
-  if (ms < 1e4) return fmt::format("{:.1f} ms", ms);
-  if (ms < 3.6e6) return fmt::format("{:.1f} s", ms / 1e3);
-  return fmt::format("{:.1f} h", ms / 3.6e6);
-}
-
 std::string bytes_text(std::uint64_t bytes) {
   constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes);

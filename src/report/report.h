@@ -10,6 +10,7 @@
 #include "engine/replayer.h"
 #include "formats/kvtrace_reader.h"
 #include "io/output.h"
+#include "report/duration_text.h"  // ms_text, for the callers that print durations
 
 namespace kvreplay {
 
@@ -60,8 +61,6 @@ std::string replay_summary(const ReplayReportInput& input, bool color = false);
 
 // "12.3 MiB", "512 B".
 std::string bytes_text(std::uint64_t bytes);
-// A latency in ms as people read it: "147.4 ms", "12.3 s", "1.2 h".
-std::string ms_text(double ms);
 
 // One CSV row per event, into a streamed output (io/output.h), so memory stays
 // flat; the header row is written on construction.

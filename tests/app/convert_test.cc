@@ -89,7 +89,8 @@ TEST_CASE("native records: fixed key order, optional keys only when set", "[conv
 }
 
 TEST_CASE("arrivals print with the fewest digits that round-trip", "[convert]") {
-  for (double value : {0.0, 0.1, 1.0 / 3.0, 3536.999, 1e-7, 123456789.123456789, 1e300}) {
+  // Up to the arrival bound, 2^33 s (formats/requests/request.h).
+  for (double value : {0.0, 0.1, 1.0 / 3.0, 3536.999, 1e-7, 123456789.123456789, 8589934592.0}) {
     Request r;
     r.arrival = value;
     r.prompt = 1;
@@ -132,7 +133,8 @@ TEST_CASE("every format converts to native and round-trips", "[convert]") {
                    "2023-11-16 18:15:46.6805900,374,44\r\n"
                    "2023-11-16 18:15:50.9951690,396,109\r\n",
                    "csv") ==
-        "{\"arrival\": 0, \"id\": 2, \"prompt\": 374, \"output\": 44}\n"
+        "{\"arrival\": 0, \"start\": \"2023-11-16 18:15:46.6805900\", \"id\": 2, \"prompt\": 374, "
+        "\"output\": 44}\n"
         "{\"arrival\": 4.314579, \"id\": 3, \"prompt\": 396, \"output\": 109}\n");
   CHECK(round_trip("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                    "5,ChatGPT,472,18,490,Conversation log\n"
@@ -170,7 +172,9 @@ TEST_CASE("convert: missing input, forced format, unwritable output", "[convert]
              "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-01-01 00:00:00,1,2\n");
   CHECK(kvreplay::run_convert(dir.file("in.csv"), RequestFormat::kBurstGpt, dir.file("o")) == 2);
   CHECK(kvreplay::run_convert(dir.file("in.csv"), RequestFormat::kAzure, dir.file("o")) == 0);
-  CHECK(read_text(dir.file("o")) == "{\"arrival\": 0, \"id\": 2, \"prompt\": 1, \"output\": 2}\n");
+  CHECK(read_text(dir.file("o")) ==
+        "{\"arrival\": 0, \"start\": \"2023-01-01 00:00:00\", \"id\": 2, \"prompt\": 1, "
+        "\"output\": 2}\n");
   CHECK(kvreplay::run_convert(dir.file("in.csv"), std::nullopt, dir.file("no/such/dir/o")) == 2);
 }
 

@@ -3,6 +3,8 @@
 #   - every file in tests/cli/bad_requests/ must fail with exit code 2, exactly the
 #     stderr line given in expected.txt (FILENAME<TAB>EXPECTED_STDERR, the file named
 #     as passed from that directory), and no output file (or temporary) left behind;
+#   - the Azure start is kept as "start"; --sort orders a trace by arrival within
+#     the memory limit;
 #   - the real Mooncake trace (../shared/traces, when present) converts to 12,031
 #     records, reads the same from stdin and gzip, and converts again byte-identically.
 # Usage: run_convert_tests.sh KVREPLAY_BINARY REPO_ROOT
@@ -80,6 +82,64 @@ if "$bin" convert --help | grep -q "Example"; then ok; else fail "convert --help
 printf '{"arrival": 0, "prompt": 1, "output": 1}\n' >"$tmp/one.jsonl"
 if "$bin" convert "$tmp/one.jsonl" -o /dev/null >/dev/null && [[ -c /dev/null ]] &&
   [[ -z $(ls /dev/null.tmp.* 2>/dev/null) ]]; then ok; else fail "-o /dev/null"; fi
+
+# The wall-clock start of a trace convert rebases (Azure: arrival 0 is the first
+# row) is kept as the first record's "start", which the native reader accepts;
+# converting the output again keeps it byte for byte, and simulate reads it.
+azure="$root/traces/requests/azure_conv.csv"
+"$bin" convert "$azure" -o "$tmp/azure.jsonl" >/dev/null
+first=$(head -n 1 "$tmp/azure.jsonl")
+if [[ $first == '{"arrival": 0, "start": "2023-11-16 18:15:46.6805900", "id": 2, '* ]] &&
+  [[ $(grep -c '"start"' "$tmp/azure.jsonl") -eq 1 ]]; then ok; else
+  fail "azure: the start is not kept: $first"
+fi
+"$bin" convert "$tmp/azure.jsonl" -o "$tmp/azure_again.jsonl" >/dev/null
+if cmp -s "$tmp/azure.jsonl" "$tmp/azure_again.jsonl"; then ok; else
+  fail "azure: converting the native output again changed it (start lost?)"
+fi
+if "$bin" simulate "$tmp/azure.jsonl" --kv-memory 8GiB -q; then ok; else
+  fail "simulate does not read a native trace with a start"
+fi
+if [[ $("$bin" convert "$root/traces/requests/mooncake_conv.jsonl" | grep -c '"start"') -eq 0 ]]
+then ok; else fail "mooncake (no wall clock) got a start"; fi
+
+# --sort: a trace whose arrivals go backwards is refused with the command that
+# sorts it; --sort orders it by arrival (stable: ties keep their order), the
+# Azure start then the earliest row; nothing is sorted in a second pass.
+cat >"$tmp/unsorted.csv" <<'CSV'
+TIMESTAMP,ContextTokens,GeneratedTokens
+2023-11-16 18:15:46.5,10,1
+2023-11-16 18:15:45,20,2
+2023-11-16 18:15:50,30,3
+2023-11-16 18:15:45,40,4
+CSV
+stderr=$("$bin" simulate "$tmp/unsorted.csv" --kv-memory 1GiB -q 2>&1)
+rc=$?
+if [[ $rc -eq 2 && $stderr == "$tmp/unsorted.csv:3: TIMESTAMP: 2023-11-16 18:15:45 goes backwards (previous TIMESTAMP was 2023-11-16 18:15:46.5); sort it by arrival first: kvreplay convert --sort $tmp/unsorted.csv -o sorted.jsonl" ]]
+then ok; else fail "simulate, unsorted: exit $rc, '$stderr'"; fi
+summary=$("$bin" convert "$tmp/unsorted.csv" --sort -o "$tmp/sorted.jsonl")
+rc=$?
+expected='{"arrival": 0, "start": "2023-11-16 18:15:45", "id": 3, "prompt": 20, "output": 2}
+{"arrival": 0, "id": 5, "prompt": 40, "output": 4}
+{"arrival": 1.5, "id": 2, "prompt": 10, "output": 1}
+{"arrival": 5, "id": 4, "prompt": 30, "output": 3}'
+if [[ $rc -eq 0 && $(cat "$tmp/sorted.jsonl") == "$expected" &&
+  $summary == "converted 4 requests (azure -> native, sorted by arrival) to $tmp/sorted.jsonl" ]]
+then ok; else fail "convert --sort: exit $rc, '$summary': $(cat "$tmp/sorted.jsonl")"; fi
+if "$bin" simulate "$tmp/sorted.jsonl" --kv-memory 1GiB -q; then ok; else
+  fail "the sorted trace does not simulate"
+fi
+printf '{"arrival": 3, "prompt": 1, "output": 1}\n{"arrival": 1, "id": "b", "prompt": 2, "output": 1}\n{"arrival": 1, "id": "c", "prompt": 3, "output": 1}\n' |
+  "$bin" convert - --sort >"$tmp/native_sorted.jsonl"
+if [[ $(cut -d, -f2 "$tmp/native_sorted.jsonl" | tr '\n' '|') == ' "id": "b"| "id": "c"| "id": 1|' ]]
+then ok; else fail "convert --sort on stdin: $(cat "$tmp/native_sorted.jsonl")"; fi
+# Its memory is checked as it grows: over the limit is exit 2 and no output.
+stderr=$(KVREPLAY_MEMORY_LIMIT=1KiB "$bin" convert "$azure" --sort -o "$tmp/limited.jsonl" 2>&1)
+rc=$?
+if [[ $rc -eq 2 && $stderr == "$azure:"*": --sort: sorting (the whole trace in memory, "*" requests so far) needs "*", over the memory limit of 1.00 KiB (KVREPLAY_MEMORY_LIMIT)" &&
+  ! -e $tmp/limited.jsonl ]]
+then ok; else fail "convert --sort over the memory limit: exit $rc, '$stderr'"; fi
+if "$bin" convert --help | grep -q -- "--sort"; then ok; else fail "convert --help lacks --sort"; fi
 
 # The real Mooncake trace.
 mooncake="$root/../shared/traces/mooncake/conversation_trace.jsonl"

@@ -294,7 +294,7 @@ check '[[ $csv_met == $(key .slo.met) ]] && [[ $(key .slo.met) -gt 0 && $(key .s
   "SLO met: CSV $csv_met, report $(key .slo.met)"
 check 'jq -e ".slo.attainment == .slo.met / 1000 and .latency.ttft_ms.p50 <= .latency.ttft_ms.p90 and .latency.ttft_ms.p90 <= .latency.ttft_ms.p99" "$work/report.json" >/dev/null' \
   "attainment or percentiles: $(key '.slo | tostring')"
-check 'grep -q "TTFT ms .*p50 .*p99" "$work/out" && grep -q "SLO attainment  *0\." "$work/out"' \
+check 'grep -q "TTFT  .*p50 .*p99" "$work/out" && grep -q "SLO attainment  *0\." "$work/out"' \
   "summary: $(grep -E 'TTFT|SLO' "$work/out" | tr '\n' '|')"
 # The timeline: every request's first token in exactly one step, the step's mean TTFT beside it.
 check '[[ $(head -1 "$work/timeline.csv" | cut -d, -f16-) == "waiting_requests,running_requests,first_tokens,ttft_ms_mean" ]] &&

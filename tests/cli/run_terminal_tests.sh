@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Terminal manners (SPEC 6; README "Terminal output"):
-#   - in a pipe or a file: no progress line on stderr, no escape codes anywhere,
-#     however long the run;
+#   - in a pipe or a file: no escape codes anywhere; progress only as plain lines,
+#     one a step of 10% of the input read (KVREPLAY_PROGRESS=log shows them from
+#     the start, as a long run would after 10 s), none for a short run, a run
+#     reading a pipe, or --quiet;
 #   - --quiet on replay, simulate, plan and compare prints no summary or table;
 #   - --help on every subcommand (as the top-level help lists them) shows an example;
 #   - on a terminal (a pty from util-linux `script`, else tmux; skipped when neither
@@ -81,6 +83,41 @@ check '! has_escape "$work/out" && [[ ! -s $work/err ]]' "compare in a pipe: esc
 NO_COLOR= "$kvreplay" replay traces/quickstart.jsonl >"$work/out" 2>"$work/err"
 check '! has_escape "$work/out"' "NO_COLOR empty, in a pipe: escape codes"
 finish "compare and summary in a pipe: no colour"
+
+# Progress in a pipe (CI logs): a plain line each time the share of the input read
+# passes a multiple of 10%, with the percentage and an ETA; only after the run has
+# taken 10 s, so a short run prints nothing. KVREPLAY_PROGRESS=log shows the lines
+# from the start (whatever the run's length), =off never.
+"$kvreplay" replay "$work/events.jsonl" --check off >"$work/out" 2>"$work/err"
+check '[[ ! -s $work/err ]]' "a short replay of a file in a pipe wrote on stderr: $(shown "$work/err")"
+for command in replay validate; do
+  args=(--check off)
+  [[ $command == validate ]] && args=()
+  KVREPLAY_PROGRESS=log "$kvreplay" $command "$work/events.jsonl" "${args[@]}" >"$work/out" 2>"$work/err"
+  rc=$?
+  check '[[ $rc -eq 0 ]]' "$command with KVREPLAY_PROGRESS=log: exit $rc"
+  check '! grep -q $'"'"'[\r\033]'"'"' "$work/err"' "$command: carriage returns or escapes in a log: $(shown "$work/err")"
+  check '[[ $(grep -cvE "^kvreplay $command: [0-9,]+ events \([0-9,]+ events/s\), [0-9]+%(, ETA [0-9.]+ (s|min|h))?\$" "$work/err") -eq 0 ]]' \
+    "$command: a line not of progress: $(shown "$work/err")"
+  mapfile -t percents < <(sed -E 's/.*, ([0-9]+)%.*/\1/' "$work/err")
+  check '((${#percents[@]} >= 5))' "$command: ${#percents[@]} progress lines for a 637 KB trace: $(shown "$work/err")"
+  previous=0
+  for p in "${percents[@]}"; do  # one line a step of 10%, in order, never 0% or 100%
+    check '((p / 10 > previous / 10 && p < 100))' "$command: ${p}% after ${previous}%"
+    previous=$p
+  done
+done
+gzip -c "$work/events.jsonl" >"$work/events.jsonl.gz"
+KVREPLAY_PROGRESS=log "$kvreplay" replay - --check off <"$work/events.jsonl.gz" >/dev/null 2>"$work/err"
+check 'grep -qE "^kvreplay replay: .*, [0-9]+%" "$work/err"' "gzip on stdin from a file: no progress: $(shown "$work/err")"
+KVREPLAY_PROGRESS=log "$kvreplay" simulate "$work/requests.jsonl" --kv-memory 64MiB >"$work/out" 2>"$work/err"
+check 'grep -qE "^kvreplay simulate: [0-9,]+ requests, [0-9,]+ finished, virtual time [0-9.]+ s, [0-9]+%" "$work/err"' \
+  "simulate with KVREPLAY_PROGRESS=log: $(shown "$work/err")"
+KVREPLAY_PROGRESS=log bash "$work/slow_replay.sh" >"$work/out" 2>"$work/err"
+check '[[ ! -s $work/err ]]' "reading a pipe, the fraction is unknown: $(shown "$work/err")"
+KVREPLAY_PROGRESS=log "$kvreplay" replay "$work/events.jsonl" -q >"$work/out" 2>"$work/err"
+check '[[ ! -s $work/out && ! -s $work/err ]]' "--quiet with KVREPLAY_PROGRESS=log: $(shown "$work/err")"
+finish "progress in a pipe: a line every 10% with an ETA, none for short runs, pipes or --quiet"
 
 # --quiet: nothing on stdout (and, in a pipe, nothing on stderr either).
 bash "$work/slow_replay.sh" --quiet >"$work/out" 2>"$work/err"
@@ -179,6 +216,8 @@ else
   check '! has_escape "$work/tty"' "TERM=dumb: escape codes"
   finish "NO_COLOR (non-empty disables colour) and TERM=dumb"
 
+  in_terminal "$work/tty" env -u NO_COLOR TERM=xterm KVREPLAY_PROGRESS=off bash "$work/slow_replay.sh"
+  check '! grep -q "events/s)" "$work/tty"' "KVREPLAY_PROGRESS=off on a terminal: $(shown "$work/tty")"
   in_terminal "$work/tty" env -u NO_COLOR TERM=xterm bash "$work/slow_replay.sh" --quiet
   check '[[ ! -s $work/tty ]]' "replay --quiet on a terminal printed: $(shown "$work/tty")"
   in_terminal "$work/tty" env -u NO_COLOR TERM=xterm bash "$work/slow_simulate.sh" --quiet

@@ -132,6 +132,31 @@ TEST_CASE("kvtrace reader: both forms give the same events") {
   CHECK(to_string(Op::kDropPrefix) == "drop_prefix");
 }
 
+// A request trace given to replay or validate: the message names its format
+// and the command that reads it, whatever the format.
+TEST_CASE("kvtrace reader: a request trace is told to use simulate") {
+  CHECK(error_of("{\"timestamp\": 0, \"input_length\": 6955, \"output_length\": 52, "
+                 "\"hash_ids\": [0]}\n") ==
+        "t.kvtrace:1: kvtrace: this is a request trace (mooncake): use kvreplay simulate");
+  CHECK(error_of("{\"arrival\": 0.5, \"prompt\": 10, \"output\": 2}\n") ==
+        "t.kvtrace:1: kvtrace: this is a request trace (native): use kvreplay simulate");
+  // id and hash_ids are keys of both formats: the next key decides.
+  CHECK(error_of("{\"id\": \"r1\", \"hash_ids\": [1, 2], \"input_length\": 600}\n") ==
+        "t.kvtrace:1: kvtrace: this is a request trace (mooncake): use kvreplay simulate");
+  CHECK(error_of("{\"id\": {\"a\": [1]}, \"prompt\": 3}\n") ==
+        "t.kvtrace:1: kvtrace: this is a request trace (native): use kvreplay simulate");
+  CHECK(error_of("{\"id\": 7}\n") ==
+        "t.kvtrace:1: kvtrace: this is a request trace: use kvreplay simulate");
+  CHECK(
+      error_of("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,4808,10\n") ==
+      "t.kvtrace:1: kvtrace: this is a request trace (azure): use kvreplay simulate");
+  CHECK(error_of("\xEF\xBB\xBF\ntimestamp,model,request tokens,response tokens\n5,x,1,2\n") ==
+        "t.kvtrace:2: kvtrace: this is a request trace (burstgpt): use kvreplay simulate");
+  // Not a request trace: the kvtrace messages as before.
+  CHECK(error_of("time,prompt\n1,2\n") ==
+        R"(t.kvtrace:1: json: a kvtrace starts with {"kvtrace": 1, ...}, not 't')");
+}
+
 TEST_CASE("kvtrace reader: header problems name the header key") {
   CHECK(error_of("") ==
         R"(t.kvtrace:1: json: empty input: a kvtrace starts with {"kvtrace": 1, ...})");

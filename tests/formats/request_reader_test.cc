@@ -265,7 +265,7 @@ TEST_CASE("a forced format", "[request_reader]") {
                  "[1]}\n",
                  "t.jsonl", RequestFormat::kNative) ==
         "t.jsonl:1: timestamp: unknown field (a native record takes arrival, id, prompt, output, "
-        "n, prefix, prefix_tokens, hash_block_tokens, hash_ids)");
+        "n, prefix, prefix_tokens, hash_block_tokens, hash_ids, start)");
   CHECK(error_of("TIMESTAMP,ContextTokens,GeneratedTokens\n", "t.csv", RequestFormat::kBurstGpt) ==
         "t.csv:1: header: no column 'Request tokens' (an BurstGPT trace's header is "
         "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type)");
@@ -274,6 +274,119 @@ TEST_CASE("a forced format", "[request_reader]") {
   auto azure = read_all("timestamp,contexttokens,generatedtokens\n2023-01-01 00:00:00,1,2\n",
                         "t.csv", RequestFormat::kAzure);
   CHECK(azure.requests.size() == 1);
+}
+
+// Arrivals past 2^33 s would lose their microseconds in a double (1e15 s has
+// an ulp of 0.125 s: every latency read 0): every format refuses them, at the
+// bound's exact edge.
+TEST_CASE("every format refuses arrivals past 2^33 s", "[request_reader][errors]") {
+  const std::string bound =
+      " is past the arrival bound of 2^33 s (8589934592 s, about 272 years; beyond it a double "
+      "no longer resolves microseconds)";
+  CHECK(error_of("{\"arrival\": 8589934592, \"prompt\": 1, \"output\": 1}\n").empty());
+  CHECK(error_of("{\"arrival\": 1e15, \"prompt\": 1, \"output\": 1}\n") ==
+        "t.jsonl:1: arrival: 1e15" + bound);
+  CHECK(error_of("{\"arrival\": 8589934592.001, \"prompt\": 1, \"output\": 1}\n") ==
+        "t.jsonl:1: arrival: 8589934592.001" + bound);
+  const std::string mooncake = ", \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1]}\n";
+  CHECK(error_of("{\"timestamp\": 8589934592000" + mooncake).empty());
+  CHECK(error_of("{\"timestamp\": 8589934592001" + mooncake) ==
+        "t.jsonl:1: timestamp: 8589934592001 ms" + bound);
+  CHECK(error_of("{\"timestamp\": 0" + mooncake + "{\"timestamp\": 1000000000000000000" +
+                 mooncake) == "t.jsonl:2: timestamp: 1000000000000000000 ms" + bound);
+  const std::string azure = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,5,1\n";
+  CHECK(error_of(azure + "2296-01-30 07:12:18,5,1\n", "t.csv").empty());  // 2^33 s later
+  CHECK(error_of(azure + "2296-01-30 07:12:18.000001,5,1\n", "t.csv") ==
+        "t.csv:3: TIMESTAMP: 2296-01-30 07:12:18.000001 (8589934592 s after the first row)" +
+            bound);
+  CHECK(error_of(azure + "2296-01-30 07:12:19,5,1\n", "t.csv") ==
+        "t.csv:3: TIMESTAMP: 2296-01-30 07:12:19 (8589934593 s after the first row)" + bound);
+  CHECK(error_of(azure + "9999-12-31 23:59:59,5,1\n", "t.csv") ==
+        "t.csv:3: TIMESTAMP: 9999-12-31 23:59:59 (251702142253 s after the first row)" + bound);
+  const std::string burst =
+      "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n";
+  CHECK(error_of(burst + "8589934592,ChatGPT,1,18,19,x\n", "t.csv").empty());
+  CHECK(error_of(burst + "1e15,ChatGPT,1,18,19,x\n", "t.csv") ==
+        "t.csv:2: Timestamp: 1e15" + bound);
+  // Negative and not-a-number arrivals were refused before the bound existed.
+  CHECK(error_of(burst + "nan,ChatGPT,1,18,19,x\n", "t.csv") ==
+        "t.csv:2: Timestamp: expected a number, got 'nan'");
+  CHECK(error_of("{\"arrival\": NaN, \"prompt\": 1, \"output\": 1}\n")
+            .rfind("t.jsonl:1: arrival: expected a number", 0) == 0);
+  CHECK(error_of("{\"timestamp\": -1" + mooncake) ==
+        "t.jsonl:1: timestamp: -1 is negative (must be >= 0)");
+}
+
+// A trace out of order is refused with the command that sorts it; with
+// allow_unsorted (convert --sort) it reads through.
+TEST_CASE("arrivals that go backwards: the fix in the message, or read through",
+          "[request_reader][errors]") {
+  const std::string native =
+      "{\"arrival\": 2, \"prompt\": 1, \"output\": 1}\n{\"arrival\": 1, \"prompt\": 1, \"output\": "
+      "1}\n";
+  CHECK(error_of(native, "my trace's.jsonl") ==
+        "my trace's.jsonl:2: arrival: 1 goes backwards (previous arrival was 2); sort it by "
+        "arrival first: kvreplay convert --sort 'my trace'\\''s.jsonl' -o sorted.jsonl");
+  CHECK(error_of(native, "<stdin>") ==
+        "<stdin>:2: arrival: 1 goes backwards (previous arrival was 2); sort it by arrival first: "
+        "kvreplay convert --sort - -o sorted.jsonl");
+  auto read_unsorted = [](const std::string& text, const std::string& name) {
+    auto opened = RequestReader::from_string(text, name, std::nullopt);
+    REQUIRE(opened);
+    opened.value()->allow_unsorted();
+    std::vector<double> arrivals;
+    Request request;
+    for (;;) {
+      auto more = opened.value()->next(request);
+      REQUIRE(more);
+      if (!more.value()) break;
+      arrivals.push_back(request.arrival);
+    }
+    return std::make_pair(arrivals, opened.value()->start());
+  };
+  CHECK(read_unsorted(native, "t.jsonl").first == std::vector<double>{2.0, 1.0});
+  // Azure: seconds from the first row, negative before it; start() is the earliest row.
+  auto [arrivals, start] = read_unsorted(
+      "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,5,1\n"
+      "2023-11-16 18:15:45,5,1\n2023-11-16 18:15:50,5,1\n",
+      "t.csv");
+  CHECK(arrivals == std::vector<double>{0.0, -1.5, 3.5});
+  CHECK(start == std::optional<std::string>("2023-11-16 18:15:45"));
+}
+
+// The wall-clock instant of arrival 0: Azure's first TIMESTAMP as written, a
+// native trace's "start" (first record only, a date and time), none otherwise.
+TEST_CASE("the trace's start: Azure's first row, native's start field", "[request_reader]") {
+  auto start_of = [](const std::string& text, const std::string& name) {
+    auto opened = RequestReader::from_string(text, name, std::nullopt);
+    REQUIRE(opened);
+    Request request;
+    while (opened.value()->next(request).value()) {
+    }
+    return opened.value()->start();
+  };
+  CHECK(start_of("TIMESTAMP,ContextTokens,GeneratedTokens\n 2023-11-16 18:15:46.6805900 ,5,1\n"
+                 "2023-11-16 18:15:47,5,1\n",
+                 "t.csv") == std::optional<std::string>("2023-11-16 18:15:46.6805900"));
+  CHECK(start_of(
+            "{\"arrival\": 0, \"start\": \"2023-11-16T18:15:46Z\", \"prompt\": 1, \"output\": 1}\n",
+            "t.jsonl") == std::optional<std::string>("2023-11-16T18:15:46Z"));
+  CHECK(start_of(
+            "{\"start\": \"2023-11-16 18:15:46\", \"arrival\": 0, \"prompt\": 1, \"output\": 1}\n",
+            "t.jsonl") == std::optional<std::string>("2023-11-16 18:15:46"));
+  CHECK(start_of("{\"arrival\": 0, \"prompt\": 1, \"output\": 1}\n", "t.jsonl") == std::nullopt);
+  CHECK(
+      start_of("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1]}\n",
+               "t.jsonl") == std::nullopt);
+  const std::string one = "{\"arrival\": 0, \"prompt\": 1, \"output\": 1}\n";
+  CHECK(error_of(one + "{\"arrival\": 1, \"start\": \"2023-11-16 18:15:46\", \"prompt\": 1, "
+                       "\"output\": 1}\n") ==
+        "t.jsonl:2: start: only the first record may give the trace's start");
+  CHECK(error_of("{\"arrival\": 0, \"start\": 5, \"prompt\": 1, \"output\": 1}\n") ==
+        "t.jsonl:1: start: expected a date and time as a string, got a number");
+  CHECK(error_of("{\"arrival\": 0, \"start\": \"yesterday\", \"prompt\": 1, \"output\": 1}\n") ==
+        "t.jsonl:1: start: expected a date and time like 2023-11-16 18:15:46.6805900, got "
+        "'yesterday'");
 }
 
 TEST_CASE("bad native records: exact messages", "[request_reader][native][errors]") {
@@ -287,10 +400,10 @@ TEST_CASE("bad native records: exact messages", "[request_reader][native][errors
        "t.jsonl:1: json: expected ',' or '}' in the record, got '\"'"},
       {ok + "{\"arrival\": 0, \"prompt\": 5, \"output\": 1, \"foo\": 1}\n",
        "t.jsonl:2: foo: unknown field (a native record takes arrival, id, prompt, output, n, "
-       "prefix, prefix_tokens, hash_block_tokens, hash_ids)"},
+       "prefix, prefix_tokens, hash_block_tokens, hash_ids, start)"},
       {"{\"foo\": [1, {\"a\": 2}],\n \"arrival\": 0, \"prompt\": 5, \"output\": 1}\n",
        "t.jsonl:1: foo: unknown field (a native record takes arrival, id, prompt, output, n, "
-       "prefix, prefix_tokens, hash_block_tokens, hash_ids)"},
+       "prefix, prefix_tokens, hash_block_tokens, hash_ids, start)"},
       {ok + "{\"arrival\": 0, \"prompt\": 5}\n",
        "t.jsonl:2: output: missing (a native record needs arrival, prompt, output)"},
       {"{\"prompt\": 5, \"output\": 1}\n",
@@ -314,7 +427,8 @@ TEST_CASE("bad native records: exact messages", "[request_reader][native][errors
        "t.jsonl:1: arrival: 1e999 is out of range"},
       {"{\"arrival\": 2, \"prompt\": 5, \"output\": 1}\n\n"
        "{\"arrival\": 1, \"prompt\": 5, \"output\": 1}\n",
-       "t.jsonl:3: arrival: 1 goes backwards (previous arrival was 2)"},
+       "t.jsonl:3: arrival: 1 goes backwards (previous arrival was 2); sort it by arrival first: "
+       "kvreplay convert --sort t.jsonl -o sorted.jsonl"},
       {"{\"arrival\": 0, \"prompt\": 5, \"prompt\": 5, \"output\": 1}\n",
        "t.jsonl:1: prompt: duplicate field"},
       {"{\"arrival\": 0, \"prompt\": 5, \"output\": 1, \"prefix\": \"s\", \"prefix_tokens\": 6}\n",
@@ -390,7 +504,8 @@ TEST_CASE("bad Mooncake records: exact messages", "[request_reader][mooncake][er
        "t.jsonl:2: hash_ids: missing (a Mooncake record needs timestamp, input_length, "
        "output_length, hash_ids)"},
       {ok + "{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [0]}\n",
-       "t.jsonl:2: timestamp: 5 goes backwards (previous timestamp was 10)"},
+       "t.jsonl:2: timestamp: 5 goes backwards (previous timestamp was 10); sort it by arrival "
+       "first: kvreplay convert --sort t.jsonl -o sorted.jsonl"},
       {"{\"timestamp\": 1.5, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [0]}\n",
        "t.jsonl:1: timestamp: expected an integer, got 1.5"},
       {"{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": []}\n",
@@ -445,7 +560,8 @@ TEST_CASE("bad CSV rows: exact messages", "[request_reader][csv][errors]") {
        "t.csv:2: TIMESTAMP: '2023-11-16 18:15:46.1234567891': more than 9 fraction digits"},
       {azure + "2023-11-16 18:15:46.6805900,5,1\n\n2023-11-16 18:15:46.6805800,5,1\n",
        "t.csv:4: TIMESTAMP: 2023-11-16 18:15:46.6805800 goes backwards (previous TIMESTAMP was "
-       "2023-11-16 18:15:46.6805900)"},
+       "2023-11-16 18:15:46.6805900); sort it by arrival first: kvreplay convert --sort t.csv -o "
+       "sorted.jsonl"},
       {azure + "\"2023-11-16 18:15:46.6805900,5,1\n", "t.csv:2: csv: unterminated quoted field"},
       {azure + "2023-11-16 18:15:46.6805900,5\"0\",1\n",
        "t.csv:2: csv: '\"' inside an unquoted field (quote the whole field)"},
@@ -472,7 +588,8 @@ TEST_CASE("bad CSV rows: exact messages", "[request_reader][csv][errors]") {
       {burst + "-5,ChatGPT,1,18,18,Conversation log\n",
        "t.csv:2: Timestamp: -5 is negative (must be >= 0)"},
       {burst + "5,ChatGPT,1,18,18,Conversation log\n4.5,ChatGPT,1,0,1,API log\n",
-       "t.csv:3: Timestamp: 4.5 goes backwards (previous Timestamp was 5)"},
+       "t.csv:3: Timestamp: 4.5 goes backwards (previous Timestamp was 5); sort it by arrival "
+       "first: kvreplay convert --sort t.csv -o sorted.jsonl"},
       {burst + "5,ChatGPT,1,x,18,Conversation log\n",
        "t.csv:2: Response tokens: expected an integer, got 'x'"},
   };

@@ -1,7 +1,8 @@
 # The HTML report: unit tests, and the pages rendered in headless Chromium
 # (skipped, exit 77, when chromium is not installed). Included from
 # tests/CMakeLists.txt.
-add_executable(html_tests ${CMAKE_CURRENT_LIST_DIR}/html_test.cc)
+add_executable(html_tests ${CMAKE_CURRENT_LIST_DIR}/html_test.cc
+                          ${CMAKE_CURRENT_LIST_DIR}/duration_text_test.cc)
 target_link_libraries(html_tests PRIVATE kvreplay_report kvreplay_test_main Catch2::Catch2
                                          kvreplay_warnings)
 target_compile_definitions(html_tests PRIVATE KVREPLAY_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -150,13 +150,59 @@ TEST_CASE("html: a plan page lists every configuration") {
   CHECK(page.find("<td>1258291200</td>") == std::string::npos);
   // Latency, load and SLO columns (a cell without them shows "-").
   CHECK(page.find("<th>p99 TTFT</th>") != std::string::npos);
-  CHECK(page.find("<td>147.4 ms</td>") != std::string::npos);
+  CHECK(page.find("<td>147 ms</td>") != std::string::npos);
   CHECK(page.find("<td>12.3 s</td>") != std::string::npos);
   CHECK(page.find("<td>1.50x overloaded</td>") != std::string::npos);
   CHECK(page.find("<th>SLO attainment</th>") != std::string::npos);
   CHECK(page.find("<td>50.00%</td>") != std::string::npos);
   CHECK(page.find("meeting the SLOs") != std::string::npos);
   CHECK(page.find("http") == std::string::npos);
+}
+
+// The status card: green "ok" only when the run is ok and kept its promises;
+// an ok simulation that was overloaded or missed its SLOs is amber, saying which.
+TEST_CASE("html: an overloaded run or missed SLOs is never a green ok") {
+  auto status_card = [](const nlohmann::json& report) {
+    const std::string page = kvreplay::render_run_html(report, three_points(), "step");
+    const std::string label = "<div class=\"label\">status</div>";
+    const std::size_t at = page.find(label);
+    REQUIRE(at != std::string::npos);
+    const std::size_t open = page.rfind("<div class=\"card", at);
+    const std::size_t end = page.find("</div></div>", at);
+    return page.substr(open, end - open);
+  };
+  nlohmann::json report = small_report("t.jsonl");
+  report["scheduler"] = {{"preemptions", 0}};
+  report["overload"] = {{"overloaded", false}, {"ratio", 1.01}};
+  CHECK(status_card(report) ==
+        "<div class=\"card good\"><div class=\"label\">status</div><div class=\"value\">ok");
+
+  report["overload"] = {{"overloaded", true}, {"ratio", 257.6}};
+  CHECK(status_card(report) ==
+        "<div class=\"card warn\"><div class=\"label\">status</div><div "
+        "class=\"value\">overloaded");
+
+  report["slo"] = {{"attainment", 0.0}};
+  CHECK(status_card(report) ==
+        "<div class=\"card warn\"><div class=\"label\">status</div><div "
+        "class=\"value\">overloaded · SLO 0%");
+  const std::string page = kvreplay::render_run_html(report, three_points(), "step");
+  CHECK(page.find("status ok (overloaded · SLO 0%)") != std::string::npos);  // the subtitle
+
+  report["overload"]["overloaded"] = false;
+  report["slo"]["attainment"] = 0.98999;  // floored: never shown as 99%
+  CHECK(status_card(report) ==
+        "<div class=\"card warn\"><div class=\"label\">status</div><div "
+        "class=\"value\">SLO 98.99%");
+  report["slo"]["attainment"] = 0.995;
+  CHECK(status_card(report) ==
+        "<div class=\"card good\"><div class=\"label\">status</div><div class=\"value\">ok");
+
+  report["status"] = "violation";
+  report["slo"]["attainment"] = 0.0;
+  CHECK(status_card(report) ==
+        "<div class=\"card bad\"><div class=\"label\">status</div><div "
+        "class=\"value\">violation");
 }
 
 // The embedded style sheet and script are the asset files, byte for byte.

@@ -32,15 +32,35 @@ InputResult<bool> AzureReader::next(Request& out) {
   if (!instant) return Unexpected{rows_.error_at(line, "TIMESTAMP", instant.error())};
   if (!has_last_) {
     origin_ = instant.value();
-  } else if (instant.value() < last_) {
-    return Unexpected{rows_.error_at(
-        line, "TIMESTAMP",
-        fmt::format("{} goes backwards (previous TIMESTAMP was {})", text, last_text_))};
+    earliest_ = instant.value();
+    earliest_text_.assign(text);
+  } else if (instant.value() < last_ && !unsorted_ok()) {
+    return Unexpected{rows_.error_at(line, "TIMESTAMP",
+                                     fmt::format("{} goes backwards (previous TIMESTAMP was {}){}",
+                                                 text, last_text_, sort_hint(rows_.name())))};
+  }
+  // Exactly, in whole seconds then nanoseconds: a date has at most 4 digits
+  // of year, so the difference fits an int64 with room to spare.
+  const std::int64_t apart = instant.value().seconds - origin_.seconds;
+  const std::int64_t apart_ns = instant.value().nanos - origin_.nanos;
+  constexpr auto kBound = static_cast<std::int64_t>(kMaxArrivalSeconds);
+  if (apart > kBound || (apart == kBound && apart_ns > 0) || apart < -kBound ||
+      (apart == -kBound && apart_ns < 0)) {
+    return Unexpected{
+        rows_.error_at(line, "TIMESTAMP",
+                       past_arrival_bound(fmt::format("{} ({} s {} the first row)", text,
+                                                      apart < 0 ? -apart : apart,
+                                                      apart < 0 ? "before" : "after")))};
   }
   has_last_ = true;
   last_ = instant.value();
   last_text_.assign(text);
-  const double arrival = seconds_between(origin_, last_);
+  if (last_ < earliest_) {
+    earliest_ = last_;
+    earliest_text_.assign(text);
+  }
+  const double arrival =
+      last_ < origin_ ? -seconds_between(last_, origin_) : seconds_between(origin_, last_);
   auto prompt = rows_.uint_field(col_prompt_, "ContextTokens", 1);
   if (!prompt) return Unexpected{prompt.error()};
   auto output = rows_.uint_field(col_output_, "GeneratedTokens", 1);

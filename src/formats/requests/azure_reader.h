@@ -5,8 +5,11 @@
 //   TIMESTAMP        "YYYY-MM-DD HH:MM:SS[.fraction]" (a 'T' separator, up to 9
 //                    fraction digits and a "Z" or "+HH:MM" / "-HH:MM" suffix are
 //                    accepted), read exactly as integer nanoseconds with no locale
-//                    or time-zone lookup; arrival = seconds since the first row;
-//                    never earlier than the row before
+//                    or time-zone lookup; arrival = seconds since the first row,
+//                    at most 2^33 s (kMaxArrivalSeconds in request.h); never
+//                    earlier than the row before. start() is the first row's
+//                    TIMESTAMP as written (with allow_unsorted: the earliest row's,
+//                    and arrivals before the first row are negative)
 //   ContextTokens    -> prompt (int >= 1)
 //   GeneratedTokens  -> output (int >= 1)
 // The id is the row's line number. Example:
@@ -34,6 +37,10 @@ class AzureReader final : public FormatReader {
   static InputResult<std::unique_ptr<FormatReader>> create(CsvRows rows,
                                                            const std::vector<std::string>& names);
   InputResult<bool> next(Request& out) override;
+  std::optional<std::string> start() const override {
+    if (!has_last_) return std::nullopt;
+    return earliest_text_;
+  }
 
  private:
   explicit AzureReader(CsvRows rows) : rows_(std::move(rows)) {}
@@ -46,6 +53,8 @@ class AzureReader final : public FormatReader {
   Instant origin_;
   Instant last_;
   std::string last_text_;
+  Instant earliest_;
+  std::string earliest_text_;
 };
 
 }  // namespace kvreplay::requests

@@ -31,10 +31,15 @@ InputResult<bool> BurstGptReader::next(Request& out) {
     const std::uint64_t line = rows_.row_line();
     auto seconds = rows_.seconds_field(col_time_, "Timestamp");
     if (!seconds) return Unexpected{seconds.error()};
-    if (has_last_ && seconds.value() < last_arrival_) {
-      return Unexpected{rows_.error_at(line, "Timestamp",
-                                       fmt::format("{} goes backwards (previous Timestamp was {})",
-                                                   trim(rows_.field(col_time_)), last_arrival_))};
+    if (seconds.value() > kMaxArrivalSeconds) {
+      return Unexpected{
+          rows_.error_at(line, "Timestamp", past_arrival_bound(trim(rows_.field(col_time_))))};
+    }
+    if (has_last_ && seconds.value() < last_arrival_ && !unsorted_ok()) {
+      return Unexpected{rows_.error_at(
+          line, "Timestamp",
+          fmt::format("{} goes backwards (previous Timestamp was {}){}",
+                      trim(rows_.field(col_time_)), last_arrival_, sort_hint(rows_.name())))};
     }
     has_last_ = true;
     last_arrival_ = seconds.value();

@@ -2,8 +2,9 @@
 //
 // Grammar (csv.h for the CSV itself; columns matched case-insensitively, in any
 // order, extra columns ignored):
-//   Timestamp        seconds from the trace start (number >= 0) -> arrival; never
-//                    smaller than the row before
+//   Timestamp        seconds from the trace start (number >= 0, at most 2^33:
+//                    kMaxArrivalSeconds in request.h) -> arrival; never smaller
+//                    than the row before
 //   Request tokens   -> prompt (int >= 1)
 //   Response tokens  -> output (int >= 0); 0 marks a failed request: the row is
 //                    skipped and counted in skipped()

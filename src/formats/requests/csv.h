@@ -68,6 +68,7 @@ class CsvRows {
   InputError error_at(std::uint64_t at, std::string_view field, std::string problem) const {
     return InputError{*name_, at, std::string(field), std::move(problem)};
   }
+  const std::string& name() const { return *name_; }
 
  private:
   bool refill();

@@ -19,8 +19,9 @@ namespace {
 Result<RequestFormat, InputError> decide_json_format(const JsonLines& lines,
                                                      const JsonRecord& record) {
   const std::uint32_t seen = record.seen;
-  // "id" and "hash_ids" alone do not decide: Mooncake-like files may carry an id.
-  const std::uint32_t native_only = seen & kNativeFields & ~(kId | kHashIds);
+  // "id", "hash_ids" and "start" alone do not decide: Mooncake-like files may
+  // carry an id.
+  const std::uint32_t native_only = seen & kNativeFields & ~(kId | kHashIds | kStart);
   const std::uint32_t mooncake_only = seen & kMooncakeFields & ~kHashIds;
   if (native_only != 0 && mooncake_only != 0) {
     return Unexpected{
@@ -30,7 +31,7 @@ Result<RequestFormat, InputError> decide_json_format(const JsonLines& lines,
                                    fields_of(native_only), fields_of(mooncake_only)))};
   }
   if (mooncake_only != 0) return RequestFormat::kMooncake;
-  if (native_only != 0 || (seen & kId) != 0) {
+  if (native_only != 0 || (seen & (kId | kStart)) != 0) {
     if (!record.first_unknown.empty()) {
       return Unexpected{lines.error_at(
           record.first_unknown_line, record.first_unknown,
@@ -38,7 +39,8 @@ Result<RequestFormat, InputError> decide_json_format(const JsonLines& lines,
     }
     return RequestFormat::kNative;
   }
-  if (record.first_unknown == "kvtrace" || record.first_unknown == "op") {
+  if (record.first_unknown == "kvtrace" || record.first_unknown == "op" ||
+      record.first_unknown == "config" || record.first_unknown == "events") {
     return Unexpected{lines.error_at(record.line, "format",
                                      "this is a kvtrace event trace, not a request trace "
                                      "(replay it with kvreplay replay)")};

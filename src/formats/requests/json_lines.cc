@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "formats/requests/date_time.h"
 #include "formats/requests/request_reader.h"
 #include "io/field_set.h"
 #include "io/json_object.h"
@@ -18,17 +19,19 @@ namespace kvreplay::requests {
 namespace {
 
 constexpr std::uint64_t kMaxCount = 0xFFFFFFFFull;
-constexpr std::uint64_t kMaxTimestampMs = std::uint64_t{1} << 53;  // exact as a double
+// The arrival bound (request.h) in Mooncake's ms.
+constexpr auto kMaxTimestampMs = static_cast<std::uint64_t>(kMaxArrivalSeconds) * 1000;
 constexpr std::size_t kMaxField = RequestReader::kMaxField;
 constexpr std::size_t kMaxHashIds = RequestReader::kMaxHashIds;
 
 using Problem = Unexpected<std::string>;
 
 // In bit order, which is also the order messages list them in.
-constexpr std::array<std::string_view, 12> kFieldNames{
+constexpr std::array<std::string_view, 13> kFieldNames{
     "arrival",   "id",           "prompt",        "output",
     "n",         "prefix",       "prefix_tokens", "hash_block_tokens",
-    "timestamp", "input_length", "output_length", "hash_ids"};
+    "timestamp", "input_length", "output_length", "hash_ids",
+    "start"};
 
 }  // namespace
 
@@ -74,6 +77,7 @@ InputStatus JsonLines::read_record(Request& out, JsonRecord& record, std::uint32
   out.hash_ids.clear();
   out.hash_block_tokens = 512;
   record.timestamp = 0;
+  record.start.clear();
   record.seen = 0;
   record.first_unknown.clear();
   record.first_unknown_line = 0;
@@ -94,8 +98,7 @@ InputStatus JsonLines::read_record(Request& out, JsonRecord& record, std::uint32
     }
     if (record.seen & bit) return Unexpected{error(key_, "duplicate field")};
     record.seen |= bit;
-    if (auto status = read_field(static_cast<JsonField>(bit), out, record.timestamp); !status)
-      return status;
+    if (auto status = read_field(static_cast<JsonField>(bit), out, record); !status) return status;
   }
   if (members.failed()) {
     const JsonMembers::Problem& problem = members.problem();
@@ -138,6 +141,7 @@ InputResult<double> JsonLines::read_seconds(std::string_view field) {
   if (value < 0) {
     return Unexpected{error(field, fmt::format("{} is negative (must be >= 0)", scalar_))};
   }
+  if (value > kMaxArrivalSeconds) return Unexpected{error(field, past_arrival_bound(scalar_))};
   return value + 0.0;  // -0 -> 0
 }
 
@@ -243,7 +247,7 @@ InputStatus JsonLines::read_hash_ids(std::vector<std::uint64_t>& ids) {
   }
 }
 
-InputStatus JsonLines::read_field(JsonField field, Request& out, std::uint64_t& timestamp) {
+InputStatus JsonLines::read_field(JsonField field, Request& out, JsonRecord& record) {
   const std::string_view name_of = first_field(field);
   switch (field) {
     case kArrival: {
@@ -289,9 +293,25 @@ InputStatus JsonLines::read_field(JsonField field, Request& out, std::uint64_t& 
     }
     case kHashIds: return read_hash_ids(out.hash_ids);
     case kTimestamp: {
-      auto value = read_uint("timestamp", 0, kMaxTimestampMs);
+      auto value = read_uint("timestamp", 0, std::numeric_limits<std::uint64_t>::max());
       if (!value) return Unexpected{value.error()};
-      timestamp = value.value();
+      if (value.value() > kMaxTimestampMs) {
+        return Unexpected{
+            error("timestamp", past_arrival_bound(fmt::format("{} ms", value.value())))};
+      }
+      record.timestamp = value.value();
+      return {};
+    }
+    case kStart: {
+      JsonCursor& in = cursor_;
+      if (in.peek() != '"') {
+        return Unexpected{error("start", fmt::format("expected a date and time as a string, got {}",
+                                                     describe_value(in)))};
+      }
+      if (auto r = in.read_string(record.start); !r)
+        return Unexpected{cursor_error("start", r.error())};
+      if (auto instant = parse_datetime(record.start); !instant)
+        return Unexpected{error("start", instant.error())};
       return {};
     }
   }

@@ -35,10 +35,11 @@ enum JsonField : std::uint32_t {
   kInputLength = 1u << 9,
   kOutputLength = 1u << 10,
   kHashIds = 1u << 11,
+  kStart = 1u << 12,
 };
 
-inline constexpr std::uint32_t kNativeFields =
-    kArrival | kId | kPrompt | kOutput | kN | kPrefix | kPrefixTokens | kHashBlockTokens | kHashIds;
+inline constexpr std::uint32_t kNativeFields = kArrival | kId | kPrompt | kOutput | kN | kPrefix |
+                                               kPrefixTokens | kHashBlockTokens | kHashIds | kStart;
 inline constexpr std::uint32_t kMooncakeFields =
     kTimestamp | kInputLength | kOutputLength | kHashIds;
 
@@ -52,6 +53,7 @@ struct JsonRecord {
   std::uint64_t line = 0;       // where the record starts
   std::uint32_t seen = 0;       // JsonField mask
   std::uint64_t timestamp = 0;  // Mooncake's, in ms
+  std::string start;            // native's, a date and time (checked)
   // The first key outside the accepted fields, when they are skipped.
   std::string first_unknown;
   std::uint64_t first_unknown_line = 0;
@@ -76,6 +78,7 @@ class JsonLines {
   InputError error_at(std::uint64_t at, std::string_view field, std::string problem) const {
     return InputError{*name_, at, std::string(field), std::move(problem)};
   }
+  const std::string& name() const { return *name_; }
 
  private:
   std::uint64_t line() const { return cursor_.line() + base_line_ - 1; }
@@ -85,7 +88,7 @@ class JsonLines {
   // Wraps a cursor problem, preferring the source's own error (e.g. truncated gzip).
   InputError cursor_error(std::string_view field, const std::string& problem) const;
 
-  InputStatus read_field(JsonField field, Request& out, std::uint64_t& timestamp);
+  InputStatus read_field(JsonField field, Request& out, JsonRecord& record);
   InputResult<std::uint64_t> read_uint(std::string_view field, std::uint64_t min,
                                        std::uint64_t max);
   InputResult<double> read_seconds(std::string_view field);

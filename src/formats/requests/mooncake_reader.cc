@@ -21,10 +21,11 @@ InputStatus MooncakeReader::finish(const JsonRecord& record, Request& out) {
     return status;
   out.id = std::to_string(line);
   out.arrival = static_cast<double>(record.timestamp) / 1000.0;
-  if (has_last_ && record.timestamp < last_timestamp_ms_) {
-    return Unexpected{lines().error_at(line, "timestamp",
-                                       fmt::format("{} goes backwards (previous timestamp was {})",
-                                                   record.timestamp, last_timestamp_ms_))};
+  if (has_last_ && record.timestamp < last_timestamp_ms_ && !unsorted_ok()) {
+    return Unexpected{lines().error_at(
+        line, "timestamp",
+        fmt::format("{} goes backwards (previous timestamp was {}){}", record.timestamp,
+                    last_timestamp_ms_, sort_hint(lines().name())))};
   }
   has_last_ = true;
   last_timestamp_ms_ = record.timestamp;

@@ -2,8 +2,9 @@
 //
 // Grammar (tolerant: unknown fields are skipped, as published traces may grow
 // keys; duplicate known fields are errors):
-//   timestamp      int 0..2^53 ms (required); arrival = timestamp / 1000 s; never
-//                  smaller than the record before
+//   timestamp      int 0..2^33 x 1000 ms (required; the arrival bound of
+//                  request.h); arrival = timestamp / 1000 s; never smaller than
+//                  the record before
 //   input_length   int 1..2^32-1 (required) -> prompt
 //   output_length  int 1..2^32-1 (required) -> output
 //   hash_ids       array of ints 0..2^64-1 (required): one per 512-token block,

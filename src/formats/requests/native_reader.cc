@@ -31,10 +31,18 @@ InputStatus NativeReader::finish(const JsonRecord& record, Request& out) {
     if (auto status = check_hash_count(lines(), line, out, "prompt", true); !status) return status;
   }
   if (!(seen & kId)) out.id = std::to_string(line);
-  if (has_last_ && out.arrival < last_arrival_) {
-    return Unexpected{lines().error_at(
-        line, "arrival",
-        fmt::format("{} goes backwards (previous arrival was {})", out.arrival, last_arrival_))};
+  if (seen & kStart) {
+    if (has_last_) {
+      return Unexpected{
+          lines().error_at(line, "start", "only the first record may give the trace's start")};
+    }
+    start_ = record.start;
+  }
+  if (has_last_ && out.arrival < last_arrival_ && !unsorted_ok()) {
+    return Unexpected{
+        lines().error_at(line, "arrival",
+                         fmt::format("{} goes backwards (previous arrival was {}){}", out.arrival,
+                                     last_arrival_, sort_hint(lines().name())))};
   }
   has_last_ = true;
   last_arrival_ = out.arrival;

@@ -14,8 +14,14 @@
 //                      hash_block_tokens prompt tokens (the last may be partial),
 //                      exactly ceil(prompt / hash_block_tokens) of them
 //   hash_block_tokens  int >= 1, default 512; only with hash_ids
+//   start              string, first record only: the wall-clock instant of
+//                      arrival 0 as "YYYY-MM-DD HH:MM:SS[.fraction]" (the grammar
+//                      of azure_reader.h's TIMESTAMP), which convert keeps when it
+//                      rebases a trace's times to 0; read and kept, never used
+// arrival is at most 2^33 s (kMaxArrivalSeconds in request.h).
 // Example:
-//   {"arrival": 0.0, "prompt": 1200, "output": 64, "prefix": "sys", "prefix_tokens": 1000}
+//   {"arrival": 0.0, "start": "2023-11-16 18:15:46.6805900", "prompt": 1200, "output": 64,
+//    "prefix": "sys", "prefix_tokens": 1000}
 //   {"arrival": 0.5, "id": "req-2", "prompt": 600, "output": 8, "n": 2, "hash_ids": [17, 18]}
 #pragma once
 
@@ -30,8 +36,10 @@ class NativeReader final : public JsonRequestReader {
   explicit NativeReader(std::unique_ptr<JsonLines> lines)
       : JsonRequestReader(std::move(lines), kNativeFields, true) {}
   InputStatus finish(const JsonRecord& record, Request& out) override;
+  std::optional<std::string> start() const override { return start_; }
 
  private:
+  std::optional<std::string> start_;
   bool has_last_ = false;
   double last_arrival_ = 0.0;
 };

@@ -8,9 +8,15 @@
 
 namespace kvreplay {
 
-void append_native_json(std::string& out, const Request& request) {
+void append_native_json(std::string& out, const Request& request, std::string_view start) {
   auto it = std::back_inserter(out);
-  fmt::format_to(it, "{{\"arrival\": {}, \"id\": ", request.arrival);
+  fmt::format_to(it, "{{\"arrival\": {}, ", request.arrival);
+  if (!start.empty()) {
+    out += "\"start\": ";
+    append_json_string(out, start);
+    out += ", ";
+  }
+  out += "\"id\": ";
   if (request.id.empty()) {
     fmt::format_to(it, "{}", request.line);
   } else {

@@ -15,6 +15,15 @@ std::string_view to_string(RequestFormat format);  // "native", "mooncake", "azu
 std::optional<RequestFormat> parse_request_format(std::string_view name);
 std::vector<std::string> request_format_names();  // in table order, for the command line
 
+// Arrivals are seconds in a double, bounded so that a double still resolves
+// them to about a microsecond: 2^33 s (about 272 years), where its ulp is
+// 2^-19 s (1.9 us). Past it latencies would drown in rounding (an arrival of
+// 1e15 s has an ulp of 0.125 s), so every reader refuses a later arrival as
+// an input error.
+inline constexpr double kMaxArrivalSeconds = 8589934592.0;  // 2^33
+// "VALUE is past the arrival bound of 2^33 s (...)": the problem, for every reader.
+std::string past_arrival_bound(std::string_view value);
+
 struct Request {
   std::uint64_t line = 0;    // where the record starts in its file
   double arrival = 0.0;      // seconds from the trace's time origin

@@ -3,6 +3,8 @@
 // format in requests/).
 #include "formats/requests/request_reader.h"
 
+#include <fmt/format.h>
+
 #include <utility>
 #include <vector>
 
@@ -34,6 +36,31 @@ std::optional<RequestFormat> parse_request_format(std::string_view name) {
 
 std::vector<std::string> request_format_names() {
   return enum_names(kRequestFormatNames);
+}
+
+namespace requests {
+
+std::string sort_hint(std::string_view name) {
+  std::string shown = name == "<stdin>" ? std::string("-") : std::string(name);
+  const bool plain = !shown.empty() && shown.find_first_not_of(
+                                           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                           "0123456789_./+-=:,@%") == std::string::npos;
+  if (!plain) {  // quoted for a POSIX shell
+    std::string quoted = "'";
+    for (char c : shown) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    shown = quoted + "'";
+  }
+  return fmt::format("; sort it by arrival first: kvreplay convert --sort {} -o sorted.jsonl",
+                     shown);
+}
+
+}  // namespace requests
+
+std::string past_arrival_bound(std::string_view value) {
+  return fmt::format(
+      "{} is past the arrival bound of 2^33 s (8589934592 s, about 272 years; beyond it a "
+      "double no longer resolves microseconds)",
+      value);
 }
 
 struct RequestReader::Impl {
@@ -84,6 +111,12 @@ const std::string& RequestReader::name() const {
 }
 std::uint64_t RequestReader::skipped() const {
   return impl_->reader->skipped();
+}
+void RequestReader::allow_unsorted() {
+  impl_->reader->allow_unsorted();
+}
+std::optional<std::string> RequestReader::start() const {
+  return impl_->reader->start();
 }
 
 InputResult<std::string> RequestReader::content_sha256() {

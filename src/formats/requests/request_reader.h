@@ -8,7 +8,9 @@
 //   Mooncake JSON Lines  requests/mooncake_reader.h   (both: requests/json_lines.h)
 //   Azure CSV            requests/azure_reader.h
 //   BurstGPT CSV         requests/burstgpt_reader.h   (both: requests/csv.h)
-// Every format: arrivals never go backwards (an error naming the time field).
+// Every format: arrivals never go backwards (an error naming the time field,
+// which says how to sort the trace: kvreplay convert --sort), and never past
+// kMaxArrivalSeconds (request.h).
 // Azure/BurstGPT/Mooncake ids are the record's line number.
 //
 // Bad input is an InputError "FILE:LINE: FIELD: problem" naming the field as the
@@ -58,6 +60,15 @@ class RequestReader {
 
   // Records read but not returned (BurstGPT failed requests).
   std::uint64_t skipped() const;
+
+  // Lets arrivals go backwards from here on, for a caller that sorts them
+  // (convert --sort). Azure arrivals are then seconds from the first row,
+  // negative for a row before it; start() names the earliest row.
+  void allow_unsorted();
+  // The wall-clock instant of arrival 0 as the trace writes it, when the format
+  // has one: Azure's first (with allow_unsorted, earliest) TIMESTAMP, or a
+  // native trace's "start". Complete once next() returned false.
+  std::optional<std::string> start() const;
 
   // SHA-256 (hex) of the whole trace's bytes, decompressed (ByteSource::content_sha256):
   // reads and hashes whatever next() has not consumed. Call it once, after the
