@@ -21,7 +21,7 @@ namespace kvreplay {
 namespace {
 
 int write_failed(const OutputSet& outputs) {
-  fmt::print(stderr, "{}\n", outputs.error());
+  eprint("{}\n", outputs.error());
   return kExitInput;
 }
 
@@ -84,7 +84,7 @@ int run_convert(const std::string& input, std::optional<RequestFormat> forced,
   const bool to_stdout = out->is_stdout();  // then the summary is left out
   auto opened = RequestReader::open(input, forced);
   if (!opened) {
-    fmt::print(stderr, "{}\n", opened.error().to_string());
+    eprint("{}\n", opened.error().to_string());
     return kExitInput;
   }
   RequestReader& reader = *opened.value();
@@ -105,14 +105,14 @@ int run_convert(const std::string& input, std::optional<RequestFormat> forced,
   for (;;) {
     auto more = reader.next(request);
     if (!more) {
-      fmt::print(stderr, "{}\n", more.error().to_string());
+      eprint("{}\n", more.error().to_string());
       return kExitInput;  // the output's temporary file is removed
     }
     if (!more.value()) break;
     if (sort) {
       const std::uint64_t line = request.line;
       if (auto problem = held.add(std::move(request))) {
-        fmt::print(stderr, "{}\n", InputError{reader.name(), line, "--sort", *problem}.to_string());
+        eprint("{}\n", InputError{reader.name(), line, "--sort", *problem}.to_string());
         return kExitInput;
       }
       request = Request{};
@@ -134,7 +134,7 @@ int run_convert(const std::string& input, std::optional<RequestFormat> forced,
                           reader.skipped() == 1 ? "" : "s");
   }
   if (to_stdout) {
-    if (!skipped.empty()) fmt::print(stderr, "kvreplay convert: {}\n", skipped.substr(2));
+    if (!skipped.empty()) eprint("kvreplay convert: {}\n", skipped.substr(2));
   } else {
     put_text(stdout, fmt::format("converted {} request{} ({} -> native{}) to {}{}\n", count,
                                  count == 1 ? "" : "s", to_string(reader.format()),

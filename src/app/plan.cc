@@ -868,7 +868,7 @@ int run_plan_steps(const PlanRequest& request) {
           continue;
         }
         if (!config) {
-          fmt::print(stderr, "{}\n", config.error().to_string());
+          eprint("{}\n", config.error().to_string());
           return kExitInput;
         }
         const std::string label =
@@ -922,7 +922,7 @@ int run_plan_steps(const PlanRequest& request) {
   // pool (README, "Memory bounds"); checked before anything is written. The
   // search caps its own pools by the same bound.
   if (auto problem = check_memory(0, "", "")) {  // KVREPLAY_MEMORY_LIMIT is no size
-    fmt::print(stderr, "kvreplay plan: {}\n", *problem);
+    eprint("kvreplay plan: {}\n", *problem);
     return kExitInput;
   }
   if (!run_cells.empty()) {
@@ -936,7 +936,7 @@ int run_plan_steps(const PlanRequest& request) {
             fmt::format("{} x ({} + {} bytes a block x {} blocks, the largest swept pool)", at_once,
                         memory_text(kSimulationBaseBytes), kSimulationBytesPerBlock, largest))) {
       const std::uint64_t fitting = memory_limit().bytes / each;
-      fmt::print(stderr, "kvreplay plan: {}: {}\n", *problem,
+      eprint("kvreplay plan: {}: {}\n", *problem,
                  fitting == 0 ? std::string("sweep smaller pools (a larger --page-tokens, "
                                             "or less --kv-memory)")
                               : fmt::format("-j {} fits", fitting));
@@ -946,14 +946,19 @@ int run_plan_steps(const PlanRequest& request) {
 
   // Opened before the sweep, so a path that cannot be written fails at once.
   OutputSet outputs;
+  outputs.add_input("REQUESTS", request.trace_path);
+  for (const std::string& config : request.model_configs) outputs.add_input("--model-config", config);
+  for (const PlanPart& part : request.parts) outputs.add_input("PARTS", part.path);
   OutputFile* report_out = nullptr;
   OutputFile* html_out = nullptr;
   if ((!request.report_path.empty() &&
        (report_out = outputs.open(request.shard ? "the partial plan" : "the plan",
-                                  request.report_path)) == nullptr) ||
+                                  request.report_path, OutputFile::Flow::kWhole, "--report")) ==
+           nullptr) ||
       (!request.html_path.empty() &&
-       (html_out = outputs.open("the HTML report", request.html_path)) == nullptr)) {
-    fmt::print(stderr, "{}\n", outputs.error());
+       (html_out = outputs.open("the HTML report", request.html_path, OutputFile::Flow::kWhole,
+                                "--html")) == nullptr)) {
+    eprint("{}\n", outputs.error());
     return kExitInput;
   }
   // The table never mixes with an output on stdout.
@@ -965,7 +970,7 @@ int run_plan_steps(const PlanRequest& request) {
   if (request.trace_path == "-" && !merging) {
     auto spool = spool_standard_input(request.format);  // checked as it is spooled
     if (!spool) {
-      fmt::print(stderr, "{}\n", spool.error());
+      eprint("{}\n", spool.error());
       return kExitInput;
     }
     spooled.emplace(std::move(spool).value());
@@ -1010,14 +1015,14 @@ int run_plan_steps(const PlanRequest& request) {
   if (progress) progress->clear();
   for (const PlanCell& cell : cells) {
     if (cell.error) {
-      fmt::print(stderr, "{}\n", cell.error->to_string());
+      eprint("{}\n", cell.error->to_string());
       return kExitInput;
     }
   }
   if (merging) {
     const MergedSweep sweep{sweep_sha256, units, request.search_min, slo, cell_group};
     if (auto problem = fill_from_parts(request.parts, sweep, cells, searches)) {
-      fmt::print(stderr, "{}\n", *problem);
+      eprint("{}\n", *problem);
       return kExitInput;
     }
   }
@@ -1031,7 +1036,7 @@ int run_plan_steps(const PlanRequest& request) {
       if (result.warning_reasons[i] == SkipReason::kPoolTooSmall) continue;
       if (std::find(warned.begin(), warned.end(), result.warnings[i]) != warned.end()) continue;
       warned.push_back(result.warnings[i]);
-      fmt::print(stderr, "kvreplay plan: {}\n", result.warnings[i]);
+      eprint("kvreplay plan: {}\n", result.warnings[i]);
     }
   }
   // A failed check means the engine is wrong: no figure of the sweep is trusted.
@@ -1040,7 +1045,7 @@ int run_plan_steps(const PlanRequest& request) {
     if (!cell.result || !cell.result->violated) continue;
     violated = true;
     ViolationText text = first_violation(*cell.result);
-    fmt::print(stderr, "{}: {} at sweep point --model {} --page-tokens {} --kv-memory {}: {}\n",
+    eprint("{}: {} at sweep point --model {} --page-tokens {} --kv-memory {}: {}\n",
                request.trace_path, text.invariant, cell.model, cell.page_tokens, cell.kv_memory,
                text.message);
   }
@@ -1142,14 +1147,14 @@ int run_plan_steps(const PlanRequest& request) {
     if (progress) progress->clear();
     for (const MinSearch& search : searches) {
       if (search.error) {
-        fmt::print(stderr, "{}\n", search.error->to_string());
+        eprint("{}\n", search.error->to_string());
         return kExitInput;
       }
     }
     for (const MinSearch& search : searches) {
       if (!search.violated_blocks) continue;
       violated = true;
-      fmt::print(stderr,
+      eprint(
                  "{}: {} while searching the smallest KV memory, at --model {} --page-tokens {} "
                  "--pool-blocks {}: {}\n",
                  request.trace_path, search.violation.invariant, search.model, search.page_tokens,
@@ -1162,7 +1167,7 @@ int run_plan_steps(const PlanRequest& request) {
     // The part: this shard's figures, and what plan-merge checks them by.
     auto trace_sha256 = trace_identity(trace_file, request.trace_path, request.format);
     if (!trace_sha256) {
-      fmt::print(stderr, "{}\n", trace_sha256.error().to_string());
+      eprint("{}\n", trace_sha256.error().to_string());
       return kExitInput;
     }
     nlohmann::json part = {{"kvreplay_plan_part", kPlanPartVersion},
@@ -1189,7 +1194,7 @@ int run_plan_steps(const PlanRequest& request) {
     part["searches"] = std::move(part_searches);
     report_out->write(part.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     if (!outputs.commit()) {
-      fmt::print(stderr, "{}\n", outputs.error());
+      eprint("{}\n", outputs.error());
       return kExitInput;
     }
     if (!request.quiet) {
@@ -1452,7 +1457,7 @@ int run_plan_steps(const PlanRequest& request) {
   }
   if (html_out != nullptr) html_out->write(render_plan_html(plan));
   if (!outputs.commit()) {
-    fmt::print(stderr, "{}\n", outputs.error());
+    eprint("{}\n", outputs.error());
     return kExitInput;
   }
   if (!request.quiet) put_text(table_stream, table);
@@ -1467,7 +1472,7 @@ int run_plan(const PlanRequest& request) {
   try {
     return run_plan_steps(request);
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr,
+    eprint(
                "kvreplay plan: out of memory: run fewer simulations at once (-j) or sweep "
                "smaller pools (README, \"Memory bounds (plan)\")\n");
     return kExitInput;
@@ -1710,7 +1715,7 @@ class PlanMergeCommand final : public Command {
 
 int merge_parts(const PlanMergeRequest& request) {
   auto refuse = [](const std::string& why) {
-    fmt::print(stderr, "kvreplay plan-merge: {}\n", why);
+    eprint("kvreplay plan-merge: {}\n", why);
     return kExitInput;
   };
   std::vector<PlanPart> parts;
@@ -1719,7 +1724,7 @@ int merge_parts(const PlanMergeRequest& request) {
     if (!json) return refuse(json.error());
     parts.push_back(PlanPart{path, std::move(json).value()});
     if (auto problem = part_problem(parts.back())) {  // "FILE: ..."
-      fmt::print(stderr, "{}\n", *problem);
+      eprint("{}\n", *problem);
       return kExitInput;
     }
   }
@@ -1784,7 +1789,7 @@ int run_plan_merge(const PlanMergeRequest& request) {
   try {
     return merge_parts(request);
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "kvreplay plan-merge: out of memory reading the parts\n");
+    eprint("kvreplay plan-merge: out of memory reading the parts\n");
     return kExitInput;
   }
 }

@@ -102,7 +102,7 @@ int run_replay(const ReplayRequest& request) {
     }
   }
   if (run.value().status == RunStatus::kOom) {
-    fmt::print(stderr,
+    eprint(
                "{}: pool exhausted at event {} (--on-oom fail); rerun with --on-oom skip "
                "or a larger --kv-memory / --pool-blocks\n",
                input.trace.path, *run.value().replayer->totals().oom_first_event);

@@ -124,9 +124,9 @@ refused_memory "-j 100000 when the simulations at once do not fit" \
   "simulations at once needs 96.75 MiB (3 x (32.00 MiB + 128 bytes a block x 2048 blocks, the largest swept pool)), over the memory limit of 64.00 MiB (KVREPLAY_MEMORY_LIMIT): -j 1 fits" \
   64MiB "$azure" --kv-memory 1GiB,2GiB,4GiB -j 100000
 refused_memory "a swept pool no simulation fits" \
-  "needs 32.03 GiB (1 x (32.00 MiB + 128 bytes a block x 268435456 blocks, the largest swept pool)), over the memory limit of 8.00 GiB (KVREPLAY_MEMORY_LIMIT): sweep smaller pools" \
+  "a simulation of a pool of 268435456 blocks needs 32.03 GiB (32 MiB + 128 bytes a block), over the memory limit of 8.00 GiB (KVREPLAY_MEMORY_LIMIT)" \
   8GiB "$azure" --kv-memory 512TiB --no-search -j 1
-refused_memory "a memory limit that is no size" "kvreplay plan: KVREPLAY_MEMORY_LIMIT: " \
+refused_memory "a memory limit that is no size" "environment: KVREPLAY_MEMORY_LIMIT: " \
   lots "$azure" --kv-memory 1GiB
 run env KVREPLAY_MEMORY_LIMIT=64MiB "$kvreplay" plan "$azure" --kv-memory 1GiB,2GiB,4GiB -j 1 --no-search -q
 check "[[ $rc == 0 ]]" "the -j the refusal suggests exits $rc: $(err_text)"
