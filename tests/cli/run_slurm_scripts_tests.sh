@@ -9,7 +9,8 @@
 # sbatch pattern (submit-plan doubles it); a backslash, which Slurm would drop,
 # is refused (exit 2, nothing submitted). run-local with the real binary writes
 # the unsharded plan's files byte for byte; a failing shard stops the run
-# (exit 1, its log shown, no plan) and starts no further shard.
+# (exit 1, its log shown, no plan) and starts no further shard; `--kvreplay
+# NAME` runs the NAME it checked in the current folder, not one on PATH.
 #
 # Usage: run_slurm_scripts_tests.sh KVREPLAY_BINARY REPO_ROOT
 set -uo pipefail
@@ -158,6 +159,19 @@ usage_case "--shards needs a positive whole number" --shards x --out "$work/u" -
 usage_case "no trace" --shards 2 --out "$work/u" --kvreplay "$plain" --
 usage_case "earlier run's part-1.json" --shards 3 --out "$work/earlier" --kvreplay "$plain" -- t
 finish run_local_usage
+
+# --- run-local --kvreplay NAME (no slash) runs ./NAME, the file it checked, not
+# a NAME found on PATH.
+rm -rf "$STUB_ARGV" && mkdir -p "$STUB_ARGV" "$work/path"
+printf '#!/bin/sh\ntouch "%s/PWNED-path"\n' "$work" >"$work/path/kvreplay"
+chmod +x "$work/path/kvreplay"
+(cd "$work/plain bin" && PATH=$work/path:$PATH "$run_local" --shards 1 --out "$work/bare" \
+  --kvreplay kvreplay -- t) >"$work/stdout" 2>"$work/stderr"
+rc=$?
+check "[[ $rc == 0 ]]" "run-local --kvreplay kvreplay exits $rc: $(head -c 300 "$work/stderr")"
+check "[[ \$(ls '$STUB_ARGV' | wc -l) == 2 ]]" "--kvreplay kvreplay did not run ./kvreplay"
+no_pwned
+finish run_local_binary_without_slash
 
 # --- run-local with the real binary: the unsharded plan's files, byte for byte.
 mkdir -p "$work/in put"
