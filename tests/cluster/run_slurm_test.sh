@@ -6,12 +6,15 @@
 # wrote its part and its log and that the merge wrote plan.json, plan.html and
 # plan.txt; and compares them byte for byte with the unsharded plan. Then: a plan
 # whose shards fail cancels its merge job (no plan, nothing left queued); bad
-# usage of submit-plan submits nothing; scripts/slurm/run-local (GNU parallel)
+# usage of submit-plan submits nothing; scripts/slurm/run-local (no Slurm)
 # writes the same files as the cluster. The trace's path holds a space, so
-# the plan's options are checked to reach every shard word for word.
+# the plan's options are checked to reach every shard word for word; the
+# folders hold a `%a`, which must stay itself in the logs' paths (not an
+# sbatch pattern); the failing shards' bad value holds $(...), {} and %, and
+# their log must quote it as given.
 #
 # Needs root (slurmd runs jobs as their user) and slurmctld, slurmd,
-# slurm-client, munge and parallel (KVREPLAY_SLURM_TESTS=1 scripts/bootstrap).
+# slurm-client and munge (KVREPLAY_SLURM_TESTS=1 scripts/bootstrap).
 # Without them the test says why and exits 77 (skipped), unless CI=true or
 # KVREPLAY_SLURM_TESTS=1 (.ci/run sets both): then it fails. A cluster that
 # does not start fails, with the tail of each daemon's log. The daemons are
@@ -38,7 +41,7 @@ unavailable() {
   exit 77
 }
 missing=()
-for tool in munged mungekey munge unmunge slurmctld slurmd sbatch squeue sinfo scancel parallel; do
+for tool in munged mungekey munge unmunge slurmctld slurmd sbatch squeue sinfo scancel; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 ((${#missing[@]} == 0)) ||
@@ -219,7 +222,7 @@ cd "$work" || exit 2
 trace="in put/azure conv.csv"
 # shellcheck disable=SC2054 # comma-separated lists of the plan's options
 sweep=(--kv-memory 1GiB,2GiB,4GiB --page-tokens 16,32)
-out="$work/out cluster"
+out="$work/out cluster 50%a"
 if ! "$root/scripts/slurm/submit-plan" --shards 3 --out "$out" --kvreplay "$kvreplay" \
   --partition kvreplay --time 10 -- "$trace" "${sweep[@]}" >"$work/submit.txt" 2>&1; then
   cluster_fail "submit-plan failed: $(cat "$work/submit.txt")"
@@ -256,9 +259,11 @@ done
 ((failed)) && logs
 
 # --- shards that fail: the merge job is cancelled, not left pending.
-bad="$work/out bad"
+bad="$work/out bad %j"
+# shellcheck disable=SC2016 # meant literally
+bogus='bogus $(touch PWNED) {} 50%a'
 if "$root/scripts/slurm/submit-plan" --shards 2 --out "$bad" --kvreplay "$kvreplay" -- \
-  "$trace" --kv-memory bogus >"$work/submit-bad.txt" 2>&1; then
+  "$trace" --kv-memory "$bogus" >"$work/submit-bad.txt" 2>&1; then
   array=$(awk '$1 == "shards:" { print $3 }' "$work/submit-bad.txt")
   merge=$(awk '$1 == "merge:" { print $3 }' "$work/submit-bad.txt")
   wait_jobs "$array,$merge"
@@ -270,8 +275,9 @@ if "$root/scripts/slurm/submit-plan" --shards 2 --out "$bad" --kvreplay "$kvrepl
   for file in part-1.json part-2.json plan.json plan.txt; do
     [[ -e $bad/$file ]] && fail "failed shards: $file was written"
   done
-  grep -qi bogus "$bad/shard-1.log" 2>/dev/null ||
-    fail "failed shards: shard-1.log does not say why: $(head -c 300 "$bad/shard-1.log" 2>&1)"
+  grep -qF -e "'$bogus'" "$bad/shard-1.log" 2>/dev/null ||
+    fail "failed shards: shard-1.log does not quote the value as given: $(head -c 300 "$bad/shard-1.log" 2>&1)"
+  [[ -e $work/PWNED ]] && fail "failed shards: a word of the plan's options was run as a command"
 else
   fail "submit-plan refused a plan whose error only the shards can see: $(cat "$work/submit-bad.txt")"
 fi
@@ -296,8 +302,8 @@ usage "unknown option --bogus" --shards 2 --out "$work/u" --bogus -- "$trace"
 usage "earlier run's part-1.json" --shards 2 --out "$out" --kvreplay "$kvreplay" -- "$trace"
 (($(squeue -h -o %i | wc -l) == before)) || fail "bad usage of submit-plan submitted a job"
 
-# --- the same plan without Slurm: GNU parallel.
-local_out="$work/out local"
+# --- the same plan without Slurm: run-local.
+local_out="$work/out local 50%a {}"
 if "$root/scripts/slurm/run-local" --shards 3 --out "$local_out" --kvreplay "$kvreplay" --jobs 2 -- \
   "$trace" "${sweep[@]}" >"$work/local.txt" 2>&1; then
   # (Not the parts: each records its own command line, --report included.)
