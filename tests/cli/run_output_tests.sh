@@ -239,7 +239,7 @@ finish "two outputs on stdout"
 
 fresh
 run replay "$quick" --report "$out/r.json" --html "$out/r.json"
-expect_failure "command line: the report and the HTML report both write to $out/r.json"
+expect_failure "command line: --report $out/r.json and --html $out/r.json are one file (nothing written)"
 finish "two outputs on one file"
 
 # --- Write errors on standard output -----------------------------------------
@@ -374,11 +374,13 @@ signal_case() {  # signal_case SIGNAL STATUS SUBCOMMAND ARGS...
   "$kvreplay" "$@" >"$work/stdout" 2>"$work/stderr" &
   local pid=$!
   if [[ $1 == replay ]]; then head -n 20 "$work/events.jsonl" >&3; else head -n 20 "$work/requests.jsonl" >&3; fi
+  # The temporaries are unnamed (O_TMPFILE): the process holds them open in $out.
   local tries=0
-  while [[ -z $(ls -A "$out") ]] && kill -0 "$pid" 2>/dev/null && ((tries++ < 200)); do
+  opened() { ls -l "/proc/$pid/fd" 2>/dev/null | grep -qF -- "$out/"; }
+  while ! opened && kill -0 "$pid" 2>/dev/null && ((tries++ < 200)); do
     sleep 0.05
   done
-  check '[[ -n $(ls -A "$out") ]]' "no temporary file while running"
+  check 'opened' "no temporary file open while running"
   kill -s "$signal" "$pid"
   wait "$pid" 2>/dev/null
   rc=$?
@@ -394,6 +396,8 @@ signal_case HUP 129 "${replay_args[@]}"
 signal_case TERM 143 simulate "$work/in.fifo" --format native --kv-memory 1GiB --report "$out/r.json" \
   --timeline "$out/t.csv" -q
 signal_case INT 130 convert "$work/in.fifo" --format native -o "$out/c.jsonl"
+signal_case KILL 137 "${replay_args[@]}"
+signal_case KILL 137 convert "$work/in.fifo" --format native -o "$out/c.jsonl"
 set +m
 
 echo "$passed passed, $failed failed, $skipped skipped"
