@@ -64,19 +64,19 @@ int run_kernels(const KernelBenchRequest& request) {
     for (std::uint32_t batch : batches) {
       for (std::uint32_t context : contexts) {
         const std::uint64_t blocks = fragmented_pool_blocks(batch, context, page_tokens);
-        const std::string point = fmt::format("--batch {} --context {} --page-tokens {}", batch,
-                                              context, page_tokens);
+        const std::string point =
+            fmt::format("--batch {} --context {} --page-tokens {}", batch, context, page_tokens);
         if (blocks > kMaxSupportedPoolBlocks) {
-          eprint("command line: {}: the point needs a pool of {} blocks, more than kvreplay "
-                 "keeps in memory (at most {}); give a smaller batch or context, or larger "
-                 "pages\n",
-                 point, blocks, kMaxSupportedPoolBlocks);
+          eprint(
+              "command line: {}: the point needs a pool of {} blocks, more than kvreplay "
+              "keeps in memory (at most {}); give a smaller batch or context, or larger "
+              "pages\n",
+              point, blocks, kMaxSupportedPoolBlocks);
           return kExitInput;
         }
-        if (auto problem =
-                check_memory(mul_sat(blocks, kKernelBytesPerBlock), "the point " + point,
-                             fmt::format("{} bytes a block x {} blocks", kKernelBytesPerBlock,
-                                         blocks))) {
+        if (auto problem = check_memory(
+                mul_sat(blocks, kKernelBytesPerBlock), "the point " + point,
+                fmt::format("{} bytes a block x {} blocks", kKernelBytesPerBlock, blocks))) {
           eprint("command line: {}\n", *problem);
           return kExitInput;
         }
@@ -100,8 +100,7 @@ int run_kernels(const KernelBenchRequest& request) {
   // The copy roof, on a one-block arena of the same backend.
   auto roof_backend = make_backend(request.backend, geometry, request.arena_limit);
   if (!roof_backend) {
-    eprint("command line: --backend: {}: {}\n", to_string(request.backend),
-               roof_backend.error());
+    eprint("command line: --backend: {}: {}\n", to_string(request.backend), roof_backend.error());
     return kExitInput;
   }
   const std::uint64_t roof_bytes = cuda ? (std::uint64_t{512} << 20) : (std::uint64_t{64} << 20);

@@ -104,7 +104,8 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
         "pipeline parallelism: layers split across N stages (the fullest stage is reported)";
     const std::string gpu_help =
         "GPU preset (datasheet figures; sizes the pool unless --kv-memory or --pool-blocks, and "
-        "sets --gpu-class): " + gpu_preset_list();
+        "sets --gpu-class): " +
+        gpu_preset_list();
     if (swept) {
       // plan sweeps deployments as it sweeps memory.
       options[11] = deploy(app.add_option("--tp", tps, tp_help + "; comma-separated to sweep")
@@ -113,9 +114,8 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
       options[12] = deploy(app.add_option("--pp", pps, pp_help + "; comma-separated to sweep")
                                ->delimiter(',')
                                ->check(CLI::Range(1u, 1024u)));
-      options[13] =
-          deploy(app.add_option("--gpu", gpus, gpu_help + "; comma-separated to sweep")
-                     ->delimiter(','));
+      options[13] = deploy(
+          app.add_option("--gpu", gpus, gpu_help + "; comma-separated to sweep")->delimiter(','));
     } else {
       options[11] = deploy(app.add_option("--tp", tp, tp_help)->check(CLI::Range(1u, 1024u)));
       options[12] = deploy(app.add_option("--pp", pp, pp_help)->check(CLI::Range(1u, 1024u)));
@@ -157,10 +157,11 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,
                  "request format: native, mooncake, azure, burstgpt (default: by content)")
       ->group("Simulation");
-  engine_option = app.add_option("--engine", engine,
-                 "scheduler to imitate: vllm (default: vLLM v1's rules, README) or generic")
-      ->check(CLI::IsMember(engine_names()))
-      ->group("Simulation");
+  engine_option =
+      app.add_option("--engine", engine,
+                     "scheduler to imitate: vllm (default: vLLM v1's rules, README) or generic")
+          ->check(CLI::IsMember(engine_names()))
+          ->group("Simulation");
   gpu_class_option =
       app.add_option("--gpu-class", gpu_class,
                      "vllm: the `vllm serve` batch defaults of a large GPU (>= 70 GiB, not A100: "
@@ -238,10 +239,10 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                             "SLO: time to first token, ms (SLO attainment and goodput)")
                  ->check(CLI::Range(0.0, 1e12))
                  ->group("Latency");
-  slo_tpot = app.add_option("--slo-tpot-ms", slo_tpot_ms,
-                            "SLO: time per output token after the first, ms")
-                 ->check(CLI::Range(0.0, 1e12))
-                 ->group("Latency");
+  slo_tpot =
+      app.add_option("--slo-tpot-ms", slo_tpot_ms, "SLO: time per output token after the first, ms")
+          ->check(CLI::Range(0.0, 1e12))
+          ->group("Latency");
   app.add_option("--check", check, check_help)->check(kCheckValidator);
 }
 std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
@@ -262,9 +263,10 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   if (out.engine == EngineKind::kVllm && out.allocator != AllocatorKind::kPaged) {
     // The contiguous allocators model the generic scheduler's whole-request reservation.
     if (given(engine_option)) {
-      return fmt::format("--engine vllm needs --allocator paged (the {} allocator runs the generic "
-                         "scheduler: give --engine generic)",
-                         allocator);
+      return fmt::format(
+          "--engine vllm needs --allocator paged (the {} allocator runs the generic "
+          "scheduler: give --engine generic)",
+          allocator);
     }
     out.engine = EngineKind::kGeneric;
   }

@@ -57,7 +57,7 @@ struct ConfigOptions {
 // Options shared by simulate and plan.
 struct SimOptionsCli {
   std::string format, allocator = "paged", evict = "lru", check = "end", engine = "vllm",
-                     gpu_class = "large", cost_model = "auto";
+                      gpu_class = "large", cost_model = "auto";
   double slo_ttft_ms = 0, slo_tpot_ms = 0;
   CLI::Option* slo_ttft = nullptr;
   CLI::Option* slo_tpot = nullptr;

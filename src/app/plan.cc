@@ -161,7 +161,7 @@ struct UnfitCell {
   std::size_t deployment = 0;
   std::uint32_t page_tokens = 0;
   std::string problem;
-}; 
+};
 
 // Whether a simulation serves the trace: no preemption, nothing skipped for a
 // pool too small, and with SLOs at least `slo_attainment` of the requests
@@ -243,8 +243,9 @@ nlohmann::json cost_options_json(const CostModel& cost) {
   const RooflineConstants& r = cost.roofline;
   const LinearCost& l = cost.linear;
   return {{"kind", std::string(to_string(cost.kind))},
-          {"roofline", {r.compute_efficiency, r.bandwidth_efficiency, r.link_efficiency,
-                        r.allreduce_latency_us, r.step_overhead_ms}},
+          {"roofline",
+           {r.compute_efficiency, r.bandwidth_efficiency, r.link_efficiency, r.allreduce_latency_us,
+            r.step_overhead_ms}},
           {"linear", {l.step_ms, l.prefill_token_ms, l.decode_seq_ms, l.kv_bandwidth_gbps}}};
 }
 
@@ -843,41 +844,42 @@ int run_plan_steps(const PlanRequest& request) {
   std::vector<UnfitCell> unfit;
   for (const SweptModel& model : models) {
     for (std::size_t d = 0; d < deployments.size(); ++d) {
-    for (std::uint32_t page : request.page_tokens) {
-      for (const std::string& memory : memories) {
-        ConfigOverrides overrides = request.overrides;
-        overrides.gpu = deployments[d].gpu;
-        overrides.tp = deployments[d].tp;
-        overrides.pp = deployments[d].pp;
-        overrides.max_batched_tokens = deployments[d].options.max_batched_tokens;
-        overrides.max_seqs = deployments[d].options.max_seqs;
-        overrides.model.reset();
-        overrides.model_config.reset();
-        (model.file ? overrides.model_config : overrides.model) = model.name;
-        overrides.page_tokens = page;
-        overrides.kv_memory.reset();
-        if (!memory.empty()) overrides.kv_memory = memory;
-        overrides.pool_blocks.reset();
-        auto config = resolve_sim_config(overrides);
-        if (!config && deployments.size() > 1 &&
-            (config.error().field == "--gpu" || config.error().field == "--tp" ||
-             config.error().field == "--pp")) {
-          // A deployment too small for the weights, or one the heads do not
-          // split over: part of what a deployment sweep measures.
-          unfit.push_back(UnfitCell{model.name, d, page, config.error().problem});
-          continue;
+      for (std::uint32_t page : request.page_tokens) {
+        for (const std::string& memory : memories) {
+          ConfigOverrides overrides = request.overrides;
+          overrides.gpu = deployments[d].gpu;
+          overrides.tp = deployments[d].tp;
+          overrides.pp = deployments[d].pp;
+          overrides.max_batched_tokens = deployments[d].options.max_batched_tokens;
+          overrides.max_seqs = deployments[d].options.max_seqs;
+          overrides.model.reset();
+          overrides.model_config.reset();
+          (model.file ? overrides.model_config : overrides.model) = model.name;
+          overrides.page_tokens = page;
+          overrides.kv_memory.reset();
+          if (!memory.empty()) overrides.kv_memory = memory;
+          overrides.pool_blocks.reset();
+          auto config = resolve_sim_config(overrides);
+          if (!config && deployments.size() > 1 &&
+              (config.error().field == "--gpu" || config.error().field == "--tp" ||
+               config.error().field == "--pp")) {
+            // A deployment too small for the weights, or one the heads do not
+            // split over: part of what a deployment sweep measures.
+            unfit.push_back(UnfitCell{model.name, d, page, config.error().problem});
+            continue;
+          }
+          if (!config) {
+            eprint("{}\n", config.error().to_string());
+            return kExitInput;
+          }
+          const std::string label =
+              !memory.empty()
+                  ? memory
+                  : reproducible_memory(config.value().kv.pool_blocks, config.value().kv);
+          cells.push_back(
+              PlanCell{model.name, d, label, page, config.value(), std::nullopt, std::nullopt});
         }
-        if (!config) {
-          eprint("{}\n", config.error().to_string());
-          return kExitInput;
-        }
-        const std::string label =
-            !memory.empty() ? memory
-                            : reproducible_memory(config.value().kv.pool_blocks, config.value().kv);
-        cells.push_back(
-            PlanCell{model.name, d, label, page, config.value(), std::nullopt, std::nullopt});
       }
-    }
     }
   }
   // The smallest pool with no preemption is searched per (model, deployment,
@@ -912,8 +914,7 @@ int run_plan_steps(const PlanRequest& request) {
     if (merging) return false;
     return !request.shard || unit % request.shard->count == request.shard->index - 1;
   };
-  const std::string sweep_sha256 =
-      sweep_fingerprint(request, deployments, cells, unfit, units);
+  const std::string sweep_sha256 = sweep_fingerprint(request, deployments, cells, unfit, units);
   std::vector<std::size_t> run_cells;
   for (std::size_t i = 0; i < cells.size(); ++i) {
     if (unit_runs_here(request.search_min ? cell_group[i] : i)) run_cells.push_back(i);
@@ -937,9 +938,9 @@ int run_plan_steps(const PlanRequest& request) {
                         memory_text(kSimulationBaseBytes), kSimulationBytesPerBlock, largest))) {
       const std::uint64_t fitting = memory_limit().bytes / each;
       eprint("kvreplay plan: {}: {}\n", *problem,
-                 fitting == 0 ? std::string("sweep smaller pools (a larger --page-tokens, "
-                                            "or less --kv-memory)")
-                              : fmt::format("-j {} fits", fitting));
+             fitting == 0 ? std::string("sweep smaller pools (a larger --page-tokens, "
+                                        "or less --kv-memory)")
+                          : fmt::format("-j {} fits", fitting));
       return kExitInput;
     }
   }
@@ -947,7 +948,8 @@ int run_plan_steps(const PlanRequest& request) {
   // Opened before the sweep, so a path that cannot be written fails at once.
   OutputSet outputs;
   outputs.add_input("REQUESTS", request.trace_path);
-  for (const std::string& config : request.model_configs) outputs.add_input("--model-config", config);
+  for (const std::string& config : request.model_configs)
+    outputs.add_input("--model-config", config);
   for (const PlanPart& part : request.parts) outputs.add_input("PARTS", part.path);
   OutputFile* report_out = nullptr;
   OutputFile* html_out = nullptr;
@@ -991,12 +993,11 @@ int run_plan_steps(const PlanRequest& request) {
     std::lock_guard<std::mutex> lock(progress_mutex);
     ++simulations_done;
     if (progress->due()) {
-      progress->draw(fmt::format("plan: {} simulations done ({} cells in the sweep{})",
-                                 simulations_done, cells.size(),
-                                 request.shard ? fmt::format(", {} in shard {}/{}", run_cells.size(),
-                                                             request.shard->index,
-                                                             request.shard->count)
-                                               : std::string()));
+      progress->draw(fmt::format(
+          "plan: {} simulations done ({} cells in the sweep{})", simulations_done, cells.size(),
+          request.shard ? fmt::format(", {} in shard {}/{}", run_cells.size(), request.shard->index,
+                                      request.shard->count)
+                        : std::string()));
     }
   };
   parallel_for(run_cells.size(), jobs, [&](std::size_t k) {
@@ -1046,8 +1047,8 @@ int run_plan_steps(const PlanRequest& request) {
     violated = true;
     ViolationText text = first_violation(*cell.result);
     eprint("{}: {} at sweep point --model {} --page-tokens {} --kv-memory {}: {}\n",
-               request.trace_path, text.invariant, cell.model, cell.page_tokens, cell.kv_memory,
-               text.message);
+           request.trace_path, text.invariant, cell.model, cell.page_tokens, cell.kv_memory,
+           text.message);
   }
   if (violated) return kExitCheckFailed;
 
@@ -1155,10 +1156,10 @@ int run_plan_steps(const PlanRequest& request) {
       if (!search.violated_blocks) continue;
       violated = true;
       eprint(
-                 "{}: {} while searching the smallest KV memory, at --model {} --page-tokens {} "
-                 "--pool-blocks {}: {}\n",
-                 request.trace_path, search.violation.invariant, search.model, search.page_tokens,
-                 *search.violated_blocks, search.violation.message);
+          "{}: {} while searching the smallest KV memory, at --model {} --page-tokens {} "
+          "--pool-blocks {}: {}\n",
+          request.trace_path, search.violation.invariant, search.model, search.page_tokens,
+          *search.violated_blocks, search.violation.message);
     }
     if (violated) return kExitCheckFailed;
   }
@@ -1170,13 +1171,14 @@ int run_plan_steps(const PlanRequest& request) {
       eprint("{}\n", trace_sha256.error().to_string());
       return kExitInput;
     }
-    nlohmann::json part = {{"kvreplay_plan_part", kPlanPartVersion},
-                           {"kvreplay", kKvreplayVersion},
-                           {"shard", {{"index", request.shard->index}, {"count", request.shard->count}}},
-                           {"command", request.command},
-                           {"trace", {{"path", request.trace_path}, {"sha256", trace_sha256.value()}}},
-                           {"sweep_sha256", sweep_sha256},
-                           {"units", units}};
+    nlohmann::json part = {
+        {"kvreplay_plan_part", kPlanPartVersion},
+        {"kvreplay", kKvreplayVersion},
+        {"shard", {{"index", request.shard->index}, {"count", request.shard->count}}},
+        {"command", request.command},
+        {"trace", {{"path", request.trace_path}, {"sha256", trace_sha256.value()}}},
+        {"sweep_sha256", sweep_sha256},
+        {"units", units}};
     nlohmann::json part_cells = nlohmann::json::array();
     for (std::size_t i : run_cells) part_cells.push_back(cell_part_json(i, *cells[i].result));
     part["cells"] = std::move(part_cells);
@@ -1184,12 +1186,12 @@ int run_plan_steps(const PlanRequest& request) {
     for (std::size_t g = 0; g < searches.size(); ++g) {
       if (!unit_runs_here(g)) continue;
       const MinSearch& search = searches[g];
-      part_searches.push_back(
-          {{"index", g},
-           {"pool_blocks", search.blocks ? nlohmann::json(*search.blocks) : nlohmann::json(nullptr)},
-           {"probes", search.probes},
-           {"raised_past_pool_blocks", search.raised_past},
-           {"unmet", unmet_json(search)}});
+      part_searches.push_back({{"index", g},
+                               {"pool_blocks", search.blocks ? nlohmann::json(*search.blocks)
+                                                             : nlohmann::json(nullptr)},
+                               {"probes", search.probes},
+                               {"raised_past_pool_blocks", search.raised_past},
+                               {"unmet", unmet_json(search)}});
     }
     part["searches"] = std::move(part_searches);
     report_out->write(part.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
@@ -1198,7 +1200,8 @@ int run_plan_steps(const PlanRequest& request) {
       return kExitInput;
     }
     if (!request.quiet) {
-      fmt::print(table_stream, "plan: shard {}/{}: {} of {} cells and {} of {} searches, written to {}\n",
+      fmt::print(table_stream,
+                 "plan: shard {}/{}: {} of {} cells and {} of {} searches, written to {}\n",
                  request.shard->index, request.shard->count, run_cells.size(), cells.size(),
                  part["searches"].size(), searches.size(), request.report_path);
     }
@@ -1264,11 +1267,12 @@ int run_plan_steps(const PlanRequest& request) {
   };
   std::string table =
       (show_deployments ? fmt::format("{:<26} ", "deployment") : std::string()) +
-      fmt::format("{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} "
-                  "{:>10} {:>8} {:>6}{}\n",
-                  "model", "page", "kv_memory", "blocks", "peak", "in_use", "waste", "preempt",
-                  "hit_rate", "finished", "skipped", "out_tok/s", "p99_ttft", "p99_tpot", "load",
-                  slo ? fmt::format(" {:>7}", "slo") : std::string());
+      fmt::format(
+          "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} "
+          "{:>10} {:>8} {:>6}{}\n",
+          "model", "page", "kv_memory", "blocks", "peak", "in_use", "waste", "preempt", "hit_rate",
+          "finished", "skipped", "out_tok/s", "p99_ttft", "p99_tpot", "load",
+          slo ? fmt::format(" {:>7}", "slo") : std::string());
   bool any_skipped = !warned.empty();
   for (const PlanCell& cell : cells) {
     const nlohmann::json& r = cell.result->report;
@@ -1297,24 +1301,28 @@ int run_plan_steps(const PlanRequest& request) {
     if (r.contains("slo")) row["slo"] = r["slo"];
     if (show_deployments) row["deployment"] = deployment_json(cell.deployment);
     const nlohmann::json& load = r["overload"];
-    table += deployment_column(cell.deployment) + fmt::format(
-        "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f} "
-        "{:>10} {:>8} {:>6}{}\n",
-        model_label(cell.config), cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
-        r["blocks"]["peak_used"].get<std::uint64_t>(),
-        r["blocks"]["peak_in_use"].get<std::uint64_t>(),
-        r["fragmentation"]["waste_ratio_mean"].get<double>() * 100.0,
-        r["scheduler"]["preemptions"].get<std::uint64_t>(),
-        r["prefix_cache"]["hit_rate"].get<double>(), r["requests"]["finished"].get<std::uint64_t>(),
-        r["requests"]["skipped"].get<std::uint64_t>(),
-        r["scheduler"]["output_tokens_per_second"].get<double>(),
-        ms_text(r["latency"]["ttft_ms"]["p99"].get<double>()),
-        ms_text(r["latency"]["tpot_ms"]["p99"].get<double>()),
-        load["ratio"].is_null() ? std::string("-")
-                                : fmt::format("{:.2f}{}", load["ratio"].get<double>(),
-                                              load["overloaded"].get<bool>() ? "!" : ""),
-        r.contains("slo") ? fmt::format(" {:>6.2f}%", r["slo"]["attainment"].get<double>() * 100)
-                          : std::string());
+    table +=
+        deployment_column(cell.deployment) +
+        fmt::format(
+            "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f} "
+            "{:>10} {:>8} {:>6}{}\n",
+            model_label(cell.config), cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
+            r["blocks"]["peak_used"].get<std::uint64_t>(),
+            r["blocks"]["peak_in_use"].get<std::uint64_t>(),
+            r["fragmentation"]["waste_ratio_mean"].get<double>() * 100.0,
+            r["scheduler"]["preemptions"].get<std::uint64_t>(),
+            r["prefix_cache"]["hit_rate"].get<double>(),
+            r["requests"]["finished"].get<std::uint64_t>(),
+            r["requests"]["skipped"].get<std::uint64_t>(),
+            r["scheduler"]["output_tokens_per_second"].get<double>(),
+            ms_text(r["latency"]["ttft_ms"]["p99"].get<double>()),
+            ms_text(r["latency"]["tpot_ms"]["p99"].get<double>()),
+            load["ratio"].is_null() ? std::string("-")
+                                    : fmt::format("{:.2f}{}", load["ratio"].get<double>(),
+                                                  load["overloaded"].get<bool>() ? "!" : ""),
+            r.contains("slo")
+                ? fmt::format(" {:>6.2f}%", r["slo"]["attainment"].get<double>() * 100)
+                : std::string());
     rows.push_back(std::move(row));
   }
   plan["cells"] = std::move(rows);
@@ -1325,9 +1333,9 @@ int run_plan_steps(const PlanRequest& request) {
                           {"page_tokens", cell.page_tokens},
                           {"deployment", deployment_json(cell.deployment)},
                           {"problem", cell.problem}});
-    table += deployment_column(cell.deployment) +
-             fmt::format("{:<15} {:>6} does not run: {}\n", cell.model, cell.page_tokens,
-                         cell.problem);
+    table +=
+        deployment_column(cell.deployment) +
+        fmt::format("{:<15} {:>6} does not run: {}\n", cell.model, cell.page_tokens, cell.problem);
   }
   if (show_deployments) plan["unfit"] = std::move(unfit_rows);
 
@@ -1385,42 +1393,44 @@ int run_plan_steps(const PlanRequest& request) {
         }
         raised.push_back(deployment_label(deployments[failing->deployment]));
       }
-      nlohmann::json entry = {{"model", model}, {"page_tokens", page}, {"gpu", gpu},
-                              {"raised_past", raised}};
+      nlohmann::json entry = {
+          {"model", model}, {"page_tokens", page}, {"gpu", gpu}, {"raised_past", raised}};
       if (answer != nullptr) {
         entry["deployment"] = deployment_json(answer->deployment);
         entry["kv_memory_bytes"] = answer->config.kv_memory.value_or(0);
         entry["pool_blocks"] = answer->config.kv.pool_blocks;
-        answers += fmt::format("  {:<15} page {:>4}: {} GPUs of {}: {}, {} of KV a GPU ({} blocks)\n",
-                               model, page, gpus_of(answer), gpu,
-                               deployment_label(deployments[answer->deployment]),
-                               reproducible_memory(answer->config.kv.pool_blocks, answer->config.kv),
-                               answer->config.kv.pool_blocks);
+        answers += fmt::format(
+            "  {:<15} page {:>4}: {} GPUs of {}: {}, {} of KV a GPU ({} blocks)\n", model, page,
+            gpus_of(answer), gpu, deployment_label(deployments[answer->deployment]),
+            reproducible_memory(answer->config.kv.pool_blocks, answer->config.kv),
+            answer->config.kv.pool_blocks);
       } else {
         entry["deployment"] = nullptr;
-        answers += fmt::format("  {:<15} page {:>4}: no swept deployment of {} serves it\n",
-                               model, page, gpu);
+        answers += fmt::format("  {:<15} page {:>4}: no swept deployment of {} serves it\n", model,
+                               page, gpu);
       }
       min_deployments.push_back(std::move(entry));
     }
     if (!answers.empty()) {
-      table += fmt::format("\nsmallest deployment per GPU kind with no preemption{} (its pool sized "
-                           "by the GPU), verified at every swept deployment with more GPUs:\n",
-                           slo_words) +
+      table += fmt::format(
+                   "\nsmallest deployment per GPU kind with no preemption{} (its pool sized "
+                   "by the GPU), verified at every swept deployment with more GPUs:\n",
+                   slo_words) +
                answers;
     }
   }
   if (show_deployments) plan["min_deployment"] = std::move(min_deployments);
   nlohmann::json minimum = nlohmann::json::array();
   if (request.search_min) {
-    table += !any_skipped
-                 ? fmt::format("\nsmallest KV memory with no preemption{} (every request served), "
-                               "verified at every swept size above it:\n",
-                               slo_words)
-                 : fmt::format("\nsmallest KV memory with no preemption{} (every request that can "
-                               "fit served; some were skipped: see the warnings), verified at "
-                               "every swept size above it:\n",
-                               slo_words);
+    table += !any_skipped ? fmt::format(
+                                "\nsmallest KV memory with no preemption{} (every request served), "
+                                "verified at every swept size above it:\n",
+                                slo_words)
+                          : fmt::format(
+                                "\nsmallest KV memory with no preemption{} (every request that can "
+                                "fit served; some were skipped: see the warnings), verified at "
+                                "every swept size above it:\n",
+                                slo_words);
     for (const MinSearch& search : searches) {
       std::uint64_t bytes = search.blocks ? *search.blocks * search.config.kv.block_bytes() : 0;
       const std::string memory =
@@ -1441,14 +1451,14 @@ int run_plan_steps(const PlanRequest& request) {
       for (std::uint32_t failing : search.raised_past) {
         raised += fmt::format("; raised past the swept {} blocks, which preempt", failing);
       }
-      table +=
-          search.blocks
-              ? fmt::format("  {}{:<15} page {:>4}: --kv-memory {} = {} blocks ({} simulations{})\n",
-                            deployment_column(search.deployment), model_label(search.config),
-                            search.page_tokens, memory, *search.blocks, search.probes, raised)
-              : fmt::format("  {}{:<15} page {:>4}: not found: {}\n",
-                            deployment_column(search.deployment), model_label(search.config),
-                            search.page_tokens, search.unmet_message);
+      table += search.blocks
+                   ? fmt::format(
+                         "  {}{:<15} page {:>4}: --kv-memory {} = {} blocks ({} simulations{})\n",
+                         deployment_column(search.deployment), model_label(search.config),
+                         search.page_tokens, memory, *search.blocks, search.probes, raised)
+                   : fmt::format("  {}{:<15} page {:>4}: not found: {}\n",
+                                 deployment_column(search.deployment), model_label(search.config),
+                                 search.page_tokens, search.unmet_message);
     }
   }
   plan["min_kv_memory"] = std::move(minimum);
@@ -1473,8 +1483,8 @@ int run_plan(const PlanRequest& request) {
     return run_plan_steps(request);
   } catch (const std::bad_alloc&) {
     eprint(
-               "kvreplay plan: out of memory: run fewer simulations at once (-j) or sweep "
-               "smaller pools (README, \"Memory bounds (plan)\")\n");
+        "kvreplay plan: out of memory: run fewer simulations at once (-j) or sweep "
+        "smaller pools (README, \"Memory bounds (plan)\")\n");
     return kExitInput;
   }
 }
@@ -1606,10 +1616,10 @@ class PlanCommand final : public Command {
       gpus.emplace_back(gpu);
     }
     if (gpus.empty()) gpus.emplace_back(std::nullopt);
-    const std::vector<std::uint32_t> tps = config_.tps.empty() ? std::vector<std::uint32_t>{1}
-                                                               : config_.tps;
-    const std::vector<std::uint32_t> pps = config_.pps.empty() ? std::vector<std::uint32_t>{1}
-                                                               : config_.pps;
+    const std::vector<std::uint32_t> tps =
+        config_.tps.empty() ? std::vector<std::uint32_t>{1} : config_.tps;
+    const std::vector<std::uint32_t> pps =
+        config_.pps.empty() ? std::vector<std::uint32_t>{1} : config_.pps;
     for (const auto& gpu : gpus) {
       SimOptions options;
       if (auto problem = options_.resolve(options, request_.format, gpu)) {
@@ -1636,8 +1646,8 @@ class PlanCommand final : public Command {
 std::optional<std::string> part_problem(const PlanPart& part) {
   const nlohmann::json& j = part.json;
   if (!j.is_object() || !j.contains("kvreplay_plan_part")) {
-    return fmt::format("{}: not a partial plan (kvreplay plan --shard I/N --report FILE writes them)",
-                       part.path);
+    return fmt::format(
+        "{}: not a partial plan (kvreplay plan --shard I/N --report FILE writes them)", part.path);
   }
   if (j["kvreplay_plan_part"] != kPlanPartVersion) {
     return fmt::format("{}: a partial plan of format {}; this kvreplay reads format {}", part.path,
@@ -1647,7 +1657,8 @@ std::optional<std::string> part_problem(const PlanPart& part) {
     return fmt::format("{}: written by kvreplay {}; this is kvreplay {}: rerun the shards",
                        part.path, j.value("kvreplay", std::string("?")), kKvreplayVersion);
   }
-  for (const char* key : {"shard", "command", "trace", "sweep_sha256", "units", "cells", "searches"}) {
+  for (const char* key :
+       {"shard", "command", "trace", "sweep_sha256", "units", "cells", "searches"}) {
     if (!j.contains(key)) return fmt::format("{}: a partial plan without \"{}\"", part.path, key);
   }
   const nlohmann::json& shard = j["shard"];
@@ -1737,9 +1748,9 @@ int merge_parts(const PlanMergeRequest& request) {
   for (const PlanPart& part : parts) {
     const nlohmann::json& j = part.json;
     if (j["trace"]["sha256"] != first.json["trace"]["sha256"]) {
-      return refuse(fmt::format("{} and {} are parts of plans of different traces (sha256 {} and {})",
-                                first.path, part.path, first.json["trace"]["sha256"].dump(),
-                                j["trace"]["sha256"].dump()));
+      return refuse(fmt::format(
+          "{} and {} are parts of plans of different traces (sha256 {} and {})", first.path,
+          part.path, first.json["trace"]["sha256"].dump(), j["trace"]["sha256"].dump()));
     }
     // The fingerprint covers everything that decides the figures (the command
     // lines differ in --shard and --report, and may in --jobs).
@@ -1773,8 +1784,8 @@ int merge_parts(const PlanMergeRequest& request) {
   try {
     app.parse(arguments);
   } catch (const CLI::ParseError& error) {
-    return refuse(fmt::format("{}: its plan command line does not parse here: {}", first.path,
-                              error.what()));
+    return refuse(
+        fmt::format("{}: its plan command line does not parse here: {}", first.path, error.what()));
   }
   try {
     return plan.merge(std::move(parts), request);

@@ -42,8 +42,8 @@ int run_replay(const ReplayRequest& request) {
     return output_failure(outputs);
   }
   if (!request.timeline_path.empty() &&
-      (timeline_out = outputs.open("the timeline", request.timeline_path,
-                                   OutputFile::Flow::kStream, "--timeline")) == nullptr) {
+      (timeline_out = outputs.open("the timeline", request.timeline_path, OutputFile::Flow::kStream,
+                                   "--timeline")) == nullptr) {
     return output_failure(outputs);
   }
   if (!request.html_path.empty() &&
@@ -94,18 +94,18 @@ int run_replay(const ReplayRequest& request) {
   }
   if (const auto& v = run.value().replayer->violation()) {
     if (v->event == 0) {
-      eprint("{}: invariant {} violated at the end of the trace: {}\n",
-                 input.trace.path, v->invariant, v->message);
+      eprint("{}: invariant {} violated at the end of the trace: {}\n", input.trace.path,
+             v->invariant, v->message);
     } else {
-      eprint("{}:{}: invariant {} violated at event {}: {}\n", input.trace.path,
-                 v->line, v->invariant, v->event, v->message);
+      eprint("{}:{}: invariant {} violated at event {}: {}\n", input.trace.path, v->line,
+             v->invariant, v->event, v->message);
     }
   }
   if (run.value().status == RunStatus::kOom) {
     eprint(
-               "{}: pool exhausted at event {} (--on-oom fail); rerun with --on-oom skip "
-               "or a larger --kv-memory / --pool-blocks\n",
-               input.trace.path, *run.value().replayer->totals().oom_first_event);
+        "{}: pool exhausted at event {} (--on-oom fail); rerun with --on-oom skip "
+        "or a larger --kv-memory / --pool-blocks\n",
+        input.trace.path, *run.value().replayer->totals().oom_first_event);
   }
   return exit_code(run.value().status);
 }

@@ -85,7 +85,7 @@ int run_simulate(const SimulateRequest& request) {
   if (result.value().violated) {
     const auto& violations = result.value().report["invariants"]["violations"];
     eprint("{}: invariant violated: {}\n", request.trace_path,
-               violations.empty() ? std::string("?") : violations[0]["message"].get<std::string>());
+           violations.empty() ? std::string("?") : violations[0]["message"].get<std::string>());
     return kExitCheckFailed;
   }
   return kExitOk;

@@ -16,9 +16,9 @@ struct SimulateRequest {
   SimOptions options;
   std::string report_path;
   std::string timeline_path;
-  std::string html_path;  // empty: none
+  std::string html_path;      // empty: none
   std::string requests_path;  // --requests: one CSV row per request
-  bool quiet = false;     // no summary (table), no progress line on stderr
+  bool quiet = false;         // no summary (table), no progress line on stderr
 };
 
 int run_simulate(const SimulateRequest& request);

@@ -49,7 +49,7 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
                         "more blocks than the pool of {} less {} (first: line {}, "
                         "{} blocks; give a larger --kv-memory or --pool-blocks)",
                         config.kv.pool_blocks,
-                        !sim.null_block() ? "the --watermark"
+                        !sim.null_block()               ? "the --watermark"
                         : sim.options().watermark > 0.0 ? "the null block and the --watermark"
                                                         : "the null block",
                         first->line, first->need)
@@ -76,14 +76,16 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
 }  // namespace
 
 nlohmann::json sim_options_json(const SimOptions& options) {
-  nlohmann::json out = {{"engine", std::string(to_string(options.engine))},
-          {"allocator", std::string(to_string(options.allocator))},
-          {"prefix_cache", options.prefix_cache && options.allocator == AllocatorKind::kPaged},
-          {"evict", std::string(to_string(options.evict))},
-          {"max_seqs", options.max_seqs},
-          {"max_batched_tokens", options.max_batched_tokens},
-          {"watermark", options.watermark}};
-  if (options.engine == EngineKind::kVllm) out["gpu_class"] = std::string(to_string(options.gpu_class));
+  nlohmann::json out = {
+      {"engine", std::string(to_string(options.engine))},
+      {"allocator", std::string(to_string(options.allocator))},
+      {"prefix_cache", options.prefix_cache && options.allocator == AllocatorKind::kPaged},
+      {"evict", std::string(to_string(options.evict))},
+      {"max_seqs", options.max_seqs},
+      {"max_batched_tokens", options.max_batched_tokens},
+      {"watermark", options.watermark}};
+  if (options.engine == EngineKind::kVllm)
+    out["gpu_class"] = std::string(to_string(options.gpu_class));
   if (options.slo.ttft_ms) out["slo_ttft_ms"] = *options.slo.ttft_ms;
   if (options.slo.tpot_ms) out["slo_tpot_ms"] = *options.slo.tpot_ms;
   return out;
@@ -150,10 +152,11 @@ InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
   auto config = resolve_run_config(header, overrides, "command line", 0);
   if (!config) return config;
   const std::uint64_t blocks = config.value().kv.pool_blocks;
-  if (auto problem = check_memory(simulation_memory_bytes(blocks),
-                                  fmt::format("a simulation of a pool of {} blocks", blocks),
-                                  fmt::format("{} MiB + {} bytes a block", kSimulationBaseBytes >> 20,
-                                              kSimulationBytesPerBlock))) {
+  if (auto problem =
+          check_memory(simulation_memory_bytes(blocks),
+                       fmt::format("a simulation of a pool of {} blocks", blocks),
+                       fmt::format("{} MiB + {} bytes a block", kSimulationBaseBytes >> 20,
+                                   kSimulationBytesPerBlock))) {
     return Unexpected{InputError{"command line", 0,
                                  overrides.pool_blocks ? "--pool-blocks"
                                  : overrides.kv_memory ? "--kv-memory"
@@ -299,8 +302,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   const SimTotals& st = sim.sim_totals();
   ReportSource source{
       TraceInfo{shown_as.empty() ? path : shown_as, std::string(to_string(reader.format())),
-                st.requests + reader.skipped(),
-                std::move(sha256).value()},
+                st.requests + reader.skipped(), std::move(sha256).value()},
       violated ? RunStatus::kViolation : RunStatus::kOk,
       &sim.config(),
       &sim.totals(),
@@ -387,9 +389,8 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
         {"attainment", all_requests == 0 ? 0.0
                                          : static_cast<double>(sim.slo_met()) /
                                                static_cast<double>(all_requests)},
-        {"goodput_rps", st.virtual_seconds > 0
-                            ? static_cast<double>(sim.slo_met()) / st.virtual_seconds
-                            : 0.0}};
+        {"goodput_rps",
+         st.virtual_seconds > 0 ? static_cast<double>(sim.slo_met()) / st.virtual_seconds : 0.0}};
     if (options.slo.ttft_ms) slo["ttft_ms"] = *options.slo.ttft_ms;
     if (options.slo.tpot_ms) slo["tpot_ms"] = *options.slo.tpot_ms;
     result.report["slo"] = slo;
@@ -428,21 +429,20 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   auto line = [&summary](std::string_view label, const std::string& value) {
     summary += fmt::format("  {:<26} {}\n", label, value);
   };
-  summary += fmt::format("{} ({} engine, {}, prefix cache {})\n",
-                         Paint{terminal.color}.bold("simulation"), to_string(options.engine),
-                         to_string(options.allocator),
-                         options.prefix_cache && options.allocator == AllocatorKind::kPaged
-                             ? fmt::format("on, evict {}", to_string(options.evict))
-                             : std::string("off"));
+  summary +=
+      fmt::format("{} ({} engine, {}, prefix cache {})\n", Paint{terminal.color}.bold("simulation"),
+                  to_string(options.engine), to_string(options.allocator),
+                  options.prefix_cache && options.allocator == AllocatorKind::kPaged
+                      ? fmt::format("on, evict {}", to_string(options.evict))
+                      : std::string("off"));
   line("requests", fmt::format("{} total, {} finished, {} skipped", st.requests + reader.skipped(),
                                st.finished, st.skipped + reader.skipped()));
   line("prefix-cache hit rate",
        fmt::format("{:.4f} of prompt tokens ({:.4f} per request)", hit_rate, per_request));
   line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
-  line("blocks in use",
-       fmt::format("peak {} ({} per GPU), mean {}", grouped(st.peak_in_use),
-                   bytes_text(std::uint64_t{st.peak_in_use} * sim.block_bytes()),
-                   grouped(static_cast<std::uint64_t>(mean_in_use + 0.5))));
+  line("blocks in use", fmt::format("peak {} ({} per GPU), mean {}", grouped(st.peak_in_use),
+                                    bytes_text(std::uint64_t{st.peak_in_use} * sim.block_bytes()),
+                                    grouped(static_cast<std::uint64_t>(mean_in_use + 0.5))));
   line("cached, no request", fmt::format("peak {} blocks (the cache gives them back on demand)",
                                          grouped(st.peak_cache_resident)));
   line("steps / preemptions", fmt::format("{} / {}", st.steps, st.preemptions));
@@ -464,14 +464,13 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
     std::string targets;
     if (options.slo.ttft_ms) targets += fmt::format("TTFT <= {:g} ms", *options.slo.ttft_ms);
     if (options.slo.tpot_ms) {
-      targets += fmt::format("{}TPOT <= {:g} ms", targets.empty() ? "" : ", ",
-                             *options.slo.tpot_ms);
+      targets +=
+          fmt::format("{}TPOT <= {:g} ms", targets.empty() ? "" : ", ", *options.slo.tpot_ms);
     }
-    line("SLO attainment",
-         fmt::format("{:.4f} ({} of {} requests: {}; goodput {:.2f} requests/s)",
-                     result.report["slo"]["attainment"].get<double>(), grouped(sim.slo_met()),
-                     grouped(all_requests), targets,
-                     result.report["slo"]["goodput_rps"].get<double>()));
+    line("SLO attainment", fmt::format("{:.4f} ({} of {} requests: {}; goodput {:.2f} requests/s)",
+                                       result.report["slo"]["attainment"].get<double>(),
+                                       grouped(sim.slo_met()), grouped(all_requests), targets,
+                                       result.report["slo"]["goodput_rps"].get<double>()));
   }
   if (load.ratio()) {
     line("load", fmt::format("{:.2f}x the arrival span{}", *load.ratio(),

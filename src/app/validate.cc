@@ -26,7 +26,7 @@ int run_validate(const std::string& trace_path, const ConfigOverrides& overrides
   std::string name = trace_path == "-" ? "<stdin>" : trace_path;
   if (run.value().status == RunStatus::kViolation) {
     eprint("{}: invariant {} violated: {}\n", name, replayer.violation()->invariant,
-               replayer.violation()->message);
+           replayer.violation()->message);
     return kExitCheckFailed;
   }
   std::string line =

@@ -35,7 +35,8 @@ constexpr kvreplay::CommandSpec kCommands[] = {
      "sweep models, KV memory and page sizes over a request trace; find the smallest KV memory",
      kvreplay::make_plan_command},
     {"plan-merge",
-     "assemble the parts of a sharded plan (plan --shard I/N) into the plan's report, table and HTML",
+     "assemble the parts of a sharded plan (plan --shard I/N) into the plan's report, table and "
+     "HTML",
      kvreplay::make_plan_merge_command},
     {"compare", "compare two reports of the same trace metric by metric (exit 1 on a regression)",
      kvreplay::make_compare_command},
@@ -91,18 +92,20 @@ std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
 // destructors remove every temporary on the way out, and the exit code stays
 // below 128 (SPEC §8).
 int run_command(kvreplay::Command& command) {
-  if (auto problem = kvreplay::check_memory(0, "", "")) {  // a KVREPLAY_MEMORY_LIMIT that is no size
+  if (auto problem =
+          kvreplay::check_memory(0, "", "")) {  // a KVREPLAY_MEMORY_LIMIT that is no size
     kvreplay::put_text(stderr, fmt::format("environment: {}\n", *problem));
     return kvreplay::kExitInput;
   }
   try {
     return command.run();
   } catch (const std::bad_alloc&) {
-    kvreplay::put_text(stderr, "kvreplay: out of memory (nothing written); see the README's "
-                               "\"Memory bounds\" for what a run needs\n");
+    kvreplay::put_text(stderr,
+                       "kvreplay: out of memory (nothing written); see the README's "
+                       "\"Memory bounds\" for what a run needs\n");
   } catch (const std::length_error& error) {
-    kvreplay::put_text(stderr, fmt::format("kvreplay: out of memory: {} (nothing written)\n",
-                                           error.what()));
+    kvreplay::put_text(
+        stderr, fmt::format("kvreplay: out of memory: {} (nothing written)\n", error.what()));
   } catch (const std::system_error& error) {
     kvreplay::put_text(stderr, fmt::format("kvreplay: {} (nothing written)\n", error.what()));
   } catch (const std::exception& error) {

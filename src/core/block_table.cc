@@ -112,7 +112,8 @@ CoreResult<std::uint32_t> SequenceBlockTable::append_fresh(std::uint32_t tokens,
   }
   const std::uint64_t new_length = std::uint64_t{length_} + tokens;
   if (new_length > capacity_tokens()) return Unexpected{CoreError::kLengthExceeded};
-  const auto pages = static_cast<std::uint32_t>((std::uint64_t{tokens} + page_tokens_ - 1) / page_tokens_);
+  const auto pages =
+      static_cast<std::uint32_t>((std::uint64_t{tokens} + page_tokens_ - 1) / page_tokens_);
   if (pages > pool.free_count()) return Unexpected{CoreError::kPoolExhausted};
   // Commit: nothing below can fail (bad_alloc growing the vector is fatal).
   std::uint32_t left = tokens;
@@ -129,14 +130,15 @@ CoreResult<std::uint32_t> SequenceBlockTable::append_fresh(std::uint32_t tokens,
 }
 
 CoreResult<std::uint32_t> SequenceBlockTable::append_taken(std::uint32_t tokens,
-                                                          std::span<const BlockId> blocks,
-                                                          BlockPool& pool) {
+                                                           std::span<const BlockId> blocks,
+                                                           BlockPool& pool) {
   if (length_ % page_tokens_ != 0 || entries_.size() != length_ / page_tokens_) {
     return Unexpected{CoreError::kPageOutOfRange};
   }
   const std::uint64_t new_length = std::uint64_t{length_} + tokens;
   if (new_length > capacity_tokens()) return Unexpected{CoreError::kLengthExceeded};
-  const auto pages = static_cast<std::uint32_t>((std::uint64_t{tokens} + page_tokens_ - 1) / page_tokens_);
+  const auto pages =
+      static_cast<std::uint32_t>((std::uint64_t{tokens} + page_tokens_ - 1) / page_tokens_);
   if (blocks.size() != pages) return Unexpected{CoreError::kSizeMismatch};
   for (BlockId b : blocks) {
     if (b >= pool.total()) return Unexpected{CoreError::kBlockOutOfRange};

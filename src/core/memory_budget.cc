@@ -72,7 +72,8 @@ std::string memory_text(std::uint64_t bytes) {
   if (bytes == kMax) return "more than 16 EiB";
   constexpr double kKiB = 1024.0;
   const double b = static_cast<double>(bytes);
-  if (b >= kKiB * kKiB * kKiB * kKiB) return fmt::format("{:.2f} TiB", b / (kKiB * kKiB * kKiB * kKiB));
+  if (b >= kKiB * kKiB * kKiB * kKiB)
+    return fmt::format("{:.2f} TiB", b / (kKiB * kKiB * kKiB * kKiB));
   if (b >= kKiB * kKiB * kKiB) return fmt::format("{:.2f} GiB", b / (kKiB * kKiB * kKiB));
   if (b >= kKiB * kKiB) return fmt::format("{:.2f} MiB", b / (kKiB * kKiB));
   if (b >= kKiB) return fmt::format("{:.2f} KiB", b / kKiB);
@@ -83,8 +84,8 @@ std::optional<std::string> check_memory(std::uint64_t need_bytes, std::string_vi
                                         std::string_view formula) {
   if (const char* env = std::getenv("KVREPLAY_MEMORY_LIMIT");
       env != nullptr && *env != '\0' && !parse_limit(env)) {
-    return fmt::format(
-        "KVREPLAY_MEMORY_LIMIT: '{}' is not a size (8GiB, 512MiB, 2GB or bytes)", env);
+    return fmt::format("KVREPLAY_MEMORY_LIMIT: '{}' is not a size (8GiB, 512MiB, 2GB or bytes)",
+                       env);
   }
   const MemoryLimit limit = memory_limit();
   if (need_bytes <= limit.bytes) return std::nullopt;

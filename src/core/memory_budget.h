@@ -22,7 +22,8 @@ namespace kvreplay {
 
 struct MemoryLimit {
   std::uint64_t bytes = 0;
-  std::string source;  // "physical memory", "ulimit -v", "cgroup memory.max", "KVREPLAY_MEMORY_LIMIT"
+  std::string
+      source;  // "physical memory", "ulimit -v", "cgroup memory.max", "KVREPLAY_MEMORY_LIMIT"
 };
 
 // The limit in force (read once per process). KVREPLAY_MEMORY_LIMIT that does

@@ -24,7 +24,8 @@
 namespace kvreplay {
 
 struct ArenaView {
-  std::uint8_t* data = nullptr;  // [layers][pool_blocks][page_tokens][kv_tensors][kv_heads][head_dim]
+  std::uint8_t* data =
+      nullptr;  // [layers][pool_blocks][page_tokens][kv_tensors][kv_heads][head_dim]
   std::uint32_t layers = 0;
   std::uint32_t pool_blocks = 0;
   std::uint32_t page_tokens = 0;

@@ -361,10 +361,10 @@ class PrefixCache {
   // that plus kRunBits.
   std::uint32_t page_shift_;
   std::uint32_t run_shift_;
-  std::vector<Entry> entries_;   // by block id, grown on demand
-  std::vector<Rank> ranks_;      // fifo, lfu: by block id, as many as entries_
+  std::vector<Entry> entries_;     // by block id, grown on demand
+  std::vector<Rank> ranks_;        // fifo, lfu: by block id, as many as entries_
   std::uint32_t entry_count_ = 0;  // entries_.size(), kept apart: read on every operation
-  std::vector<Candidate> heap_;  // fifo, lfu: min-heap of candidates, with stale ones
+  std::vector<Candidate> heap_;    // fifo, lfu: min-heap of candidates, with stale ones
   // lru: the evictable blocks in the order they became evictable, like
   // vLLM's FreeKVCacheBlockQueue, as a queue with lazy deletion: a block
   // joins at the back with a new version, and a slot whose version is not

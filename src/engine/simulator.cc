@@ -128,13 +128,13 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
     if (null_block) null_block_ = null_block.value();
   }
   groups_ = options.kv_groups.empty() ? config.kv_groups : options.kv_groups;
-  if (groups_.empty()) groups_.push_back(KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, config.kv.layers});
+  if (groups_.empty())
+    groups_.push_back(KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, config.kv.layers});
   hybrid_ = groups_.size() > 1 || groups_[0].attention == KvCacheGroupSpec::kSliding;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    auto it = std::find_if(attention_types_.begin(), attention_types_.end(),
-                           [&](const std::vector<std::size_t>& ids) {
-                             return groups_[ids[0]].same_spec(groups_[g]);
-                           });
+    auto it = std::find_if(
+        attention_types_.begin(), attention_types_.end(),
+        [&](const std::vector<std::size_t>& ids) { return groups_[ids[0]].same_spec(groups_[g]); });
     if (it == attention_types_.end()) {
       attention_types_.push_back({g});
     } else {
@@ -178,7 +178,8 @@ std::optional<std::string> sim_options_error(const RunConfig& config, const SimO
     return fmt::format("the pool's blocks hold {} layers, the KV-cache groups {}",
                        config.kv.block_layers, kv_group_size(groups));
   }
-  if (hybrid && (options.engine != EngineKind::kVllm || options.allocator != AllocatorKind::kPaged)) {
+  if (hybrid &&
+      (options.engine != EngineKind::kVllm || options.allocator != AllocatorKind::kPaged)) {
     return std::string(
         "hybrid KV-cache groups (several groups, or a sliding window) need the vllm engine "
         "and the paged allocator");
@@ -910,8 +911,8 @@ bool Simulator::check_now() {
       // Every KV-cache group's table: pages skipped by a window hold the null block.
       for (std::size_t g = 1; g <= flight->samples[k].more.size(); ++g) {
         labels.push_back(fmt::format("request {} group {}", flight->request.id, g));
-        table_refs_.push_back({&flight->samples[k].more[g - 1], labels.back(),
-                               null_block_.value_or(kInvalidBlock)});
+        table_refs_.push_back(
+            {&flight->samples[k].more[g - 1], labels.back(), null_block_.value_or(kInvalidBlock)});
       }
     }
   }

@@ -36,11 +36,11 @@
 #include "core/block_pool.h"
 #include "core/block_table.h"
 #include "core/invariants.h"
-#include "model/kv_groups.h"
 #include "engine/latency.h"
 #include "engine/prefix_cache.h"
 #include "engine/replayer.h"
 #include "formats/requests/request.h"
+#include "model/kv_groups.h"
 #include "model/roofline.h"
 #include "model/run_config.h"
 
@@ -153,7 +153,6 @@ struct RequestTimes {
 // A request's identity and sizes as times (none of them stamped yet).
 RequestTimes request_times(const Request& request);
 
-
 // Whether arrivals outpaced service (SPEC 3.3). A server that keeps up ends
 // about one request's service time (scheduled to done) after its last arrival;
 // one that does not still holds a queue then, and drains it for a time that
@@ -165,10 +164,10 @@ inline constexpr double kOverloadRatio = 1.1;
 struct OverloadFigures {
   double first_arrival = 0;
   double last_arrival = 0;
-  double end = 0;                         // the virtual time of the last step
+  double end = 0;  // the virtual time of the last step
   std::uint64_t waiting_at_last_arrival = 0;
   std::uint64_t peak_waiting = 0;
-  double service_p99_s = 0;               // p99 of e2e - queueing, finished requests
+  double service_p99_s = 0;  // p99 of e2e - queueing, finished requests
   double arrival_span() const { return last_arrival - first_arrival; }
   double drain() const { return end - last_arrival; }
   std::optional<double> ratio() const {
@@ -384,14 +383,14 @@ class Simulator {
     std::vector<Sample> samples;
     Request request;
     std::shared_ptr<RequestTimes> times;  // shared by a request's children (vllm)
-    std::vector<std::uint32_t> counted;  // output tokens counted, per sample (survives preemption)
-    std::uint64_t order = 0;             // admission order
+    std::vector<std::uint32_t> counted;   // output tokens counted, per sample (survives preemption)
+    std::uint64_t order = 0;              // admission order
     bool admitted_before = false;
     std::uint32_t prefilled = 0;
     // Prefix-cache hits found while waiting, re-verified (not re-searched) on
     // every admission attempt.
     std::vector<BlockId> hit_blocks;
-    std::uint64_t track_id = 0;  // names this flight's hits in hit_slots_
+    std::uint64_t track_id = 0;      // names this flight's hits in hit_slots_
     std::uint32_t watched_hits = 0;  // the leading hits tracked so far (track_hits)
     // vllm: one table per request (n > 1 fanned out into children). uid keys
     // the request's own pages in the cache, prompt_uid the prompt pages its
@@ -537,9 +536,9 @@ class Simulator {
   std::uint64_t reserved_slots_ = 0;
   std::uint64_t next_order_ = 0;
   std::uint64_t running_samples_ = 0;
-  std::uint64_t request_entries_ = 0;  // valid entries of the running samples' tables
-  std::uint64_t next_uid_ = 0;         // vllm: request identities for cache keys
-  std::optional<BlockId> null_block_;  // vllm: block 0, held for the life of the pool
+  std::uint64_t request_entries_ = 0;     // valid entries of the running samples' tables
+  std::uint64_t next_uid_ = 0;            // vllm: request identities for cache keys
+  std::optional<BlockId> null_block_;     // vllm: block 0, held for the life of the pool
   std::vector<KvCacheGroupSpec> groups_;  // never empty
   bool hybrid_ = false;                   // several groups, or a sliding one
   // Group ids per attention spec, full attention first (HybridKVCacheCoordinator

@@ -136,12 +136,14 @@ std::optional<SkipReason> Simulator::never_fits_vllm(const Request& request,
       return sum;
     };
     need = 0;
-    for (std::uint64_t c = 0; c < final_length; c += std::min<std::uint64_t>(budget, final_length - c)) {
+    for (std::uint64_t c = 0; c < final_length;
+         c += std::min<std::uint64_t>(budget, final_length - c)) {
       need = std::max(need, held(c, std::min<std::uint64_t>(budget, final_length - c)));
     }
     const std::uint64_t c = request.prompt;
     std::uint64_t window = 0;
-    for (const KvCacheGroupSpec& g : groups_) window = std::max<std::uint64_t>(window, g.window_tokens);
+    for (const KvCacheGroupSpec& g : groups_)
+      window = std::max<std::uint64_t>(window, g.window_tokens);
     const std::uint64_t first_end = std::min<std::uint64_t>(final_length, c + window + 2 * pt);
     for (std::uint64_t d = c; d < first_end; ++d) need = std::max(need, held(d, 1));
     for (std::uint64_t d = std::max(first_end, final_length > pt ? final_length - pt : 0);
@@ -194,7 +196,8 @@ bool Simulator::cache_new_full_blocks_vllm(Flight& flight, std::uint32_t full_pa
   Sample& sample = flight.samples[0];
   const std::uint32_t pt = config_.kv.page_tokens;
   const std::span<const BlockId> entries = sample.table.entries();
-  const std::uint32_t last = std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
+  const std::uint32_t last =
+      std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
   HashedPages walk(flight.request, pt, flight.cached_pages);
   for (std::uint32_t page = flight.cached_pages; page < last; ++page, walk.next()) {
     if (!hybrid_ && walk.hashed()) {
@@ -239,9 +242,9 @@ bool Simulator::cache_new_full_blocks_vllm(Flight& flight, std::uint32_t full_pa
 }
 
 bool Simulator::caching_failed(const Flight& flight, std::uint32_t page, CoreError error) {
-  violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                         fmt::format("request {}: caching page {} failed: {}", flight.request.id,
-                                     page, error)};
+  violation_ = Violation{
+      sim_.steps + 1, flight.request.line, "I1",
+      fmt::format("request {}: caching page {} failed: {}", flight.request.id, page, error)};
   return false;
 }
 
@@ -299,8 +302,9 @@ bool Simulator::append_group_vllm(Flight& flight, SequenceBlockTable& table, std
     if (blocks.size() < pages) {
       cache_.evict_for_reuse(pool_, pages - static_cast<std::uint32_t>(blocks.size()), blocks);
     }
-    auto taken = blocks.size() < pages ? CoreResult<std::uint32_t>{Unexpected{CoreError::kPoolExhausted}}
-                                       : table.append_taken(remaining, blocks, pool_);
+    auto taken = blocks.size() < pages
+                     ? CoreResult<std::uint32_t>{Unexpected{CoreError::kPoolExhausted}}
+                     : table.append_taken(remaining, blocks, pool_);
     if (!taken) {
       for (BlockId b : blocks) (void)pool_.release(b);  // back to the free list
       appended = Unexpected{taken.error()};
@@ -509,7 +513,7 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
 }
 
 std::uint32_t Simulator::find_longest_cache_hit_vllm(const Flight& flight,
-                                                    std::uint32_t max_length) {
+                                                     std::uint32_t max_length) {
   // HybridKVCacheCoordinator.find_longest_cache_hit (UnitaryKVCacheCoordinator's
   // when there is one attention type): each type, full attention first, takes
   // the candidate length or shortens it, until a pass shortens nothing; with
@@ -606,7 +610,8 @@ bool Simulator::install_hybrid_hits(Flight& flight, std::uint32_t hit_tokens) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     std::vector<BlockId>& pages = hybrid_hits_[g];
     const std::uint32_t skipped = skipped_tokens(g, hit_tokens) / pt;
-    for (std::uint32_t i = 0; i < std::min<std::size_t>(skipped, pages.size()); ++i) pages[i] = null;
+    for (std::uint32_t i = 0; i < std::min<std::size_t>(skipped, pages.size()); ++i)
+      pages[i] = null;
     for (BlockId b : pages) {
       if (b == null) continue;
       cache_.touch(b, tick_);

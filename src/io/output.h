@@ -70,7 +70,7 @@ namespace kvreplay {
 
 // What a path names, for telling whether two paths are one file.
 struct FileIdentity {
-  bool exists = false;   // a regular file: device and inode below
+  bool exists = false;  // a regular file: device and inode below
   dev_t device = 0;
   ino_t inode = 0;
   std::string new_path;  // a file not yet made: its path, folder resolved
@@ -116,13 +116,13 @@ class OutputFile {
   void remove_temporary();
   std::string message() const;
 
-  std::string what_;    // "the report"
-  std::string flag_;    // "--report", or empty
+  std::string what_;  // "the report"
+  std::string flag_;  // "--report", or empty
   FileIdentity identity_;
   bool unnamed_ = false;  // kTemporary through O_TMPFILE: no name until commit
-  std::string path_;    // as given
-  std::string target_;  // after symlinks: what a temporary is renamed over
-  std::string temp_;    // kTemporary: the temporary file's path
+  std::string path_;      // as given
+  std::string target_;    // after symlinks: what a temporary is renamed over
+  std::string temp_;      // kTemporary: the temporary file's path
   Kind kind_ = Kind::kTemporary;
   Flow flow_;
   int fd_ = -1;

@@ -27,7 +27,8 @@ GpuSpec read_gpu(const EmbeddedFile& file) {
     if (!json.at("fp8_dense_tflops").is_null())
       gpu.fp8_dense_tflops = json.at("fp8_dense_tflops").get<double>();
     gpu.interconnect = json.at("interconnect").get<std::string>();
-    gpu.interconnect_bytes_per_second = json.at("interconnect_bytes_per_second").get<std::uint64_t>();
+    gpu.interconnect_bytes_per_second =
+        json.at("interconnect_bytes_per_second").get<std::uint64_t>();
     gpu.vllm_gpu_class = json.at("vllm_gpu_class").get<std::string>();
     gpu.source = json.at("source").get<std::string>();
     const auto positive = [](double value) { return std::isfinite(value) && value > 0.0; };

@@ -11,9 +11,8 @@ std::vector<KvCacheGroupSpec> form_kv_cache_groups(std::span<const LayerAttentio
   // same_type_layers, a dict filled in layer order).
   std::vector<KvCacheGroupSpec> specs;
   for (const LayerAttention& layer : layers) {
-    const KvCacheGroupSpec spec{layer.attention,
-                                layer.attention == KvCacheGroupSpec::kFull ? 0 : layer.window_tokens,
-                                1};
+    const KvCacheGroupSpec spec{
+        layer.attention, layer.attention == KvCacheGroupSpec::kFull ? 0 : layer.window_tokens, 1};
     auto it = std::find_if(specs.begin(), specs.end(),
                            [&](const KvCacheGroupSpec& s) { return s.same_spec(spec); });
     if (it == specs.end()) {
@@ -50,8 +49,10 @@ std::uint32_t kv_group_size(std::span<const KvCacheGroupSpec> groups) {
   return size;
 }
 
-std::uint64_t kv_block_bytes(const PagedKvConfig& config, std::span<const KvCacheGroupSpec> groups) {
-  const std::uint64_t per_layer_page = config.bytes_per_token() / config.layers * config.page_tokens;
+std::uint64_t kv_block_bytes(const PagedKvConfig& config,
+                             std::span<const KvCacheGroupSpec> groups) {
+  const std::uint64_t per_layer_page =
+      config.bytes_per_token() / config.layers * config.page_tokens;
   return per_layer_page * (groups.empty() ? config.layers : kv_group_size(groups));
 }
 

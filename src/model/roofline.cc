@@ -13,9 +13,9 @@ Result<Roofline, std::string> Roofline::make(const ModelSpec& model, const GpuSp
                                              const RooflineConstants& constants) {
   (void)pp;  // stages run in turn: the sum over them is the whole model (file comment)
   if (model.parameters.active == 0 || model.hidden_size == 0 || model.layers == 0) {
-    return Unexpected{std::string(
-        "the roofline cost model needs the model's parameter count (--model or "
-        "--model-config); give --cost-model linear for hand-set geometry")};
+    return Unexpected{
+        std::string("the roofline cost model needs the model's parameter count (--model or "
+                    "--model-config); give --cost-model linear for hand-set geometry")};
   }
   Roofline r;
   r.constants_ = constants;
@@ -56,9 +56,8 @@ StepCost Roofline::cost(const StepWork& work) const {
   const double tokens = static_cast<double>(work.tokens());
   const double linear =
       2 * linear_params_ * tokens + 2 * lm_head_params_ * static_cast<double>(work.requests());
-  const double attention =
-      attention_flops_per_pair_ * (full_layers_ * work.full_pairs() +
-                                   window_layers_ * work.window_pairs());
+  const double attention = attention_flops_per_pair_ * (full_layers_ * work.full_pairs() +
+                                                        window_layers_ * work.window_pairs());
   out.compute_ms = (linear / (peak_flops_ * constants_.compute_efficiency) +
                     attention / (attention_peak_flops_ * constants_.compute_efficiency)) /
                    tp * 1e3;

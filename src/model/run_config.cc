@@ -233,13 +233,13 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
       for (std::uint32_t i = 0; i < share.value().layers; ++i) {
         const bool sliding = run.model_spec->layer_attention[share.value().first_layer + i] ==
                              AttentionKind::kSliding;
-        stage.push_back(sliding ? LayerAttention{KvCacheGroupSpec::kSliding,
-                                                 run.model_spec->sliding_window}
-                                : LayerAttention{KvCacheGroupSpec::kFull, 0});
+        stage.push_back(
+            sliding ? LayerAttention{KvCacheGroupSpec::kSliding, run.model_spec->sliding_window}
+                    : LayerAttention{KvCacheGroupSpec::kFull, 0});
       }
       run.kv_groups = form_kv_cache_groups(stage);
-      const bool hybrid = run.kv_groups.size() > 1 ||
-                          run.kv_groups[0].attention == KvCacheGroupSpec::kSliding;
+      const bool hybrid =
+          run.kv_groups.size() > 1 || run.kv_groups[0].attention == KvCacheGroupSpec::kSliding;
       if (hybrid) {
         run.kv.block_layers = kv_group_size(run.kv_groups);
       } else {
@@ -356,11 +356,11 @@ InputResult<RunConfig> resolve_run_config(const nlohmann::json& header, const Co
   }
   if (auto problem = run.kv.validate()) return invalid(*problem);
   // Within the ceiling, the pool must still fit this machine (SPEC §8).
-  if (auto problem = check_memory(
-          mul_sat(run.kv.pool_blocks, kPoolBytesPerBlock + kCheckerBytesPerBlock),
-          fmt::format("a pool of {} blocks", run.kv.pool_blocks),
-          fmt::format("{} bytes a block in the pool and the invariant checker",
-                      kPoolBytesPerBlock + kCheckerBytesPerBlock))) {
+  if (auto problem =
+          check_memory(mul_sat(run.kv.pool_blocks, kPoolBytesPerBlock + kCheckerBytesPerBlock),
+                       fmt::format("a pool of {} blocks", run.kv.pool_blocks),
+                       fmt::format("{} bytes a block in the pool and the invariant checker",
+                                   kPoolBytesPerBlock + kCheckerBytesPerBlock))) {
     return fail(pool_from_cli                  ? (cli.pool_blocks ? "pool-blocks" : "kv-memory")
                 : run.activation_reserve_bytes ? "gpu"
                                                : (pool_blocks ? "pool_blocks" : "kv_memory"),

@@ -254,8 +254,7 @@ std::string kind_of(const nlohmann::json& report) {
 // Metrics only simulate reports carry.
 bool simulate_only(std::string_view path) {
   return path.starts_with("requests.") || path.starts_with("prefix_cache.") ||
-         path.starts_with("scheduler.") || path.starts_with("latency.") ||
-         path.starts_with("slo.");
+         path.starts_with("scheduler.") || path.starts_with("latency.") || path.starts_with("slo.");
 }
 
 // The node at `path`: nullptr when absent; an error when a parent on the way

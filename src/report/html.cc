@@ -15,14 +15,14 @@ namespace kvreplay {
 namespace {
 
 constexpr std::array<const char*, TimelineSampler::kFigures> kFigureNames{
-    "used_blocks", "waste_ratio",   "logical_tokens", "physical_tokens",
-    "cow_copies",  "in_use_blocks", "t",              "cached_blocks",
-    "running",     "waiting",       "preemptions"};
+    "used_blocks",   "waste_ratio", "logical_tokens", "physical_tokens", "cow_copies",
+    "in_use_blocks", "t",           "cached_blocks",  "running",         "waiting",
+    "preemptions"};
 
 std::array<double, TimelineSampler::kFigures> figures_of(const TimelinePoint& p) {
-  return {p.used_blocks, p.waste_ratio,   p.logical_tokens, p.physical_tokens,
-          p.cow_copies,  p.in_use_blocks, p.t,              p.cached_blocks,
-          p.running,     p.waiting,       p.preemptions};
+  return {p.used_blocks,   p.waste_ratio, p.logical_tokens, p.physical_tokens, p.cow_copies,
+          p.in_use_blocks, p.t,           p.cached_blocks,  p.running,         p.waiting,
+          p.preemptions};
 }
 
 // A figure as JSON: integral values as integers, ratios to 6 decimals, so the
@@ -346,10 +346,10 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
       const nlohmann::json& v = at_path(report, where);
       return v.is_number() ? ms_text(v.get<double>()) : std::string("-");
     };
-    body += card("TTFT p50 / p99", ms({"latency", "ttft_ms", "p50"}) + " / " +
-                                       ms({"latency", "ttft_ms", "p99"}));
-    body += card("TPOT p50 / p99", ms({"latency", "tpot_ms", "p50"}) + " / " +
-                                       ms({"latency", "tpot_ms", "p99"}));
+    body += card("TTFT p50 / p99",
+                 ms({"latency", "ttft_ms", "p50"}) + " / " + ms({"latency", "ttft_ms", "p99"}));
+    body += card("TPOT p50 / p99",
+                 ms({"latency", "tpot_ms", "p50"}) + " / " + ms({"latency", "tpot_ms", "p99"}));
     const nlohmann::json& attainment = at_path(report, {"slo", "attainment"});
     if (attainment.is_number()) {
       body += card("SLO attainment", percent_text(attainment),
@@ -400,10 +400,10 @@ std::string render_plan_html(const nlohmann::json& plan) {
   std::string body = "<h2>Sweep</h2>\n<div class=\"charts\" id=\"charts\"></div>\n";
   const nlohmann::json empty = nlohmann::json::array();
   const nlohmann::json& cells = plan.contains("cells") ? plan["cells"] : empty;
-  const bool deployments =
-      std::any_of(cells.begin(), cells.end(), [](const nlohmann::json& c) { return c.contains("deployment"); });
-  const bool slo =
-      std::any_of(cells.begin(), cells.end(), [](const nlohmann::json& c) { return c.contains("slo"); });
+  const bool deployments = std::any_of(
+      cells.begin(), cells.end(), [](const nlohmann::json& c) { return c.contains("deployment"); });
+  const bool slo = std::any_of(cells.begin(), cells.end(),
+                               [](const nlohmann::json& c) { return c.contains("slo"); });
   body += "<h2>Configurations</h2>\n<div class=\"scroll\"><table class=\"sweep\">\n<tr>";
   if (deployments) body += "<th>deployment</th>";
   body +=
@@ -419,7 +419,8 @@ std::string render_plan_html(const nlohmann::json& plan) {
   for (const nlohmann::json& c : cells) {
     body += "<tr>";
     if (deployments) {
-      body += fmt::format("<td>{}</td>", escape_html(value_text(at_path(c, {"deployment", "label"}))));
+      body +=
+          fmt::format("<td>{}</td>", escape_html(value_text(at_path(c, {"deployment", "label"}))));
     }
     const nlohmann::json& ratio = at_path(c, {"overload", "ratio"});
     body += fmt::format(
@@ -437,12 +438,14 @@ std::string render_plan_html(const nlohmann::json& plan) {
         escape_html(value_text(at_path(c, {"skipped"}))),
         escape_html(value_text(at_path(c, {"output_tokens_per_second"}))),
         escape_html(latency(c, "ttft_ms")), escape_html(latency(c, "tpot_ms")),
-        escape_html(ratio.is_number()
-                        ? fmt::format("{:.2f}x{}", ratio.get<double>(),
-                                      at_path(c, {"overload", "overloaded"}) == true ? " overloaded"
-                                                                                     : "")
-                        : std::string("-")));
-    if (slo) body += fmt::format("<td>{}</td>", escape_html(percent_text(at_path(c, {"slo", "attainment"}))));
+        escape_html(
+            ratio.is_number()
+                ? fmt::format("{:.2f}x{}", ratio.get<double>(),
+                              at_path(c, {"overload", "overloaded"}) == true ? " overloaded" : "")
+                : std::string("-")));
+    if (slo)
+      body +=
+          fmt::format("<td>{}</td>", escape_html(percent_text(at_path(c, {"slo", "attainment"}))));
     body += "</tr>\n";
   }
   body += "</table></div>\n";

@@ -35,7 +35,7 @@ struct TimelinePoint {
   double waste_ratio = 0;
   double logical_tokens = 0;
   double physical_tokens = 0;
-  double cow_copies = 0;     // cumulative
+  double cow_copies = 0;  // cumulative
   // simulate only (TimelineSampler's `simulate`):
   double in_use_blocks = 0;  // used blocks less cache residency
   double t = 0;              // virtual seconds at the end of the step

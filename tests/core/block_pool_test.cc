@@ -495,7 +495,8 @@ TEST_CASE("pool: recycle is release then allocate of the only free block, or ref
     for (BlockId refused : {a[0], a[1], BlockId{4}, a[3]}) {
       auto status = recycled.recycle(refused);
       REQUIRE_FALSE(status.ok());
-      CHECK(status.error() == (refused == 4 ? CoreError::kBlockOutOfRange : CoreError::kBlockNotLive));
+      CHECK(status.error() ==
+            (refused == 4 ? CoreError::kBlockOutOfRange : CoreError::kBlockNotLive));
       CHECK(recycled.snapshot() == before);
     }
   }

@@ -91,7 +91,8 @@ TEST_CASE("table: append of a single page allocates one block and records filled
   }
 }
 
-TEST_CASE("table: append_fresh is append from a page boundary, and refuses anything else untouched") {
+TEST_CASE(
+    "table: append_fresh is append from a page boundary, and refuses anything else untouched") {
   for (AllocOrder order : kAllOrders) {
     BlockPool fresh_pool(8, order);
     BlockPool append_pool(8, order);
@@ -137,7 +138,8 @@ TEST_CASE("table: append_fresh is append from a page boundary, and refuses anyth
   CHECK(pool.snapshot() == pool_before);
 }
 
-TEST_CASE("table: append_taken is append_fresh onto blocks the caller took, and refuses untouched") {
+TEST_CASE(
+    "table: append_taken is append_fresh onto blocks the caller took, and refuses untouched") {
   for (AllocOrder order : kAllOrders) {
     INFO(to_string(order));
     BlockPool taken_pool(8, order);

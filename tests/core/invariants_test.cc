@@ -300,8 +300,8 @@ TEST_CASE("invariants: I3 catches a length past the capacity") {
 TEST_CASE("invariants: I2 is reported before I1 and I1 before I3") {
   World world(AllocOrder::kLifo);
   const BlockId b = world.b.get(1).value();
-  world.pool.set_filled(b, 0);                                 // I3
-  Access::refcount(world.pool, world.a.get(0).value()) += 1;   // I1
+  world.pool.set_filled(b, 0);                                // I3
+  Access::refcount(world.pool, world.a.get(0).value()) += 1;  // I1
   require_violation(world.check(), "I1", {});
   std::vector<BlockId> list = world.pool.free_list();
   list.push_back(list.front());  // I2

@@ -63,7 +63,7 @@ struct BlockTableTestAccess {
 namespace test {
 
 inline constexpr std::array<AllocOrder, 4> kAllOrders{AllocOrder::kLifo, AllocOrder::kFifo,
-                                                    AllocOrder::kLowest, AllocOrder::kVllm};
+                                                      AllocOrder::kLowest, AllocOrder::kVllm};
 inline constexpr std::array<std::uint32_t, 3> kPageSizes{1, 3, 16};
 
 // Everything observable: the pool and a copy of each table, in a fixed order.

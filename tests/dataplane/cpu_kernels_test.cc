@@ -244,10 +244,11 @@ TEST_CASE("an MLA arena keeps one latent a token, and gathers like the dense ref
     cpu_gather(shape, whole.view(), GatherParams{out.data(), whole.rows()});
     for (std::uint32_t i = 0; i < batch.tables.size(); ++i) {
       for (std::uint32_t layer = 0; layer < shape.layers; ++layer) {
-        REQUIRE(test::bytes_compare(
-                    out.data() + (layer * whole.rows() + whole.out_indptr()[i]) * shape.token_bytes(),
-                    batch.dense[i].data() + layer * batch.lengths[i] * shape.token_bytes(),
-                    batch.lengths[i] * shape.token_bytes()) == 0);
+        REQUIRE(
+            test::bytes_compare(
+                out.data() + (layer * whole.rows() + whole.out_indptr()[i]) * shape.token_bytes(),
+                batch.dense[i].data() + layer * batch.lengths[i] * shape.token_bytes(),
+                batch.lengths[i] * shape.token_bytes()) == 0);
       }
     }
     // The latent row is the K row of the same token: a K+V writer fills the

@@ -101,8 +101,9 @@ TEST_CASE("an MLA geometry (one latent a token) verifies, and a dropped copy nam
              Catch::StartsWith("seq 0 position 4: layer 0 latent head 0 dim 0 reads 0x00000000"));
   // Half the bytes of the K+V arena: the copy-on-write bytes halve too.
   auto kv = replay_text(trace, BackendKind::kNone);
-  auto latent = replay_text(trace, BackendKind::kNone, {}, {}, CheckPolicy{CheckPolicy::Mode::kEnd, 1},
-                            {}, [](RunConfig& config) { config.kv.kv_tensors = 1; });
+  auto latent =
+      replay_text(trace, BackendKind::kNone, {}, {}, CheckPolicy{CheckPolicy::Mode::kEnd, 1}, {},
+                  [](RunConfig& config) { config.kv.kv_tensors = 1; });
   CHECK(latent.totals.cow_copies == kv.totals.cow_copies);
   CHECK(latent.totals.cow_bytes * 2 == kv.totals.cow_bytes);
 }

@@ -165,15 +165,18 @@ TEST_CASE("latency: virtual time follows the roofline of the model and the GPU")
     return *done[0].tpot_ms();
   };
   const double small = tpot("llama-3.1-8b", "h100-80gb");
-  const double weights_ms = static_cast<double>(find_model_preset("llama-3.1-8b")->spec.weight_bytes) /
-                            (3.35e12 * 0.8) * 1e3;
+  const double weights_ms =
+      static_cast<double>(find_model_preset("llama-3.1-8b")->spec.weight_bytes) / (3.35e12 * 0.8) *
+      1e3;
   CHECK(small == Approx(weights_ms + 0.5).epsilon(0.01));  // KV and FLOPs are a rounding error
   const double large = tpot("llama-3.1-70b", "h100-80gb");
-  CHECK(large / small == Approx((70.55 / 8.03 * weights_ms + 0.5) / (weights_ms + 0.5)).epsilon(0.02));
+  CHECK(large / small ==
+        Approx((70.55 / 8.03 * weights_ms + 0.5) / (weights_ms + 0.5)).epsilon(0.02));
   CHECK(tpot("llama-3.1-8b", "h200") < small * 0.75);
 }
 
-TEST_CASE("overload: a trace arriving faster than it is served says so, one that keeps up does not") {
+TEST_CASE(
+    "overload: a trace arriving faster than it is served says so, one that keeps up does not") {
   auto overload = [](double spacing) {
     SimOptions options = options_of(EngineKind::kVllm);
     Simulator sim(micro_config(64), options);

@@ -348,7 +348,8 @@ TEST_CASE("prefix_cache: with duplicates a key holds every block cached under it
   }
   CHECK(cache.size() == 2 * kKeys);
   bool earliest = true;
-  for (std::uint32_t k = 0; k < kKeys; ++k) earliest = earliest && cache.find(PageKey{k, 16}) == first[k];
+  for (std::uint32_t k = 0; k < kKeys; ++k)
+    earliest = earliest && cache.find(PageKey{k, 16}) == first[k];
   CHECK(earliest);
   // A block already cached is not cached twice, under any key.
   auto again = cache.insert(PageKey{0, 16}, first[0], pool, 3);
@@ -485,7 +486,8 @@ TEST_CASE("prefix_cache: evict_for_reuse is evict_one then allocate, block for b
   }
 }
 
-TEST_CASE("prefix_cache: the key index agrees with a reference through random inserts and evictions") {
+TEST_CASE(
+    "prefix_cache: the key index agrees with a reference through random inserts and evictions") {
   // Few distinct keys whose hashes collide in the low bits, duplicates kept,
   // random hits and evictions: deletions shift long probe runs, and find must
   // still give the earliest block cached under each key.
@@ -495,7 +497,9 @@ TEST_CASE("prefix_cache: the key index agrees with a reference through random in
   std::mt19937 rng(7);
   // Reference: per key, its cached blocks in insertion order.
   std::vector<std::vector<BlockId>> by_key(40);
-  auto key_of = [](std::size_t k) { return PageKey{std::uint64_t{k % 8} << 24, static_cast<std::uint32_t>(k / 8)}; };
+  auto key_of = [](std::size_t k) {
+    return PageKey{std::uint64_t{k % 8} << 24, static_cast<std::uint32_t>(k / 8)};
+  };
   std::uint64_t tick = 1;
   std::uint32_t mismatches = 0, checks = 0;
   for (int round = 0; round < 20000; ++round) {
@@ -517,7 +521,8 @@ TEST_CASE("prefix_cache: the key index agrees with a reference through random in
     } else {
       REQUIRE(cache.evict_one(pool));
       const BlockId gone = cache.evicted_since(cache.evictions() - 1).value()[0];
-      for (auto& blocks : by_key) blocks.erase(std::remove(blocks.begin(), blocks.end(), gone), blocks.end());
+      for (auto& blocks : by_key)
+        blocks.erase(std::remove(blocks.begin(), blocks.end(), gone), blocks.end());
     }
     for (std::size_t k = 0; k < by_key.size(); ++k) {
       auto found = cache.find(key_of(k));
@@ -575,7 +580,8 @@ TEST_CASE("prefix_cache: placing a chain's pages side by side changes no answer"
     }
     for (const PageKey& key : keys) {
       const auto expected = worlds[0].cache.find(key);
-      for (std::size_t w = 1; w < worlds.size(); ++w) REQUIRE(worlds[w].cache.find(key) == expected);
+      for (std::size_t w = 1; w < worlds.size(); ++w)
+        REQUIRE(worlds[w].cache.find(key) == expected);
     }
   }
   CHECK(worlds[0].cache.evictions() > 0);

@@ -591,12 +591,11 @@ using GroupTables = std::vector<std::vector<std::vector<BlockId>>>;
 
 TEST_CASE("vllm hybrid: one block per group per page, pages leaving the window freed") {
   // Pool 9 (null + 8: A could need 4 + 4 blocks if preempted late and
-  // re-prefilled in one step, see never_fits_vllm). A: prompt 10, 4 output tokens. Step 1 allocates 3
-  // pages in each group (blocks 1-3 full, 4-6 sliding). Step 2
-  // (num_computed 10): get_num_skipped_tokens = 10 - 4 + 1 = 7, page 0 of the
-  // sliding group leaves (block 4, cached: evictable). Step 3 (11): 8 skipped,
-  // page 1 leaves (block 5). Step 4 (12): nothing more; page 3 takes the free
-  // blocks 7 (full) and 8 (sliding); A finishes.
+  // re-prefilled in one step, see never_fits_vllm). A: prompt 10, 4 output tokens. Step 1 allocates
+  // 3 pages in each group (blocks 1-3 full, 4-6 sliding). Step 2 (num_computed 10):
+  // get_num_skipped_tokens = 10 - 4 + 1 = 7, page 0 of the sliding group leaves (block 4, cached:
+  // evictable). Step 3 (11): 8 skipped, page 1 leaves (block 5). Step 4 (12): nothing more; page 3
+  // takes the free blocks 7 (full) and 8 (sliding); A finishes.
   Simulator sim(hybrid_config(9), hybrid_options());
   GroupTables after_step3;
   Steps steps;
@@ -660,7 +659,8 @@ TEST_CASE("vllm hybrid: one full group given explicitly is today's run") {
   // the same tables, whether kv_groups is empty or one full group of every layer.
   auto requests = [] {
     return std::vector<Request>{hashed_request("a", 9, 5, {7, 8, 9}, 0.0, 4),
-                                hashed_request("b", 9, 6, {7, 8, 9}, 0.0, 4), request("c", 6, 4, 2)};
+                                hashed_request("b", 9, 6, {7, 8, 9}, 0.0, 4),
+                                request("c", 6, 4, 2)};
   };
   SimOptions grouped = vllm_options();
   grouped.kv_groups = {KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, 1}};
@@ -668,7 +668,9 @@ TEST_CASE("vllm hybrid: one full group given explicitly is today's run") {
   Simulator grouped_sim(micro_config(8), grouped);
   std::vector<std::vector<std::vector<BlockId>>> plain_tables, grouped_tables;
   plain_sim.on_step = [&](const Simulator& s) { plain_tables.push_back(s.running_block_tables()); };
-  grouped_sim.on_step = [&](const Simulator& s) { grouped_tables.push_back(s.running_block_tables()); };
+  grouped_sim.on_step = [&](const Simulator& s) {
+    grouped_tables.push_back(s.running_block_tables());
+  };
   run_to_end(plain_sim, requests());
   run_to_end(grouped_sim, requests());
   CHECK(plain_tables == grouped_tables);
@@ -711,9 +713,9 @@ TEST_CASE("vllm hybrid: the generic engine refuses groups") {
 TEST_CASE("kv groups: vLLM's grouping of gpt-oss and Gemma 3, and the bytes per block") {
   using A = KvCacheGroupSpec;
   std::vector<LayerAttention> oss;
-  for (int i = 0; i < 24; ++i) oss.push_back({i % 2 == 0 ? A::kSliding : A::kFull, i % 2 == 0 ? 128u : 0u});
-  CHECK(form_kv_cache_groups(oss) ==
-        std::vector<A>{A{A::kSliding, 128, 12}, A{A::kFull, 0, 12}});
+  for (int i = 0; i < 24; ++i)
+    oss.push_back({i % 2 == 0 ? A::kSliding : A::kFull, i % 2 == 0 ? 128u : 0u});
+  CHECK(form_kv_cache_groups(oss) == std::vector<A>{A{A::kSliding, 128, 12}, A{A::kFull, 0, 12}});
   // Gemma 3 27B: 62 layers, every 6th full. 52 sliding, 10 full: group_size
   // 10, 6 sliding groups of layers[i::6] (9, 9, 9, 9, 8, 8), then the full one.
   std::vector<LayerAttention> gemma;

@@ -343,7 +343,7 @@ TEST_CASE("an abandoned set removes every temporary") {
     OutputFile* timeline = set.open("the timeline", dir.file("b.csv"), OutputFile::Flow::kStream);
     REQUIRE(timeline != nullptr);
     for (int i = 0; i < 20000; ++i) timeline->print("{}\n", i);  // streamed into its temporary
-    CHECK(dir.names().empty());  // unnamed temporaries
+    CHECK(dir.names().empty());                                  // unnamed temporaries
   }
   CHECK(dir.names().empty());
 }
@@ -430,9 +430,8 @@ TEST_CASE("an output that is an input is refused before anything is written") {
   REQUIRE(::symlink("a.csv", dir.file("link.csv").c_str()) == 0);
   REQUIRE(::link(dir.file("a.csv").c_str(), dir.file("hard.csv").c_str()) == 0);
   fs::create_directories(dir.path / "sub");
-  for (const std::string& spelled :
-       {dir.file("a.csv"), dir.file("link.csv"), dir.file("hard.csv"), dir.file("sub/../a.csv"),
-        dir.file("./a.csv")}) {
+  for (const std::string& spelled : {dir.file("a.csv"), dir.file("link.csv"), dir.file("hard.csv"),
+                                     dir.file("sub/../a.csv"), dir.file("./a.csv")}) {
     INFO(spelled);
     OutputSet set;
     set.add_input("REQUESTS", dir.file("a.csv"));

@@ -71,7 +71,8 @@ TEST_CASE("roofline: a lone decode of a dense model reads its weights once per t
   CHECK(make(m, "h200").cost(work).memory_ms == Approx(cost.memory_ms * 3.35 / 4.8).epsilon(1e-9));
 }
 
-TEST_CASE("roofline: a long prefill is compute-bound: 2 FLOPs a parameter a token, plus attention") {
+TEST_CASE(
+    "roofline: a long prefill is compute-bound: 2 FLOPs a parameter a token, plus attention") {
   const ModelSpec& m = preset("llama-3.1-8b");
   const Roofline r = make(m, "h100-80gb");
   StepWork work;
@@ -165,7 +166,8 @@ TEST_CASE("roofline: an fp8 checkpoint's linear layers run at the GPU's fp8 rate
   CHECK(a100.value().peak_flops() == 312e12);  // no fp8 tensor cores: bf16
   // MLA in its absorbed form: 2 * heads * (2 * 512 + 64) FLOPs a pair, 128 heads, 61 layers.
   const double lm_head = 129280.0 * 7168;
-  const double linear = 2 * (static_cast<double>(m.parameters.active) - lm_head) * 4096 + 2 * lm_head;
+  const double linear =
+      2 * (static_cast<double>(m.parameters.active) - lm_head) * 4096 + 2 * lm_head;
   const double attention = 2.0 * 128 * (2 * 512 + 64) * (4096.0 * 4097 / 2) * 61;
   CHECK(h200.value().cost(work).compute_ms ==
         Approx((linear / 1979e12 + attention / 989.5e12) / 8 * 1e3).epsilon(1e-9));

@@ -85,8 +85,9 @@ struct RequestReader::Impl {
 RequestReader::RequestReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RequestReader::~RequestReader() = default;
 
-InputResult<std::unique_ptr<RequestReader>> RequestReader::open(
-    const std::string& path, std::optional<RequestFormat> forced, const std::string& shown_as) {
+InputResult<std::unique_ptr<RequestReader>> RequestReader::open(const std::string& path,
+                                                                std::optional<RequestFormat> forced,
+                                                                const std::string& shown_as) {
   const std::string& shown = shown_as.empty() ? path : shown_as;
   std::string name = shown == "-" ? "<stdin>" : shown;
   auto source = ByteSource::open(path);
