@@ -5,6 +5,8 @@
 #include <cassert>
 #include <functional>
 
+#include <fmt/format.h>
+
 #include "core/enum_names.h"
 
 namespace kvreplay {
@@ -379,6 +381,199 @@ void PrefixCache::holds(std::vector<BlockId>& out) const {
   for (BlockId b = 0; b < entries_.size(); ++b) {
     if (entries_[b].cached) out.push_back(b);
   }
+}
+
+}  // namespace kvreplay
+
+namespace kvreplay {
+
+namespace {
+
+std::optional<InvariantViolation> violated(std::string_view invariant, std::string message) {
+  return InvariantViolation{std::string(invariant), "prefix cache: " + std::move(message)};
+}
+
+}  // namespace
+
+std::optional<InvariantViolation> PrefixCache::check(const BlockPool& pool) const {
+  // C1: the nodes' lists against the entries, counted from the lists.
+  std::vector<std::uint8_t> listed(entry_count_, 0);
+  std::vector<std::uint8_t> node_freed(nodes_.size(), 0);
+  for (std::uint32_t n : free_nodes_) {
+    if (n < node_freed.size()) node_freed[n] = 1;
+  }
+  std::size_t counted_nodes = 0;
+  std::size_t listed_blocks = 0;
+  for (std::uint32_t n = 0; n < nodes_.size(); ++n) {
+    if (node_freed[n]) continue;
+    const Node& node = nodes_[n];
+    ++counted_nodes;
+    std::uint32_t count = 0;
+    for (std::uint32_t pos = 0; pos < kRunPages; ++pos) {
+      // A cycle in a list is caught as a block listed twice.
+      for (BlockId b = node.heads[pos]; b != kInvalidBlock; b = entries_[b].dup_next) {
+        if (b >= entry_count_) {
+          return violated("C1", fmt::format("node {} lists block {}, past the entries", n, b));
+        }
+        const Entry& entry = entries_[b];
+        if (listed[b]++) {
+          return violated("C1", fmt::format("block {} is listed twice (node {})", b, n));
+        }
+        if (!entry.cached || entry.node != n) {
+          return violated("C1", fmt::format("node {} lists block {}, which {}", n, b,
+                                            entry.cached ? fmt::format("names node {}", entry.node)
+                                                         : std::string("is not cached")));
+        }
+        const Place at = place_of(entry.offset);
+        if (at.pos != pos || at.run != node.run) {
+          return violated("C1", fmt::format("block {} (offset {}) is listed at place {} of run "
+                                            "{}, its key's place is {} of run {}",
+                                            b, entry.offset, pos, node.run, at.pos, at.run));
+        }
+        ++count;
+        ++listed_blocks;
+        if (!duplicates_) {
+          // Without duplicates, no earlier block at this place has its offset.
+          for (BlockId o = node.heads[pos]; o != b; o = entries_[o].dup_next) {
+            if (entries_[o].offset == entry.offset) {
+              return violated("C2", fmt::format("blocks {} and {} are cached under one key "
+                                                "(chain {} offset {}) without duplicates",
+                                                o, b, node.chain, entry.offset));
+            }
+          }
+        }
+      }
+    }
+    if (count != node.live || count == 0) {
+      return violated("C1",
+                      fmt::format("node {} counts {} blocks but lists {}", n, node.live, count));
+    }
+  }
+  std::size_t cached = 0;
+  for (BlockId b = 0; b < entry_count_; ++b) {
+    const Entry& entry = entries_[b];
+    if (entry.cached) ++cached;
+    if (entry.cached && !listed[b]) {
+      return violated("C1", fmt::format("block {} is cached but no node lists it", b));
+    }
+  }
+  if (cached != size_ || listed_blocks != size_) {
+    return violated(
+        "C1", fmt::format("size {} but {} blocks cached, {} listed", size_, cached, listed_blocks));
+  }
+
+  // C2: the index table.
+  std::size_t occupied = 0;
+  std::vector<std::uint8_t> in_table(nodes_.size(), 0);
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& slot = slots_[s];
+    if (slot.node == kNoNode) continue;
+    ++occupied;
+    if (slot.node >= nodes_.size() || node_freed[slot.node]) {
+      return violated("C2", fmt::format("slot {} names node {}, which is not live", s, slot.node));
+    }
+    const Node& node = nodes_[slot.node];
+    if (in_table[slot.node]++) {
+      return violated("C2", fmt::format("node {} is in the index twice", slot.node));
+    }
+    if (slot.hash != node.hash || node.hash != node_hash(node.chain, node.group, node.run)) {
+      return violated("C2", fmt::format("slot {}: hash {:#x}, node {}'s is {:#x}", s, slot.hash,
+                                        slot.node, node_hash(node.chain, node.group, node.run)));
+    }
+    for (std::size_t at = slot.hash & mask; at != s; at = (at + 1) & mask) {
+      if (slots_[at].node == kNoNode) {
+        return violated("C2", fmt::format("node {} sits in slot {} past the empty slot {} "
+                                          "from its home {}",
+                                          slot.node, s, at, slot.hash & mask));
+      }
+    }
+  }
+  if (occupied != live_nodes_ || occupied != counted_nodes || 2 * occupied > slots_.size()) {
+    return violated("C2", fmt::format("{} nodes live, {} in the index of {} slots, {} counted",
+                                      live_nodes_, occupied, slots_.size(), counted_nodes));
+  }
+
+  // C3, C4: holds and evictability.
+  std::uint32_t evictable = 0;
+  std::uint32_t watched_evictable = 0;
+  for (BlockId b = 0; b < entry_count_; ++b) {
+    const Entry& entry = entries_[b];
+    if (!entry.cached) {
+      if (entry.evictable) {
+        return violated("C3", fmt::format("block {} is evictable but not cached", b));
+      }
+      continue;
+    }
+    const std::uint32_t refs = b < pool.total() ? pool.refcount(b) : 0;
+    if (refs == 0) {
+      return violated("C3",
+                      fmt::format("block {} is cached but the pool holds it {} times", b, refs));
+    }
+    if (entry.evictable != (refs == 1)) {
+      return violated("C3", fmt::format("block {} has refcount {} but is {}evictable", b, refs,
+                                        entry.evictable ? "" : "not "));
+    }
+    if (entry.evictable) {
+      ++evictable;
+      watched_evictable += watched(entry) ? 1 : 0;
+    }
+  }
+  if (evictable != evictable_count_ || watched_evictable != watched_evictable_) {
+    return violated(
+        "C4", fmt::format("counts {} evictable ({} watched), recounted {} ({})", evictable_count_,
+                          watched_evictable_, evictable, watched_evictable));
+  }
+
+  // C5: one live candidate per evictable block.
+  std::vector<std::uint32_t> live_candidates(entry_count_, 0);
+  if (policy_ == EvictPolicy::kLru) {
+    for (std::size_t i = lru_front_; i < lru_queue_.size(); ++i) {
+      const QueueSlot& slot = lru_queue_[i];
+      if (slot.block >= entry_count_) {
+        return violated(
+            "C5", fmt::format("queue slot {} names block {}, past the entries", i, slot.block));
+      }
+      if (live(slot)) ++live_candidates[slot.block];
+    }
+  } else {
+    if (!std::is_heap(heap_.begin(), heap_.end(), std::greater<>{})) {
+      return violated("C5", "the eviction heap is out of order");
+    }
+    for (const Candidate& candidate : heap_) {
+      if (candidate.block >= entry_count_) {
+        return violated("C5", fmt::format("a heap candidate names block {}, past the entries",
+                                          candidate.block));
+      }
+      if (!stale(candidate)) ++live_candidates[candidate.block];
+    }
+  }
+  for (BlockId b = 0; b < entry_count_; ++b) {
+    const std::uint32_t expected = entries_[b].evictable ? 1 : 0;
+    if (live_candidates[b] != expected) {
+      return violated("C5", fmt::format("block {} is {}evictable and has {} live candidates", b,
+                                        expected ? "" : "not ", live_candidates[b]));
+    }
+  }
+
+  // C6: the candidates are bounded.
+  if (candidates() > 2 * std::size_t{evictable_count_} + kCandidateSlack) {
+    return violated(
+        "C6", fmt::format("{} candidates for {} evictable blocks", candidates(), evictable_count_));
+  }
+
+  // C7: the eviction log.
+  if (log_base_ > evictions_ || eviction_log_.size() != evictions_ - log_base_ ||
+      eviction_log_.size() > std::max(entries_.size(), kCandidateSlack)) {
+    return violated("C7", fmt::format("the log holds {} evictions from {}, {} made",
+                                      eviction_log_.size(), log_base_, evictions_));
+  }
+  for (BlockId b : eviction_log_) {
+    if (b >= pool_blocks_) {
+      return violated("C7", fmt::format("the log names block {}, past the pool", b));
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace kvreplay

@@ -24,6 +24,28 @@
 //     went stale (the block was hit, released again or evicted) are purged
 //     once they outnumber the live ones. After every call
 //     candidates() <= 2 * evictable() + kCandidateSlack.
+//
+// Invariants, which check() verifies by recounting (a violation names its
+// number; `--check every` runs it after every step of a simulation):
+//   C1 every cached block is listed once, under its key's place, by the node
+//      its entry names; every block a node lists is cached and names that
+//      node; size() is the number of cached blocks; a node's count of blocks
+//      is the number it lists, and a node lists at least one.
+//   C2 the key index finds every live node from its home slot (linear probing
+//      with no empty slot between), holds each once, is at most half full, and
+//      each slot's hash is its node's; without duplicates a key lists one block.
+//   C3 a cached block is held by the pool (refcount >= 1, the cache's
+//      reference), and it is evictable exactly when the cache alone holds it
+//      (refcount 1); a block that is not cached is not evictable.
+//   C4 evictable() and watched_evictable() are the numbers of evictable, and of
+//      watched evictable, blocks.
+//   C5 every evictable block has exactly one live eviction candidate (lru: a
+//      queue slot at or past the front carrying its version; fifo, lfu: a heap
+//      entry carrying its rank's version), and the heap is a heap.
+//   C6 candidates() <= 2 * evictable() + kCandidateSlack.
+//   C7 the eviction log holds the evictions since its base (its size is
+//      evictions() less the base) and at most max(entries, kCandidateSlack)
+//      of them; every logged block id is a block of the pool.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +56,7 @@
 #include <vector>
 
 #include "core/block_pool.h"
+#include "core/invariants.h"
 
 namespace kvreplay {
 
@@ -192,6 +215,12 @@ class PrefixCache {
   static constexpr std::size_t kCandidateSlack = 64;
   // Every block the cache holds a reference on (for the invariant checker).
   void holds(std::vector<BlockId>& out) const;
+  // Verifies C1-C7 (see the top of this file) against `pool`, the pool whose
+  // blocks the cache holds; the first violation found, or nullopt. Linear in
+  // the blocks ever cached, the index's slots and the candidates.
+  std::optional<InvariantViolation> check(const BlockPool& pool) const;
+  // Tests plant faults through this (tests/engine/prefix_cache_test.cc).
+  friend struct PrefixCacheFaults;
 
  private:
   // What every operation reads of a block, twenty bytes. A cached block's

@@ -909,3 +909,226 @@ TEST_CASE("prefix_cache: touch_all is touch of each block") {
     CHECK(all_pool.snapshot() == one_pool.snapshot());
   }
 }
+
+// check(): each numbered invariant (prefix_cache.h) is caught when a fault
+// breaks it. The faults are planted through the cache's test accessor.
+namespace kvreplay {
+
+struct PrefixCacheFaults {
+  static void set_node(PrefixCache& cache, BlockId b, std::uint32_t node) {
+    cache.entries_[b].node = node;
+  }
+  static void miscount_node(PrefixCache& cache, BlockId b) {
+    ++cache.nodes_[cache.entries_[b].node].live;
+  }
+  static void miscount_size(PrefixCache& cache) { ++cache.size_; }
+  static void corrupt_slot_hash(PrefixCache& cache) {
+    for (auto& slot : cache.slots_) {
+      if (slot.node != PrefixCache::kNoNode) {
+        slot.hash ^= 1;
+        return;
+      }
+    }
+  }
+  static void set_evictable(PrefixCache& cache, BlockId b, bool evictable) {
+    cache.entries_[b].evictable = evictable;
+  }
+  static void miscount_evictable(PrefixCache& cache) { ++cache.evictable_count_; }
+  static void miscount_watched(PrefixCache& cache) { ++cache.watched_evictable_; }
+  static void duplicate_lru_slot(PrefixCache& cache, BlockId b) {
+    cache.lru_queue_.push_back({b, cache.entries_[b].version});
+  }
+  static void drop_candidates(PrefixCache& cache) {
+    cache.lru_queue_.clear();
+    cache.lru_front_ = 0;
+    cache.heap_.clear();
+  }
+  static void disorder_heap(PrefixCache& cache) {
+    REQUIRE(cache.heap_.size() >= 2);
+    std::swap(cache.heap_.front(), cache.heap_.back());
+  }
+  static void stale_candidates(PrefixCache& cache, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) cache.lru_queue_.push_back({0, 0xFFFFFFFFu});
+  }
+  static void miscount_log(PrefixCache& cache) { cache.eviction_log_.push_back(0); }
+  static void forbid_duplicates(PrefixCache& cache) { cache.duplicates_ = false; }
+  // Lists block b a second time, after the last block at its place.
+  static void relist(PrefixCache& cache, BlockId b, BlockId at) {
+    auto& entry = cache.entries_[at];
+    auto& node = cache.nodes_[entry.node];
+    BlockId* link = &node.heads[cache.place_of(entry.offset).pos];
+    while (*link != kInvalidBlock) link = &cache.entries_[*link].dup_next;
+    *link = b;
+  }
+};
+
+}  // namespace kvreplay
+
+namespace {
+
+using kvreplay::PrefixCacheFaults;
+
+// Four cached pages of one chain: two evictable (released by their
+// sequence), two still held by it, one of the evictable ones watched.
+struct CheckedCache {
+  BlockPool pool{16};
+  PrefixCache cache;
+  std::vector<BlockId> blocks;
+  explicit CheckedCache(EvictPolicy policy, bool duplicates = false)
+      : cache(policy, 16, duplicates, 16) {
+    for (std::uint32_t i = 0; i < 4; ++i) {
+      auto block = pool.allocate();
+      REQUIRE(block.ok());
+      REQUIRE(cache.insert(PageKey{7, 16 * (i + 1)}, block.value(), pool, 1).ok());
+      blocks.push_back(block.value());
+    }
+    for (std::size_t i = 2; i < 4; ++i) {
+      REQUIRE(pool.release(blocks[i]).ok());
+      cache.released(blocks[i], pool, 2);
+    }
+    cache.watch(blocks[3]);
+    REQUIRE(cache.evictable() == 2);
+  }
+  std::string caught() const {
+    auto found = cache.check(pool);
+    return found ? found->invariant : std::string("none");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("prefix_cache: check() holds through inserts, hits, releases and evictions") {
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    for (bool duplicates : {false, true}) {
+      BlockPool pool(64);
+      PrefixCache cache(policy, 64, duplicates, 16);
+      std::mt19937 rng(7);
+      std::vector<BlockId> held;
+      for (std::uint64_t tick = 1; tick < 400; ++tick) {
+        const std::uint32_t op = rng() % 4;
+        if (op == 0 && pool.free_count() > 0) {
+          auto block = pool.allocate();
+          REQUIRE(block.ok());
+          const PageKey key{rng() % 5, 16 * (1 + rng() % 40)};
+          REQUIRE(cache.insert(key, block.value(), pool, tick).ok());
+          held.push_back(block.value());
+        } else if (op == 1 && !held.empty()) {
+          const BlockId b = held.back();
+          held.pop_back();
+          REQUIRE(pool.release(b).ok());
+          cache.released(b, pool, tick);
+        } else if (op == 2) {
+          std::vector<BlockId> found;
+          const PageKey key{rng() % 5, 16 * (1 + rng() % 40)};
+          if (auto b = cache.find(key); b && pool.refcount(*b) == 1) {
+            cache.touch(*b, tick);
+            REQUIRE(pool.retain(*b).ok());
+            held.push_back(*b);
+          }
+        } else if (op == 3) {
+          cache.evict_one(pool);
+        }
+        if (rng() % 7 == 0) cache.watch(static_cast<BlockId>(rng() % 64));
+        if (rng() % 31 == 0) cache.unwatch_all();
+        auto found = cache.check(pool);
+        INFO("policy " << static_cast<int>(policy) << " duplicates " << duplicates << " tick "
+                       << tick << ": " << (found ? found->message : std::string()));
+        REQUIRE_FALSE(found);
+      }
+    }
+  }
+}
+
+TEST_CASE("prefix_cache: check() catches each planted fault by its invariant") {
+  {
+    CheckedCache c(EvictPolicy::kLru);
+    REQUIRE(c.caught() == "none");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);  // an entry names another node
+    PrefixCacheFaults::set_node(c.cache, c.blocks[1], 99);
+    CHECK(c.caught() == "C1");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);  // a node miscounts its blocks
+    PrefixCacheFaults::miscount_node(c.cache, c.blocks[0]);
+    CHECK(c.caught() == "C1");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);  // the size miscounts
+    PrefixCacheFaults::miscount_size(c.cache);
+    CHECK(c.caught() == "C1");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);  // a block listed twice (a cycle in its list)
+    PrefixCacheFaults::relist(c.cache, c.blocks[2], c.blocks[2]);
+    CHECK(c.caught() == "C1");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);  // a slot's hash is not its node's
+    PrefixCacheFaults::corrupt_slot_hash(c.cache);
+    CHECK(c.caught() == "C2");
+  }
+  {
+    // Two blocks under one key in a cache without duplicates (one built with
+    // them, then told it has none).
+    CheckedCache c(EvictPolicy::kLru, /*duplicates=*/true);
+    auto extra = c.pool.allocate();
+    REQUIRE(extra.ok());
+    REQUIRE(c.cache.insert(PageKey{7, 16}, extra.value(), c.pool, 3).value());
+    REQUIRE(c.caught() == "none");
+    PrefixCacheFaults::forbid_duplicates(c.cache);
+    CHECK(c.caught() == "C2");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);         // a block a sequence holds is evictable
+    REQUIRE(c.pool.retain(c.blocks[2]).ok());  // a hit that forgot touch()
+    CHECK(c.caught() == "C3");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);          // a block the cache alone holds is not evictable
+    REQUIRE(c.pool.release(c.blocks[0]).ok());  // a release that forgot released()
+    CHECK(c.caught() == "C3");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);  // an evicted block left evictable
+    REQUIRE(c.cache.evict_one(c.pool));
+    PrefixCacheFaults::set_evictable(c.cache, c.blocks[2], true);
+    CHECK(c.caught() == "C3");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);
+    PrefixCacheFaults::miscount_evictable(c.cache);
+    CHECK(c.caught() == "C4");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLfu);
+    PrefixCacheFaults::miscount_watched(c.cache);
+    CHECK(c.caught() == "C4");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);  // two live queue slots for one block
+    PrefixCacheFaults::duplicate_lru_slot(c.cache, c.blocks[2]);
+    CHECK(c.caught() == "C5");
+  }
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo}) {
+    CheckedCache c(policy);  // evictable blocks with no candidate
+    PrefixCacheFaults::drop_candidates(c.cache);
+    CHECK(c.caught() == "C5");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLfu);  // the heap out of order
+    PrefixCacheFaults::disorder_heap(c.cache);
+    CHECK(c.caught() == "C5");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);  // stale candidates past the bound
+    PrefixCacheFaults::stale_candidates(c.cache, 2 * 2 + PrefixCache::kCandidateSlack + 1);
+    CHECK(c.caught() == "C6");
+  }
+  {
+    CheckedCache c(EvictPolicy::kLru);  // the log holds an eviction never made
+    PrefixCacheFaults::miscount_log(c.cache);
+    CHECK(c.caught() == "C7");
+  }
+}
