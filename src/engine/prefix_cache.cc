@@ -377,6 +377,12 @@ void PrefixCache::evict_block(BlockId b, BlockPool& pool) {
   (void)pool.release(b);  // held by the cache alone: frees it
 }
 
+std::uint32_t PrefixCache::watched_count() const {
+  std::uint32_t count = 0;
+  for (BlockId b = 0; b < entry_count_; ++b) count += watched(entries_[b]) ? 1 : 0;
+  return count;
+}
+
 void PrefixCache::holds(std::vector<BlockId>& out) const {
   for (BlockId b = 0; b < entries_.size(); ++b) {
     if (entries_[b].cached) out.push_back(b);

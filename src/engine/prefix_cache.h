@@ -194,6 +194,9 @@ class PrefixCache {
     if (++watch_generation_ == 0) restart_watch_generations();
   }
   std::uint32_t watched_evictable() const { return watched_evictable_; }
+  // Whether block b is watched; how many blocks are (a recount, for checks).
+  bool is_watched(BlockId b) const { return b < entry_count_ && watched(entries_[b]); }
+  std::uint32_t watched_count() const;
   std::uint64_t evictions() const { return evictions_; }
   // The blocks evicted since evictions() was `since`, oldest first, or nullopt
   // when the log no longer reaches back that far. A caller holding hits across

@@ -7,7 +7,7 @@
 // (FreeKVCacheBlockQueue): freed uncached blocks first, the last freed first
 // (the pool's lifo list), then never-used blocks in id order, then cached ones
 // in the order they were freed (the prefix cache's lru queue), evicted as
-// reached (allocate_vllm). Like BlockPool.cached_block_hash_to_block, the
+// reached (allocate). Like BlockPool.cached_block_hash_to_block, the
 // cache keeps duplicates: a block recomputed under a key already cached is
 // cached too, and a hit takes the earliest.
 #include <fmt/format.h>
@@ -18,7 +18,7 @@
 #include <span>
 #include <utility>
 
-#include "engine/simulator.h"
+#include "engine/vllm_scheduler.h"
 
 namespace kvreplay {
 
@@ -95,8 +95,26 @@ class HashedPages {
 
 }  // namespace
 
-std::optional<SkipReason> Simulator::never_fits_vllm(const Request& request,
-                                                     std::uint64_t& need) const {
+VllmScheduler::VllmScheduler(EngineShell& shell) : PagedScheduler(shell) {
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    auto it = std::find_if(
+        attention_types_.begin(), attention_types_.end(),
+        [&](const std::vector<std::size_t>& ids) { return groups_[ids[0]].same_spec(groups_[g]); });
+    if (it == attention_types_.end()) {
+      attention_types_.push_back({g});
+    } else {
+      it->push_back(g);
+    }
+  }
+  std::stable_partition(attention_types_.begin(), attention_types_.end(),
+                        [&](const std::vector<std::size_t>& ids) {
+                          return groups_[ids[0]].attention == KvCacheGroupSpec::kFull;
+                        });
+  hybrid_hits_.resize(groups_.size());
+}
+
+std::optional<SkipReason> VllmScheduler::never_fits(const Request& request,
+                                                    std::uint64_t& need) const {
   // max_model_len (--max-seq-tokens) as `vllm serve` applies it, a trace's
   // output being the request's max_tokens: InputProcessor._validate_prompt_len
   // (vllm/v1/engine/input_processor.py) rejects a prompt of max_model_len
@@ -155,7 +173,7 @@ std::optional<SkipReason> Simulator::never_fits_vllm(const Request& request,
   return SkipReason::kPoolTooSmall;
 }
 
-void Simulator::enqueue_vllm(Request request) {
+void VllmScheduler::add_request(Request request) {
   if (!request.prefix.empty()) prefix_ids_.emplace(request.prefix, prefix_ids_.size());
   // ParentRequest (parallel_sampling.py): n > 1 becomes n child requests with
   // the same prompt, queued in order; they share full prompt blocks only
@@ -176,7 +194,7 @@ void Simulator::enqueue_vllm(Request request) {
   }
 }
 
-PageKey Simulator::vllm_key(const Flight& flight, std::uint32_t page) const {
+PageKey VllmScheduler::vllm_key(const Flight& flight, std::uint32_t page) const {
   const std::uint64_t end = (std::uint64_t{page} + 1) * config_.kv.page_tokens;
   const auto offset = static_cast<std::uint32_t>(end);
   if (end <= flight.request.prompt) {
@@ -189,7 +207,7 @@ PageKey Simulator::vllm_key(const Flight& flight, std::uint32_t page) const {
   return PageKey{kOwnChainBase + flight.uid, offset};
 }
 
-bool Simulator::cache_new_full_blocks_vllm(Flight& flight, std::uint32_t full_pages) {
+bool VllmScheduler::cache_new_full_blocks(Flight& flight, std::uint32_t full_pages) {
   // BlockPool.cache_full_blocks, called from KVCacheManager.allocate_slots:
   // every block that is full once the tokens scheduled this step are computed
   // is cached now, prompt and output blocks alike.
@@ -241,33 +259,33 @@ bool Simulator::cache_new_full_blocks_vllm(Flight& flight, std::uint32_t full_pa
   return true;
 }
 
-bool Simulator::caching_failed(const Flight& flight, std::uint32_t page, CoreError error) {
+bool VllmScheduler::caching_failed(const Flight& flight, std::uint32_t page, CoreError error) {
   violation_ = Violation{
       sim_.steps + 1, flight.request.line, "I1",
       fmt::format("request {}: caching page {} failed: {}", flight.request.id, page, error)};
   return false;
 }
 
-bool Simulator::allocate_vllm(Flight& flight, std::uint32_t tokens) {
+bool VllmScheduler::allocate(Flight& flight, std::uint32_t tokens) {
   // KVCacheManager.allocate_slots: blocks for the tokens scheduled this step
   // only, never for the whole request ahead; KVCacheCoordinator.allocate_new_blocks
   // asks every group in turn, all from the one pool.
   Sample& sample = flight.samples[0];
-  if (!append_group_vllm(flight, sample.table, tokens)) return false;
+  if (!append_group(flight, sample.table, tokens)) return false;
   for (std::size_t g = 1; g < groups_.size(); ++g) {
-    if (!append_group_vllm(flight, sample.more[g - 1], tokens)) return false;
+    if (!append_group(flight, sample.more[g - 1], tokens)) return false;
   }
-  return appended_vllm(flight, tokens);
+  return appended(flight, tokens);
 }
 
-bool Simulator::appended_vllm(Flight& flight, std::uint32_t tokens) {
+bool VllmScheduler::appended(Flight& flight, std::uint32_t tokens) {
   flight.samples[0].length += tokens;
   totals_.tokens_appended += tokens;
   state_.logical_tokens += tokens;
-  return cache_full_blocks_vllm(flight);
+  return cache_full_blocks(flight);
 }
 
-bool Simulator::append_group_vllm(Flight& flight, SequenceBlockTable& table, std::uint32_t tokens) {
+bool VllmScheduler::append_group(Flight& flight, SequenceBlockTable& table, std::uint32_t tokens) {
   // BlockPool.get_new_blocks pops the free queue, evicting a cached block only
   // when it reaches one (lazy).
   if (table.append_in_place(tokens, pool_)) {
@@ -322,7 +340,7 @@ bool Simulator::append_group_vllm(Flight& flight, SequenceBlockTable& table, std
   return true;
 }
 
-std::uint32_t Simulator::skipped_tokens(std::size_t g, std::uint32_t computed) const {
+std::uint32_t VllmScheduler::skipped_tokens(std::size_t g, std::uint32_t computed) const {
   // SlidingWindowManager.get_num_skipped_tokens: the tokens before the window
   // of the next token, max(0, computed - window + 1); none for full attention
   // (SingleTypeKVCacheManager.get_num_skipped_tokens).
@@ -331,7 +349,7 @@ std::uint32_t Simulator::skipped_tokens(std::size_t g, std::uint32_t computed) c
   return computed + 1 > group.window_tokens ? computed + 1 - group.window_tokens : 0;
 }
 
-bool Simulator::remove_skipped_blocks_vllm(Flight& flight) {
+bool VllmScheduler::remove_skipped_blocks(Flight& flight) {
   // KVCacheCoordinator.remove_skipped_blocks, called by allocate_slots before
   // it counts the blocks to allocate (even when it then fails): in every
   // sliding group, the pages wholly before the window of the next token give
@@ -375,7 +393,7 @@ bool Simulator::remove_skipped_blocks_vllm(Flight& flight) {
   return true;
 }
 
-void Simulator::preempt_vllm(std::unique_ptr<Flight> victim) {
+void VllmScheduler::preempt(std::unique_ptr<Flight> victim) {
   // Scheduler._preempt_request: KVCacheManager.free releases the blocks (the
   // cached ones stay cached, evictable), num_computed_tokens = 0, and the
   // request goes to the front of the waiting queue keeping its output so far.
@@ -390,8 +408,7 @@ void Simulator::preempt_vllm(std::unique_ptr<Flight> victim) {
   waiting_.push_front(std::move(victim));
 }
 
-bool Simulator::schedule_running_vllm(std::uint32_t& budget, bool& preempted,
-                                      std::vector<std::pair<Flight*, std::uint32_t>>& scheduled) {
+bool VllmScheduler::schedule_running(std::uint32_t& budget, bool& preempted, Scheduled& scheduled) {
   // Scheduler.schedule, running requests first, in order, within the token budget.
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Flight& flight = *running_[i];
@@ -404,15 +421,15 @@ bool Simulator::schedule_running_vllm(std::uint32_t& budget, bool& preempted,
     if (!hybrid_ && flight.samples[0].table.append_in_place(tokens, pool_)) {
       // The common decode step: the tokens fit the partial last page, so
       // get_num_blocks_to_allocate is 0 and allocate_slots cannot fail (what
-      // the loop below and allocate_vllm would do, at once).
-      if (!appended_vllm(flight, tokens)) return false;
+      // the loop below and allocate would do, at once).
+      if (!appended(flight, tokens)) return false;
       scheduled.emplace_back(&flight, tokens);
       budget -= tokens;
       ++i;
       continue;
     }
     bool self = false;
-    if (hybrid_ && !remove_skipped_blocks_vllm(flight)) return false;
+    if (hybrid_ && !remove_skipped_blocks(flight)) return false;
     for (;;) {
       // KVCacheCoordinator.get_num_blocks_to_allocate: the sum over the groups
       // (a running request has no new hits).
@@ -436,11 +453,11 @@ bool Simulator::schedule_running_vllm(std::uint32_t& budget, bool& preempted,
       running_.pop_back();
       preempted = true;
       self = victim.get() == &flight;
-      preempt_vllm(std::move(victim));
+      preempt(std::move(victim));
       if (self) break;
     }
     if (self) break;
-    if (!allocate_vllm(flight, tokens)) return false;
+    if (!allocate(flight, tokens)) return false;
     scheduled.emplace_back(&flight, tokens);
     budget -= tokens;
     ++i;
@@ -448,15 +465,14 @@ bool Simulator::schedule_running_vllm(std::uint32_t& budget, bool& preempted,
   return true;
 }
 
-bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
-                                      std::vector<std::pair<Flight*, std::uint32_t>>& scheduled) {
+bool VllmScheduler::schedule_waiting(std::uint32_t& budget, Scheduled& scheduled) {
   const std::uint32_t pt = config_.kv.page_tokens;
   // Scheduler.schedule, then waiting requests FCFS while the budget and
   // max_num_seqs allow; one that cannot get its blocks stops admission.
   while (!waiting_.empty() && budget > 0 && running_.size() < options_.max_seqs) {
     if (hybrid_) {
       bool stop = false;
-      if (!admit_hybrid_vllm(budget, scheduled, stop)) return false;
+      if (!admit_hybrid(budget, scheduled, stop)) return false;
       if (stop) break;
       continue;
     }
@@ -467,9 +483,9 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     // A request waiting at the head is looked up again every step: the hits of
     // its last attempt that are still cached as they were are kept (the same
     // chain get_computed_blocks would walk), and the search goes on from there.
-    std::vector<BlockId>& hits = flight.hit_blocks;
+    std::vector<BlockId>& hits = flight.hits.blocks;
     if (options_.prefix_cache) {
-      verify_hits(flight);
+      hits_.verify(flight.hits, cache_, [&](std::uint32_t page) { return vllm_key(flight, page); });
       const auto first = static_cast<std::uint32_t>(hits.size());
       HashedPages walk(flight.request, pt, first);
       const std::uint32_t pages = (num_tokens - 1) / pt;  // full pages before the last token
@@ -487,7 +503,7 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
         const PageKey key = vllm_key(flight, page);
         auto block = cache_.find(key);
         if (!block) break;
-        add_hit(flight, *block);
+        flight.hits.blocks.push_back(*block);
       }
     }
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
@@ -498,22 +514,21 @@ bool Simulator::schedule_waiting_vllm(std::uint32_t& budget,
     std::unique_ptr<Flight> owned = std::move(waiting_.front());
     waiting_.pop_front();
     count_admission(flight.request, num_tokens, hits.size(), hit_tokens, owned->preemptions > 0);
-    owned->order = next_order_++;
     if (!install_hits(*owned, hits, hit_tokens)) return false;
     owned->computed = hit_tokens;
     owned->cached_pages = static_cast<std::uint32_t>(hits.size());
-    forget_hits(*owned);
+    hits_.forget(owned->hits, cache_);
     running_.push_back(std::move(owned));
     Flight& admitted = *running_.back();
-    if (!allocate_vllm(admitted, tokens)) return false;
+    if (!allocate(admitted, tokens)) return false;
     scheduled.emplace_back(&admitted, tokens);
     budget -= tokens;
   }
   return true;
 }
 
-std::uint32_t Simulator::find_longest_cache_hit_vllm(const Flight& flight,
-                                                     std::uint32_t max_length) {
+std::uint32_t VllmScheduler::find_longest_cache_hit(const Flight& flight,
+                                                    std::uint32_t max_length) {
   // HybridKVCacheCoordinator.find_longest_cache_hit (UnitaryKVCacheCoordinator's
   // when there is one attention type): each type, full attention first, takes
   // the candidate length or shortens it, until a pass shortens nothing; with
@@ -595,7 +610,7 @@ std::uint32_t Simulator::find_longest_cache_hit_vllm(const Flight& flight,
   return hit_length;
 }
 
-bool Simulator::install_hybrid_hits(Flight& flight, std::uint32_t hit_tokens) {
+bool VllmScheduler::install_hybrid_hits(Flight& flight, std::uint32_t hit_tokens) {
   // SingleTypeKVCacheManager.allocate_new_computed_blocks, every group: the
   // pages before the window are the null block, the others are touched
   // (BlockPool.touch) and shared.
@@ -634,9 +649,7 @@ bool Simulator::install_hybrid_hits(Flight& flight, std::uint32_t hit_tokens) {
   return true;
 }
 
-bool Simulator::admit_hybrid_vllm(std::uint32_t& budget,
-                                  std::vector<std::pair<Flight*, std::uint32_t>>& scheduled,
-                                  bool& stop) {
+bool VllmScheduler::admit_hybrid(std::uint32_t& budget, Scheduled& scheduled, bool& stop) {
   Flight& flight = *waiting_.front();
   const std::uint32_t pt = config_.kv.page_tokens;
   const std::uint32_t num_tokens = flight.request.prompt + flight.generated;
@@ -644,7 +657,7 @@ bool Simulator::admit_hybrid_vllm(std::uint32_t& budget,
   // hit holding in every group. Looked up afresh at every attempt.
   std::uint32_t hit_tokens = 0;
   if (options_.prefix_cache) {
-    hit_tokens = find_longest_cache_hit_vllm(flight, num_tokens - 1);
+    hit_tokens = find_longest_cache_hit(flight, num_tokens - 1);
   } else {
     for (auto& hits : hybrid_hits_) hits.clear();
   }
@@ -672,11 +685,11 @@ bool Simulator::admit_hybrid_vllm(std::uint32_t& budget,
       // at every step to come. vLLM's scheduler would retry it each step and
       // never admit it nor anything queued behind it (Scheduler.schedule:
       // allocate_slots returns None, the request stays first in the queue).
-      // never_fits_vllm cannot rule this out: it checks chunks that start at
+      // never_fits cannot rule this out: it checks chunks that start at
       // the budget's boundaries, while a prefix-cache hit can start the first
       // chunk at any page, where a window group holds more pages at once.
       // kvreplay skips the request as one the pool is too small for, and goes on.
-      skip_stalled_vllm(needed);
+      skip_stalled(needed);
       return true;
     }
     stop = true;  // allocate_slots returned None
@@ -685,53 +698,52 @@ bool Simulator::admit_hybrid_vllm(std::uint32_t& budget,
   std::unique_ptr<Flight> owned = std::move(waiting_.front());
   waiting_.pop_front();
   count_admission(owned->request, num_tokens, hit_tokens / pt, hit_tokens, owned->preemptions > 0);
-  owned->order = next_order_++;
   if (!install_hybrid_hits(*owned, hit_tokens)) return false;
   owned->computed = hit_tokens;
   owned->cached_pages = hit_tokens / pt;
   running_.push_back(std::move(owned));
   Flight& admitted = *running_.back();
-  if (!allocate_vllm(admitted, tokens)) return false;
+  if (!allocate(admitted, tokens)) return false;
   scheduled.emplace_back(&admitted, tokens);
   budget -= tokens;
   return true;
 }
 
-void Simulator::skip_stalled_vllm(std::uint64_t needed) {
+void VllmScheduler::skip_stalled(std::uint64_t needed) {
   std::unique_ptr<Flight> flight = std::move(waiting_.front());
   waiting_.pop_front();  // it holds no block while waiting
-  if (tracked_ == flight->track_id) tracked_ = 0;
-  auto& first = first_skipped_[static_cast<std::size_t>(SkipReason::kPoolTooSmall)];
+  hits_.forget(flight->hits, cache_);
+  auto& first = shell_.first_skipped[static_cast<std::size_t>(SkipReason::kPoolTooSmall)];
   if (!first) first = SkippedRequest{flight->request.line, flight->request.id, needed};
   // A request of n > 1 is skipped as a whole, counted once its last child is
   // done with (its siblings that finished released their blocks already).
-  // enqueue_vllm gives every child its request's times.
+  // add_request gives every child its request's times.
   flight->times->skipped = true;
   if (--*flight->siblings_left == 0) skipped_stalled(*flight->times);
 }
 
-void Simulator::skipped_stalled(const RequestTimes& times) {
+void VllmScheduler::skipped_stalled(const RequestTimes& times) {
   ++sim_.skipped;
   ++sim_.skipped_stalled;
-  if (on_request) on_request(times);
+  shell_.request_skipped(times);
 }
 
-bool Simulator::step_vllm() {
+bool VllmScheduler::step() {
   ++tick_;
   std::uint32_t budget = options_.max_batched_tokens;
-  std::vector<std::pair<Flight*, std::uint32_t>>& scheduled = scheduled_;
+  Scheduled& scheduled = scheduled_;
   scheduled.clear();
   bool preempted = false;
-  if (!schedule_running_vllm(budget, preempted, scheduled)) return false;
+  if (!schedule_running(budget, preempted, scheduled)) return false;
   // Scheduler.schedule: no waiting request is scheduled in a step that preempted.
-  if (!preempted && !schedule_waiting_vllm(budget, scheduled)) return false;
+  if (!preempted && !schedule_waiting(budget, scheduled)) return false;
   sim_.max_running = std::max<std::uint64_t>(sim_.max_running, running_.size());
 
   // The model runs; Scheduler.update_from_output: a request whose computed
   // tokens catch up with its tokens samples one more; check_stop
   // (vllm/v1/core/sched/utils.py) finishes one that reaches its max_tokens
   // (the trace's output) or num_tokens >= max_model_len (FINISHED_LENGTH_CAPPED;
-  // never first here, as never_fits_vllm rejects prompt + output > max_model_len).
+  // never first here, as never_fits rejects prompt + output > max_model_len).
   bool any_finished = false;
   const std::uint64_t max_model_len = config_.kv.max_seq_tokens;
   for (auto [flight, tokens] : scheduled) {
@@ -770,7 +782,7 @@ bool Simulator::step_vllm() {
       release_sample(flight.samples[0]);
       if (--*flight.siblings_left == 0) {
         if (flight.times && flight.times->skipped) {
-          skipped_stalled(*flight.times);  // a sibling stalled (skip_stalled_vllm)
+          skipped_stalled(*flight.times);  // a sibling stalled (skip_stalled)
         } else {
           ++sim_.finished;
           request_done(flight);
@@ -780,7 +792,7 @@ bool Simulator::step_vllm() {
     running_.resize(kept);
   }
   running_samples_ = running_.size();
-  return end_step();
+  return true;
 }
 
 }  // namespace kvreplay

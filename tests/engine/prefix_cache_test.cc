@@ -1,6 +1,7 @@
 // PrefixCache: eviction order under each policy, and memory bounded by the
 // blocks cached rather than by the number of hits and releases.
 #include "engine/prefix_cache.h"
+#include "engine/waiting_hits.h"
 
 #include <catch2/catch.hpp>
 
@@ -1130,5 +1131,66 @@ TEST_CASE("prefix_cache: check() catches each planted fault by its invariant") {
     CheckedCache c(EvictPolicy::kLru);  // the log holds an eviction never made
     PrefixCacheFaults::miscount_log(c.cache);
     CHECK(c.caught() == "C7");
+  }
+}
+
+// WaitingHits: W1 holds through verify, track and forget, and a planted
+// fault (a block watched that is no tracked hit, a hit recorded at the wrong
+// place) is caught.
+namespace kvreplay {
+
+struct WaitingHitsFaults {
+  static void misplace(WaitingHits& hits, BlockId b) { ++hits.slots_[b].pos; }
+};
+
+}  // namespace kvreplay
+
+TEST_CASE("waiting_hits: W1 holds while a waiting request's hits are tracked, faults are caught") {
+  using kvreplay::HitList;
+  using kvreplay::WaitingHits;
+  BlockPool pool(16);
+  PrefixCache cache(EvictPolicy::kLru, 16, false, 16);
+  std::vector<BlockId> blocks = cache_pages(cache, pool, 4, 1);  // keys {1000 + i, 16}
+  auto key_of = [](std::uint32_t page) { return PageKey{1000 + page, 16}; };
+  WaitingHits tracker;
+  HitList list;
+  list.blocks = blocks;
+  tracker.verify(list, cache, key_of);  // becomes the tracked list
+  REQUIRE(list.blocks.size() == 4);
+  REQUIRE_FALSE(tracker.check(&list, cache));
+  tracker.track(list, cache);
+  REQUIRE(cache.watched_count() == 4);
+  REQUIRE(cache.watched_evictable() == 4);
+  REQUIRE_FALSE(tracker.check(&list, cache));
+
+  SECTION("an eviction unwatches the block; the list keeps it until verified again") {
+    REQUIRE(cache.evict_one(pool));  // the first page, released first
+    CHECK(cache.watched_count() == 3);
+    CHECK_FALSE(tracker.check(&list, cache));
+    tracker.verify(list, cache, key_of);
+    CHECK(list.blocks.empty());  // the chain is broken at its first page
+    CHECK_FALSE(tracker.check(&list, cache));
+  }
+  SECTION("a block watched that is no tracked hit") {
+    auto extra = pool.allocate();
+    REQUIRE(extra.ok());
+    REQUIRE(cache.insert(PageKey{77, 16}, extra.value(), pool, 2).value());
+    cache.watch(extra.value());
+    auto found = tracker.check(&list, cache);
+    REQUIRE(found);
+    CHECK(found->invariant == "W1");
+  }
+  SECTION("a hit recorded at the wrong place") {
+    REQUIRE_FALSE(list.blocks.empty());
+    kvreplay::WaitingHitsFaults::misplace(tracker, list.blocks[0]);
+    auto found = tracker.check(&list, cache);
+    REQUIRE(found);
+    CHECK(found->invariant == "W1");
+  }
+  SECTION("forget leaves nothing watched") {
+    tracker.forget(list, cache);
+    CHECK(tracker.tracked() == 0);
+    CHECK(cache.watched_count() == 0);
+    CHECK_FALSE(tracker.check(nullptr, cache));
   }
 }

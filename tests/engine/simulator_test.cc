@@ -2,6 +2,7 @@
 // contiguous baselines on small hand-made traces, with invariant checks after
 // every step. The real-trace figures: tests/app/simulation_test.cc.
 #include "engine/simulator.h"
+#include "engine/paged_scheduler.h"
 
 #include <catch2/catch.hpp>
 
@@ -193,7 +194,8 @@ TEST_CASE("simulator: hits on one cached prefix keep the cache's candidates boun
   run_all(sim, std::move(requests));
   CHECK(sim.sim_totals().hit_blocks == 4 * 19999);
   CHECK(sim.evictions() == 0);
-  const kvreplay::PrefixCache& cache = sim.prefix_cache();
+  const kvreplay::PrefixCache& cache =
+      dynamic_cast<const kvreplay::PagedScheduler&>(sim.scheduler()).prefix_cache();
   CHECK(cache.size() == 5);  // the 5th page holds the last prompt token: computed, never hit
   CHECK(cache.candidates() <= 2 * cache.size() + kvreplay::PrefixCache::kCandidateSlack);
 }

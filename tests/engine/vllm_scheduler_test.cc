@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/micro_config.h"
+#include "engine/paged_scheduler.h"
 #include "engine/simulator.h"
 
 namespace kvreplay {
@@ -495,7 +496,10 @@ TEST_CASE("vllm: a reused block loses its hash, as in test_hash_block_correct_re
                     hashed_request("2", 16, 1, {5}, 2.0)},
                    [&](const Simulator& s) {
                      resident.push_back(s.cache_resident_blocks());
-                     cached.push_back(s.prefix_cache().find(PageKey{5, 16}).has_value());
+                     cached.push_back(dynamic_cast<const kvreplay::PagedScheduler&>(s.scheduler())
+                                          .prefix_cache()
+                                          .find(PageKey{5, 16})
+                                          .has_value());
                    });
   REQUIRE(seen.tables.size() == 3);
   CHECK(resident == std::vector<std::uint32_t>{1, 0, 1});

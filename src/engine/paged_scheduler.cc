@@ -1,0 +1,244 @@
+#include "engine/paged_scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <deque>
+#include <string>
+
+namespace kvreplay {
+
+namespace {
+
+// Cache keys of a trace's named prefixes (above every hash id).
+constexpr std::uint64_t kPrefixChainBase = 1ull << 63;
+
+}  // namespace
+
+PagedScheduler::PagedScheduler(EngineShell& shell)
+    : shell_(shell),
+      config_(shell.config),
+      options_(shell.options),
+      sim_(shell.sim),
+      totals_(shell.totals),
+      state_(shell.state),
+      violation_(shell.violation),
+      tick_(shell.tick),
+      pool_(config_.kv.pool_blocks, config_.alloc_order),
+      cache_(options_.evict, config_.kv.pool_blocks, options_.engine == EngineKind::kVllm,
+             config_.kv.page_tokens) {
+  watermark_blocks_ = static_cast<std::uint32_t>(
+      std::floor(options_.watermark * static_cast<double>(config_.kv.pool_blocks)));
+  if ((options_.engine == EngineKind::kVllm && paged()) ||
+      (paged() && config_.alloc_order == AllocOrder::kVllm)) {
+    // BlockPool.__init__ (vllm/v1/core/block_pool.py) takes block 0 off the
+    // free queue as the null block: it never holds KV, and N - 1 blocks do.
+    // The vllm engine always does; --alloc-order vllm does under generic too.
+    auto null_block = pool_.allocate();
+    if (null_block) null_block_ = null_block.value();
+  }
+  groups_ = options_.kv_groups.empty() ? config_.kv_groups : options_.kv_groups;
+  if (groups_.empty()) {
+    groups_.push_back(KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, config_.kv.layers});
+  }
+  hybrid_ = groups_.size() > 1 || groups_[0].attention == KvCacheGroupSpec::kSliding;
+}
+
+PagedScheduler::~PagedScheduler() = default;
+
+std::shared_ptr<RequestTimes> PagedScheduler::new_times(const Request& request) {
+  return std::make_shared<RequestTimes>(request_times(request));
+}
+
+void PagedScheduler::record() {
+  state_.live_sequences = running_samples_;
+  // The null block (filled 0) is neither used nor wasted: used_blocks.
+  record_event(state_, totals_, used_blocks(), pool_.filled_total(), config_.kv.page_tokens);
+  record_in_use(state_.used - cache_resident_blocks(), cache_resident_blocks());
+  // The report's sharing.saved_blocks_at_peak (and the summary's) is the
+  // simulation's figure, taken at the in-use peak; replay's definition counts
+  // cache entries as table entries, which a prefix cache makes exceed the pool.
+  totals_.saved_blocks_at_peak = static_cast<std::int64_t>(sim_.saved_blocks_at_peak);
+}
+
+SequenceBlockTable PagedScheduler::new_table() const {
+  return SequenceBlockTable(config_.kv.pages_per_seq(), config_.kv.page_tokens);
+}
+
+void PagedScheduler::count_admission(const Request& request, std::uint32_t num_tokens,
+                                     std::size_t hit_blocks, std::uint32_t hit_tokens,
+                                     bool readmission) {
+  if (paged() && options_.prefix_cache) {
+    // KVCacheManager.record_prefix_cache_stats: num_tokens and hits, a
+    // preempted request's apart (PrefixCacheStats).
+    (readmission ? sim_.preempted_queries : sim_.queries) += num_tokens;
+    (readmission ? sim_.preempted_hits : sim_.hits) += hit_tokens;
+  }
+  if (readmission) return;
+  // The hit rates count each request once: never its recomputation.
+  sim_.query_tokens += request.prompt;
+  sim_.hit_tokens += hit_tokens;
+  sim_.hit_blocks += hit_blocks;
+  sim_.hit_rate_sum += static_cast<double>(hit_tokens) / static_cast<double>(request.prompt);
+  ++sim_.hit_rate_requests;
+}
+
+bool PagedScheduler::install_hits(Flight& flight, const std::vector<BlockId>& hits,
+                                  std::uint32_t hit_tokens) {
+  flight.samples.clear();
+  flight.samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0, {}});
+  if (hits.empty()) return true;
+  // Hit blocks leave the eviction candidates (BlockPool.touch) before any allocation.
+  cache_.touch_all(hits, tick_);
+  SequenceBlockTable& table = flight.samples[0].table;
+  if (auto installed = table.install_shared_prefix(hits, hit_tokens, pool_); !installed) {
+    violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                           fmt::format("request {}: install_shared_prefix failed: {}",
+                                       flight.request.id, installed.error())};
+    return false;
+  }
+  ++totals_.prefix_installs;
+  totals_.shared_pages_installed += hits.size();
+  state_.logical_tokens += hit_tokens;
+  state_.table_entries += hits.size();
+  request_entries_ += hits.size();
+  count_layout(state_, table, +1);
+  return true;
+}
+
+bool PagedScheduler::room_beside_hits(Flight& flight, std::uint64_t needed) {
+  // Free blocks and evictable cached ones, less the hits that are evictable
+  // (touching them takes them off the free queue). The hits are counted only
+  // when the bounds leave the answer open.
+  const std::vector<BlockId>& hits = flight.hits.blocks;
+  const std::uint64_t available = pool_.free_count() + cache_.evictable();
+  const std::uint64_t wanted = needed + watermark_blocks_;
+  if (available >= wanted + hits.size()) return true;  // admitted: its hits need no tracking
+  // The flight waits, or may: its hits tracked from now on.
+  hits_.track(flight.hits, cache_);
+  if (available < wanted) return false;
+  // The hits are the tracked flight's, watched in the cache: those that are
+  // evictable (held by the cache alone) are counted as they change.
+  const std::uint64_t evictable_hits = cache_.watched_evictable();
+  // Recounted under --check every (and always in debug builds, which assert).
+#ifdef NDEBUG
+  const bool recount_now = options_.check.mode == CheckPolicy::Mode::kEvery;
+#else
+  const bool recount_now = true;
+#endif
+  if (recount_now) {
+    std::uint64_t recount = 0;
+    for (BlockId b : hits) recount += pool_.refcount(b) == 1 ? 1 : 0;
+    assert(recount == evictable_hits);
+    if (recount != evictable_hits && !violation_) {
+      violation_ = Violation{sim_.steps + 1, 0, "I1",
+                             fmt::format("a waiting request's evictable hits counted {}, "
+                                         "recounted {}",
+                                         evictable_hits, recount)};
+    }
+  }
+  return available - evictable_hits >= wanted;
+}
+
+void PagedScheduler::release_sample(Sample& sample) {
+  state_.logical_tokens -= sample.length;
+  sample.length = 0;
+  // KVCacheCoordinator.free: group by group, in group order.
+  for (std::size_t g = 0; g < 1 + sample.more.size(); ++g) {
+    SequenceBlockTable& table = group_table(sample, g);
+    count_layout(state_, table, -1);
+    // The released entries, handed over rather than copied.
+    std::vector<BlockId>& blocks = release_scratch_;
+    blocks.clear();
+    (void)table.release_all(pool_, blocks);  // tables built by this simulator are consistent
+    // Pages on the null block (skipped by a sliding window) were uncounted
+    // then; only a hybrid run's tables hold it.
+    const auto skipped = static_cast<std::size_t>(
+        hybrid_ ? std::count(blocks.begin(), blocks.end(), *null_block_) : 0);
+    state_.table_entries -= blocks.size() - skipped;
+    request_entries_ -= blocks.size() - skipped;
+    // Last page first: a sequence's tail is evicted before its shared prefix.
+    cache_.released_last_first(blocks, pool_, tick_);
+  }
+}
+
+void PagedScheduler::record_in_use(std::uint32_t in_use, std::uint32_t resident) {
+  sim_.in_use_sum += in_use;
+  sim_.peak_cache_resident = std::max(sim_.peak_cache_resident, resident);
+  if (sim_.steps > 1 && in_use <= sim_.peak_in_use) return;
+  sim_.peak_in_use = in_use;
+  const std::uint64_t referenced = std::min<std::uint64_t>(request_entries_, usable_blocks());
+  sim_.saved_blocks_at_peak = referenced > in_use ? referenced - in_use : 0;
+}
+
+bool PagedScheduler::check() {
+  if (!paged()) return true;
+  table_refs_.clear();
+  holds_.clear();
+  std::deque<std::string> labels;
+  for (const auto& flight : running_) {
+    for (std::size_t k = 0; k < flight->samples.size(); ++k) {
+      if (flight->samples[k].done) continue;
+      labels.push_back(fmt::format("request {} sample {}", flight->request.id, k));
+      table_refs_.push_back({&flight->samples[k].table, labels.back(),
+                             hybrid_ ? null_block_.value_or(kInvalidBlock) : kInvalidBlock});
+      // Every KV-cache group's table: pages skipped by a window hold the null block.
+      for (std::size_t g = 1; g <= flight->samples[k].more.size(); ++g) {
+        labels.push_back(fmt::format("request {} group {}", flight->request.id, g));
+        table_refs_.push_back(
+            {&flight->samples[k].more[g - 1], labels.back(), null_block_.value_or(kInvalidBlock)});
+      }
+    }
+  }
+  cache_.holds(holds_);
+  if (null_block_) holds_.push_back(*null_block_);
+  ++totals_.checks;
+  auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_, holds_);
+  if (!found && options_.prefix_cache) found = cache_.check(pool_);
+  if (!found && options_.prefix_cache) {
+    const HitList* tracked = nullptr;
+    for (const auto& flight : waiting_) {
+      if (hits_.tracked() != 0 && flight->hits.track_id == hits_.tracked()) tracked = &flight->hits;
+    }
+    found = hits_.check(tracked, cache_);
+  }
+  if (!found) return true;
+  violation_ = Violation{sim_.steps, 0, found->invariant, found->message};
+  return false;
+}
+
+std::vector<std::vector<std::vector<BlockId>>> PagedScheduler::running_group_tables() const {
+  std::vector<std::vector<std::vector<BlockId>>> out;
+  for (const auto& flight : running_) {
+    for (const Sample& sample : flight->samples) {
+      if (sample.done) continue;
+      auto& tables = out.emplace_back();
+      for (std::size_t g = 0; g < groups_.size(); ++g) {
+        const SequenceBlockTable& table = group_table(sample, g);
+        tables.emplace_back(table.entries().begin(), table.entries().end());
+      }
+    }
+  }
+  return out;
+}
+
+std::optional<PageKey> PagedScheduler::page_key(const Flight& flight, std::uint32_t page) const {
+  const Request& request = flight.request;
+  const std::uint64_t end = (std::uint64_t{page} + 1) * config_.kv.page_tokens;
+  if (end > request.prompt) return std::nullopt;
+  if (!request.hash_ids.empty()) {
+    const std::uint64_t block = request.hash_block_tokens;
+    const std::uint64_t k = (end - 1) / block;
+    if (k >= request.hash_ids.size()) return std::nullopt;
+    return PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k * block)};
+  }
+  if (!request.prefix.empty() && end <= request.prefix_tokens) {
+    return PageKey{kPrefixChainBase + prefix_ids_.at(request.prefix),
+                   static_cast<std::uint32_t>(end)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace kvreplay

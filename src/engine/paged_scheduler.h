@@ -1,0 +1,151 @@
+// PagedScheduler: what the generic and vllm engines share behind the
+// Scheduler seam. Both keep a request's KV in block tables over the real pool
+// (BlockPool) with a vLLM-style prefix cache of full pages (PrefixCache), and
+// both look a waiting request's hits up again on each admission attempt
+// (WaitingHits). Each engine derives from it with its own queues' rules
+// (engine/generic_scheduler.h, engine/vllm_scheduler.h); an engine of another
+// design (a radix tree, say) derives from Scheduler directly.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "core/block_table.h"
+#include "core/invariants.h"
+#include "engine/prefix_cache.h"
+#include "engine/scheduler.h"
+#include "engine/waiting_hits.h"
+
+namespace kvreplay {
+
+class PagedScheduler : public Scheduler {
+ public:
+  explicit PagedScheduler(EngineShell& shell);
+  ~PagedScheduler() override;
+
+  std::size_t num_waiting() const override { return waiting_.size(); }
+  std::size_t num_running() const override { return running_.size(); }
+  void record() override;
+  bool check() override;
+  const BlockPool& pool() const override { return pool_; }
+  std::uint64_t evictions() const override { return cache_.evictions(); }
+  std::uint32_t cache_resident_blocks() const override { return paged() ? cache_.evictable() : 0; }
+  const std::optional<BlockId>& null_block() const override { return null_block_; }
+  const std::vector<KvCacheGroupSpec>& kv_groups() const override { return groups_; }
+  std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const override;
+  const PrefixCache& prefix_cache() const { return cache_; }
+
+ protected:
+  struct Sample {
+    SequenceBlockTable table;     // paged only
+    std::uint32_t length = 0;     // tokens of KV held
+    std::uint32_t generated = 0;  // output tokens produced
+    bool done = false;
+    std::uint64_t region = 0;        // contiguous: first slot of its region
+    std::uint64_t region_slots = 0;  // contiguous: size of its region
+    // vllm with several KV-cache groups: the tables of groups 1.. (group 0's
+    // is `table`), all of the same length.
+    std::vector<SequenceBlockTable> more;
+  };
+  struct Flight {
+    // What every step reads first, together (a step visits every running
+    // flight twice): vLLM's num_computed_tokens, the output so far, the table.
+    std::uint32_t computed = 0;
+    std::uint32_t generated = 0;
+    std::uint32_t cached_pages = 0;  // leading prompt pages already offered to the cache
+    std::uint32_t preemptions = 0;
+    // vllm: from (re)admission until its computed tokens catch up with its
+    // tokens (a token is sampled): every token computed then is prompt
+    // computation, a one-token chunk too (a recompute after a full prefix
+    // hit, or the last token of a chunked re-prefill), not a decode.
+    bool prefilling = true;
+    std::vector<Sample> samples;
+    Request request;
+    std::shared_ptr<RequestTimes> times;  // shared by a request's children (vllm)
+    std::vector<std::uint32_t> counted;   // output tokens counted, per sample (survives preemption)
+    bool admitted_before = false;
+    std::uint32_t prefilled = 0;
+    // Prefix-cache hits found while waiting, re-verified (not re-searched) on
+    // every admission attempt (WaitingHits).
+    HitList hits;
+    // vllm: one table per request (n > 1 fanned out into children). uid keys
+    // the request's own pages in the cache, prompt_uid the prompt pages its
+    // siblings share.
+    std::uint64_t uid = 0;
+    std::uint64_t prompt_uid = 0;
+    std::shared_ptr<std::uint32_t> siblings_left;  // children of the request not finished
+  };
+
+  bool paged() const { return shell_.options.allocator == AllocatorKind::kPaged; }
+  // The pool's used blocks less the null block, and the blocks that can hold KV.
+  std::uint32_t used_blocks() const { return pool_.used_count() - null_blocks(); }
+  std::uint32_t usable_blocks() const { return pool_.total() - null_blocks(); }
+  std::uint32_t null_blocks() const { return null_block_ ? 1 : 0; }
+  SequenceBlockTable new_table() const;
+  static std::shared_ptr<RequestTimes> new_times(const Request& request);
+  // The id a trace's named prefix has in the cache's keys (first seen, first numbered).
+  void name_prefix(const Request& request) {
+    if (!request.prefix.empty()) prefix_ids_.emplace(request.prefix, prefix_ids_.size());
+  }
+  // A flight's chunk of `tokens` after `context` cached, for the cost model.
+  void schedule_work(Flight& flight, std::uint64_t context, std::uint64_t tokens, bool prefill) {
+    shell_.schedule_work(flight.times.get(), context, tokens, prefill);
+  }
+  void first_token(Flight& flight) { shell_.first_token(flight.times); }
+  void request_done(Flight& flight) { shell_.request_done(flight.times); }
+  // An admission's prefix-cache figures: PrefixCacheStats (a readmission of a
+  // preempted request apart) and, at the first admission, the hit rates.
+  void count_admission(const Request& request, std::uint32_t num_tokens, std::size_t hit_blocks,
+                       std::uint32_t hit_tokens, bool readmission);
+  // A new table for the flight's first sample holding `hits` (touched first).
+  bool install_hits(Flight& flight, const std::vector<BlockId>& hits, std::uint32_t hit_tokens);
+  // Whether `needed` blocks (and the watermark) can be had besides the hits
+  // of `flight` (WaitingHits::room_beside).
+  bool room_beside_hits(Flight& flight, std::uint64_t needed);
+  // Releases a sample's tables (every group's), the cache told last page first.
+  void release_sample(Sample& sample);
+  // Group g's table of a sample (0: sample.table).
+  static SequenceBlockTable& group_table(Sample& sample, std::size_t g) {
+    return g == 0 ? sample.table : sample.more[g - 1];
+  }
+  static const SequenceBlockTable& group_table(const Sample& sample, std::size_t g) {
+    return g == 0 ? sample.table : sample.more[g - 1];
+  }
+  // The cache key a trace names for a prompt page (its hash ids, or its
+  // named prefix), or nullopt when it names none.
+  std::optional<PageKey> page_key(const Flight& flight, std::uint32_t page) const;
+  void record_in_use(std::uint32_t in_use, std::uint32_t resident);
+
+  EngineShell& shell_;
+  const RunConfig& config_;
+  const SimOptions& options_;
+  SimTotals& sim_;
+  ReplayTotals& totals_;
+  ReplayState& state_;
+  std::optional<Violation>& violation_;
+  std::uint64_t& tick_;
+  BlockPool pool_;
+  PrefixCache cache_;
+  WaitingHits hits_;
+  InvariantChecker checker_;
+  std::deque<std::unique_ptr<Flight>> waiting_;
+  std::vector<std::unique_ptr<Flight>> running_;
+  std::map<std::string, std::uint64_t> prefix_ids_;
+  std::uint64_t running_samples_ = 0;
+  std::uint64_t request_entries_ = 0;     // valid entries of the running samples' tables
+  std::optional<BlockId> null_block_;     // vllm: block 0, held for the life of the pool
+  std::vector<KvCacheGroupSpec> groups_;  // never empty
+  bool hybrid_ = false;                   // several groups, or a sliding one
+  std::uint32_t watermark_blocks_ = 0;
+  std::vector<TableRef> table_refs_;
+  std::vector<BlockId> holds_;
+  std::vector<BlockId> release_scratch_;  // a released table's entries (release_sample)
+};
+
+}  // namespace kvreplay

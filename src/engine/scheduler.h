@@ -1,0 +1,137 @@
+// The seam between the simulator and the engines it imitates (SPEC 3.1).
+//
+// An engine is a Scheduler: it owns its requests (waiting and running), its
+// pool and its cache, and runs one step at a time, as vLLM's
+// SchedulerInterface (vllm/v1/core/sched/interface.py: add_request,
+// schedule + update_from_output, finish_requests, stats). The Simulator
+// (engine/simulator.h) is the shell around it: it feeds arrivals, keeps
+// virtual time with the cost model, and collects the figures; it never asks
+// which engine it runs.
+//
+// What an engine reports as it works goes through the EngineShell the
+// simulator hands it: the figures (SimTotals, the pool's ReplayTotals and
+// ReplayState), the step's work for the cost model, the requests' times, and
+// the first violation found.
+//
+// Adding an engine: its files (a Scheduler subclass), a value in EngineKind
+// (engine/sim_types.h) and one line in the table of engine/engines.cc.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "engine/sim_types.h"
+
+namespace kvreplay {
+
+// The shell's side of the seam, owned by the Simulator.
+class EngineShell {
+ public:
+  EngineShell(const RunConfig& run_config, const SimOptions& sim_options)
+      : config(run_config), options(sim_options) {}
+
+  const RunConfig& config;
+  const SimOptions& options;
+  SimTotals sim;
+  ReplayTotals totals;  // the pool's figures, as a replay counts them
+  ReplayState state;
+  std::optional<Violation> violation;  // the first one; the run stops there
+  std::array<std::optional<SkippedRequest>, kSkipReasons> first_skipped;
+  // The step being scheduled: its start in virtual time and its work for the
+  // cost model.
+  double step_start = 0.0;
+  StepWork work;
+  std::uint64_t tick = 0;  // steps begun: the cache's clock
+
+  // A request's chunk of `tokens` after `context` tokens of KV, for the cost
+  // model; the first chunk ever scheduled for `times` stamps its scheduling time.
+  void schedule_work(RequestTimes* times, std::uint64_t context, std::uint64_t tokens,
+                     bool prefill) {
+    work.add(context, tokens, prefill);
+    if (times && times->scheduled < 0) times->scheduled = step_start;
+  }
+  // The request produced its first token / its last one in this step: stamped
+  // with the step's end when the shell ends it.
+  void first_token(const std::shared_ptr<RequestTimes>& times) {
+    if (times && times->first_token < 0) {
+      times->first_token = 0;
+      step_first_tokens.push_back(times);
+    }
+  }
+  void request_done(const std::shared_ptr<RequestTimes>& times) {
+    if (times) step_done.push_back(times);
+  }
+  // A request the engine gives up on (never fits, or stalled): counted
+  // by the engine, reported to --requests here.
+  void request_skipped(const RequestTimes& times) const {
+    if (on_request && *on_request) (*on_request)(times);
+  }
+  // Records the first violation; returns false for the caller to pass on.
+  bool fail(Violation found) {
+    if (!violation) violation = std::move(found);
+    return false;
+  }
+
+  // The shell's bookkeeping of the step's times (engine/simulator.cc).
+  std::vector<std::shared_ptr<RequestTimes>> step_first_tokens, step_done;
+  const std::function<void(const RequestTimes&)>* on_request = nullptr;
+};
+
+// One engine's scheduler and KV-cache manager.
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+
+  // Why `request` can never run to completion here (setting `need` to what it
+  // needs, see SkippedRequest), or nullopt: the shell skips such a request.
+  virtual std::optional<SkipReason> never_fits(const Request& request,
+                                               std::uint64_t& need) const = 0;
+  // The request arrived: it joins the waiting queue.
+  virtual void add_request(Request request) = 0;
+  // One step: schedule within the budgets, run it (its work to
+  // shell.work), take its output, free what finished. False when an
+  // invariant failed (shell.violation says which).
+  virtual bool step() = 0;
+  // Requests waiting, and running (requests, not samples).
+  virtual std::size_t num_waiting() const = 0;
+  virtual std::size_t num_running() const = 0;
+  bool has_requests() const { return num_waiting() + num_running() > 0; }
+
+  // After every step: the step's figures into shell.sim, shell.state and
+  // shell.totals (blocks used, in use, cached).
+  virtual void record() = 0;
+  // The invariant checks of the engine's pool, tables and cache (I1-I3,
+  // the cache's own); false, with shell.violation set, when one fails.
+  virtual bool check() = 0;
+
+  // Figures and views for the reports and tests.
+  virtual const BlockPool& pool() const = 0;
+  virtual std::uint64_t evictions() const = 0;
+  // Cached blocks no request holds, which the cache gives back on demand.
+  virtual std::uint32_t cache_resident_blocks() const = 0;
+  // Blocks reserved for the engine itself, never KV (vLLM's null block).
+  virtual const std::optional<BlockId>& null_block() const = 0;
+  // The KV-cache groups a block serves (one full group unless hybrid).
+  virtual const std::vector<KvCacheGroupSpec>& kv_groups() const = 0;
+  // The running requests' (samples') tables in running order, one per group.
+  virtual std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const = 0;
+};
+
+// The table of engines: what --engine accepts and how each is made.
+struct EngineEntry {
+  EngineKind kind;
+  std::string_view name;
+  std::unique_ptr<Scheduler> (*make)(EngineShell& shell);
+};
+std::span<const EngineEntry> engine_table();
+// The engine of `kind` (one of the table's).
+std::unique_ptr<Scheduler> make_scheduler(EngineKind kind, EngineShell& shell);
+
+}  // namespace kvreplay

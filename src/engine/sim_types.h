@@ -1,0 +1,250 @@
+// The vocabulary of a simulation (SPEC 3): the engines, allocators, cost
+// models and options a run is configured with, and the figures it reports.
+// Shared by the simulator shell (engine/simulator.h) and every engine behind
+// its Scheduler seam (engine/scheduler.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/invariants.h"
+#include "engine/latency.h"
+#include "engine/prefix_cache.h"
+#include "engine/replayer.h"
+#include "formats/requests/request.h"
+#include "model/kv_groups.h"
+#include "model/roofline.h"
+#include "model/run_config.h"
+
+namespace kvreplay {
+
+enum class AllocatorKind : std::uint8_t {
+  kPaged,
+  kContiguousMax,
+  kContiguousPow2,
+  kContiguousOracle
+};
+std::string_view to_string(AllocatorKind kind);
+std::optional<AllocatorKind> parse_allocator(std::string_view name);
+std::vector<std::string> allocator_names();  // in table order, for the command line
+
+// The scheduler a simulation imitates (SPEC 3.1).
+//   generic: the engine-neutral scheduler described at the top of this file
+//            (fork + COW for n > 1, a watermark, recompute from scratch);
+//   vllm:    vLLM v1's synchronous scheduler and KV cache manager
+//            (engine/vllm_scheduler.cc, each rule citing the vLLM function it
+//            comes from): block 0 is the null block, allocation per step for
+//            the tokens scheduled, the last running request preempted and
+//            re-prefilled with the tokens it generated, nothing admitted in a
+//            step that preempted, finished requests freed at the end of the
+//            step, every full block cached when allocated, n > 1 fanned out.
+enum class EngineKind : std::uint8_t { kGeneric, kVllm };
+std::string_view to_string(EngineKind kind);
+std::optional<EngineKind> parse_engine(std::string_view name);
+std::vector<std::string> engine_names();
+
+// The GPU class that picks `vllm serve`'s batch defaults
+// (EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py, usage context
+// OPENAI_API_SERVER): a GPU with at least 70 GiB that is not an A100 (H100,
+// H200, B200, MI300X) is large; any other (A100, L40S, L4, A10G) is small.
+enum class GpuClass : std::uint8_t { kLarge, kSmall };
+std::string_view to_string(GpuClass gpu_class);
+std::optional<GpuClass> parse_gpu_class(std::string_view name);
+std::vector<std::string> gpu_class_names();
+struct BatchDefaults {
+  std::uint32_t max_batched_tokens;
+  std::uint32_t max_seqs;
+};
+// large: 8192 tokens and 1024 sequences per step; small: 2048 and 256.
+BatchDefaults vllm_serve_batch_defaults(GpuClass gpu_class);
+
+// Virtual time (SPEC 3.3). roofline: model/roofline.h, from the model's
+// parameters and the GPU's figures (--gpu, else kDefaultCostGpu); linear: the
+// constants below, for calibration against measured figures:
+//   step_ms = step_ms + prefill_tokens * prefill_token_ms + decode_seqs * decode_seq_ms
+//           + context_tokens_read * bytes_per_token / (kv_bandwidth_gbps * 1e6)
+// auto: roofline when the model's parameter count is known (a preset or a
+// config.json), else linear (geometry given by hand).
+enum class CostKind : std::uint8_t { kAuto, kRoofline, kLinear };
+std::string_view to_string(CostKind kind);
+std::optional<CostKind> parse_cost_kind(std::string_view name);
+inline constexpr std::string_view kDefaultCostGpu = "h100-80gb";
+// The GPU a roofline runs on: --gpu's preset, else kDefaultCostGpu's; nullptr
+// for an unknown name.
+const GpuSpec* cost_gpu(const RunConfig& config);
+
+struct LinearCost {
+  double step_ms = 5.0;             // fixed cost per step (weights read, launch)
+  double prefill_token_ms = 0.025;  // per prompt token computed
+  double decode_seq_ms = 0.01;      // per sequence decoded
+  double kv_bandwidth_gbps = 3000;  // attention reads every context token's KV
+  // The formula above, for one step's work.
+  double step_ms_of(const StepWork& work, std::uint64_t bytes_per_token) const;
+};
+
+struct CostModel {
+  CostKind kind = CostKind::kAuto;
+  LinearCost linear;
+  RooflineConstants roofline;
+};
+
+// Service-level objectives (--slo-ttft-ms, --slo-tpot-ms): a request meets
+// them when its TTFT and its TPOT (a request of one output token has none) are
+// at most these; an SLO not given always holds.
+struct SloTargets {
+  std::optional<double> ttft_ms;
+  std::optional<double> tpot_ms;
+  bool any() const { return ttft_ms || tpot_ms; }
+};
+
+// One request's times, reported when it finishes or is skipped (--requests).
+// Times in virtual seconds; a sample's output tokens under n > 1; TTFT is the
+// first token of any sample, the end the last sample's last token.
+struct RequestTimes {
+  std::uint64_t line = 0;
+  std::string id;
+  std::uint32_t prompt = 0;
+  std::uint32_t output = 0;
+  std::uint32_t n = 1;
+  double arrival = 0;
+  double scheduled = -1;    // the start of the step that first scheduled it
+  double first_token = -1;  // the end of the step that produced its first token
+  double finished = -1;     // the end of the step that produced its last token
+  std::uint32_t preemptions = 0;
+  bool skipped = false;
+  double queue_ms() const { return (scheduled - arrival) * 1e3; }
+  double ttft_ms() const { return (first_token - arrival) * 1e3; }
+  double e2e_ms() const { return (finished - arrival) * 1e3; }
+  // (last - first token) / (output - 1); nullopt for one output token.
+  std::optional<double> tpot_ms() const {
+    if (output <= 1) return std::nullopt;
+    return (finished - first_token) * 1e3 / (output - 1);
+  }
+};
+
+// A request's identity and sizes as times (none of them stamped yet).
+RequestTimes request_times(const Request& request);
+
+// Whether arrivals outpaced service (SPEC 3.3). A server that keeps up ends
+// about one request's service time (scheduled to done) after its last arrival;
+// one that does not still holds a queue then, and drains it for a time that
+// grows with the trace. Overloaded: the run's end lies more than
+// kOverloadRatio - 1 of the arrival span past the last arrival, and more than
+// twice the p99 service time, with requests waiting at the last arrival. A
+// trace whose requests all arrive at once is a batch, never overloaded.
+inline constexpr double kOverloadRatio = 1.1;
+struct OverloadFigures {
+  double first_arrival = 0;
+  double last_arrival = 0;
+  double end = 0;  // the virtual time of the last step
+  std::uint64_t waiting_at_last_arrival = 0;
+  std::uint64_t peak_waiting = 0;
+  double service_p99_s = 0;  // p99 of e2e - queueing, finished requests
+  double arrival_span() const { return last_arrival - first_arrival; }
+  double drain() const { return end - last_arrival; }
+  std::optional<double> ratio() const {
+    if (arrival_span() <= 0) return std::nullopt;
+    return (end - first_arrival) / arrival_span();
+  }
+  bool overloaded() const {
+    auto r = ratio();
+    return r && *r > kOverloadRatio && drain() > 2 * service_p99_s && waiting_at_last_arrival > 0;
+  }
+};
+
+struct SimOptions {
+  std::uint32_t max_seqs = 256;
+  std::uint32_t max_batched_tokens = 8192;
+  double watermark = 0.01;  // fraction of the pool kept free at admission
+  bool prefix_cache = true;
+  EvictPolicy evict = EvictPolicy::kLru;
+  AllocatorKind allocator = AllocatorKind::kPaged;
+  // The library's default; the command line's is vllm (app/options.cc), with
+  // vllm_serve_batch_defaults for max_seqs and max_batched_tokens.
+  EngineKind engine = EngineKind::kGeneric;
+  GpuClass gpu_class = GpuClass::kLarge;  // recorded: which batch defaults apply
+  CostModel cost;
+  SloTargets slo;
+  CheckPolicy check;
+  // The KV-cache groups the pool serves (model/kv_groups.h), as vLLM's
+  // hybrid KV cache manager forms them. Empty: one full-attention group of
+  // every layer, the same run as one such group given explicitly. Several
+  // groups, or a sliding-window one, need the vllm engine and the paged
+  // allocator; the groups' layers must add up to the model's (kv_groups_error).
+  std::vector<KvCacheGroupSpec> kv_groups;
+};
+
+// What is wrong with running `options` on `config`, or nullopt: the KV-cache
+// groups (kv_groups_error), or a hybrid model (several groups, or a
+// sliding-window one) under the generic engine or a contiguous baseline.
+// A Simulator built with such options runs nothing: run_until returns false,
+// violation() naming the problem.
+std::optional<std::string> sim_options_error(const RunConfig& config, const SimOptions& options);
+
+// Why a request can never fit; the first applies when several do.
+enum class SkipReason : std::uint8_t {
+  kTooLong,         // generic: prompt + output - 1 > max_seq_tokens; vllm: prompt >= or
+                    // prompt + output > max_seq_tokens, max_model_len (no pool helps)
+  kTooManySamples,  // n > max_seqs (no pool helps)
+  kPoolTooSmall,    // more blocks (or slots) than the pool minus the watermark
+};
+inline constexpr std::size_t kSkipReasons = 3;
+
+// The first request skipped for a reason, for the warning naming it.
+struct SkippedRequest {
+  std::uint64_t line = 0;
+  std::string id;
+  std::uint64_t need = 0;  // tokens, samples or blocks (slots for the contiguous baselines)
+};
+
+struct SimTotals {
+  std::uint64_t requests = 0;
+  std::uint64_t finished = 0;
+  std::uint64_t skipped = 0;
+  std::uint64_t skipped_too_long = 0;          // of those, longer than max_seq_tokens
+  std::uint64_t skipped_too_many_samples = 0;  // of those, n above max_seqs
+  std::uint64_t skipped_stalled = 0;  // of those, vllm: stalled at admission (skip_stalled_vllm)
+  std::uint64_t steps = 0;
+  std::uint64_t preemptions = 0;
+  std::uint64_t max_running = 0;  // samples running at once
+  double virtual_seconds = 0.0;
+  std::uint64_t output_tokens = 0;           // each once, however often recomputed
+  std::uint64_t prompt_tokens_computed = 0;  // recomputation included
+  std::uint64_t query_tokens = 0;            // prompt tokens at first admission
+  std::uint64_t hit_tokens = 0;
+  std::uint64_t hit_blocks = 0;
+  double hit_rate_sum = 0.0;  // per-request hit rates at first admission
+  std::uint64_t hit_rate_requests = 0;
+  // vLLM's PrefixCacheStats (vllm/v1/metrics/stats.py, recorded by
+  // KVCacheManager.record_prefix_cache_stats): tokens looked up and found in the
+  // cache when a request is admitted; admissions of preempted requests apart.
+  std::uint64_t queries = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t preempted_queries = 0;
+  std::uint64_t preempted_hits = 0;
+  // Blocks in use: referenced by a running request's table, what vLLM's
+  // kv_cache_usage reports. The pool's used blocks (the null block never
+  // counted, see used_blocks) less the cache residency (cached blocks no
+  // request holds, which the cache gives back on demand). Contiguous
+  // baselines: the reserved pages. Taken after every step.
+  std::uint32_t peak_in_use = 0;
+  double in_use_sum = 0.0;  // over steps, for the mean
+  std::uint32_t peak_cache_resident = 0;
+  // At the first step that reached peak_in_use: the blocks the running
+  // requests' tables reference (as many as the pool could hold) less the blocks
+  // in use, i.e. the blocks of this pool that sharing kept free. In
+  // [0, pool_blocks - null block - peak_in_use]. Paged only.
+  std::uint64_t saved_blocks_at_peak = 0;
+  std::uint64_t reserved_slots_peak = 0;  // contiguous baselines
+  std::uint64_t admission_blocked_external =
+      0;  // contiguous: free space existed but not in one piece
+  // vllm, sliding-window groups: blocks given back as they left the window
+  // (remove_skipped_blocks).
+  std::uint64_t window_freed_blocks = 0;
+};
+
+}  // namespace kvreplay
