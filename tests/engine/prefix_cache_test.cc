@@ -1010,7 +1010,7 @@ TEST_CASE("prefix_cache: check() holds through inserts, hits, releases and evict
         if (op == 0 && pool.free_count() > 0) {
           auto block = pool.allocate();
           REQUIRE(block.ok());
-          const PageKey key{rng() % 5, 16 * (1 + rng() % 40)};
+          const PageKey key{rng() % 5, static_cast<std::uint32_t>(16 * (1 + rng() % 40))};
           REQUIRE(cache.insert(key, block.value(), pool, tick).ok());
           held.push_back(block.value());
         } else if (op == 1 && !held.empty()) {
@@ -1020,7 +1020,7 @@ TEST_CASE("prefix_cache: check() holds through inserts, hits, releases and evict
           cache.released(b, pool, tick);
         } else if (op == 2) {
           std::vector<BlockId> found;
-          const PageKey key{rng() % 5, 16 * (1 + rng() % 40)};
+          const PageKey key{rng() % 5, static_cast<std::uint32_t>(16 * (1 + rng() % 40))};
           if (auto b = cache.find(key); b && pool.refcount(*b) == 1) {
             cache.touch(*b, tick);
             REQUIRE(pool.retain(*b).ok());
