@@ -10,13 +10,6 @@
 
 namespace kvreplay {
 
-namespace {
-
-// Cache keys of a trace's named prefixes (above every hash id).
-constexpr std::uint64_t kPrefixChainBase = 1ull << 63;
-
-}  // namespace
-
 PagedScheduler::PagedScheduler(EngineShell& shell)
     : shell_(shell),
       config_(shell.config),
@@ -222,23 +215,6 @@ std::vector<std::vector<std::vector<BlockId>>> PagedScheduler::running_group_tab
     }
   }
   return out;
-}
-
-std::optional<PageKey> PagedScheduler::page_key(const Flight& flight, std::uint32_t page) const {
-  const Request& request = flight.request;
-  const std::uint64_t end = (std::uint64_t{page} + 1) * config_.kv.page_tokens;
-  if (end > request.prompt) return std::nullopt;
-  if (!request.hash_ids.empty()) {
-    const std::uint64_t block = request.hash_block_tokens;
-    const std::uint64_t k = (end - 1) / block;
-    if (k >= request.hash_ids.size()) return std::nullopt;
-    return PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k * block)};
-  }
-  if (!request.prefix.empty() && end <= request.prefix_tokens) {
-    return PageKey{kPrefixChainBase + prefix_ids_.at(request.prefix),
-                   static_cast<std::uint32_t>(end)};
-  }
-  return std::nullopt;
 }
 
 }  // namespace kvreplay

@@ -119,7 +119,10 @@ class PagedScheduler : public Scheduler {
   }
   // The cache key a trace names for a prompt page (its hash ids, or its
   // named prefix), or nullopt when it names none.
+  // Inline: admission calls it for every page it looks up.
   std::optional<PageKey> page_key(const Flight& flight, std::uint32_t page) const;
+  // Cache keys of a trace's named prefixes (above every hash id).
+  static constexpr std::uint64_t kPrefixChainBase = 1ull << 63;
   void record_in_use(std::uint32_t in_use, std::uint32_t resident);
 
   EngineShell& shell_;
@@ -147,5 +150,23 @@ class PagedScheduler : public Scheduler {
   std::vector<BlockId> holds_;
   std::vector<BlockId> release_scratch_;  // a released table's entries (release_sample)
 };
+
+inline std::optional<PageKey> PagedScheduler::page_key(const Flight& flight,
+                                                       std::uint32_t page) const {
+  const Request& request = flight.request;
+  const std::uint64_t end = (std::uint64_t{page} + 1) * config_.kv.page_tokens;
+  if (end > request.prompt) return std::nullopt;
+  if (!request.hash_ids.empty()) {
+    const std::uint64_t block = request.hash_block_tokens;
+    const std::uint64_t k = (end - 1) / block;
+    if (k >= request.hash_ids.size()) return std::nullopt;
+    return PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k * block)};
+  }
+  if (!request.prefix.empty() && end <= request.prefix_tokens) {
+    return PageKey{kPrefixChainBase + prefix_ids_.at(request.prefix),
+                   static_cast<std::uint32_t>(end)};
+  }
+  return std::nullopt;
+}
 
 }  // namespace kvreplay
