@@ -247,6 +247,207 @@ struct MergedSweep {
   const std::vector<std::size_t>& cell_group;  // each cell's search (its unit with the search)
 };
 
+// One part as fill_parts_into reads it, and what it filled so far.
+struct PartReading {
+  const nlohmann::json& json;
+  const std::string& file;
+  const MergedSweep& sweep;
+  std::vector<PlanCell>& cells;
+  std::vector<MinSearch>& searches;
+  std::vector<const std::string*>& cell_from;
+  std::vector<const std::string*>& search_from;
+  std::uint64_t shard_index = 1;  // run_plan_merge checked 1 <= index <= count
+  std::uint64_t shard_count = 1;
+  std::string trace_sha256;
+
+  std::string refuse(const std::string& why) const { return "kvreplay plan-merge: " + why; }
+  std::optional<std::string> other_shard(std::string_view what, std::size_t i,
+                                         std::size_t unit) const {
+    if (unit % shard_count == shard_index - 1) return std::nullopt;
+    return fmt::format("{} {} is shard {}/{}'s, not this part's {}/{}", what, i,
+                       unit % shard_count + 1, shard_count, shard_index, shard_count);
+  }
+};
+
+// The part's cells[k]: checked, and its figures filled into the sweep's cell.
+std::optional<std::string> read_part_cell(PartReading& at, std::size_t k) {
+  const std::string& file = at.file;
+  const MergedSweep& sweep = at.sweep;
+  std::vector<PlanCell>& cells = at.cells;
+  std::vector<const std::string*>& cell_from = at.cell_from;
+  const nlohmann::json& entry = at.json.at("cells")[k];
+  const std::string field = fmt::format("cells[{}]", k);
+  if (auto problem = figure_problem(&entry, Figure::kObject)) {
+    return field_problem(file, field, *problem);
+  }
+  if (auto problem = figure_problem(find_dotted(entry, "index"), Figure::kCount)) {
+    return field_problem(file, field + ".index", *problem);
+  }
+  const auto index = entry["index"].get<std::uint64_t>();
+  if (index >= cells.size()) {
+    return field_problem(
+        file, field + ".index",
+        fmt::format("cell {} is not in the sweep ({} cells)", index, cells.size()));
+  }
+  const std::size_t i = static_cast<std::size_t>(index);
+  if (auto problem = at.other_shard("cell", i, sweep.search_min ? sweep.cell_group[i] : i)) {
+    return field_problem(file, field + ".index", *problem);
+  }
+  if (cell_from[i] != nullptr) {
+    return at.refuse(fmt::format("{} and {} both hold cell {}", *cell_from[i], file, i));
+  }
+  cell_from[i] = &file;
+  if (auto problem = cell_report_problem(entry.contains("report") ? entry["report"] : nullptr,
+                                         field + ".report", cells[i], at.trace_sha256, sweep.slo)) {
+    return fmt::format("{}: {}", file, *problem);
+  }
+  const nlohmann::json* warnings = find_dotted(entry, "warnings");
+  const nlohmann::json* reasons = find_dotted(entry, "warning_reasons");
+  if (warnings == nullptr || !warnings->is_array()) {
+    return field_problem(file, field + ".warnings", "not an array");
+  }
+  if (reasons == nullptr || !reasons->is_array()) {
+    return field_problem(file, field + ".warning_reasons", "not an array");
+  }
+  if (warnings->size() != reasons->size()) {
+    return field_problem(
+        file, field + ".warning_reasons",
+        fmt::format("{} reasons for {} warnings", reasons->size(), warnings->size()));
+  }
+  SimulationResult result;
+  for (std::size_t w = 0; w < warnings->size(); ++w) {
+    if (auto problem = figure_problem(&(*warnings)[w], Figure::kText)) {
+      return field_problem(file, fmt::format("{}.warnings[{}]", field, w), *problem);
+    }
+    const nlohmann::json& reason = (*reasons)[w];
+    if (!reason.is_number_unsigned() || reason.get<std::uint64_t>() >= kSkipReasons) {
+      return field_problem(file, fmt::format("{}.warning_reasons[{}]", field, w),
+                           fmt::format("unknown skip reason {}", shown(reason)));
+    }
+    result.warnings.push_back((*warnings)[w].get<std::string>());
+    result.warning_reasons.push_back(static_cast<SkipReason>(reason.get<std::uint64_t>()));
+  }
+  result.report = entry["report"];
+  cells[i].result = std::move(result);
+  return std::nullopt;
+}
+
+// The part's searches[k]: checked, and its answer filled into the sweep's search.
+std::optional<std::string> read_part_search(PartReading& at, std::size_t k) {
+  const std::string& file = at.file;
+  const std::vector<PlanCell>& cells = at.cells;
+  std::vector<MinSearch>& searches = at.searches;
+  std::vector<const std::string*>& search_from = at.search_from;
+  const nlohmann::json& entry = at.json.at("searches")[k];
+  const std::string field = fmt::format("searches[{}]", k);
+  if (auto problem = figure_problem(&entry, Figure::kObject)) {
+    return field_problem(file, field, *problem);
+  }
+  for (const char* key : {"index", "probes"}) {
+    if (auto problem = figure_problem(find_dotted(entry, key), Figure::kCount)) {
+      return field_problem(file, field + "." + key, *problem);
+    }
+  }
+  const auto index = entry["index"].get<std::uint64_t>();
+  if (index >= searches.size()) {
+    return field_problem(
+        file, field + ".index",
+        fmt::format("search {} is not in the sweep ({} searches)", index, searches.size()));
+  }
+  const std::size_t g = static_cast<std::size_t>(index);
+  if (auto problem = at.other_shard("search", g, g)) {
+    return field_problem(file, field + ".index", *problem);
+  }
+  if (search_from[g] != nullptr) {
+    return at.refuse(fmt::format("{} and {} both hold search {}", *search_from[g], file, g));
+  }
+  search_from[g] = &file;
+  MinSearch& search = searches[g];
+  // Raised past: swept pools of this search's cells, each larger than the last.
+  const nlohmann::json* raised = find_dotted(entry, "raised_past_pool_blocks");
+  if (raised == nullptr || !raised->is_array()) {
+    return field_problem(file, field + ".raised_past_pool_blocks", "not an array");
+  }
+  for (std::size_t r = 0; r < raised->size(); ++r) {
+    const std::string raised_field = fmt::format("{}.raised_past_pool_blocks[{}]", field, r);
+    const nlohmann::json& value = (*raised)[r];
+    if (auto problem = figure_problem(&value, Figure::kCount)) {
+      return field_problem(file, raised_field, *problem);
+    }
+    const auto blocks = value.get<std::uint64_t>();
+    const bool swept = std::any_of(cells.begin(), cells.end(), [&](const PlanCell& cell) {
+      return cell.model == search.model && cell.page_tokens == search.page_tokens &&
+             cell.deployment == search.deployment && cell.config.kv.pool_blocks == blocks;
+    });
+    if (!swept) {
+      return field_problem(file, raised_field,
+                           fmt::format("{} blocks is no swept pool of this search", blocks));
+    }
+    if (!search.raised_past.empty() && blocks <= search.raised_past.back()) {
+      return field_problem(file, raised_field, "not above the one before");
+    }
+    search.raised_past.push_back(static_cast<std::uint32_t>(blocks));
+  }
+  const auto probes = entry["probes"].get<std::uint64_t>();
+  if (probes > kMaxProbesPerStart * (1 + raised->size())) {
+    return field_problem(file, field + ".probes",
+                         fmt::format("{} probes, more than a search makes ({} a start)", probes,
+                                     kMaxProbesPerStart));
+  }
+  search.probes = static_cast<std::uint32_t>(probes);
+  const nlohmann::json* pool = find_dotted(entry, "pool_blocks");
+  const nlohmann::json* unmet = find_dotted(entry, "unmet");
+  if (pool == nullptr || unmet == nullptr || pool->is_null() == unmet->is_null()) {
+    return field_problem(file, field,
+                         "not exactly one of \"pool_blocks\" (the answer) and \"unmet\" (why "
+                         "none)");
+  }
+  auto pool_problem = [&](const nlohmann::json& value) -> std::optional<std::string> {
+    if (auto problem = figure_problem(&value, Figure::kCount)) return problem;
+    const auto blocks = value.get<std::uint64_t>();
+    if (blocks < 1 || blocks > kMaxSupportedPoolBlocks) {
+      return fmt::format("{} blocks, not within 1 to {} (the largest pool kvreplay simulates)",
+                         blocks, kMaxSupportedPoolBlocks);
+    }
+    return std::nullopt;
+  };
+  if (!pool->is_null()) {
+    if (auto problem = pool_problem(*pool)) {
+      return field_problem(file, field + ".pool_blocks", *problem);
+    }
+    if (!search.raised_past.empty() && pool->get<std::uint64_t>() <= search.raised_past.back()) {
+      return field_problem(file, field + ".pool_blocks",
+                           "not above the swept pools it was raised past");
+    }
+    search.blocks = pool->get<std::uint32_t>();
+    return std::nullopt;
+  }
+  if (auto problem = figure_problem(unmet, Figure::kObject)) {
+    return field_problem(file, field + ".unmet", *problem);
+  }
+  if (auto problem = figure_problem(find_dotted(*unmet, "reason"), Figure::kText)) {
+    return field_problem(file, field + ".unmet.reason", *problem);
+  }
+  auto why = parse_search_unmet((*unmet)["reason"].get<std::string>());
+  if (!why) {
+    return field_problem(file, field + ".unmet.reason",
+                         fmt::format("{} is not compute_bound, block_ceiling or memory_limit",
+                                     shown((*unmet)["reason"])));
+  }
+  if (auto problem = figure_problem(find_dotted(*unmet, "message"), Figure::kText)) {
+    return field_problem(file, field + ".unmet.message", *problem);
+  }
+  const nlohmann::json* unmet_pool = find_dotted(*unmet, "pool_blocks");
+  if (auto problem = unmet_pool == nullptr ? std::optional<std::string>("missing")
+                                           : pool_problem(*unmet_pool)) {
+    return field_problem(file, field + ".unmet.pool_blocks", *problem);
+  }
+  search.unmet = why;
+  search.unmet_blocks = unmet_pool->get<std::uint32_t>();
+  search.unmet_message = (*unmet)["message"].get<std::string>();
+  return std::nullopt;
+}
+
 std::optional<std::string> fill_parts_into(const std::vector<PlanPart>& parts,
                                            const MergedSweep& sweep, std::vector<PlanCell>& cells,
                                            std::vector<MinSearch>& searches) {
@@ -263,184 +464,15 @@ std::optional<std::string> fill_parts_into(const std::vector<PlanPart>& parts,
           "this kvreplay changed since the part was written): rerun the shards",
           file));
     }
-    // run_plan_merge checked 1 <= index <= count.
-    const auto shard_index = json["shard"]["index"].get<std::uint64_t>();
-    const auto shard_count = json["shard"]["count"].get<std::uint64_t>();
-    auto other_shard = [&](std::string_view what, std::size_t i,
-                           std::size_t unit) -> std::optional<std::string> {
-      if (unit % shard_count == shard_index - 1) return std::nullopt;
-      return fmt::format("{} {} is shard {}/{}'s, not this part's {}/{}", what, i,
-                         unit % shard_count + 1, shard_count, shard_index, shard_count);
-    };
-    const std::string trace_sha256 = json["trace"]["sha256"].get<std::string>();
-    const nlohmann::json& part_cells = json.at("cells");
-    for (std::size_t k = 0; k < part_cells.size(); ++k) {
-      const nlohmann::json& entry = part_cells[k];
-      const std::string field = fmt::format("cells[{}]", k);
-      if (auto problem = figure_problem(&entry, Figure::kObject)) {
-        return field_problem(file, field, *problem);
-      }
-      if (auto problem = figure_problem(find_dotted(entry, "index"), Figure::kCount)) {
-        return field_problem(file, field + ".index", *problem);
-      }
-      const auto index = entry["index"].get<std::uint64_t>();
-      if (index >= cells.size()) {
-        return field_problem(
-            file, field + ".index",
-            fmt::format("cell {} is not in the sweep ({} cells)", index, cells.size()));
-      }
-      const std::size_t i = static_cast<std::size_t>(index);
-      if (auto problem = other_shard("cell", i, sweep.search_min ? sweep.cell_group[i] : i)) {
-        return field_problem(file, field + ".index", *problem);
-      }
-      if (cell_from[i] != nullptr) {
-        return refuse(fmt::format("{} and {} both hold cell {}", *cell_from[i], file, i));
-      }
-      cell_from[i] = &file;
-      if (auto problem =
-              cell_report_problem(entry.contains("report") ? entry["report"] : nullptr,
-                                  field + ".report", cells[i], trace_sha256, sweep.slo)) {
-        return fmt::format("{}: {}", file, *problem);
-      }
-      const nlohmann::json* warnings = find_dotted(entry, "warnings");
-      const nlohmann::json* reasons = find_dotted(entry, "warning_reasons");
-      if (warnings == nullptr || !warnings->is_array()) {
-        return field_problem(file, field + ".warnings", "not an array");
-      }
-      if (reasons == nullptr || !reasons->is_array()) {
-        return field_problem(file, field + ".warning_reasons", "not an array");
-      }
-      if (warnings->size() != reasons->size()) {
-        return field_problem(
-            file, field + ".warning_reasons",
-            fmt::format("{} reasons for {} warnings", reasons->size(), warnings->size()));
-      }
-      SimulationResult result;
-      for (std::size_t w = 0; w < warnings->size(); ++w) {
-        if (auto problem = figure_problem(&(*warnings)[w], Figure::kText)) {
-          return field_problem(file, fmt::format("{}.warnings[{}]", field, w), *problem);
-        }
-        const nlohmann::json& reason = (*reasons)[w];
-        if (!reason.is_number_unsigned() || reason.get<std::uint64_t>() >= kSkipReasons) {
-          return field_problem(file, fmt::format("{}.warning_reasons[{}]", field, w),
-                               fmt::format("unknown skip reason {}", shown(reason)));
-        }
-        result.warnings.push_back((*warnings)[w].get<std::string>());
-        result.warning_reasons.push_back(static_cast<SkipReason>(reason.get<std::uint64_t>()));
-      }
-      result.report = entry["report"];
-      cells[i].result = std::move(result);
+    PartReading at{json, file, sweep, cells, searches, cell_from, search_from, 1, 1, std::string()};
+    at.shard_index = json["shard"]["index"].get<std::uint64_t>();
+    at.shard_count = json["shard"]["count"].get<std::uint64_t>();
+    at.trace_sha256 = json["trace"]["sha256"].get<std::string>();
+    for (std::size_t k = 0; k < json.at("cells").size(); ++k) {
+      if (auto problem = read_part_cell(at, k)) return problem;
     }
-    const nlohmann::json& part_searches = json.at("searches");
-    for (std::size_t k = 0; k < part_searches.size(); ++k) {
-      const nlohmann::json& entry = part_searches[k];
-      const std::string field = fmt::format("searches[{}]", k);
-      if (auto problem = figure_problem(&entry, Figure::kObject)) {
-        return field_problem(file, field, *problem);
-      }
-      for (const char* key : {"index", "probes"}) {
-        if (auto problem = figure_problem(find_dotted(entry, key), Figure::kCount)) {
-          return field_problem(file, field + "." + key, *problem);
-        }
-      }
-      const auto index = entry["index"].get<std::uint64_t>();
-      if (index >= searches.size()) {
-        return field_problem(
-            file, field + ".index",
-            fmt::format("search {} is not in the sweep ({} searches)", index, searches.size()));
-      }
-      const std::size_t g = static_cast<std::size_t>(index);
-      if (auto problem = other_shard("search", g, g)) {
-        return field_problem(file, field + ".index", *problem);
-      }
-      if (search_from[g] != nullptr) {
-        return refuse(fmt::format("{} and {} both hold search {}", *search_from[g], file, g));
-      }
-      search_from[g] = &file;
-      MinSearch& search = searches[g];
-      // Raised past: swept pools of this search's cells, each larger than the last.
-      const nlohmann::json* raised = find_dotted(entry, "raised_past_pool_blocks");
-      if (raised == nullptr || !raised->is_array()) {
-        return field_problem(file, field + ".raised_past_pool_blocks", "not an array");
-      }
-      for (std::size_t r = 0; r < raised->size(); ++r) {
-        const std::string raised_field = fmt::format("{}.raised_past_pool_blocks[{}]", field, r);
-        const nlohmann::json& value = (*raised)[r];
-        if (auto problem = figure_problem(&value, Figure::kCount)) {
-          return field_problem(file, raised_field, *problem);
-        }
-        const auto blocks = value.get<std::uint64_t>();
-        const bool swept = std::any_of(cells.begin(), cells.end(), [&](const PlanCell& cell) {
-          return cell.model == search.model && cell.page_tokens == search.page_tokens &&
-                 cell.deployment == search.deployment && cell.config.kv.pool_blocks == blocks;
-        });
-        if (!swept) {
-          return field_problem(file, raised_field,
-                               fmt::format("{} blocks is no swept pool of this search", blocks));
-        }
-        if (!search.raised_past.empty() && blocks <= search.raised_past.back()) {
-          return field_problem(file, raised_field, "not above the one before");
-        }
-        search.raised_past.push_back(static_cast<std::uint32_t>(blocks));
-      }
-      const auto probes = entry["probes"].get<std::uint64_t>();
-      if (probes > kMaxProbesPerStart * (1 + raised->size())) {
-        return field_problem(file, field + ".probes",
-                             fmt::format("{} probes, more than a search makes ({} a start)", probes,
-                                         kMaxProbesPerStart));
-      }
-      search.probes = static_cast<std::uint32_t>(probes);
-      const nlohmann::json* pool = find_dotted(entry, "pool_blocks");
-      const nlohmann::json* unmet = find_dotted(entry, "unmet");
-      if (pool == nullptr || unmet == nullptr || pool->is_null() == unmet->is_null()) {
-        return field_problem(file, field,
-                             "not exactly one of \"pool_blocks\" (the answer) and \"unmet\" (why "
-                             "none)");
-      }
-      auto pool_problem = [&](const nlohmann::json& value) -> std::optional<std::string> {
-        if (auto problem = figure_problem(&value, Figure::kCount)) return problem;
-        const auto blocks = value.get<std::uint64_t>();
-        if (blocks < 1 || blocks > kMaxSupportedPoolBlocks) {
-          return fmt::format("{} blocks, not within 1 to {} (the largest pool kvreplay simulates)",
-                             blocks, kMaxSupportedPoolBlocks);
-        }
-        return std::nullopt;
-      };
-      if (!pool->is_null()) {
-        if (auto problem = pool_problem(*pool)) {
-          return field_problem(file, field + ".pool_blocks", *problem);
-        }
-        if (!search.raised_past.empty() &&
-            pool->get<std::uint64_t>() <= search.raised_past.back()) {
-          return field_problem(file, field + ".pool_blocks",
-                               "not above the swept pools it was raised past");
-        }
-        search.blocks = pool->get<std::uint32_t>();
-        continue;
-      }
-      if (auto problem = figure_problem(unmet, Figure::kObject)) {
-        return field_problem(file, field + ".unmet", *problem);
-      }
-      if (auto problem = figure_problem(find_dotted(*unmet, "reason"), Figure::kText)) {
-        return field_problem(file, field + ".unmet.reason", *problem);
-      }
-      auto why = parse_search_unmet((*unmet)["reason"].get<std::string>());
-      if (!why) {
-        return field_problem(file, field + ".unmet.reason",
-                             fmt::format("{} is not compute_bound, block_ceiling or memory_limit",
-                                         shown((*unmet)["reason"])));
-      }
-      if (auto problem = figure_problem(find_dotted(*unmet, "message"), Figure::kText)) {
-        return field_problem(file, field + ".unmet.message", *problem);
-      }
-      const nlohmann::json* unmet_pool = find_dotted(*unmet, "pool_blocks");
-      if (auto problem = unmet_pool == nullptr ? std::optional<std::string>("missing")
-                                               : pool_problem(*unmet_pool)) {
-        return field_problem(file, field + ".unmet.pool_blocks", *problem);
-      }
-      search.unmet = why;
-      search.unmet_blocks = unmet_pool->get<std::uint32_t>();
-      search.unmet_message = (*unmet)["message"].get<std::string>();
+    for (std::size_t k = 0; k < json.at("searches").size(); ++k) {
+      if (auto problem = read_part_search(at, k)) return problem;
     }
   }
   for (std::size_t i = 0; i < cells.size(); ++i) {

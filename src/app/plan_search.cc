@@ -98,6 +98,16 @@ std::optional<SearchUnmet> parse_search_unmet(std::string_view text) {
   return std::nullopt;
 }
 
+SearchCeiling search_ceiling(std::uint64_t memory_bytes, std::uint64_t at_once) {
+  const std::uint64_t share = memory_bytes / at_once;
+  const std::uint64_t fitting_blocks =
+      share <= kSimulationBaseBytes ? 0 : (share - kSimulationBaseBytes) / kSimulationBytesPerBlock;
+  return SearchCeiling{
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(kMaxSupportedPoolBlocks, fitting_blocks)),
+      fitting_blocks < kMaxSupportedPoolBlocks ? SearchUnmet::kMemoryLimit
+                                               : SearchUnmet::kBlockCeiling};
+}
+
 PoolSearchOutcome search_smallest_pool(
     std::uint32_t start, std::uint32_t ceiling, SearchUnmet at_ceiling,
     const std::function<std::optional<PoolProbe>(std::uint32_t)>& probe,
@@ -167,13 +177,9 @@ SearchBounds search_bounds(std::size_t searches, unsigned jobs) {
   SearchBounds bounds;
   bounds.at_once = jobs_at_once(searches, jobs);
   bounds.limit = memory_limit();
-  const std::uint64_t share = bounds.limit.bytes / bounds.at_once;
-  const std::uint64_t fitting_blocks =
-      share <= kSimulationBaseBytes ? 0 : (share - kSimulationBaseBytes) / kSimulationBytesPerBlock;
-  bounds.ceiling =
-      static_cast<std::uint32_t>(std::min<std::uint64_t>(kMaxSupportedPoolBlocks, fitting_blocks));
-  bounds.at_ceiling = fitting_blocks < kMaxSupportedPoolBlocks ? SearchUnmet::kMemoryLimit
-                                                               : SearchUnmet::kBlockCeiling;
+  const SearchCeiling ceiling = search_ceiling(bounds.limit.bytes, bounds.at_once);
+  bounds.ceiling = ceiling.blocks;
+  bounds.at_ceiling = ceiling.at_ceiling;
   return bounds;
 }
 
