@@ -21,6 +21,43 @@
 
 namespace kvreplay {
 
+// The figures plan reads of one simulation (a cell of the sweep, or a probe of
+// a search), read once from its report (or a part's copy of it): what the
+// table, plan.json and the searches are made of.
+struct CellFigures {
+  std::string trace_format;
+  std::string trace_sha256;
+  std::uint64_t requests_total = 0;
+  std::uint64_t finished = 0;
+  std::uint64_t skipped = 0;
+  std::uint64_t skipped_pool_too_small = 0;
+  std::uint64_t peak_used = 0;  // blocks
+  std::uint64_t peak_in_use = 0;
+  double waste_ratio_mean = 0.0;
+  double waste_ratio_at_peak = 0.0;
+  std::uint64_t preemptions = 0;
+  std::uint64_t evictions = 0;  // of cached blocks
+  double output_tokens_per_second = 0.0;
+  double virtual_seconds = 0.0;
+  double hit_rate = 0.0;
+  double p99_ttft_ms = 0.0;
+  double p99_tpot_ms = 0.0;
+  nlohmann::json latency;   // the report's latency, whole (plan.json's cells[].latency)
+  nlohmann::json overload;  // likewise
+  std::optional<double> overload_ratio;
+  bool overloaded = false;
+  std::uint64_t invariant_checks = 0;
+  nlohmann::json slo;  // null without SLOs
+  std::optional<double> slo_attainment;
+  std::optional<double> slo_ttft_ms;
+  std::optional<double> slo_tpot_ms;
+  nlohmann::json cost;  // config.simulation.cost
+  bool violated = false;
+
+  // REQUIRES: `report` holds plan_merge's kCellFigures (a simulation's report does).
+  static CellFigures read(const nlohmann::json& report, bool violated);
+};
+
 struct PlanCell {
   std::string model;
   std::size_t deployment = 0;  // index into the swept deployments
@@ -28,6 +65,7 @@ struct PlanCell {
   std::uint32_t page_tokens = 0;
   RunConfig config;
   std::optional<SimulationResult> result;
+  std::optional<CellFigures> figures;  // read once from `result`
   std::optional<InputError> error;
 };
 
@@ -122,7 +160,7 @@ ViolationText first_violation(const SimulationResult& result);
 std::string reproducible_memory(std::uint32_t blocks, const PagedKvConfig& kv);
 std::string model_label(const RunConfig& config);
 std::string deployment_label(const PlanDeployment& d);
-bool serves(const SimulationResult& result, double slo_attainment);
+bool serves(const CellFigures& figures, double slo_attainment);
 InputResult<std::string> trace_identity(const std::string& file, const std::string& shown,
                                         std::optional<RequestFormat> format);
 // The cells, unfit deployments and searches of `request`, and what this run

@@ -328,6 +328,7 @@ std::optional<std::string> read_part_cell(PartReading& at, std::size_t k) {
     result.warning_reasons.push_back(static_cast<SkipReason>(reason.get<std::uint64_t>()));
   }
   result.report = entry["report"];
+  cells[i].figures = CellFigures::read(result.report, false);
   cells[i].result = std::move(result);
   return std::nullopt;
 }

@@ -107,16 +107,16 @@ nlohmann::json plan_header(const PlanRequest& request, const PlanSweep& sweep) {
   plan["kvreplay_plan"] = 1;
   plan["trace"] = {{"path", request.trace_path}};
   if (!cells.empty()) {
-    plan["trace"]["format"] = cells[0].result->report["trace"]["format"];
-    plan["trace"]["requests"] = cells[0].result->report["requests"]["total"];
-    plan["trace"]["sha256"] = cells[0].result->report["trace"]["sha256"];
+    plan["trace"]["format"] = cells[0].figures->trace_format;
+    plan["trace"]["requests"] = cells[0].figures->requests_total;
+    plan["trace"]["sha256"] = cells[0].figures->trace_sha256;
   }
   plan["simulation"] = sim_options_json(options);
   plan["simulation"]["check"] = options.check.name();
   if (slo) plan["simulation"]["slo_attainment"] = request.slo_attainment;
   if (!cells.empty()) {
     // The cost model as the simulations resolved it (its GPU is each cell's deployment's).
-    nlohmann::json cost = cells[0].result->report["config"]["simulation"]["cost"];
+    nlohmann::json cost = cells[0].figures->cost;
     cost.erase("gpu");
     plan["simulation"]["cost"] = std::move(cost);
   }
@@ -162,54 +162,42 @@ nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std
               "hit_rate", "finished", "skipped", "out_tok/s", "p99_ttft", "p99_tpot", "load",
               request.options.slo.any() ? fmt::format(" {:>7}", "slo") : std::string());
   for (const PlanCell& cell : cells) {
-    const nlohmann::json& r = cell.result->report;
-    any_skipped = any_skipped || r["requests"]["skipped"].get<std::uint64_t>() >
-                                     r["requests"]["skipped_pool_too_small"].get<std::uint64_t>();
+    const CellFigures& f = *cell.figures;
+    any_skipped = any_skipped || f.skipped > f.skipped_pool_too_small;
     nlohmann::json row = {{"model", cell.model},
                           {"label", model_label(cell.config)},
                           {"config", cell.config.to_json()},
-                          {"peak_in_use", r["blocks"]["peak_in_use"]},
+                          {"peak_in_use", f.peak_in_use},
                           {"page_tokens", cell.page_tokens},
                           {"kv_memory", cell.kv_memory},
                           {"kv_memory_bytes", cell.config.kv_memory.value_or(0)},
                           {"pool_blocks", cell.config.kv.pool_blocks},
-                          {"peak_used", r["blocks"]["peak_used"]},
-                          {"waste_ratio_mean", r["fragmentation"]["waste_ratio_mean"]},
-                          {"waste_ratio_at_peak", r["fragmentation"]["waste_ratio_at_peak"]},
-                          {"preemptions", r["scheduler"]["preemptions"]},
-                          {"hit_rate", r["prefix_cache"]["hit_rate"]},
-                          {"finished", r["requests"]["finished"]},
-                          {"skipped", r["requests"]["skipped"]},
-                          {"output_tokens_per_second", r["scheduler"]["output_tokens_per_second"]},
-                          {"virtual_seconds", r["scheduler"]["virtual_seconds"]},
-                          {"latency", r["latency"]},
-                          {"overload", r["overload"]},
-                          {"invariant_checks", r["invariants"]["checks"]}};
-    if (r.contains("slo")) row["slo"] = r["slo"];
+                          {"peak_used", f.peak_used},
+                          {"waste_ratio_mean", f.waste_ratio_mean},
+                          {"waste_ratio_at_peak", f.waste_ratio_at_peak},
+                          {"preemptions", f.preemptions},
+                          {"hit_rate", f.hit_rate},
+                          {"finished", f.finished},
+                          {"skipped", f.skipped},
+                          {"output_tokens_per_second", f.output_tokens_per_second},
+                          {"virtual_seconds", f.virtual_seconds},
+                          {"latency", f.latency},
+                          {"overload", f.overload},
+                          {"invariant_checks", f.invariant_checks}};
+    if (f.slo_attainment) row["slo"] = f.slo;
     if (show_deployments) row["deployment"] = deployment_json(sweep, cell.deployment);
-    const nlohmann::json& load = r["overload"];
     table +=
         deployment_column(sweep, cell.deployment) +
         fmt::format(
             "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f} "
             "{:>10} {:>8} {:>6}{}\n",
             model_label(cell.config), cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
-            r["blocks"]["peak_used"].get<std::uint64_t>(),
-            r["blocks"]["peak_in_use"].get<std::uint64_t>(),
-            r["fragmentation"]["waste_ratio_mean"].get<double>() * 100.0,
-            r["scheduler"]["preemptions"].get<std::uint64_t>(),
-            r["prefix_cache"]["hit_rate"].get<double>(),
-            r["requests"]["finished"].get<std::uint64_t>(),
-            r["requests"]["skipped"].get<std::uint64_t>(),
-            r["scheduler"]["output_tokens_per_second"].get<double>(),
-            ms_text(r["latency"]["ttft_ms"]["p99"].get<double>()),
-            ms_text(r["latency"]["tpot_ms"]["p99"].get<double>()),
-            load["ratio"].is_null() ? std::string("-")
-                                    : fmt::format("{:.2f}{}", load["ratio"].get<double>(),
-                                                  load["overloaded"].get<bool>() ? "!" : ""),
-            r.contains("slo")
-                ? fmt::format(" {:>6.2f}%", r["slo"]["attainment"].get<double>() * 100)
-                : std::string());
+            f.peak_used, f.peak_in_use, f.waste_ratio_mean * 100.0, f.preemptions, f.hit_rate,
+            f.finished, f.skipped, f.output_tokens_per_second, ms_text(f.p99_ttft_ms),
+            ms_text(f.p99_tpot_ms),
+            !f.overload_ratio ? std::string("-")
+                              : fmt::format("{:.2f}{}", *f.overload_ratio, f.overloaded ? "!" : ""),
+            f.slo_attainment ? fmt::format(" {:>6.2f}%", *f.slo_attainment * 100) : std::string());
     rows.push_back(std::move(row));
   }
   return rows;
@@ -225,8 +213,8 @@ nlohmann::json min_deployment_rows(const PlanRequest& request, const PlanSweep& 
   const std::vector<PlanCell>& cells = sweep.cells;
   const std::vector<PlanDeployment>& deployments = sweep.deployments;
   const bool show_deployments = sweep.show_deployments;
-  auto serves_trace = [&](const SimulationResult& result) {
-    return serves(result, request.slo_attainment);
+  auto serves_trace = [&](const CellFigures& figures) {
+    return serves(figures, request.slo_attainment);
   };
   nlohmann::json min_deployments = nlohmann::json::array();
   if (show_deployments && request.kv_memories.empty()) {
@@ -255,10 +243,10 @@ nlohmann::json min_deployment_rows(const PlanRequest& request, const PlanSweep& 
       const PlanCell* answer = nullptr;
       std::vector<std::string> raised;
       for (const PlanCell* candidate : members) {
-        if (!serves_trace(*candidate->result)) continue;
+        if (!serves_trace(*candidate->figures)) continue;
         const PlanCell* failing = nullptr;
         for (const PlanCell* other : members) {
-          if (gpus_of(other) >= gpus_of(candidate) && !serves_trace(*other->result)) {
+          if (gpus_of(other) >= gpus_of(candidate) && !serves_trace(*other->figures)) {
             failing = other;
           }
         }

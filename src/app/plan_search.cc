@@ -32,31 +32,29 @@ namespace {
 // Why a simulation does not serve the trace, in words ("3 preemptions, 84.1%
 // of requests meet TTFT <= 50 ms (p99 TTFT 147.4 ms), under the 99% required");
 // empty when it serves.
-std::string shortfall_words(const nlohmann::json& r, double slo_attainment) {
+std::string shortfall_words(const CellFigures& f, double slo_attainment) {
   std::vector<std::string> words;
-  const auto preemptions = r.at("scheduler").at("preemptions").get<std::uint64_t>();
-  if (preemptions > 0) {
-    words.push_back(fmt::format("{} preemption{}", preemptions, preemptions == 1 ? "" : "s"));
+  if (f.preemptions > 0) {
+    words.push_back(fmt::format("{} preemption{}", f.preemptions, f.preemptions == 1 ? "" : "s"));
   }
-  const auto skipped = r.at("requests").at("skipped_pool_too_small").get<std::uint64_t>();
+  const std::uint64_t skipped = f.skipped_pool_too_small;
   if (skipped > 0) {
     words.push_back(
         fmt::format("{} request{} skipped for the pool's size", skipped, skipped == 1 ? "" : "s"));
   }
-  if (r.contains("slo") && r.at("slo").at("attainment").get<double>() < slo_attainment) {
-    const nlohmann::json& slo = r.at("slo");
+  if (f.slo_attainment && *f.slo_attainment < slo_attainment) {
     std::vector<std::string> slos;
     std::vector<std::string> p99s;
-    if (slo.contains("ttft_ms") && slo.at("ttft_ms").is_number()) {
-      slos.push_back(fmt::format("TTFT <= {:g} ms", slo.at("ttft_ms").get<double>()));
-      p99s.push_back("p99 TTFT " + ms_text(r.at("latency").at("ttft_ms").at("p99").get<double>()));
+    if (f.slo_ttft_ms) {
+      slos.push_back(fmt::format("TTFT <= {:g} ms", *f.slo_ttft_ms));
+      p99s.push_back("p99 TTFT " + ms_text(f.p99_ttft_ms));
     }
-    if (slo.contains("tpot_ms") && slo.at("tpot_ms").is_number()) {
-      slos.push_back(fmt::format("TPOT <= {:g} ms", slo.at("tpot_ms").get<double>()));
-      p99s.push_back("p99 TPOT " + ms_text(r.at("latency").at("tpot_ms").at("p99").get<double>()));
+    if (f.slo_tpot_ms) {
+      slos.push_back(fmt::format("TPOT <= {:g} ms", *f.slo_tpot_ms));
+      p99s.push_back("p99 TPOT " + ms_text(f.p99_tpot_ms));
     }
     words.push_back(fmt::format("{:.1f}% of requests meet {} ({}), under the {:g}% required",
-                                slo.at("attainment").get<double>() * 100, fmt::join(slos, ", "),
+                                *f.slo_attainment * 100, fmt::join(slos, ", "),
                                 fmt::join(p99s, ", "), slo_attainment * 100));
   }
   return fmt::format("{}", fmt::join(words, ", "));
@@ -66,13 +64,11 @@ std::string shortfall_words(const nlohmann::json& r, double slo_attainment) {
 // request for the pool's size, evicted a cached block, or filled (its peak use,
 // the watermark and one block of margin, for vLLM's null block, reach it).
 // When not, any larger pool runs the very same simulation.
-bool pool_mattered(const nlohmann::json& r, std::uint32_t blocks, double watermark) {
+bool pool_mattered(const CellFigures& f, std::uint32_t blocks, double watermark) {
   const auto watermark_blocks =
       static_cast<std::uint64_t>(std::floor(watermark * static_cast<double>(blocks)));
-  return r.at("scheduler").at("preemptions").get<std::uint64_t>() > 0 ||
-         r.at("requests").at("skipped_pool_too_small").get<std::uint64_t>() > 0 ||
-         r.at("prefix_cache").at("evictions").get<std::uint64_t>() > 0 ||
-         r.at("blocks").at("peak_used").get<std::uint64_t>() + watermark_blocks + 1 >= blocks;
+  return f.preemptions > 0 || f.skipped_pool_too_small > 0 || f.evictions > 0 ||
+         f.peak_used + watermark_blocks + 1 >= blocks;
 }
 
 }  // namespace
@@ -235,9 +231,10 @@ void run_search(const PlanRequest& request, const PlanSweep& sweep, MinSearch& s
       return std::nullopt;
     }
     search.last_probe_blocks = blocks;
-    search.last_shortfall = shortfall_words(result.value().report, request.slo_attainment);
-    return PoolProbe{serves(result.value(), request.slo_attainment),
-                     pool_mattered(result.value().report, blocks, sim_options.watermark)};
+    const CellFigures figures = CellFigures::read(result.value().report, false);
+    search.last_shortfall = shortfall_words(figures, request.slo_attainment);
+    return PoolProbe{serves(figures, request.slo_attainment),
+                     pool_mattered(figures, blocks, sim_options.watermark)};
   };
   auto largest_failing_swept = [&](std::uint32_t answer) {
     std::uint32_t failing = 0;
@@ -246,7 +243,7 @@ void run_search(const PlanRequest& request, const PlanSweep& sweep, MinSearch& s
           cell.deployment != search.deployment || cell.config.kv.pool_blocks < answer) {
         continue;
       }
-      if (!serves(*cell.result, request.slo_attainment)) {
+      if (!serves(*cell.figures, request.slo_attainment)) {
         failing = std::max(failing, cell.config.kv.pool_blocks);
       }
     }

@@ -107,13 +107,53 @@ std::string deployment_label(const PlanDeployment& d) {
 // Whether a simulation serves the trace: no preemption, nothing skipped for a
 // pool too small, and with SLOs at least `slo_attainment` of the requests
 // meeting them (SPEC 3.4).
-bool serves(const SimulationResult& result, double slo_attainment) {
+bool serves(const CellFigures& figures, double slo_attainment) {
   // Requests longer than max_seq_tokens (and failed BurstGPT rows) are skipped
   // whatever the pool; every other request must be served.
-  const nlohmann::json& r = result.report;
-  if (r.contains("slo") && r["slo"]["attainment"].get<double>() < slo_attainment) return false;
-  return r["scheduler"]["preemptions"].get<std::uint64_t>() == 0 &&
-         r["requests"]["skipped_pool_too_small"].get<std::uint64_t>() == 0 && !result.violated;
+  if (figures.slo_attainment && *figures.slo_attainment < slo_attainment) return false;
+  return figures.preemptions == 0 && figures.skipped_pool_too_small == 0 && !figures.violated;
+}
+
+CellFigures CellFigures::read(const nlohmann::json& r, bool violated) {
+  CellFigures f;
+  f.trace_format = r.at("trace").at("format").get<std::string>();
+  f.trace_sha256 = r.at("trace").at("sha256").get<std::string>();
+  const nlohmann::json& requests = r.at("requests");
+  f.requests_total = requests.at("total").get<std::uint64_t>();
+  f.finished = requests.at("finished").get<std::uint64_t>();
+  f.skipped = requests.at("skipped").get<std::uint64_t>();
+  f.skipped_pool_too_small = requests.at("skipped_pool_too_small").get<std::uint64_t>();
+  f.peak_used = r.at("blocks").at("peak_used").get<std::uint64_t>();
+  f.peak_in_use = r.at("blocks").at("peak_in_use").get<std::uint64_t>();
+  f.waste_ratio_mean = r.at("fragmentation").at("waste_ratio_mean").get<double>();
+  f.waste_ratio_at_peak = r.at("fragmentation").at("waste_ratio_at_peak").get<double>();
+  const nlohmann::json& scheduler = r.at("scheduler");
+  f.preemptions = scheduler.at("preemptions").get<std::uint64_t>();
+  f.output_tokens_per_second = scheduler.at("output_tokens_per_second").get<double>();
+  f.virtual_seconds = scheduler.at("virtual_seconds").get<double>();
+  f.hit_rate = r.at("prefix_cache").at("hit_rate").get<double>();
+  // A part's report need not hold it: only probes (never merged) read it.
+  f.evictions = r.at("prefix_cache").value("evictions", std::uint64_t{0});
+  f.latency = r.at("latency");
+  f.p99_ttft_ms = f.latency.at("ttft_ms").at("p99").get<double>();
+  f.p99_tpot_ms = f.latency.at("tpot_ms").at("p99").get<double>();
+  f.overload = r.at("overload");
+  if (!f.overload.at("ratio").is_null()) f.overload_ratio = f.overload["ratio"].get<double>();
+  f.overloaded = f.overload.at("overloaded").get<bool>();
+  f.invariant_checks = r.at("invariants").at("checks").get<std::uint64_t>();
+  if (r.contains("slo")) {
+    f.slo = r.at("slo");
+    f.slo_attainment = f.slo.at("attainment").get<double>();
+    if (f.slo.contains("ttft_ms") && f.slo.at("ttft_ms").is_number()) {
+      f.slo_ttft_ms = f.slo.at("ttft_ms").get<double>();
+    }
+    if (f.slo.contains("tpot_ms") && f.slo.at("tpot_ms").is_number()) {
+      f.slo_tpot_ms = f.slo.at("tpot_ms").get<double>();
+    }
+  }
+  f.cost = r.at("config").at("simulation").at("cost");
+  f.violated = violated;
+  return f;
 }
 
 namespace {
@@ -267,8 +307,8 @@ std::optional<int> resolve_sweep(const PlanRequest& request, PlanSweep& sweep) {
               !memory.empty()
                   ? memory
                   : reproducible_memory(config.value().kv.pool_blocks, config.value().kv);
-          cells.push_back(
-              PlanCell{model.name, d, label, page, config.value(), std::nullopt, std::nullopt});
+          cells.push_back(PlanCell{model.name, d, label, page, config.value(), std::nullopt,
+                                   std::nullopt, std::nullopt});
         }
       }
     }
@@ -348,6 +388,7 @@ std::optional<int> simulate_cells(const PlanRequest& request, PlanSweep& sweep,
         simulator.simulate(cells[i].config, sweep.deployments[cells[i].deployment].options,
                            planted ? request.faults : SimFaults{});
     if (result) {
+      cells[i].figures = CellFigures::read(result.value().report, result.value().violated);
       cells[i].result = std::move(result).value();
     } else {
       cells[i].error = result.error();
