@@ -140,6 +140,16 @@ PoolSearchOutcome search_smallest_pool(
     const std::function<std::optional<PoolProbe>(std::uint32_t)>& probe,
     const std::function<std::uint32_t(std::uint32_t)>& largest_failing_swept);
 
+// The largest pool the searches may probe when `at_once` of them run at once
+// within `memory_bytes` (each simulation_memory_bound of its pool), and why a
+// search that reaches it stops: kMemoryLimit when memory caps it below
+// kMaxSupportedPoolBlocks, else kBlockCeiling. REQUIRES: at_once >= 1.
+struct SearchCeiling {
+  std::uint32_t blocks = 0;
+  SearchUnmet at_ceiling = SearchUnmet::kBlockCeiling;
+};
+SearchCeiling search_ceiling(std::uint64_t memory_bytes, std::uint64_t at_once);
+
 // Exit 1 when an invariant check fails in any simulation (the sweep point or
 // search probe is named on stderr, and no report is written).
 int run_plan(const PlanRequest& request);

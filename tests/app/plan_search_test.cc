@@ -154,3 +154,67 @@ TEST_CASE("a simulation's memory bound grows with its pool and saturates", "[pla
   CHECK(simulation_memory_bound(1000) == kSimulationBaseBytes + 1000 * kSimulationBytesPerBlock);
   CHECK(simulation_memory_bound(UINT64_MAX) == UINT64_MAX);
 }
+
+TEST_CASE("probes that serve, then stop serving, then serve again: the swept pools decide",
+          "[plan-search]") {
+  // Not monotone: serves in [1000, 1200) and from 5000 on; the pool always matters.
+  auto window = [](std::vector<std::uint32_t>& probed) {
+    return [&probed](std::uint32_t blocks) -> std::optional<PoolProbe> {
+      probed.push_back(blocks);
+      return PoolProbe{(blocks >= 1000 && blocks < 1200) || blocks >= 5000, true};
+    };
+  };
+  // Nothing swept above the window's answer fails: the search takes it.
+  std::vector<std::uint32_t> alone;
+  PoolSearchOutcome first = search_smallest_pool(
+      64, kMaxSupportedPoolBlocks, SearchUnmet::kBlockCeiling, window(alone), no_swept_failures);
+  REQUIRE(first.blocks);
+  CHECK(*first.blocks == 1000);
+  CHECK(first.raised_past.empty());
+  CHECK(std::vector<std::uint32_t>(alone.begin(), alone.begin() + 5) ==
+        std::vector<std::uint32_t>{64, 128, 256, 512, 1024});
+  // A swept pool of 3,000 blocks fails: the search resumes above it and finds 5,000.
+  std::vector<std::uint32_t> probed;
+  auto swept = [](std::uint32_t answer) { return answer <= 3000 ? 3000u : 0u; };
+  PoolSearchOutcome raised = search_smallest_pool(
+      64, kMaxSupportedPoolBlocks, SearchUnmet::kBlockCeiling, window(probed), swept);
+  REQUIRE(raised.blocks);
+  CHECK(*raised.blocks == 5000);
+  CHECK(raised.raised_past == std::vector<std::uint32_t>{3000});
+  CHECK(std::find(probed.begin(), probed.end(), 3001u) != probed.end());
+  CHECK(std::find(probed.begin(), probed.end(), 6002u) != probed.end());
+  for (std::uint32_t blocks : probed) CHECK(blocks <= 6002);
+}
+
+TEST_CASE("the memory budget caps the search's pools, and a search that needs more says so",
+          "[plan-search]") {
+  // Ample memory: the block ceiling.
+  const SearchCeiling ample = search_ceiling(UINT64_MAX, 1);
+  CHECK(ample.blocks == kMaxSupportedPoolBlocks);
+  CHECK(ample.at_ceiling == SearchUnmet::kBlockCeiling);
+  // 1,000 blocks' worth each for two searches at once: the memory limit at 1,000.
+  const std::uint64_t two = 2 * simulation_memory_bound(1000);
+  const SearchCeiling capped = search_ceiling(two, 2);
+  CHECK(capped.blocks == 1000);
+  CHECK(capped.at_ceiling == SearchUnmet::kMemoryLimit);
+  CHECK(search_ceiling(two, 3).blocks < 1000);  // a third search at once shrinks every share
+  // Below one simulation's base: no pool at all.
+  CHECK(search_ceiling(kSimulationBaseBytes, 1).blocks == 0);
+  // A trace served from 1,500 blocks hits that budget: unmet at the memory limit,
+  // the ceiling itself probed, nothing above it.
+  FakeTrace trace;
+  trace.serves_from = 1500;
+  PoolSearchOutcome outcome = search(trace, 100, capped.blocks, capped.at_ceiling);
+  CHECK_FALSE(outcome.blocks);
+  REQUIRE(outcome.unmet);
+  CHECK(*outcome.unmet == SearchUnmet::kMemoryLimit);
+  CHECK(outcome.decided_at == 1000);
+  CHECK(trace.largest() == 1000);
+  // With a budget that fits, the same trace is served at exactly 1,500.
+  FakeTrace roomy;
+  roomy.serves_from = 1500;
+  const SearchCeiling enough = search_ceiling(simulation_memory_bound(4000), 1);
+  PoolSearchOutcome served = search(roomy, 100, enough.blocks, enough.at_ceiling);
+  REQUIRE(served.blocks);
+  CHECK(*served.blocks == 1500);
+}
