@@ -38,3 +38,26 @@ cli_args() {
     printf -v "$name" '%s' "$value"
   done
 }
+
+# Running the command under test. Each script sets `work` (its temporary folder)
+# and, for `run`, `kvreplay`; optionally
+#   run_timeout  seconds before the command is ended (rc 124; default none)
+#   run_out, run_err  where stdout and stderr go (default $work/out, $work/err)
+#   before_run   a function called before every run (to remove stale outputs)
+# run_cmd COMMAND ARGS...: runs it; sets rc.
+run_cmd() {
+  if declare -F before_run >/dev/null; then before_run; fi
+  local out=${run_out:-$work/out} err=${run_err:-$work/err}
+  if [[ -n ${run_timeout:-} ]]; then
+    timeout -k 5 "$run_timeout" "$@" >"$out" 2>"$err"
+  else
+    "$@" >"$out" 2>"$err"
+  fi
+  rc=$?
+}
+# run ARGS...: runs kvreplay ARGS...; sets rc.
+run() { run_cmd "$kvreplay" "$@"; }
+# err_text [BYTES]: the start of the last run's stderr (600 bytes) on one line.
+err_text() { head -c "${1:-600}" "${run_err:-$work/err}" | tr '\n' '|'; }
+# key FILTER: jq's raw answer from $work/report.json.
+key() { jq -r "$1" "$work/report.json"; }

@@ -27,19 +27,13 @@ timeline=$work/timeline.csv
 shopt -s nullglob
 
 
-# run ARGS...: runs kvreplay with fresh report/timeline paths gone; sets rc,
-# and leaves stdout and stderr in $work/out and $work/err.
-run() {
-  rm -f "$report" "$timeline" "$report".tmp.* "$timeline".tmp.*
-  "$kvreplay" "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
+# run ARGS... (lib.sh) runs kvreplay with the report, the timeline and their
+# temporaries gone first.
+before_run() { rm -f "$report" "$timeline" "$report".tmp.* "$timeline".tmp.*; }
 run_stdin() {  # run_stdin FILE ARGS...
   local input=$1
   shift
-  rm -f "$report" "$timeline" "$report".tmp.* "$timeline".tmp.*
-  "$kvreplay" "$@" <"$input" >"$work/out" 2>"$work/err"
-  rc=$?
+  run "$@" <"$input"
 }
 stderr_text() { head -c 2000 "$work/err"; }
 no_outputs() {  # true when no report, timeline or temporary of either exists

@@ -19,13 +19,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-compare.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
 
-run() {  # run ARGS...: sets rc; stdout and stderr in $work/out, $work/err
-  "$kvreplay" "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
 out_has() { grep -qF -- "$1" "$work/out"; }
 err_has() { grep -qF -- "$1" "$work/err"; }
-err_text() { head -c 600 "$work/err" | tr '\n' '|'; }
 
 r=$work/reports
 mkdir -p "$r"

@@ -26,11 +26,6 @@ cd "$root" || exit 2
 
 # shellcheck source=lib.sh
 source "$root/tests/cli/lib.sh"
-run() {  # run BINARY ARGS...: sets rc; stdout and stderr in $work/out, $work/err
-  "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
-err_text() { head -c 1500 "$work/err" | tr '\n' '|'; }
 # The report without its top-level "timing" object (2-space indent).
 strip_timing() {
   awk 'skip && /^  }/ { skip = 0; next } skip { next } /^  "timing": \{/ { skip = 1; next } { print }' "$1"
@@ -39,10 +34,10 @@ strip_timing() {
 # --- Verified replays of every example trace --------------------------------
 for trace in traces/fork_cow.jsonl traces/prefix_partial.jsonl traces/prefix_drop.jsonl \
   traces/quickstart.jsonl traces/document.json; do
-  run "$kvreplay" replay "$trace" --check every --report "$work/none.json"
-  check '[[ $rc -eq 0 ]]' "metadata-only replay: exit $rc: $(err_text)"
-  run "$kvreplay" replay "$trace" --check every --backend cpu --verify --report "$work/cpu.json"
-  check '[[ $rc -eq 0 ]]' "exit $rc, expected 0: $(err_text)"
+  run_cmd "$kvreplay" replay "$trace" --check every --report "$work/none.json"
+  check '[[ $rc -eq 0 ]]' "metadata-only replay: exit $rc: $(err_text 1500)"
+  run_cmd "$kvreplay" replay "$trace" --check every --backend cpu --verify --report "$work/cpu.json"
+  check '[[ $rc -eq 0 ]]' "exit $rc, expected 0: $(err_text 1500)"
   check 'grep -q "^  verified  *[1-9][0-9]* checkpoints" "$work/out"' "no 'verified' line in the summary"
   check 'cmp -s <(strip_timing "$work/none.json") <(strip_timing "$work/cpu.json")' \
     "the report differs from --backend none apart from timing"
@@ -51,80 +46,80 @@ for trace in traces/fork_cow.jsonl traces/prefix_partial.jsonl traces/prefix_dro
   finish "replay $trace --backend cpu --verify"
 done
 
-run "$kvreplay" replay traces/oom.jsonl --on-oom skip --backend cpu --verify --attention -q
-check '[[ $rc -eq 0 ]]' "exit $rc, expected 0: $(err_text)"
+run_cmd "$kvreplay" replay traces/oom.jsonl --on-oom skip --backend cpu --verify --attention -q
+check '[[ $rc -eq 0 ]]' "exit $rc, expected 0: $(err_text 1500)"
 finish "replay traces/oom.jsonl --on-oom skip --backend cpu --verify --attention"
 
-run "$kvreplay" replay traces/oom.jsonl --on-oom fail --backend cpu --verify -q
-check '[[ $rc -eq 3 ]]' "exit $rc, expected 3: $(err_text)"
+run_cmd "$kvreplay" replay traces/oom.jsonl --on-oom fail --backend cpu --verify -q
+check '[[ $rc -eq 3 ]]' "exit $rc, expected 3: $(err_text 1500)"
 finish "replay traces/oom.jsonl --on-oom fail --backend cpu --verify (exit 3)"
 
 # --- A planted missing copy-on-write: exit 1, naming sequence, position, event -
-run "$fault" traces/fork_cow.jsonl --skip-copy 1
-check '[[ $rc -eq 1 ]]' "exit $rc, expected 1: $(err_text)"
+run_cmd "$fault" traces/fork_cow.jsonl --skip-copy 1
+check '[[ $rc -eq 1 ]]' "exit $rc, expected 1: $(err_text 1500)"
 check 'grep -q "^traces/fork_cow.jsonl:9: invariant D1 violated at event 8: seq 0 position 4: " "$work/err"' \
-  "stderr does not name the check event, the sequence and the position: $(err_text)"
+  "stderr does not name the check event, the sequence and the position: $(err_text 1500)"
 check 'grep -q "expected 0x[0-9a-f]*, the token of seq 0 (admit at event 1, line 2)" "$work/err"' \
-  "stderr does not name the expected writer: $(err_text)"
+  "stderr does not name the expected writer: $(err_text 1500)"
 finish "planted missing copy (--skip-copy 1)"
 
-run "$fault" traces/prefix_partial.jsonl --write-shared 1
-check '[[ $rc -eq 1 ]]' "exit $rc, expected 1: $(err_text)"
+run_cmd "$fault" traces/prefix_partial.jsonl --write-shared 1
+check '[[ $rc -eq 1 ]]' "exit $rc, expected 1: $(err_text 1500)"
 check 'grep -q "invariant D1 violated at .*: seq [0-9]* position [0-9]*: " "$work/err"' \
-  "stderr: $(err_text)"
+  "stderr: $(err_text 1500)"
 finish "planted write into a shared page (--write-shared 1)"
 
 # --- --backend cuda -----------------------------------------------------------
-run "$kvreplay" --version
+run_cmd "$kvreplay" --version
 version=$(cat "$work/out")
-run "$kvreplay" replay traces/fork_cow.jsonl --backend cuda --verify
+run_cmd "$kvreplay" replay traces/fork_cow.jsonl --backend cuda --verify
 if [[ $version == *"device(s)"* ]]; then
-  check '[[ $rc -eq 0 ]]' "with a CUDA device: exit $rc, expected 0: $(err_text)"
+  check '[[ $rc -eq 0 ]]' "with a CUDA device: exit $rc, expected 0: $(err_text 1500)"
   finish "replay --backend cuda --verify (device present)"
 else
   check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
-  check '[[ $(wc -l <"$work/err") -eq 1 ]]' "stderr is not one line: $(err_text)"
-  check 'grep -q "^command line: --backend: cuda: " "$work/err"' "stderr: $(err_text)"
-  check 'grep -qi "cuda" "$work/err" && grep -q "backend cpu" "$work/err"' "no hint: $(err_text)"
+  check '[[ $(wc -l <"$work/err") -eq 1 ]]' "stderr is not one line: $(err_text 1500)"
+  check 'grep -q "^command line: --backend: cuda: " "$work/err"' "stderr: $(err_text 1500)"
+  check 'grep -qi "cuda" "$work/err" && grep -q "backend cpu" "$work/err"' "no hint: $(err_text 1500)"
   check '[[ ! -s $work/out ]]' "stdout not empty"
   finish "replay --backend cuda without a device: exit 2 ($(head -c 120 "$work/err"))"
-  run "$kvreplay" kernels --batch 1 --context 16 --page-tokens 16
+  run_cmd "$kvreplay" kernels --batch 1 --context 16 --page-tokens 16
   check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
-  check 'grep -q "^command line: --backend: cuda: " "$work/err"' "stderr: $(err_text)"
+  check 'grep -q "^command line: --backend: cuda: " "$work/err"' "stderr: $(err_text 1500)"
   finish "kernels (cuda) without a device: exit 2"
 fi
 
 # --- The arena limit and usage errors -----------------------------------------
-run "$kvreplay" replay traces/quickstart.jsonl --backend cpu --arena-limit 64MiB --report "$work/r.json"
+run_cmd "$kvreplay" replay traces/quickstart.jsonl --backend cpu --arena-limit 64MiB --report "$work/r.json"
 check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
 check 'grep -q "^command line: --backend: cpu: the host arena would need 128.0 MiB .*--kv-memory / --pool-blocks" "$work/err"' \
-  "stderr: $(err_text)"
+  "stderr: $(err_text 1500)"
 check '[[ ! -e $work/r.json ]]' "a report was written"
 finish "arena above --arena-limit: exit 2"
 
-run "$kvreplay" replay traces/fork_cow.jsonl --verify
+run_cmd "$kvreplay" replay traces/fork_cow.jsonl --verify
 check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
-check 'grep -q "^command line: --verify: needs --backend cpu or --backend cuda" "$work/err"' "stderr: $(err_text)"
+check 'grep -q "^command line: --verify: needs --backend cpu or --backend cuda" "$work/err"' "stderr: $(err_text 1500)"
 finish "--verify without --backend: exit 2"
 
-run "$kvreplay" replay traces/fork_cow.jsonl --backend gpu
+run_cmd "$kvreplay" replay traces/fork_cow.jsonl --backend gpu
 check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
 finish "--backend gpu: exit 2"
 
-run "$kvreplay" replay traces/fork_cow.jsonl --backend cpu --arena-limit 12XB
+run_cmd "$kvreplay" replay traces/fork_cow.jsonl --backend cpu --arena-limit 12XB
 check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
-check 'grep -q "^command line: --arena-limit: " "$work/err"' "stderr: $(err_text)"
+check 'grep -q "^command line: --arena-limit: " "$work/err"' "stderr: $(err_text 1500)"
 finish "--arena-limit 12XB: exit 2"
 
 # --- kernels ----------------------------------------------------------------
-run "$kvreplay" kernels --help
+run_cmd "$kvreplay" kernels --help
 check '[[ $rc -eq 0 ]]' "exit $rc"
 check 'grep -q "Example" "$work/out"' "no example in the help"
 finish "kernels --help"
 
-run "$kvreplay" kernels --backend cpu --kv-heads 2 --head-dim 8 --batch 1,3 --context 24 \
+run_cmd "$kvreplay" kernels --backend cpu --kv-heads 2 --head-dim 8 --batch 1,3 --context 24 \
   --page-tokens 3 --iters 2 --warmup 1 --report "$work/kernels.json"
-check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text 1500)"
 check 'grep -q "^copy roof: " "$work/out"' "no copy roof line"
 check 'jq -e "(.results | length) == 8 and .copy_roof.gbps > 0" "$work/kernels.json" >/dev/null' \
   "report: $(head -c 300 "$work/kernels.json")"

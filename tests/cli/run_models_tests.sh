@@ -18,13 +18,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-models.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
 
-run() {  # run ARGS...: sets rc; stdout and stderr in $work/out, $work/err
-  rm -f "$work/report.json" "$work/plan.json"
-  timeout -k 5 60 "$kvreplay" "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
-err_text() { head -c 600 "$work/err" | tr '\n' '|'; }
-key() { jq -r "$1" "$work/report.json"; }
+run_timeout=60
+before_run() { rm -f "$work/report.json" "$work/plan.json"; }
 # refused WHAT MESSAGE ARGS...: exit 2, stderr exactly MESSAGE, no report.
 refused() {
   local what=$1 message=$2

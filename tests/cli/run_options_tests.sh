@@ -25,10 +25,6 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-options.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
 shown() { head -c 600 "$1" | tr '\n' '|'; }
-run() {  # run ARGS...: sets rc; stdout and stderr in $work/out and $work/err
-  "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
 
 # 80 requests of 36 to 99 prompt tokens; a 64 MiB pool (32 blocks of llama-3-8b)
 # is short enough to preempt, 128 MiB is not.
@@ -38,13 +34,13 @@ awk 'BEGIN { for (i = 0; i < 80; i++)
 
 # ------------------------------------------------------------ plan --check
 for policy in every 7 end off; do
-  run "$kvreplay" plan "$work/requests.jsonl" --kv-memory 64MiB,128MiB --no-search -q \
+  run_cmd "$kvreplay" plan "$work/requests.jsonl" --kv-memory 64MiB,128MiB --no-search -q \
     --check "$policy" --report "$work/plan.json"
   check '[[ $rc -eq 0 ]]' "plan: exit $rc: $(shown "$work/err")"
   check '[[ $(jq -r .simulation.check "$work/plan.json") == "$policy" ]]' \
     "plan report: simulation.check is $(jq -c .simulation.check "$work/plan.json")"
   for memory in 64MiB 128MiB; do
-    run "$kvreplay" simulate "$work/requests.jsonl" --kv-memory "$memory" -q --check "$policy" \
+    run_cmd "$kvreplay" simulate "$work/requests.jsonl" --kv-memory "$memory" -q --check "$policy" \
       --report "$work/simulate.json"
     want=$(jq .invariants.checks "$work/simulate.json")
     got=$(jq ".cells[] | select(.kv_memory == \"$memory\") | .invariant_checks" "$work/plan.json")
@@ -58,7 +54,7 @@ for policy in every 7 end off; do
   done
   finish "plan --check $policy runs the checks simulate runs"
 done
-run "$kvreplay" plan "$work/requests.jsonl" --kv-memory 64MiB --check sometimes
+run_cmd "$kvreplay" plan "$work/requests.jsonl" --kv-memory 64MiB --check sometimes
 check '[[ $rc -eq 2 && ! -s $work/out ]]' "plan --check sometimes: exit $rc"
 check 'grep -q "check" "$work/err"' "plan --check sometimes: $(shown "$work/err")"
 finish "plan --check with a bad policy"
@@ -66,7 +62,7 @@ finish "plan --check with a bad policy"
 # A block leaked after step 3 of the simulations at 128MiB: I1 fails at the next
 # check. Exit 1, one line naming that sweep point (and not the other).
 for policy in every 2 end; do
-  run "$plan_fault" "$work/requests.jsonl" 64MiB,128MiB "$policy" 128MiB 3
+  run_cmd "$plan_fault" "$work/requests.jsonl" 64MiB,128MiB "$policy" 128MiB 3
   check '[[ $rc -eq 1 ]]' "exit $rc, expected 1: $(shown "$work/err")"
   check '[[ $(wc -l <"$work/err") -eq 1 ]]' "stderr: $(shown "$work/err")"
   check 'grep -q "^$work/requests.jsonl: invariant I1 violated at sweep point --model llama-3-8b --page-tokens 16 --kv-memory 128MiB: block [0-9]*: refcount" "$work/err"' \
@@ -74,10 +70,10 @@ for policy in every 2 end; do
   check '! grep -q "64MiB" "$work/err"' "names the sound point too: $(shown "$work/err")"
   finish "plan --check $policy: a violation in one sweep point exits 1 naming it"
 done
-run "$plan_fault" "$work/requests.jsonl" 64MiB,128MiB off 128MiB 3
+run_cmd "$plan_fault" "$work/requests.jsonl" 64MiB,128MiB off 128MiB 3
 check '[[ $rc -eq 0 && ! -s $work/err ]]' "exit $rc, expected 0 (nothing checked): $(shown "$work/err")"
 finish "plan --check off: no check, no violation seen"
-run "$plan_fault" "$work/requests.jsonl" 64MiB end search 3
+run_cmd "$plan_fault" "$work/requests.jsonl" 64MiB end search 3
 check '[[ $rc -eq 1 ]]' "exit $rc, expected 1: $(shown "$work/err")"
 check 'grep -q "^$work/requests.jsonl: invariant I1 violated while searching the smallest KV memory, at --model llama-3-8b --page-tokens 16 --pool-blocks [0-9]*: block [0-9]*: refcount" "$work/err"' \
   "stderr: $(shown "$work/err")"
@@ -88,7 +84,7 @@ finish "plan --check end: a violation in the search exits 1 naming the probe"
 expect_usage_error() {
   local message=$1
   shift
-  run "$kvreplay" "$@"
+  run_cmd "$kvreplay" "$@"
   printf '%s\n' "$message" >"$work/expected"
   check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
   check '[[ ! -s $work/out ]]' "stdout: $(shown "$work/out")"
@@ -126,7 +122,7 @@ test -e "$work/report.json"
 check '[[ $? -ne 0 ]]' "a report was written"
 finish "no report after a usage error"
 # A stray positional is no misspelling: the parser's message stands.
-run "$kvreplay" replay traces/quickstart.jsonl traces/oom.jsonl
+run_cmd "$kvreplay" replay traces/quickstart.jsonl traces/oom.jsonl
 check '[[ $rc -eq 2 ]] && grep -q "not expected: traces/oom.jsonl" "$work/err"' \
   "exit $rc: $(shown "$work/err")"
 finish "kvreplay replay A B: the parser's message"

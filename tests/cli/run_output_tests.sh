@@ -59,10 +59,7 @@ fresh() {
   rm -rf "$out"
   mkdir -p "$out"
 }
-run() {  # run ARGS...: sets rc; stdout and stderr in $work/stdout, $work/stderr
-  "$kvreplay" "$@" >"$work/stdout" 2>"$work/stderr"
-  rc=$?
-}
+run_out=$work/stdout run_err=$work/stderr  # for run (lib.sh): $work/out is a folder here
 shown() { head -c 600 "$1" | tr '\n' '|'; }
 listing() { ls -A "$out" | tr '\n' ' '; }
 # expect_failure LINE: exit 2, stderr exactly LINE, stdout empty, $out empty.

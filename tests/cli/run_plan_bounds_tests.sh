@@ -26,11 +26,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-bounds.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 2
 
-run() {  # run ARGS...: sets rc; stdout and stderr in $work/out and $work/err
-  timeout -k 5 120 "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
-err_text() { head -c 600 "$work/err" | tr '\n' '|'; }
+run_timeout=120
 # Nothing but the expected files in folder $1 (no temporary left behind).
 only_files() {  # only_files DIR NAME...
   local dir=$1
@@ -47,7 +43,7 @@ azure=$root/traces/requests/azure_conv.csv
 # The issue's repro: no pool meets a 50 ms TTFT at 99% on this trace (the
 # old search doubled to 2^27 blocks: 5.5 GB and 16 probes).
 mkdir "$work/cb"
-run "$kvreplay" plan "$azure" --kv-memory 8GiB --slo-ttft-ms 50 -j 1 --report "$work/cb/plan.json"
+run_cmd "$kvreplay" plan "$azure" --kv-memory 8GiB --slo-ttft-ms 50 -j 1 --report "$work/cb/plan.json"
 check "[[ $rc == 0 ]]" "exit $rc: $(err_text)"
 check "grep -q 'page   16: not found: compute-bound: at any KV memory, 84.1% of requests meet TTFT <= 50 ms' '$work/out'" \
   "the table does not say compute-bound: $(tail -2 "$work/out")"
@@ -94,7 +90,7 @@ finish "a sharded plan carries why a search found nothing"
 # each; 32.5 MiB leaves 4,096 blocks. One request of 100,000 tokens needs 6,250.
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,100000,10\n2023-11-16 18:15:47.6805900,100,10\n' \
   >"$work/big.csv"
-run env KVREPLAY_MEMORY_LIMIT=34078720 "$kvreplay" plan "$work/big.csv" --kv-memory 1GiB \
+run_cmd env KVREPLAY_MEMORY_LIMIT=34078720 "$kvreplay" plan "$work/big.csv" --kv-memory 1GiB \
   --report "$work/big.json"
 check "[[ $rc == 0 ]]" "exit $rc: $(err_text)"
 check "[[ \$(jq -c '.min_kv_memory[0].unmet | [.reason, .pool_blocks]' '$work/big.json') == '[\"memory_limit\",4096]' ]]" \
@@ -112,7 +108,7 @@ refused_memory() {  # NAME TEXT ENV-LIMIT PLAN ARGS...: exit 2, one line with TE
   local name=$1 text=$2 limit=$3
   shift 3
   rm -rf "$work/mem" && mkdir "$work/mem"
-  run env KVREPLAY_MEMORY_LIMIT="$limit" "$kvreplay" plan "$@" --report "$work/mem/plan.json" \
+  run_cmd env KVREPLAY_MEMORY_LIMIT="$limit" "$kvreplay" plan "$@" --report "$work/mem/plan.json" \
     --html "$work/mem/plan.html"
   check "[[ $rc == 2 ]]" "exit $rc, not 2"
   check "[[ \$(cat '$work/err') == *'$text'* ]]" "stderr does not say '$text': $(err_text)"
@@ -128,13 +124,13 @@ refused_memory "a swept pool no simulation fits" \
   8GiB "$azure" --kv-memory 512TiB --no-search -j 1
 refused_memory "a memory limit that is no size" "environment: KVREPLAY_MEMORY_LIMIT: " \
   lots "$azure" --kv-memory 1GiB
-run env KVREPLAY_MEMORY_LIMIT=64MiB "$kvreplay" plan "$azure" --kv-memory 1GiB,2GiB,4GiB -j 1 --no-search -q
+run_cmd env KVREPLAY_MEMORY_LIMIT=64MiB "$kvreplay" plan "$azure" --kv-memory 1GiB,2GiB,4GiB -j 1 --no-search -q
 check "[[ $rc == 0 ]]" "the -j the refusal suggests exits $rc: $(err_text)"
 finish "the -j a refusal suggests runs"
 
 # ------------------------------------------------------------ out of memory
 mkdir "$work/oom"
-run "$plan_fault" "$azure" 1GiB end oom 0 "$work/oom/plan.json"
+run_cmd "$plan_fault" "$azure" 1GiB end oom 0 "$work/oom/plan.json"
 check "[[ $rc == 2 ]]" "exit $rc, not 2"
 check "[[ \$(cat '$work/err') == 'kvreplay plan: out of memory: '* && \$(wc -l <'$work/err') == 1 ]]" \
   "stderr is not one line saying out of memory: $(err_text)"
@@ -161,7 +157,7 @@ fi
 mkdir "$work/p"
 sweep=("$azure" --kv-memory 1GiB,2GiB --page-tokens 16,32)
 for i in 1 2; do "$kvreplay" plan "${sweep[@]}" --shard "$i/2" --report "$work/p/part-$i.json" -q; done
-run "$kvreplay" plan-merge "$work/p/part-1.json" "$work/p/part-2.json" -q
+run_cmd "$kvreplay" plan-merge "$work/p/part-1.json" "$work/p/part-2.json" -q
 check "[[ $rc == 0 ]]" "the real parts do not merge: exit $rc: $(err_text)"
 finish "the parts the forgeries start from merge"
 
@@ -172,7 +168,7 @@ forged() {  # FIELD JQ-FILTER [RAW]: part 1 so edited is refused naming FIELD; n
   rm -rf "$work/m" && mkdir "$work/m"
   jq "$filter" "$work/p/part-1.json" >"$work/p/forged.json" || { echo "bad filter $filter"; exit 2; }
   [[ -z $raw ]] || sed -i "s/\"@RAW@\"/$raw/" "$work/p/forged.json"
-  run "$kvreplay" plan-merge "$work/p/forged.json" "$work/p/part-2.json" --report "$work/m/plan.json" \
+  run_cmd "$kvreplay" plan-merge "$work/p/forged.json" "$work/p/part-2.json" --report "$work/m/plan.json" \
     --html "$work/m/plan.html"
   check "[[ $rc == 2 ]]" "exit $rc, not 2"
   check "[[ \$(cat '$work/err') == '$work/p/forged.json: $field: '* ]]" \
@@ -237,12 +233,12 @@ mkdir "$work/slurm"
 jq '.shard.count = "@RAW@"' "$work/p/part-1.json" | sed 's/"@RAW@"/18446744073709551615/' \
   >"$work/slurm/part-1.json"
 cp "$work/p/part-2.json" "$work/slurm/part-2.json"
-run bash "$root/scripts/slurm/plan-merge.sbatch" "$kvreplay" 2 "$work/slurm"
+run_cmd bash "$root/scripts/slurm/plan-merge.sbatch" "$kvreplay" 2 "$work/slurm"
 check "[[ $rc != 0 ]]" "the merge of a forged part exits 0"
 check "only_files '$work/slurm' part-1.json part-2.json" "files left: $(ls -A "$work/slurm")"
 check "[[ \$(cat '$work/err') == *'part-1.json: shard.count: '* ]]" "the log does not say why: $(err_text)"
 cp "$work/p/part-1.json" "$work/slurm/part-1.json"
-run bash "$root/scripts/slurm/plan-merge.sbatch" "$kvreplay" 2 "$work/slurm"
+run_cmd bash "$root/scripts/slurm/plan-merge.sbatch" "$kvreplay" 2 "$work/slurm"
 check "[[ $rc == 0 ]]" "the merge of real parts exits $rc: $(err_text)"
 check "only_files '$work/slurm' part-1.json part-2.json plan.json plan.html plan.txt" \
   "files: $(ls -A "$work/slurm")"

@@ -20,11 +20,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-shard.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 2
 
-run() {  # run ARGS...: sets rc; stdout and stderr in $work/out, $work/err
-  timeout -k 5 120 "$kvreplay" "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
-err_text() { head -c 600 "$work/err" | tr '\n' '|'; }
+run_timeout=120
 
 azure=$root/traces/requests/azure_conv.csv
 mooncake=$root/traces/requests/mooncake_conv.jsonl

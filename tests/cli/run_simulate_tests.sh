@@ -18,14 +18,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-simulate.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
 
-limit=30  # seconds: each of these runs takes well under one
-run() {  # run ARGS...: sets rc (124: timed out); stdout and stderr in $work/out, $work/err
-  rm -f "$work/report.json" "$work/timeline.csv"
-  timeout -k 5 "$limit" "$kvreplay" "$@" >"$work/out" 2>"$work/err"
-  rc=$?
-}
-err_text() { head -c 600 "$work/err" | tr '\n' '|'; }
-key() { jq -r "$1" "$work/report.json"; }
+run_timeout=30  # seconds, for run (lib.sh): each of these runs takes well under one
+before_run() { rm -f "$work/report.json" "$work/timeline.csv"; }
 
 # Request 2 asks for 8 samples; under the generic engine (fork + COW) --max-seqs 4
 # can never run them at once. The vllm engine fans them out into requests of
@@ -153,7 +147,7 @@ finish "simulate: --max-batched-tokens 1 and a pool just large enough still fini
 # preempt once: the search
 # answer must be raised past that swept size, and the printed --kv-memory must
 # give exactly the answer's pool, which serves without preemption.
-limit=120
+run_timeout=120
 run plan traces/requests/azure_conv.csv --kv-memory 1GiB,3222MiB,8GiB -j 2 --engine generic \
   --cost-model linear --report "$work/report.json"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
