@@ -28,6 +28,61 @@ nlohmann::json to_json(const KernelMeasure& m, double roof) {
           {"roof_fraction", roof > 0.0 ? m.gbps / roof : 0.0}};
 }
 
+// Whether every point of the sweep fits, saying why on stderr when one does not.
+// Every point's pool is bounded before anything runs (SPEC §8): the
+// fragmenting replay keeps kKernelBytesPerBlock a block on the host, and its
+// pool is at most kMaxSupportedPoolBlocks, as a replay's; arenas are bounded
+// by --arena-limit, point by point, and skipped past it.
+bool sweep_fits(const std::vector<std::uint32_t>& page_sizes,
+                const std::vector<std::uint32_t>& batches,
+                const std::vector<std::uint32_t>& contexts) {
+  for (std::uint32_t page_tokens : page_sizes) {
+    for (std::uint32_t batch : batches) {
+      for (std::uint32_t context : contexts) {
+        const std::uint64_t blocks = fragmented_pool_blocks(batch, context, page_tokens);
+        const std::string point =
+            fmt::format("--batch {} --context {} --page-tokens {}", batch, context, page_tokens);
+        if (blocks > kMaxSupportedPoolBlocks) {
+          eprint(
+              "command line: {}: the point needs a pool of {} blocks, more than kvreplay "
+              "keeps in memory (at most {}); give a smaller batch or context, or larger "
+              "pages\n",
+              point, blocks, kMaxSupportedPoolBlocks);
+          return false;
+        }
+        if (auto problem = check_memory(
+                mul_sat(blocks, kKernelBytesPerBlock), "the point " + point,
+                fmt::format("{} bytes a block x {} blocks", kKernelBytesPerBlock, blocks))) {
+          eprint("command line: {}\n", *problem);
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// The --report document of a sweep.
+nlohmann::json kernels_report(const KernelBenchRequest& request, const std::string& description,
+                              const char* clock, std::uint64_t roof_bytes, double roof,
+                              nlohmann::json results, nlohmann::json skipped) {
+  nlohmann::json report;
+  report["kvreplay_kernels"] = 1;
+  report["backend"] = description;
+  report["clock"] = clock;
+  report["geometry"] = {{"layers", 1},
+                        {"kv_heads", request.kv_heads},
+                        {"head_dim", request.head_dim},
+                        {"dtype", std::string(to_string(request.dtype))},
+                        {"group", request.group}};
+  report["copy_roof"] = {{"bytes", roof_bytes}, {"gbps", roof}};
+  report["iterations"] = request.iterations;
+  report["warmup"] = request.warmup;
+  report["results"] = std::move(results);
+  report["skipped"] = std::move(skipped);
+  return report;
+}
+
 }  // namespace
 
 int run_kernels(const KernelBenchRequest& request) {
@@ -56,32 +111,8 @@ int run_kernels(const KernelBenchRequest& request) {
     return kExitInput;
   }
 
-  // Every point's pool is bounded before anything runs (SPEC §8): the
-  // fragmenting replay keeps kKernelBytesPerBlock a block on the host, and its
-  // pool is at most kMaxSupportedPoolBlocks, as a replay's; arenas are bounded
-  // by --arena-limit, point by point, and skipped past it.
-  for (std::uint32_t page_tokens : page_sizes) {
-    for (std::uint32_t batch : batches) {
-      for (std::uint32_t context : contexts) {
-        const std::uint64_t blocks = fragmented_pool_blocks(batch, context, page_tokens);
-        const std::string point =
-            fmt::format("--batch {} --context {} --page-tokens {}", batch, context, page_tokens);
-        if (blocks > kMaxSupportedPoolBlocks) {
-          eprint(
-              "command line: {}: the point needs a pool of {} blocks, more than kvreplay "
-              "keeps in memory (at most {}); give a smaller batch or context, or larger "
-              "pages\n",
-              point, blocks, kMaxSupportedPoolBlocks);
-          return kExitInput;
-        }
-        if (auto problem = check_memory(
-                mul_sat(blocks, kKernelBytesPerBlock), "the point " + point,
-                fmt::format("{} bytes a block x {} blocks", kKernelBytesPerBlock, blocks))) {
-          eprint("command line: {}\n", *problem);
-          return kExitInput;
-        }
-      }
-    }
+  if (!sweep_fits(page_sizes, batches, contexts)) {
+    return kExitInput;
   }
 
   // Opened before the sweep, so a path that cannot be written fails at once.
@@ -190,21 +221,10 @@ int run_kernels(const KernelBenchRequest& request) {
     }
   }
   if (report_out != nullptr) {
-    nlohmann::json report;
-    report["kvreplay_kernels"] = 1;
-    report["backend"] = description;
-    report["clock"] = clock;
-    report["geometry"] = {{"layers", 1},
-                          {"kv_heads", request.kv_heads},
-                          {"head_dim", request.head_dim},
-                          {"dtype", std::string(to_string(request.dtype))},
-                          {"group", request.group}};
-    report["copy_roof"] = {{"bytes", roof_bytes}, {"gbps", roof}};
-    report["iterations"] = request.iterations;
-    report["warmup"] = request.warmup;
-    report["results"] = std::move(results);
-    report["skipped"] = std::move(skipped);
-    report_out->write(report.dump(2) + "\n");
+    report_out->write(kernels_report(request, description, clock, roof_bytes, roof,
+                                     std::move(results), std::move(skipped))
+                          .dump(2) +
+                      "\n");
   }
   if (!outputs.commit()) {
     eprint("{}\n", outputs.error());

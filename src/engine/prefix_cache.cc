@@ -401,14 +401,19 @@ std::optional<InvariantViolation> violated(std::string_view invariant, std::stri
 
 }  // namespace
 
-std::optional<InvariantViolation> PrefixCache::check(const BlockPool& pool) const {
-  // C1: the nodes' lists against the entries, counted from the lists.
-  std::vector<std::uint8_t> listed(entry_count_, 0);
+std::vector<std::uint8_t> PrefixCache::freed_nodes() const {
   std::vector<std::uint8_t> node_freed(nodes_.size(), 0);
   for (std::uint32_t n : free_nodes_) {
     if (n < node_freed.size()) node_freed[n] = 1;
   }
-  std::size_t counted_nodes = 0;
+  return node_freed;
+}
+
+std::optional<InvariantViolation> PrefixCache::check_lists(std::span<const std::uint8_t> node_freed,
+                                                           std::size_t& counted_nodes) const {
+  counted_nodes = 0;
+  // C1: the nodes' lists against the entries, counted from the lists.
+  std::vector<std::uint8_t> listed(entry_count_, 0);
   std::size_t listed_blocks = 0;
   for (std::uint32_t n = 0; n < nodes_.size(); ++n) {
     if (node_freed[n]) continue;
@@ -468,6 +473,11 @@ std::optional<InvariantViolation> PrefixCache::check(const BlockPool& pool) cons
         "C1", fmt::format("size {} but {} blocks cached, {} listed", size_, cached, listed_blocks));
   }
 
+  return std::nullopt;
+}
+
+std::optional<InvariantViolation> PrefixCache::check_index(std::span<const std::uint8_t> node_freed,
+                                                           std::size_t counted_nodes) const {
   // C2: the index table.
   std::size_t occupied = 0;
   std::vector<std::uint8_t> in_table(nodes_.size(), 0);
@@ -500,6 +510,10 @@ std::optional<InvariantViolation> PrefixCache::check(const BlockPool& pool) cons
                                       live_nodes_, occupied, slots_.size(), counted_nodes));
   }
 
+  return std::nullopt;
+}
+
+std::optional<InvariantViolation> PrefixCache::check_holds(const BlockPool& pool) const {
   // C3, C4: holds and evictability.
   std::uint32_t evictable = 0;
   std::uint32_t watched_evictable = 0;
@@ -531,6 +545,10 @@ std::optional<InvariantViolation> PrefixCache::check(const BlockPool& pool) cons
                           watched_evictable_, evictable, watched_evictable));
   }
 
+  return std::nullopt;
+}
+
+std::optional<InvariantViolation> PrefixCache::check_candidates() const {
   // C5: one live candidate per evictable block.
   std::vector<std::uint32_t> live_candidates(entry_count_, 0);
   if (policy_ == EvictPolicy::kLru) {
@@ -580,6 +598,15 @@ std::optional<InvariantViolation> PrefixCache::check(const BlockPool& pool) cons
     }
   }
   return std::nullopt;
+}
+
+std::optional<InvariantViolation> PrefixCache::check(const BlockPool& pool) const {
+  const std::vector<std::uint8_t> node_freed = freed_nodes();
+  std::size_t counted_nodes = 0;
+  if (auto found = check_lists(node_freed, counted_nodes)) return found;
+  if (auto found = check_index(node_freed, counted_nodes)) return found;
+  if (auto found = check_holds(pool)) return found;
+  return check_candidates();
 }
 
 }  // namespace kvreplay

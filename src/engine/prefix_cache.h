@@ -222,6 +222,14 @@ class PrefixCache {
   // blocks the cache holds; the first violation found, or nullopt. Linear in
   // the blocks ever cached, the index's slots and the candidates.
   std::optional<InvariantViolation> check(const BlockPool& pool) const;
+  // check()'s parts: C1 (and C2's duplicate keys), C2, C3-C4, C5-C7.
+  std::vector<std::uint8_t> freed_nodes() const;
+  std::optional<InvariantViolation> check_lists(std::span<const std::uint8_t> node_freed,
+                                                std::size_t& counted_nodes) const;
+  std::optional<InvariantViolation> check_index(std::span<const std::uint8_t> node_freed,
+                                                std::size_t counted_nodes) const;
+  std::optional<InvariantViolation> check_holds(const BlockPool& pool) const;
+  std::optional<InvariantViolation> check_candidates() const;
   // Tests plant faults through this (tests/engine/prefix_cache_test.cc).
   friend struct PrefixCacheFaults;
 
