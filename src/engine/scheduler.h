@@ -73,11 +73,6 @@ class EngineShell {
   void request_skipped(const RequestTimes& times) const {
     if (on_request && *on_request) (*on_request)(times);
   }
-  // Records the first violation; returns false for the caller to pass on.
-  bool fail(Violation found) {
-    if (!violation) violation = std::move(found);
-    return false;
-  }
 
   // The shell's bookkeeping of the step's times (engine/simulator.cc).
   std::vector<std::shared_ptr<RequestTimes>> step_first_tokens, step_done;
