@@ -93,7 +93,7 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
                                                : "longest sequence; default 32768")
                          ->check(positive));
   options[9] = group(app.add_option("--alloc-order", alloc_order,
-                                    "free-block order: lifo (default), fifo, lowest, vllm "
+                                    "free-block order: lifo (default; sglang: fifo, as SGLang's allocator), fifo, lowest, vllm "
                                     "(lifo with block 0 held as vLLM's null block)"));
   if (deployment) {
     auto deploy = [](CLI::Option* option) { return option->group("Deployment (figures per GPU)"); };
@@ -152,6 +152,13 @@ ConfigOverrides ConfigOptions::overrides() const {
 void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options) {
   overrides.max_batched_tokens = options.max_batched_tokens;
   overrides.max_seqs = options.max_seqs;
+  if (options.engine == EngineKind::kSglang) {
+    // SGLang's --page-size defaults to 1, and its allocator
+    // (TokenToKVPoolAllocator: alloc takes free_pages from the front, free
+    // appends to the back) hands out the oldest free page first.
+    if (!overrides.page_tokens) overrides.page_tokens = 1;
+    if (!overrides.alloc_order) overrides.alloc_order = "fifo";
+  }
 }
 void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,
@@ -159,7 +166,8 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
       ->group("Simulation");
   engine_option =
       app.add_option("--engine", engine,
-                     "scheduler to imitate: vllm (default: vLLM v1's rules, README) or generic")
+                     "scheduler to imitate: vllm (default: vLLM v1's rules, README), sglang "
+                     "(SGLang's scheduler and radix cache) or generic")
           ->check(CLI::IsMember(engine_names()))
           ->group("Simulation");
   gpu_class_option =
@@ -168,6 +176,38 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                      "8192 tokens, 1024 seqs; default, or --gpu's) or a small one (2048, 256)")
           ->check(CLI::IsMember(gpu_class_names()))
           ->group("Simulation");
+  sglang_options.push_back(
+      app.add_option("--schedule-policy", schedule_policy,
+                     "sglang: waiting-queue order, lpm (longest cached prefix first; default) or "
+                     "fcfs")
+          ->check(CLI::IsMember(schedule_policy_names()))
+          ->group("Simulation"));
+  chunked_prefill =
+      app.add_option("--chunked-prefill-size", defaults.sglang.chunked_prefill_size,
+                     "sglang: most prompt tokens a prefill batch computes; a longer prompt is "
+                     "prefilled in chunks; 0 for no chunking (default by --gpu's memory as "
+                     "SGLang: 8192 for 60-160 GiB, 16384 above, 4096 or 2048 below)")
+          ->check(CLI::Range(0u, 1u << 30))
+          ->group("Simulation");
+  sglang_options.push_back(chunked_prefill);
+  sglang_options.push_back(
+      app.add_option("--max-prefill-tokens", defaults.sglang.max_prefill_tokens,
+                     "sglang: the input budget of a prefill batch, all its requests (default "
+                     "16384)")
+          ->check(CLI::Range(1u, 1u << 30))
+          ->group("Simulation"));
+  sglang_options.push_back(
+      app.add_option("--max-running-requests", defaults.sglang.max_running_requests,
+                     "sglang: most requests running at once (default as SGLang, from the pool: "
+                     "pool tokens / --max-seq-tokens x 512, within 2048..4096)")
+          ->check(CLI::Range(1u, 1u << 20))
+          ->group("Simulation"));
+  sglang_options.push_back(
+      app.add_option("--schedule-conservativeness", defaults.sglang.schedule_conservativeness,
+                     "sglang: scales the output reserved for running requests (new_token_ratio; "
+                     "default 1)")
+          ->check(CLI::Range(0.0, 100.0))
+          ->group("Simulation"));
   app.add_option("--allocator", allocator,
                  "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
       ->check(CLI::IsMember(allocator_names()))
@@ -270,6 +310,38 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
     }
     out.engine = EngineKind::kGeneric;
   }
+  for (const CLI::Option* option : sglang_options) {
+    if (given(option) && out.engine != EngineKind::kSglang) {
+      return fmt::format("{} is an option of --engine sglang", option->get_name());
+    }
+  }
+  if (out.engine == EngineKind::kSglang) {
+    if (out.allocator != AllocatorKind::kPaged) {
+      return fmt::format("--engine sglang needs --allocator paged (the {} allocator runs the "
+                         "generic scheduler: give --engine generic)",
+                         allocator);
+    }
+    for (const CLI::Option* option : {max_seqs, max_batched_tokens, watermark}) {
+      if (given(option)) {
+        return fmt::format("{} is not an option of --engine sglang (its budgets are "
+                           "--max-running-requests, --chunked-prefill-size and "
+                           "--max-prefill-tokens)",
+                           option->get_name());
+      }
+    }
+    out.sglang.policy = *parse_schedule_policy(schedule_policy);
+    if (!given(chunked_prefill)) {
+      const GpuSpec* spec = gpu ? find_gpu_preset(*gpu) : nullptr;
+      out.sglang.chunked_prefill_size =
+          spec ? sglang_chunked_prefill_default(static_cast<double>(spec->memory_bytes) /
+                                                 (1ull << 30))
+                 : 8192;
+    }
+    // The activation reserve (set_activation_limits): a prefill batch's tokens.
+    out.max_batched_tokens = out.sglang.chunked_prefill_size > 0
+                                 ? out.sglang.chunked_prefill_size
+                                 : out.sglang.max_prefill_tokens;
+  }
   if (out.engine == EngineKind::kVllm) {
     // vLLM has no watermark unless one is asked for (SPEC 3.1), and its batch
     // limits are those `vllm serve` picks for the GPU class.
@@ -294,6 +366,9 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   if (given(slo_ttft)) out.slo.ttft_ms = slo_ttft_ms;
   if (given(slo_tpot)) out.slo.tpot_ms = slo_tpot_ms;
   out.evict = *parse_evict_policy(evict);
+  if (out.engine == EngineKind::kSglang && out.evict != EvictPolicy::kLru) {
+    return fmt::format("--evict {}: the sglang engine's radix tree evicts lru only", evict);
+  }
   out.prefix_cache = !no_prefix_cache;
   out.check = *CheckPolicy::parse(check);
   if (!format.empty()) {

@@ -68,6 +68,10 @@ struct SimOptionsCli {
   CLI::Option* engine_option = nullptr;
   CLI::Option* max_seqs = nullptr;
   CLI::Option* max_batched_tokens = nullptr;
+  // --engine sglang's options (SglangOptions).
+  std::string schedule_policy = "lpm";
+  std::vector<CLI::Option*> sglang_options;  // refused under another engine
+  CLI::Option* chunked_prefill = nullptr;
   bool no_prefix_cache = false;
   SimOptions defaults;
 
@@ -81,7 +85,8 @@ struct SimOptionsCli {
 };
 
 // The batch limits the activation reserve of --gpu is sized for
-// (model/deployment.h): those the simulation runs with.
+// (model/deployment.h): those the simulation runs with. And the engine's
+// page size: --engine sglang's is 1 token unless --page-tokens is given.
 void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options);
 
 }  // namespace kvreplay

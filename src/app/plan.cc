@@ -257,7 +257,10 @@ class PlanCommand final : public Command {
     if (request_.models.empty() && request_.model_configs.empty()) {
       request_.models = {std::string(kDefaultSimModel)};
     }
-    if (request_.page_tokens.empty()) request_.page_tokens = {16};
+    if (request_.page_tokens.empty()) {
+      // SGLang's page is one token; vLLM's (and the generic engine's) 16.
+      request_.page_tokens = {options_.engine == "sglang" ? 1u : 16u};
+    }
     request_.search_min = !no_search_;
     if (request_.kv_memories.empty() && config_.gpus.empty()) {
       return usage_error(

@@ -44,6 +44,14 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
                           first->line, first->need);
         break;
       case SkipReason::kPoolTooSmall:
+        if (sim.options().engine == EngineKind::kSglang) {
+          // SGLang's max_req_len: prompt + output within the pool, a page to spare.
+          why = fmt::format(
+              "prompt and output need more than the pool of {} pages less one (first: line {}, "
+              "{} pages; give a larger --kv-memory or --pool-blocks)",
+              config.kv.pool_blocks, first->line, first->need);
+          break;
+        }
         why = sim.options().allocator == AllocatorKind::kPaged
                   ? fmt::format(
                         "more blocks than the pool of {} less {} (first: line {}, "
@@ -86,6 +94,15 @@ nlohmann::json sim_options_json(const SimOptions& options) {
       {"watermark", options.watermark}};
   if (options.engine == EngineKind::kVllm)
     out["gpu_class"] = std::string(to_string(options.gpu_class));
+  if (options.engine == EngineKind::kSglang) {
+    // SGLang's budgets instead of vLLM's (no watermark, no max_num_seqs).
+    for (const char* key : {"max_seqs", "max_batched_tokens", "watermark"}) out.erase(key);
+    out["schedule_policy"] = std::string(to_string(options.sglang.policy));
+    out["chunked_prefill_size"] = options.sglang.chunked_prefill_size;
+    out["max_prefill_tokens"] = options.sglang.max_prefill_tokens;
+    out["max_running_requests"] = options.sglang.max_running_requests;  // 0: from the pool
+    out["schedule_conservativeness"] = options.sglang.schedule_conservativeness;
+  }
   if (options.slo.ttft_ms) out["slo_ttft_ms"] = *options.slo.ttft_ms;
   if (options.slo.tpot_ms) out["slo_tpot_ms"] = *options.slo.tpot_ms;
   return out;
@@ -116,7 +133,8 @@ nlohmann::json latency_json(const LatencySummary& summary) {
 }
 
 std::string requests_csv_header() {
-  return "line,id,prompt,output,n,arrival_s,status,preemptions,queue_ms,ttft_ms,tpot_ms,e2e_ms\n";
+  return "line,id,prompt,output,n,arrival_s,status,preemptions,queue_ms,ttft_ms,tpot_ms,e2e_ms,"
+         "cached_tokens\n";
 }
 
 std::string requests_csv_row(const RequestTimes& t) {
@@ -128,13 +146,14 @@ std::string requests_csv_row(const RequestTimes& t) {
   }
   id += '"';
   if (t.skipped) {
-    return fmt::format("{},{},{},{},{},{:.6f},skipped,0,,,,\n", t.line, id, t.prompt, t.output, t.n,
+    return fmt::format("{},{},{},{},{},{:.6f},skipped,0,,,,,\n", t.line, id, t.prompt, t.output, t.n,
                        t.arrival);
   }
   const std::optional<double> tpot = t.tpot_ms();
-  return fmt::format("{},{},{},{},{},{:.6f},finished,{},{:.3f},{:.3f},{},{:.3f}\n", t.line, id,
+  return fmt::format("{},{},{},{},{},{:.6f},finished,{},{:.3f},{:.3f},{},{:.3f},{}\n", t.line, id,
                      t.prompt, t.output, t.n, t.arrival, t.preemptions, t.queue_ms(), t.ttft_ms(),
-                     tpot ? fmt::format("{:.3f}", *tpot) : std::string(), t.e2e_ms());
+                     tpot ? fmt::format("{:.3f}", *tpot) : std::string(), t.e2e_ms(),
+                     t.cached_tokens);
 }
 
 InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
@@ -371,6 +390,10 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       {"output_tokens_per_second",
        seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0},
       {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
+  // The engine's own figures (the sglang engine's "sglang" section). Its KV
+  // rows are SGLang's req_to_token, not block tables: no layout.
+  sim.scheduler().add_figures(result.report);
+  if (options.engine == EngineKind::kSglang) result.report.erase("layout");
   // Latency of the finished requests (SPEC 3.3), the SLOs, and overload.
   const Simulator::Latencies& lat = sim.latencies();
   const LatencySummary queue = lat.queue_ms.summary();

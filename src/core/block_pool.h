@@ -72,6 +72,43 @@ class BlockPool {
   }
   // Takes n blocks or none. Error: kPoolExhausted (nothing taken).
   CoreStatus allocate_n(std::uint32_t n, std::vector<BlockId>& out);
+  // release(b) for each of blocks, all or none (errors as release's, nothing
+  // changed). REQUIRES the blocks distinct. Reads ahead in the pool's state:
+  // a radix tree frees thousands of scattered blocks at once.
+  CoreStatus release_each(std::span<const BlockId> blocks) {
+    constexpr std::size_t kAhead = 16;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (i + kAhead < blocks.size() && blocks[i + kAhead] < total()) {
+        __builtin_prefetch(&blocks_[blocks[i + kAhead]]);
+      }
+      const BlockId b = blocks[i];
+      if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};
+      if (blocks_[b].refcount == 0) return Unexpected{CoreError::kBlockNotLive};
+    }
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (i + kAhead < blocks.size()) __builtin_prefetch(&blocks_[blocks[i + kAhead]]);
+      if (--blocks_[blocks[i]].refcount == 0) free_block(blocks[i]);
+    }
+    return {};
+  }
+  // n take_free() calls then fill_fresh(the n blocks, tokens, page_tokens),
+  // in one pass: the blocks appended to `out`. REQUIRES n <= free_count() and
+  // tokens in ((n - 1) * page_tokens, n * page_tokens].
+  void take_free_filled(std::uint32_t n, std::uint32_t tokens, std::uint32_t page_tokens,
+                        std::vector<BlockId>& out) {
+    if (n == 0) return;
+    for (std::uint32_t i = 0; i + 1 < n; ++i) {
+      if (stack() && free_size_ > 16) __builtin_prefetch(&blocks_[free_slots_[free_size_ - 16]]);
+      const BlockId b = pop_free();
+      blocks_[b] = BlockState{1, page_tokens};
+      out.push_back(b);
+    }
+    const BlockId last = pop_free();
+    blocks_[last] = BlockState{1, tokens - (n - 1) * page_tokens};
+    out.push_back(last);
+    allocations_ += n;
+    filled_total_ += tokens;
+  }
   // REQUIRES b live. Errors: kBlockOutOfRange, kBlockNotLive, kRefcountOverflow.
   CoreStatus retain(BlockId b) {
     if (b >= total()) return Unexpected{CoreError::kBlockOutOfRange};

@@ -4,6 +4,7 @@
 
 #include "engine/generic_scheduler.h"
 #include "engine/scheduler.h"
+#include "engine/sglang_scheduler.h"
 #include "engine/vllm_scheduler.h"
 
 namespace kvreplay {
@@ -18,6 +19,7 @@ std::unique_ptr<Scheduler> make(EngineShell& shell) {
 constexpr EngineEntry kEngines[] = {
     {EngineKind::kGeneric, "generic", make<GenericScheduler>},
     {EngineKind::kVllm, "vllm", make<VllmScheduler>},
+    {EngineKind::kSglang, "sglang", make<SglangScheduler>},
 };
 
 }  // namespace

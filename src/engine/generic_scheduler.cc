@@ -137,7 +137,7 @@ bool GenericScheduler::admit_next(std::uint32_t& budget, bool& stop) {
   running_samples_ += request.n;
   const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
   // A request starts over here, so the tokens it looks up are its prompt's.
-  count_admission(request, request.prompt, hits.size(), hit_tokens, owned->admitted_before);
+  count_admission(*owned, request.prompt, hits.size(), hit_tokens, owned->admitted_before);
   owned->admitted_before = true;
   if (paged() && !install_hits(*owned, hits, hit_tokens)) return false;
   owned->prefilled = hit_tokens;

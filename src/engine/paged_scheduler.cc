@@ -60,9 +60,10 @@ SequenceBlockTable PagedScheduler::new_table() const {
   return SequenceBlockTable(config_.kv.pages_per_seq(), config_.kv.page_tokens);
 }
 
-void PagedScheduler::count_admission(const Request& request, std::uint32_t num_tokens,
+void PagedScheduler::count_admission(const Flight& flight, std::uint32_t num_tokens,
                                      std::size_t hit_blocks, std::uint32_t hit_tokens,
                                      bool readmission) {
+  const Request& request = flight.request;
   if (paged() && options_.prefix_cache) {
     // KVCacheManager.record_prefix_cache_stats: num_tokens and hits, a
     // preempted request's apart (PrefixCacheStats).
@@ -70,6 +71,7 @@ void PagedScheduler::count_admission(const Request& request, std::uint32_t num_t
     (readmission ? sim_.preempted_hits : sim_.hits) += hit_tokens;
   }
   if (readmission) return;
+  if (flight.times) flight.times->cached_tokens = std::max(flight.times->cached_tokens, hit_tokens);
   // The hit rates count each request once: never its recomputation.
   sim_.query_tokens += request.prompt;
   sim_.hit_tokens += hit_tokens;

@@ -101,7 +101,7 @@ class PagedScheduler : public Scheduler {
   void request_done(Flight& flight) { shell_.request_done(flight.times); }
   // An admission's prefix-cache figures: PrefixCacheStats (a readmission of a
   // preempted request apart) and, at the first admission, the hit rates.
-  void count_admission(const Request& request, std::uint32_t num_tokens, std::size_t hit_blocks,
+  void count_admission(const Flight& flight, std::uint32_t num_tokens, std::size_t hit_blocks,
                        std::uint32_t hit_tokens, bool readmission);
   // A new table for the flight's first sample holding `hits` (touched first).
   bool install_hits(Flight& flight, const std::vector<BlockId>& hits, std::uint32_t hit_tokens);

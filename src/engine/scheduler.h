@@ -26,6 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/block_pool.h"
 #include "engine/sim_types.h"
 
@@ -117,6 +119,9 @@ class Scheduler {
   virtual const std::vector<KvCacheGroupSpec>& kv_groups() const = 0;
   // The running requests' (samples') tables in running order, one per group.
   virtual std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const = 0;
+  // The engine's own figures, added to the report (the sglang engine's
+  // "sglang" section); none by default.
+  virtual void add_figures(nlohmann::json& report) const { (void)report; }
 };
 
 // The table of engines: what --engine accepts and how each is made.

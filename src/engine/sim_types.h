@@ -41,8 +41,11 @@ std::vector<std::string> allocator_names();  // in table order, for the command 
 //            the tokens scheduled, the last running request preempted and
 //            re-prefilled with the tokens it generated, nothing admitted in a
 //            step that preempted, finished requests freed at the end of the
-//            step, every full block cached when allocated, n > 1 fanned out.
-enum class EngineKind : std::uint8_t { kGeneric, kVllm };
+//            step, every full block cached when allocated, n > 1 fanned out;
+//   sglang:  SGLang's scheduler and radix cache (engine/sglang_scheduler.cc):
+//            a token-granular radix tree, prefill batches apart from decode
+//            batches, PrefillAdder's budgets, decode retraction.
+enum class EngineKind : std::uint8_t { kGeneric, kVllm, kSglang };
 std::string_view to_string(EngineKind kind);
 std::optional<EngineKind> parse_engine(std::string_view name);
 std::vector<std::string> engine_names();
@@ -115,6 +118,9 @@ struct RequestTimes {
   double first_token = -1;  // the end of the step that produced its first token
   double finished = -1;     // the end of the step that produced its last token
   std::uint32_t preemptions = 0;
+  // Prompt tokens found in the prefix cache at its first admission (SGLang's
+  // meta_info cached_tokens; the most any of its n > 1 children found).
+  std::uint32_t cached_tokens = 0;
   bool skipped = false;
   double queue_ms() const { return (scheduled - arrival) * 1e3; }
   double ttft_ms() const { return (first_token - arrival) * 1e3; }
@@ -156,6 +162,29 @@ struct OverloadFigures {
   }
 };
 
+// The sglang engine's options, as SGLang's ServerArgs names them
+// (python/sglang/srt/server_args.py).
+enum class SchedulePolicy : std::uint8_t { kFcfs, kLpm };
+std::string_view to_string(SchedulePolicy policy);
+std::optional<SchedulePolicy> parse_schedule_policy(std::string_view name);
+std::vector<std::string> schedule_policy_names();
+struct SglangOptions {
+  SchedulePolicy policy = SchedulePolicy::kLpm;  // --schedule-policy
+  // --chunked-prefill-size: tokens of prompt per prefill batch; 0 turns
+  // chunked prefill off (SGLang's -1). The command line's default follows
+  // the GPU's memory (sglang_chunked_prefill_default).
+  std::uint32_t chunked_prefill_size = 8192;
+  std::uint32_t max_prefill_tokens = 16384;  // --max-prefill-tokens
+  // --max-running-requests; 0: SGLang's default from the pool's size
+  // (engine/sglang_scheduler.cc, default_max_running_requests).
+  std::uint32_t max_running_requests = 0;
+  double schedule_conservativeness = 1.0;  // scales the new_token_ratio reservation
+};
+// ServerArgs._handle_gpu_memory_settings: the default --chunked-prefill-size
+// of a GPU with `gpu_gib` GiB (2048 below 35 GiB, 4096 below 60, 8192 below
+// 160, else 16384).
+std::uint32_t sglang_chunked_prefill_default(double gpu_gib);
+
 struct SimOptions {
   std::uint32_t max_seqs = 256;
   std::uint32_t max_batched_tokens = 8192;
@@ -176,6 +205,7 @@ struct SimOptions {
   // groups, or a sliding-window one, need the vllm engine and the paged
   // allocator; the groups' layers must add up to the model's (kv_groups_error).
   std::vector<KvCacheGroupSpec> kv_groups;
+  SglangOptions sglang;  // --engine sglang
 };
 
 // What is wrong with running `options` on `config`, or nullopt: the KV-cache

@@ -513,7 +513,7 @@ bool VllmScheduler::schedule_waiting(std::uint32_t& budget, Scheduled& scheduled
 
     std::unique_ptr<Flight> owned = std::move(waiting_.front());
     waiting_.pop_front();
-    count_admission(flight.request, num_tokens, hits.size(), hit_tokens, owned->preemptions > 0);
+    count_admission(flight, num_tokens, hits.size(), hit_tokens, owned->preemptions > 0);
     if (!install_hits(*owned, hits, hit_tokens)) return false;
     owned->computed = hit_tokens;
     owned->cached_pages = static_cast<std::uint32_t>(hits.size());
@@ -697,7 +697,7 @@ bool VllmScheduler::admit_hybrid(std::uint32_t& budget, Scheduled& scheduled, bo
   }
   std::unique_ptr<Flight> owned = std::move(waiting_.front());
   waiting_.pop_front();
-  count_admission(owned->request, num_tokens, hit_tokens / pt, hit_tokens, owned->preemptions > 0);
+  count_admission(*owned, num_tokens, hit_tokens / pt, hit_tokens, owned->preemptions > 0);
   if (!install_hybrid_hits(*owned, hit_tokens)) return false;
   owned->computed = hit_tokens;
   owned->cached_pages = hit_tokens / pt;

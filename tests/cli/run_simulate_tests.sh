@@ -205,9 +205,37 @@ check '[[ $(key .scheduler.preemptions) -gt 0 && $(key .scheduler.output_tokens)
 run simulate traces/requests/azure_conv.csv --engine vllm --watermark 0.05 --kv-memory 1GiB -q \
   --report "$work/report.json"
 check '[[ $rc -eq 0 && $(key .config.simulation.watermark) == 0.05 ]]' "a given --watermark is kept"
-run simulate traces/requests/azure_conv.csv --engine sglang --kv-memory 1GiB -q
+run simulate traces/requests/azure_conv.csv --engine tensorrt --kv-memory 1GiB -q
 check '[[ $rc -eq 2 ]] && grep -q -- "--engine" "$work/err"' "an unknown engine: exit $rc, $(err_text)"
 finish "simulate --engine vllm: recorded, checked at every step, output counted once"
+
+# --engine sglang: one-token pages by default, its own section of figures,
+# every step checked, its options refused under another engine and vLLM's
+# budgets refused under it.
+run simulate traces/requests/mooncake_conv.jsonl --engine sglang --model llama-3.1-8b \
+  --gpu h100-80gb --tp 4 --kv-memory 2GiB --check every -q --report "$work/report.json" \
+  --requests "$work/requests.csv"
+check '[[ $rc -eq 0 && $(key .config.page_tokens) == 1 && $(key ".invariants.violations | length") == 0 ]]' \
+  "sglang runs checked: exit $rc, page $(key .config.page_tokens), $(err_text)"
+check '[[ $(key .sglang.schedule_policy) == lpm && $(key .sglang.chunked_prefill_size) == 8192 ]]' \
+  "sglang's defaults: $(key .sglang.schedule_policy), $(key .sglang.chunked_prefill_size)"
+check '[[ $(key .sglang.cached_tokens) == $(key .prefix_cache.hit_tokens) && $(key .sglang.cached_tokens) -gt 0 ]]' \
+  "cached_tokens $(key .sglang.cached_tokens) are the hit tokens $(key .prefix_cache.hit_tokens)"
+check '[[ $(key .sglang.retracted_requests) == $(key .scheduler.preemptions) ]]' \
+  "retractions $(key .sglang.retracted_requests) counted as preemptions"
+csv_cached=$(awk -F, 'NR > 1 && $7 == "finished" { s += $13 } END { print s + 0 }' "$work/requests.csv")
+check '[[ $csv_cached == $(key .sglang.cached_tokens) ]]' \
+  "the CSV's cached_tokens add up: $csv_cached"
+run simulate traces/requests/azure_conv.csv --engine vllm --schedule-policy fcfs --kv-memory 1GiB -q
+check '[[ $rc -eq 2 ]] && grep -q -- "--schedule-policy is an option of --engine sglang" "$work/err"' \
+  "an sglang option under vllm: exit $rc, $(err_text)"
+run simulate traces/requests/azure_conv.csv --engine sglang --max-seqs 8 --kv-memory 1GiB -q
+check '[[ $rc -eq 2 ]] && grep -q -- "--max-seqs is not an option of --engine sglang" "$work/err"' \
+  "a vllm budget under sglang: exit $rc, $(err_text)"
+run simulate traces/requests/azure_conv.csv --engine sglang --allocator contiguous-max --kv-memory 1GiB -q
+check '[[ $rc -eq 2 ]] && grep -q -- "--engine sglang needs --allocator paged" "$work/err"' \
+  "sglang with a contiguous allocator: exit $rc, $(err_text)"
+finish "simulate --engine sglang: defaults, figures, refusals"
 
 # vllm's batch limits are `vllm serve`'s for the GPU class unless given; the
 # generic engine keeps its own (256 sequences, 8192 tokens).
@@ -275,7 +303,7 @@ run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --slo-ttft-ms 60 -
 check '[[ $rc -eq 0 && ! -s $work/err ]]' "exit $rc: $(err_text)"
 check '[[ $(key .config.simulation.cost.model) == roofline && $(key .config.simulation.cost.gpu) == h100-80gb ]]' \
   "cost model: $(key '.config.simulation.cost | tostring')"
-check '[[ $(head -1 "$work/requests.csv") == "line,id,prompt,output,n,arrival_s,status,preemptions,queue_ms,ttft_ms,tpot_ms,e2e_ms" ]]' \
+check '[[ $(head -1 "$work/requests.csv") == "line,id,prompt,output,n,arrival_s,status,preemptions,queue_ms,ttft_ms,tpot_ms,e2e_ms,cached_tokens" ]]' \
   "CSV header: $(head -1 "$work/requests.csv")"
 check '[[ $(tail -n +2 "$work/requests.csv" | wc -l) == 1000 && $(key .latency.ttft_ms.count) == 1000 ]]' \
   "CSV rows: $(tail -n +2 "$work/requests.csv" | wc -l)"

@@ -1,0 +1,143 @@
+// RadixCache: SGLang's radix tree of cached KV (python/sglang/srt/mem_cache/
+// radix_cache.py, RadixCache), over kvreplay's real pool. The sglang engine's
+// prefix cache (engine/sglang_scheduler.h).
+//
+// A node holds a run of tokens (its key) and the pool's pages that hold their
+// KV, one page per `page_tokens` tokens (SGLang's --page-size; 1 by default
+// under this engine, so a page is a token). Every node starts and ends on a
+// page boundary: matches and inserts are page-aligned (RadixCache.match_prefix
+// and insert cut the key to whole pages). A node's children are keyed by their
+// first page; a match that ends inside a node splits it (_split_node).
+//
+// Tokens are named by the trace: a token's identity is the id of the run that
+// covers it (TokenRun), a hash id of the trace's blocks, a named prefix, or an
+// id of the request's own. Equal ids at a position mean equal tokens up to it
+// (the trace formats' contract, formats/requests/request.h), so comparing two
+// sequences walks their runs, not their tokens.
+//
+// Nodes are locked while a request uses them (inc_lock_ref / dec_lock_ref lock
+// the path to the root); evict() frees unlocked leaves least recently used
+// first, and a parent that becomes a leaf joins the candidates
+// (RadixCache.evict). Sizes are in tokens, as SGLang's evictable_size_ and
+// protected_size_.
+//
+// Invariants (check()):
+//   R1 structure: a child starts where its parent ends, spans whole pages
+//      (at least one), holds one page per page_tokens tokens, its key's runs
+//      cover it in order, and it is filed under its first page's id.
+//   R2 sizes: evictable_size() is the tokens of unlocked nodes,
+//      protected_size() of locked ones; a node is locked at least as often as
+//      any child.
+//   R3 locks: each node's lock count is the number of holders (the requests
+//      given to check) whose locked node is it or below it.
+// The pool's side (each page held exactly once, by the tree or by one
+// request) is the scheduler's check (engine/sglang_scheduler.cc, S1-S3).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/block_pool.h"
+
+namespace kvreplay {
+
+// Tokens [the previous run's end, end) are named `id`.
+struct TokenRun {
+  std::uint64_t id = 0;
+  std::uint32_t end = 0;
+};
+using TokenRuns = std::vector<TokenRun>;
+
+// The id of the token at `pos` (REQUIRES a run covers it).
+std::uint64_t token_id(const TokenRuns& runs, std::uint32_t pos);
+
+class RadixCache {
+ public:
+  struct Node {
+    Node* parent = nullptr;
+    std::uint32_t start = 0;  // tokens before the node on its path
+    std::uint32_t end = 0;
+    TokenRuns key;                // runs covering [start, end)
+    std::vector<BlockId> pages;   // (end - start) / page_tokens (none when keys only)
+    std::unordered_map<std::uint64_t, std::unique_ptr<Node>> children;  // by first page's id
+    std::uint32_t lock_ref = 0;
+    std::uint64_t last_access = 0;  // the cache's clock at the last touch
+    std::uint32_t tokens() const { return end - start; }
+  };
+
+  // `pool` receives evicted pages; nullptr keeps keys only (SGLang's
+  // RadixCache.create_simulated, the waiting queue's tree).
+  RadixCache(BlockPool* pool, std::uint32_t page_tokens);
+  ~RadixCache();
+  RadixCache(const RadixCache&) = delete;
+  RadixCache& operator=(const RadixCache&) = delete;
+
+  Node* root() { return root_.get(); }
+  const Node* root() const { return root_.get(); }
+  std::uint32_t page_tokens() const { return page_; }
+
+  // RadixCache.match_prefix: the longest cached prefix of `seq` within its
+  // first `max_tokens` tokens, cut to whole pages. Appends its pages to
+  // `pages` (unless null) and sets `last` to the node it ends in, splitting a
+  // node it ends inside. Touches the nodes on the path. Returns its tokens.
+  std::uint32_t match_prefix(const TokenRuns& seq, std::uint32_t max_tokens,
+                             std::vector<BlockId>* pages, Node*& last);
+  // RadixCache.insert: the first `tokens` tokens of `seq` (whole pages) with
+  // their pages. Returns the tokens already in the tree (the pages given for
+  // them are not taken: the caller frees those it owns); the tree takes the
+  // pages from there on.
+  std::uint32_t insert(const TokenRuns& seq, std::uint32_t tokens, std::span<const BlockId> pages);
+  void inc_lock_ref(Node* node);
+  void dec_lock_ref(Node* node);
+  // RadixCache.evict: frees unlocked leaves, least recently used first, until
+  // `tokens` tokens are freed or none is left. Returns the tokens freed.
+  std::uint32_t evict(std::uint32_t tokens);
+  // Empties the tree (keys-only trees: the waiting queue's, per round).
+  void reset();
+
+  std::uint64_t evictable_size() const { return evictable_; }
+  std::uint64_t protected_size() const { return protected_; }
+  std::uint64_t total_size() const { return evictable_ + protected_; }
+  std::uint64_t nodes() const { return nodes_; }
+  std::uint64_t evicted_pages() const { return evicted_pages_; }
+  // Every page the tree holds (for the scheduler's ownership check).
+  void pages(std::vector<BlockId>& out) const;
+
+  struct Problem {
+    std::string invariant;
+    std::string message;
+  };
+  // R1-R3; `locked` lists each holder's locked node (a node once per holder).
+  std::optional<Problem> check(std::span<const Node* const> locked) const;
+
+ private:
+  friend struct RadixCacheFaults;  // tests plant faults
+  std::uint64_t touch() { return ++clock_; }
+  // The first position in [from, to) where `node`'s key and `seq` differ
+  // (to when none); `j` is the run of `seq` covering `from`, moved along.
+  static std::uint32_t first_difference(const Node& node, const TokenRuns& seq, std::size_t& j,
+                                        std::uint32_t from, std::uint32_t to);
+  // The child of `node` whose first page is seq's page at `pos`, or null.
+  Node* child_at(Node& node, const TokenRuns& seq, std::uint32_t pos) const;
+  // RadixCache._split_node: `child` becomes [at, end) under a new node
+  // [start, at) that takes its place; returns the new node.
+  Node* split(Node* child, std::uint32_t at);
+  std::uint64_t page_id(const Node& node) const { return token_id(node.key, node.start + page_ - 1); }
+  std::uint32_t floor_page(std::uint32_t tokens) const { return tokens / page_ * page_; }
+
+  BlockPool* pool_;
+  std::uint32_t page_;
+  std::unique_ptr<Node> root_;
+  std::uint64_t evictable_ = 0;
+  std::uint64_t protected_ = 0;
+  std::uint64_t nodes_ = 0;
+  std::uint64_t clock_ = 0;
+  std::uint64_t evicted_pages_ = 0;
+};
+
+}  // namespace kvreplay

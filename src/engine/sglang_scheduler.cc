@@ -1,0 +1,829 @@
+// The sglang engine, rule by rule. Each rule names the SGLang function it
+// comes from: python/sglang/srt/managers/scheduler.py (Scheduler),
+// schedule_policy.py (SchedulePolicy, PrefillAdder), schedule_batch.py (Req,
+// ScheduleBatch) and mem_cache/radix_cache.py (RadixCache), as of SGLang
+// v0.5. Where kvreplay differs, the comment says so.
+#include "engine/sglang_scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "core/enum_names.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr EnumName<SchedulePolicy> kPolicyNames[] = {
+    {SchedulePolicy::kFcfs, "fcfs"},
+    {SchedulePolicy::kLpm, "lpm"},
+};
+static_assert(enum_names_unique(kPolicyNames));
+
+// Token ids of a request's own tokens (those the trace names for no other
+// request) and of a trace's named prefixes, above any hash id a trace gives
+// in practice (the vllm engine's keys use the same bases).
+constexpr std::uint64_t kOwnBase = 1ull << 62;
+constexpr std::uint64_t kPrefixBase = 1ull << 63;
+constexpr std::uint32_t kOpenEnd = std::numeric_limits<std::uint32_t>::max();
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+std::string_view to_string(SchedulePolicy policy) {
+  return enum_name(kPolicyNames, policy);
+}
+std::optional<SchedulePolicy> parse_schedule_policy(std::string_view name) {
+  return enum_parse(kPolicyNames, name);
+}
+std::vector<std::string> schedule_policy_names() {
+  return enum_names(kPolicyNames);
+}
+
+std::uint32_t sglang_chunked_prefill_default(double gpu_gib) {
+  if (gpu_gib < 35) return 2048;
+  if (gpu_gib < 60) return 4096;
+  if (gpu_gib < 160) return 8192;
+  return 16384;
+}
+
+struct SglangScheduler::Req {
+  Request request;
+  TokenRuns seq;  // every token's id: prompt, then the request's own output
+  std::shared_ptr<RequestTimes> times;
+  std::shared_ptr<std::uint32_t> siblings_left;  // children of an n > 1 request not done
+  std::uint32_t generated = 0;                   // len(output_ids)
+  // req_to_token's row: one page per page_tokens tokens of KV (seq_lens).
+  std::vector<BlockId> kv;
+  std::uint32_t kv_len = 0;
+  // kv's first tree_len tokens are the tree's pages, locked through last_node
+  // (the root when none); the rest are the request's own.
+  std::uint32_t tree_len = 0;
+  RadixCache::Node* last_node = nullptr;
+  // This round (init_next_round_input): fill_ids' length, the prefix matched
+  // while waiting, and the tokens to compute.
+  std::uint32_t fill = 0;
+  std::uint32_t prefix = 0;
+  RadixCache::Node* match_node = nullptr;
+  std::uint32_t extend = 0;
+  bool truncated = false;  // this round computes a chunk, not the rest
+  bool admitted_before = false;
+  bool deprioritized = false;  // _compute_prefix_matches's temporary_deprioritized
+  bool done = false;
+  std::uint32_t retractions = 0;
+  std::uint32_t remaining() const {
+    return request.output > generated ? request.output - generated : 0;
+  }
+};
+
+// PrefillAdder: the budgets of one prefill batch.
+class SglangScheduler::Adder {
+ public:
+  explicit Adder(SglangScheduler& s)
+      : s_(s), rem_input_(s.options_.max_prefill_tokens) {
+    if (s.chunk_limit_) rem_chunk_ = *s.chunk_limit_;
+    // __init__: the running requests' future decode, reserved at new_token_ratio
+    // (_get_running_request_total_token_offset), their remaining output
+    // clipped at CLIP_MAX_NEW_TOKENS.
+    for (const auto& r : s.running_) {
+      total_offset_ += std::min(r->remaining(), kClipMaxNewTokens) * s.new_token_ratio_;
+    }
+  }
+  // rem_total_tokens and cur_rem_tokens: free and evictable tokens less what
+  // is reserved (total) and what this batch computes (cur).
+  double room() const {
+    return static_cast<double>(s_.pool_.free_count()) * s_.page_ +
+           static_cast<double>(s_.tree_.evictable_size());
+  }
+  double rem_total() const { return room() - total_offset_; }
+  double cur_rem() const { return room() - cur_offset_; }
+
+  AddResult budget_state() const {
+    if (rem_total() <= 0 || cur_rem() <= 0) return AddResult::kNoToken;
+    if (rem_input_ <= 0 || (rem_chunk_ && *rem_chunk_ <= 0)) return AddResult::kOther;
+    return AddResult::kContinue;
+  }
+
+  // _update_prefill_budget: page-ceiled extend tokens against every budget,
+  // and the output to come against the total.
+  void update_budget(std::uint32_t extend, std::uint32_t max_new) {
+    const auto tokens = static_cast<std::int64_t>(ceil_div(extend, s_.page_) * s_.page_);
+    total_offset_ += static_cast<double>(tokens) + max_new;
+    cur_offset_ += static_cast<double>(tokens);
+    rem_input_ -= tokens;
+    if (rem_chunk_) *rem_chunk_ -= tokens;
+  }
+
+  // add_chunked_req: the chunked request's next chunk, without a memory
+  // check (its prompt was checked whole when it was admitted).
+  void add_chunked(Req& req) {
+    const std::uint32_t rest = req.fill - req.kv_len;
+    const auto limit = static_cast<std::uint32_t>(std::max<std::int64_t>(*rem_chunk_, 0));
+    req.truncated = rest > limit;
+    // A chunk that stops short stops on a page boundary.
+    req.extend = req.truncated ? std::max(limit / s_.page_ * s_.page_, s_.page_) : rest;
+    req.truncated = req.extend < rest;
+    can_run.push_back(&req);
+    update_budget(req.extend,
+                  req.truncated ? 0 : std::min(req.remaining(), kClipMaxNewTokens));
+  }
+
+  // add_one_req (not ignore_eos: traces give output lengths, not stop rules).
+  AddResult add_one(Req& req) {
+    const std::uint32_t max_new = std::min(req.remaining(), kClipMaxNewTokens);
+    const std::uint32_t extend = req.fill - req.prefix;
+    // The page is the paged allocator's overhead (per_req_token_overhead).
+    const double total = static_cast<double>(extend) + max_new + s_.page_;
+    if (total >= rem_total()) return AddResult::kNoToken;
+    const auto input_tokens = static_cast<std::int64_t>(ceil_div(extend, s_.page_) * s_.page_);
+    // Without chunking, the first request may exceed the input budget.
+    if (!rem_chunk_ && !can_run.empty() && input_tokens >= rem_input_) return AddResult::kOther;
+    // _lock_node: the prefix is not evictable while the request is weighed,
+    // and stays locked once it is admitted (inc_lock_ref(req.last_node)).
+    s_.tree_.inc_lock_ref(req.match_node);
+    if (total > rem_total()) {
+      s_.tree_.dec_lock_ref(req.match_node);
+      return AddResult::kNoToken;
+    }
+    if (!rem_chunk_ || input_tokens <= *rem_chunk_) {
+      req.extend = extend;
+      req.truncated = false;
+      can_run.push_back(&req);
+      update_budget(extend, max_new);
+    } else {
+      // Chunked prefill: the chunk fills what is left of the chunk budget.
+      const auto trunc = static_cast<std::uint32_t>(*rem_chunk_ / s_.page_ * s_.page_);
+      if (trunc == 0) {
+        s_.tree_.dec_lock_ref(req.match_node);
+        return AddResult::kOther;
+      }
+      req.extend = trunc;
+      req.truncated = true;
+      can_run.push_back(&req);
+      new_chunked = &req;
+      update_budget(trunc, 0);
+    }
+    return budget_state();
+  }
+
+  std::vector<Req*> can_run;
+  Req* new_chunked = nullptr;
+
+ private:
+  SglangScheduler& s_;
+  double total_offset_ = 0;
+  double cur_offset_ = 0;
+  std::int64_t rem_input_;
+  std::optional<std::int64_t> rem_chunk_;
+};
+
+SglangScheduler::SglangScheduler(EngineShell& shell)
+    : shell_(shell),
+      config_(shell.config),
+      options_(shell.options.sglang),
+      sim_(shell.sim),
+      page_(std::max<std::uint32_t>(shell.config.kv.page_tokens, 1)),
+      pool_(shell.config.kv.pool_blocks, shell.config.alloc_order),
+      tree_(&pool_, page_),
+      waiting_tree_(nullptr, 1),
+      caching_(shell.options.prefix_cache) {
+  groups_ = config_.kv_groups;
+  if (groups_.empty()) {
+    groups_.push_back(KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, config_.kv.layers});
+  }
+  // ModelRunner: max_num_reqs = min(max(max_total_num_tokens / context_len *
+  // 512, 2048), 4096) unless --max-running-requests is given.
+  const std::uint64_t pool_tokens = std::uint64_t{pool_.total()} * page_;
+  max_running_ = options_.max_running_requests;
+  if (max_running_ == 0) {
+    const std::uint64_t context = std::max<std::uint64_t>(config_.kv.max_seq_tokens, 1);
+    max_running_ = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(std::max<std::uint64_t>(pool_tokens * 512 / context, 2048), 4096));
+  }
+  // A chunk holds at least a page.
+  if (options_.chunked_prefill_size > 0) chunk_limit_ = std::max(options_.chunked_prefill_size, page_);
+  // Scheduler.__init__: init_new_token_ratio = min(SGLANG_INIT_NEW_TOKEN_RATIO
+  // x schedule_conservativeness, 1), the minimum a factor of it, decayed
+  // linearly over SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS decode steps.
+  init_new_token_ratio_ = std::min(kInitNewTokenRatio * options_.schedule_conservativeness, 1.0);
+  min_new_token_ratio_ = std::min(init_new_token_ratio_ * kMinNewTokenRatioFactor, 1.0);
+  new_token_ratio_decay_ = (init_new_token_ratio_ - min_new_token_ratio_) / kNewTokenRatioDecaySteps;
+  new_token_ratio_ = init_new_token_ratio_;
+  min_ratio_seen_ = new_token_ratio_;
+}
+
+SglangScheduler::~SglangScheduler() = default;
+
+std::size_t SglangScheduler::num_running() const {
+  std::size_t n = chunked_ ? 1 : 0;
+  for (const auto& r : running_) n += r->done ? 0 : 1;
+  for (const auto& r : prefilled_) n += r->done ? 0 : 1;
+  return n;
+}
+
+std::optional<SkipReason> SglangScheduler::never_fits(const Request& request,
+                                                      std::uint64_t& need) const {
+  // TokenizerManager._validate_one_request: a prompt of context_len tokens or
+  // more, or one whose max_new_tokens would pass context_len, is refused.
+  const std::uint64_t total = std::uint64_t{request.prompt} + request.output;
+  if (request.prompt >= config_.kv.max_seq_tokens || total > config_.kv.max_seq_tokens) {
+    need = total;
+    return SkipReason::kTooLong;
+  }
+  // Scheduler.max_req_len is below max_total_num_tokens: a request whose
+  // prompt and output do not fit the pool with a page to spare would wait
+  // for ever (SGLang clips its max_new_tokens; kvreplay keeps the trace's
+  // output and skips it). `need` is in pages.
+  const std::uint64_t pool_tokens = std::uint64_t{pool_.total()} * page_;
+  if (total + page_ >= pool_tokens) {
+    need = ceil_div(total + page_, page_);
+    return SkipReason::kPoolTooSmall;
+  }
+  return std::nullopt;
+}
+
+void SglangScheduler::add_request(Request request) {
+  if (!request.prefix.empty()) prefix_ids_.emplace(request.prefix, prefix_ids_.size());
+  // The trace names each prompt token by its hash block (or named prefix);
+  // the rest of the prompt, and the output, are the request's own.
+  TokenRuns prompt;
+  if (!request.hash_ids.empty()) {
+    const std::uint64_t block = std::max<std::uint32_t>(request.hash_block_tokens, 1);
+    for (std::size_t k = 0; k < request.hash_ids.size() && k * block < request.prompt; ++k) {
+      const auto end = static_cast<std::uint32_t>(std::min<std::uint64_t>((k + 1) * block, request.prompt));
+      prompt.push_back(TokenRun{request.hash_ids[k], end});
+    }
+  } else if (!request.prefix.empty() && request.prefix_tokens > 0) {
+    prompt.push_back(TokenRun{kPrefixBase + prefix_ids_.at(request.prefix),
+                              std::min(request.prefix_tokens, request.prompt)});
+  }
+  const std::uint64_t prompt_uid = next_uid_++;
+  const std::uint32_t named = prompt.empty() ? 0 : prompt.back().end;
+  if (named < request.prompt) prompt.push_back(TokenRun{kOwnBase + prompt_uid, request.prompt});
+  // n > 1: the tokenizer manager sends n requests of the same prompt; they
+  // share it through the tree.
+  const std::uint32_t n = request.n;
+  auto left = std::make_shared<std::uint32_t>(n);
+  auto times = std::make_shared<RequestTimes>(request_times(request));
+  for (std::uint32_t k = 0; k < n; ++k) {
+    auto req = std::make_unique<Req>();
+    req->request = request;
+    req->request.n = 1;
+    req->seq = prompt;
+    req->seq.push_back(TokenRun{kOwnBase + next_uid_++, kOpenEnd});
+    req->times = times;
+    req->siblings_left = left;
+    req->last_node = tree_.root();
+    req->match_node = tree_.root();
+    waiting_.push_back(std::move(req));
+  }
+}
+
+void SglangScheduler::init_next_round(Req& req) {
+  // Req.init_next_round_input: fill_ids = origin_input_ids + output_ids, the
+  // prefix matched in the tree capped at input_len - 1 (_compute_max_prefix_len:
+  // the last token is computed to sample the next).
+  req.fill = req.request.prompt + req.generated;
+  if (!caching_) {
+    // --no-prefix-cache is SGLang's --disable-radix-cache (ChunkCache): no
+    // match, nothing kept after a request.
+    req.prefix = 0;
+    req.match_node = tree_.root();
+    return;
+  }
+  // The pages are read from the path when the request is admitted (path_pages).
+  req.prefix = tree_.match_prefix(req.seq, req.fill - 1, nullptr, req.match_node);
+}
+
+void SglangScheduler::sort_longest_prefix() {
+  // SchedulePolicy.calc_priority: lpm matches every waiting request and sorts
+  // by the longest prefix (_sort_by_longest_prefix, stable), unless more than
+  // 128 wait (_determine_active_policy: fcfs then). In-batch prefix caching
+  // (_compute_prefix_matches): a request with at most 32 cached tokens whose
+  // prompt shares at least 32 with an earlier waiting one is put last, so
+  // that one computes the shared part first.
+  if (waiting_.size() > kLpmQueueLimit) return;
+  waiting_tree_.reset();
+  for (auto& r : waiting_) {
+    init_next_round(*r);
+    r->deprioritized = false;
+    if (r->prefix > kInBatchThreshold) continue;
+    RadixCache::Node* node = nullptr;
+    const std::uint32_t in_batch = waiting_tree_.match_prefix(r->seq, r->fill, nullptr, node);
+    if (in_batch >= kInBatchThreshold) {
+      r->deprioritized = true;
+    } else {
+      waiting_tree_.insert(r->seq, r->fill, {});
+    }
+  }
+  std::stable_sort(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
+    const double ka = a->deprioritized ? std::numeric_limits<double>::infinity()
+                                       : -static_cast<double>(a->prefix);
+    const double kb = b->deprioritized ? std::numeric_limits<double>::infinity()
+                                       : -static_cast<double>(b->prefix);
+    return ka < kb;
+  });
+}
+
+void SglangScheduler::new_prefill_batch(std::vector<Req*>& batch) {
+  // Scheduler.get_new_batch_prefill.
+  if ((batch_is_full_ || waiting_.empty()) && !chunked_) return;
+  const std::size_t running_bs = running_.size();
+  if (running_bs >= max_running_ && !chunked_) {
+    batch_is_full_ = true;
+    return;
+  }
+  // _validate_and_adjust_policy: without the tree, lpm is fcfs.
+  if (options_.policy == SchedulePolicy::kLpm && caching_) sort_longest_prefix();
+  Adder adder(*this);
+  if (chunked_) {
+    chunked_->fill = chunked_->request.prompt + chunked_->generated;
+    adder.add_chunked(*chunked_);
+  }
+  for (auto& r : waiting_) {
+    if (running_bs + adder.can_run.size() >= max_running_) {
+      batch_is_full_ = true;
+      break;
+    }
+    init_next_round(*r);
+    const AddResult result = adder.add_one(*r);
+    if (result != AddResult::kContinue) {
+      if (result == AddResult::kNoToken) batch_is_full_ = true;
+      break;
+    }
+  }
+  batch = std::move(adder.can_run);
+}
+
+bool SglangScheduler::make_room(std::uint64_t tokens, std::uint64_t pages) {
+  // alloc_token_slots / _evict_tree_cache_if_needed: when fewer tokens are
+  // free than asked, the tree evicts that many.
+  if (std::uint64_t{pool_.free_count()} * page_ < tokens) {
+    tree_.evict(static_cast<std::uint32_t>(std::min<std::uint64_t>(tokens, kOpenEnd)));
+  }
+  return pool_.free_count() >= pages;
+}
+
+void SglangScheduler::extend_kv(Req& req, std::uint32_t tokens) {
+  const std::uint32_t old_len = req.kv_len;
+  const std::uint32_t new_len = old_len + tokens;
+  if (old_len % page_ != 0) {
+    const BlockId last = req.kv.back();
+    pool_.set_filled(last, pool_.filled(last) + std::min(tokens, page_ - old_len % page_));
+  }
+  const std::size_t old_pages = req.kv.size();
+  const auto pages = static_cast<std::size_t>(ceil_div(new_len, page_));
+  if (pages > old_pages) {
+    pool_.take_free_filled(static_cast<std::uint32_t>(pages - old_pages),
+                           new_len - static_cast<std::uint32_t>(old_pages) * page_, page_, req.kv);
+  }
+  in_use_entries_ += pages - old_pages;
+  req.kv_len = new_len;
+}
+
+void SglangScheduler::free_own(Req& req, std::size_t first) {
+  for (std::size_t i = first; i < req.kv.size(); ++i) (void)pool_.release(req.kv[i]);
+  in_use_entries_ -= req.kv.size() - std::min(first, req.kv.size());
+  req.kv.resize(std::min(first, req.kv.size()));
+}
+
+void SglangScheduler::path_pages(const RadixCache::Node* node, std::uint32_t from,
+                                 std::uint32_t to, std::vector<BlockId>& kv) const {
+  for (; node != nullptr && node->end > from; node = node->parent) {
+    const std::uint32_t lo = std::max(node->start, from);
+    const std::uint32_t hi = std::min(node->end, to);
+    for (std::uint32_t t = lo; t < hi; t += page_) kv[t / page_] = node->pages[(t - node->start) / page_];
+  }
+}
+
+void SglangScheduler::cache_unfinished(Req& req) {
+  // RadixCache.cache_unfinished_req: the tokens computed so far, whole pages,
+  // enter the tree; the request's own pages the tree already had are freed,
+  // and the request continues on the tree's pages (match_prefix again), its
+  // lock moved to the new last node. The partial last page stays its own.
+  if (!caching_) return;
+  const std::uint32_t aligned = req.kv_len / page_ * page_;
+  const std::uint32_t present =
+      tree_.insert(req.seq, aligned, std::span<const BlockId>(req.kv).first(aligned / page_));
+  for (std::uint32_t p = req.tree_len / page_; p < present / page_; ++p) {
+    (void)pool_.release(req.kv[p]);
+  }
+  // The tree's pages replace those freed; below tree_len they were the
+  // tree's already, from `present` on they are the request's, now the tree's.
+  RadixCache::Node* node = nullptr;
+  const std::uint32_t matched = tree_.match_prefix(req.seq, aligned, nullptr, node);
+  assert(matched == aligned);
+  (void)matched;
+  path_pages(node, req.tree_len, present, req.kv);
+  tree_.dec_lock_ref(req.last_node);
+  tree_.inc_lock_ref(node);
+  req.last_node = node;
+  req.tree_len = aligned;
+}
+
+void SglangScheduler::cache_finished(Req& req) {
+  // RadixCache.cache_finished_req: every token with KV (input + output but
+  // the last, which was sampled and never computed), whole pages, enters the
+  // tree; the duplicates and the partial last page are freed; the lock goes.
+  if (!caching_) {
+    free_own(req, 0);
+    req.kv_len = 0;
+    return;
+  }
+  const std::uint32_t aligned = req.kv_len / page_ * page_;
+  const std::uint32_t present =
+      tree_.insert(req.seq, aligned, std::span<const BlockId>(req.kv).first(aligned / page_));
+  for (std::uint32_t p = req.tree_len / page_; p < present / page_; ++p) {
+    (void)pool_.release(req.kv[p]);
+  }
+  if (aligned < req.kv_len) (void)pool_.release(req.kv.back());
+  in_use_entries_ -= req.kv.size();
+  req.kv.clear();
+  tree_.dec_lock_ref(req.last_node);
+  req.last_node = tree_.root();
+  req.kv_len = req.tree_len = 0;
+}
+
+void SglangScheduler::release(Req& req, bool retraction) {
+  // ScheduleBatch.release_req (retract_decode): the request's own pages are
+  // freed, its lock released (what the tree holds stays cached), and
+  // reset_for_retract: it keeps its output and will re-prefill input + output.
+  free_own(req, req.tree_len / page_);
+  in_use_entries_ -= req.kv.size();
+  req.kv.clear();
+  tree_.dec_lock_ref(req.last_node);
+  req.last_node = tree_.root();
+  req.kv_len = req.tree_len = 0;
+  if (!retraction) return;
+  ++req.retractions;
+  ++retracted_;
+  ++sim_.preemptions;
+  if (req.times) ++req.times->preemptions;
+}
+
+void SglangScheduler::finished(Req& req) {
+  req.done = true;
+  cache_finished(req);
+  if (--*req.siblings_left == 0) {
+    if (req.times->skipped) {
+      ++sim_.skipped;
+      ++sim_.skipped_stalled;
+      shell_.request_skipped(*req.times);
+    } else {
+      ++sim_.finished;
+      shell_.request_done(req.times);
+    }
+  }
+}
+
+void SglangScheduler::count_admission(const Req& req) {
+  // PrefillAdder's log_hit_tokens and log_input_tokens (#cached-token,
+  // #new-token), as the prefix cache's queries and hits; a retracted
+  // request's readmission apart (reprocessed_log_*).
+  const bool readmission = req.retractions > 0;
+  (readmission ? sim_.preempted_queries : sim_.queries) += req.fill;
+  (readmission ? sim_.preempted_hits : sim_.hits) += req.prefix;
+  if (readmission || req.admitted_before) return;
+  // Req.cached_tokens as the response's meta_info reports it.
+  req.times->cached_tokens = std::max(req.times->cached_tokens, req.prefix);
+  sim_.query_tokens += req.request.prompt;
+  sim_.hit_tokens += req.prefix;
+  sim_.hit_blocks += req.prefix / page_;
+  sim_.hit_rate_sum += static_cast<double>(req.prefix) / static_cast<double>(req.request.prompt);
+  ++sim_.hit_rate_requests;
+}
+
+bool SglangScheduler::prefill_step(std::vector<Req*>& batch) {
+  ++prefill_batches_;
+  // The batch's requests leave the waiting queue (the chunked one is held
+  // apart); a new one takes the prefix it matched, locked by add_one_req.
+  std::vector<std::unique_ptr<Req>> owned;
+  for (Req* r : batch) {
+    if (chunked_ && chunked_.get() == r) {
+      owned.push_back(std::move(chunked_));
+      continue;
+    }
+    auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                           [r](const auto& w) { return w.get() == r; });
+    owned.push_back(std::move(*it));
+    waiting_.erase(it);
+    Req& req = *owned.back();
+    count_admission(req);
+    req.admitted_before = true;
+    req.kv.resize(req.prefix / page_);
+    path_pages(req.match_node, 0, req.prefix, req.kv);
+    in_use_entries_ += req.kv.size();
+    req.kv_len = req.tree_len = req.prefix;
+    req.last_node = req.match_node;
+    if (req.truncated) ++chunked_prefills_;
+  }
+  // ScheduleBatch.prepare_for_extend: the batch's tokens at once
+  // (alloc_token_slots, evicting first). PrefillAdder keeps them within the
+  // free and evictable tokens; a chunk of the request being prefilled in
+  // chunks is not checked again, and where SGLang would stop with "Prefill
+  // out of memory", kvreplay puts requests back from the batch's end (the
+  // chunked one released as a retraction) until the rest fits.
+  auto pages_needed = [&] {
+    std::uint64_t pages = 0;
+    std::uint64_t tokens = 0;
+    for (const auto& r : owned) {
+      pages += ceil_div(r->kv_len + r->extend, page_) - r->kv.size();
+      tokens += r->extend + (page_ > 1 ? page_ : 0);
+    }
+    return std::pair{tokens, pages};
+  };
+  for (;;) {
+    auto [tokens, pages] = pages_needed();
+    if (make_room(tokens, pages)) break;
+    ++prefill_out_of_memory_;
+    std::unique_ptr<Req> back = std::move(owned.back());
+    owned.pop_back();
+    release(*back, false);
+    back->truncated = false;
+    waiting_.insert(waiting_.begin(), std::move(back));
+    if (owned.empty()) return true;
+  }
+  sim_.max_running = std::max<std::uint64_t>(sim_.max_running, running_.size() + owned.size());
+  for (auto& r : owned) {
+    shell_.schedule_work(r->times.get(), r->kv_len, r->extend, true);
+    sim_.prompt_tokens_computed += r->extend;
+    extend_kv(*r, r->extend);
+  }
+  // Scheduler.process_batch_result_prefill: a chunk that is not the last
+  // enters the tree (the chunked request is cached before the next batch is
+  // formed, get_next_batch_to_run); a finished prefill samples a token, and
+  // the request finishes or enters the tree and joins the running batch.
+  for (auto& r : owned) {
+    if (r->truncated) {
+      cache_unfinished(*r);
+      chunked_ = std::move(r);
+      continue;
+    }
+    ++r->generated;
+    ++sim_.output_tokens;
+    shell_.first_token(r->times);
+    if (r->generated >= r->request.output) {
+      finished(*r);
+      continue;
+    }
+    cache_unfinished(*r);
+    prefilled_.push_back(std::move(r));
+  }
+  return true;
+}
+
+bool SglangScheduler::decode_room(std::size_t count) {
+  // ScheduleBatch.check_decode_mem: a page for each request whose next token
+  // starts one (new_page_count_next_decode), evicting if needed.
+  std::uint64_t pages = 0;
+  for (std::size_t i = 0; i < count; ++i) pages += running_[i]->kv_len % page_ == 0 ? 1 : 0;
+  return make_room(pages * page_, pages);
+}
+
+void SglangScheduler::retract_decode() {
+  // ScheduleBatch.retract_decode: sorted by (output tokens, -input tokens)
+  // descending, requests leave from the end (the fewest output tokens, the
+  // longest prompt among equals) until one decode step fits, at least one,
+  // never the last. Each freed request gives its memory at once
+  // (release_req: eviction for SGLANG_RETRACT_DECODE_STEPS tokens of each
+  // remaining request). They rejoin the waiting queue at its end
+  // (_extend_requests_to_queue).
+  std::stable_sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) {
+    if (a->generated != b->generated) return a->generated > b->generated;
+    return a->request.prompt < b->request.prompt;
+  });
+  bool first = true;
+  while (first || !decode_room(running_.size())) {
+    if (running_.size() == 1) break;
+    first = false;
+    std::unique_ptr<Req> victim = std::move(running_.back());
+    running_.pop_back();
+    release(*victim, true);
+    const std::uint64_t tokens = std::uint64_t{kRetractDecodeSteps} * running_.size();
+    make_room(tokens, 0);
+    waiting_.push_back(std::move(victim));
+  }
+  // The new ratio: (decoded + SGLANG_RETRACT_DECODE_STEPS x requests) over
+  // their max_new_tokens, at most 1.
+  double decoded = 0;
+  double max_new = 0;
+  for (const auto& r : running_) {
+    decoded += r->generated;
+    max_new += r->request.output;
+  }
+  new_token_ratio_ =
+      std::min(1.0, (decoded + double{kRetractDecodeSteps} * static_cast<double>(running_.size())) /
+                        (max_new + 1));
+}
+
+bool SglangScheduler::decode_step() {
+  // Scheduler.update_running_batch (finished requests were filtered out by
+  // step()): retract when a decode step does not fit, else let the ratio decay.
+  if (!decode_room(running_.size())) {
+    const std::size_t before = running_.size();
+    retract_decode();
+    if (running_.size() < before) batch_is_full_ = false;
+    if (!decode_room(running_.size())) {
+      shell_.violation = Violation{sim_.steps + 1, running_.front()->request.line, "S3",
+                                   "a lone running request cannot decode: the pool is full"};
+      return false;
+    }
+  } else {
+    new_token_ratio_ = std::max(new_token_ratio_ - new_token_ratio_decay_, min_new_token_ratio_);
+  }
+  min_ratio_seen_ = std::min(min_ratio_seen_, new_token_ratio_);
+  ++decode_batches_;
+  sim_.max_running = std::max<std::uint64_t>(sim_.max_running, running_.size());
+  // prepare_for_decode: a slot for each request's last token; the step
+  // samples the next; a request that reaches its output finishes
+  // (process_batch_result_decode: cache_finished_req).
+  for (auto& r : running_) {
+    shell_.schedule_work(r->times.get(), r->kv_len, 1, false);
+    extend_kv(*r, 1);
+    ++r->generated;
+    ++sim_.output_tokens;
+    if (r->generated >= r->request.output) finished(*r);
+  }
+  return true;
+}
+
+void SglangScheduler::skip_stalled() {
+  // With nothing running, the head of the queue was refused: it never fits
+  // (never_fits rules most such requests out). Skipped, as the vllm engine
+  // skips a stalled request.
+  std::unique_ptr<Req> req = std::move(waiting_.front());
+  waiting_.erase(waiting_.begin());
+  ++stalled_;
+  batch_is_full_ = false;
+  auto& first = shell_.first_skipped[static_cast<std::size_t>(SkipReason::kPoolTooSmall)];
+  if (!first) {
+    first = SkippedRequest{req->request.line, req->request.id,
+                           ceil_div(std::uint64_t{req->request.prompt} + req->request.output, page_)};
+  }
+  req->times->skipped = true;
+  if (--*req->siblings_left == 0) {
+    ++sim_.skipped;
+    ++sim_.skipped_stalled;
+    shell_.request_skipped(*req->times);
+  }
+}
+
+bool SglangScheduler::step() {
+  ++shell_.tick;
+  // Scheduler.get_next_batch_to_run: the last prefill batch joins the running
+  // batch; a new prefill batch when one can be formed, else a decode step.
+  for (auto& r : prefilled_) running_.push_back(std::move(r));
+  prefilled_.clear();
+  std::vector<Req*> batch;
+  new_prefill_batch(batch);
+  if (!batch.empty()) return prefill_step(batch);
+  // update_running_batch: finished requests leave; a smaller batch may admit again.
+  const std::size_t before = running_.size();
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+  if (running_.size() < before) batch_is_full_ = false;
+  if (!running_.empty()) return decode_step();
+  // An idle round: the ratio starts over (Scheduler.self_check_during_idle
+  // resets new_token_ratio), and admission is tried with nothing running.
+  new_token_ratio_ = init_new_token_ratio_;
+  new_prefill_batch(batch);
+  if (!batch.empty()) return prefill_step(batch);
+  if (!waiting_.empty()) skip_stalled();
+  return true;
+}
+
+void SglangScheduler::record() {
+  ReplayState& state = shell_.state;
+  std::uint64_t live = 0;
+  std::uint64_t logical = 0;
+  auto add = [&](const Req& r) {
+    if (r.done) return;
+    ++live;
+    logical += r.kv_len;
+  };
+  for (const auto& r : running_) add(*r);
+  for (const auto& r : prefilled_) add(*r);
+  if (chunked_) add(*chunked_);
+  state.live_sequences = live;
+  state.logical_tokens = logical;
+  state.table_entries = in_use_entries_;
+  record_event(state, shell_.totals, pool_.used_count(), pool_.filled_total(), page_);
+  // token_usage as SGLang logs it: tokens neither free nor evictable, over the pool.
+  const std::uint32_t resident = cache_resident_blocks();
+  const std::uint32_t in_use = pool_.used_count() - resident;
+  const double usage = static_cast<double>(in_use) / std::max<double>(pool_.total(), 1);
+  token_usage_sum_ += usage;
+  token_usage_peak_ = std::max(token_usage_peak_, usage);
+  sim_.in_use_sum += in_use;
+  sim_.peak_cache_resident = std::max(sim_.peak_cache_resident, resident);
+  if (sim_.steps <= 1 || in_use > sim_.peak_in_use) {
+    sim_.peak_in_use = in_use;
+    const std::uint64_t referenced = std::min<std::uint64_t>(in_use_entries_, pool_.total());
+    sim_.saved_blocks_at_peak = referenced > in_use ? referenced - in_use : 0;
+  }
+  shell_.totals.saved_blocks_at_peak = static_cast<std::int64_t>(sim_.saved_blocks_at_peak);
+}
+
+bool SglangScheduler::check() {
+  ++shell_.totals.checks;
+  // R1-R3: the tree itself, each unfinished request holding one lock.
+  std::vector<const RadixCache::Node*> locked;
+  std::vector<const Req*> live;
+  for (const auto& r : running_) live.push_back(r.get());
+  for (const auto& r : prefilled_) live.push_back(r.get());
+  if (chunked_) live.push_back(chunked_.get());
+  for (const Req* r : live) {
+    if (!r->done && r->last_node != tree_.root()) locked.push_back(r->last_node);
+  }
+  auto fail = [&](std::string invariant, std::string message) {
+    shell_.violation = Violation{sim_.steps, 0, std::move(invariant), std::move(message)};
+    return false;
+  };
+  if (auto problem = tree_.check(locked)) return fail(problem->invariant, problem->message);
+  // S1: a request's first tree_len tokens are the pages on its locked node's
+  // path, its KV fills its pages, and a waiting request holds nothing.
+  std::vector<BlockId> holds;
+  tree_.pages(holds);
+  std::uint64_t entries = 0;
+  for (const Req* r : live) {
+    if (r->done) {
+      if (!r->kv.empty()) return fail("S1", fmt::format("request {} finished with pages", r->request.id));
+      continue;
+    }
+    if (r->kv.size() != ceil_div(r->kv_len, page_) || r->tree_len > r->kv_len ||
+        r->tree_len % page_ != 0 || r->last_node->end != r->tree_len) {
+      return fail("S1", fmt::format("request {}: {} pages for {} tokens, {} in the tree, its "
+                                    "node ends at {}",
+                                    r->request.id, r->kv.size(), r->kv_len, r->tree_len,
+                                    r->last_node->end));
+    }
+    std::vector<BlockId> path;
+    for (const RadixCache::Node* n = r->last_node; n != nullptr; n = n->parent) {
+      path.insert(path.begin(), n->pages.begin(), n->pages.end());
+    }
+    if (!std::equal(path.begin(), path.end(), r->kv.begin())) {
+      return fail("S1", fmt::format("request {}: its first {} tokens are not its tree path's pages",
+                                    r->request.id, r->tree_len));
+    }
+    holds.insert(holds.end(), r->kv.begin() + r->tree_len / page_, r->kv.end());
+    entries += r->kv.size();
+  }
+  for (const auto& r : waiting_) {
+    if (!r->kv.empty() || r->last_node != tree_.root()) {
+      return fail("S1", fmt::format("waiting request {} holds pages or a lock", r->request.id));
+    }
+  }
+  if (entries != in_use_entries_) {
+    return fail("S1", fmt::format("{} request pages counted, {} recounted", in_use_entries_, entries));
+  }
+  // S2: every live page is held exactly once, by the tree or by one request's
+  // own tail (I1-I3 over those holds: refcounts, the free list, fills).
+  if (auto found = checker_.check(pool_, page_, {}, holds)) {
+    return fail("S2", found->message);
+  }
+  return true;
+}
+
+std::vector<BlockId>& SglangScheduler::running_kv(std::size_t i) {
+  return running_.at(i)->kv;
+}
+
+std::vector<std::vector<std::vector<BlockId>>> SglangScheduler::running_group_tables() const {
+  std::vector<std::vector<std::vector<BlockId>>> out;
+  for (const auto& r : running_) {
+    if (!r->done) out.push_back({r->kv});
+  }
+  return out;
+}
+
+void SglangScheduler::add_figures(nlohmann::json& report) const {
+  const double steps = static_cast<double>(std::max<std::uint64_t>(sim_.steps, 1));
+  report["sglang"] = {
+      {"schedule_policy", std::string(to_string(options_.policy))},
+      {"page_size", page_},
+      {"chunked_prefill_size", options_.chunked_prefill_size},
+      {"max_prefill_tokens", options_.max_prefill_tokens},
+      {"max_running_requests", max_running_},
+      {"max_total_num_tokens", std::uint64_t{pool_.total()} * page_},
+      {"retracted_requests", retracted_},
+      {"prefill_batches", prefill_batches_},
+      {"decode_batches", decode_batches_},
+      {"chunked_prefills", chunked_prefills_},
+      {"prefill_out_of_memory", prefill_out_of_memory_},
+      {"cached_tokens", sim_.hit_tokens},
+      {"token_usage", {{"peak", token_usage_peak_}, {"mean", token_usage_sum_ / steps}}},
+      {"new_token_ratio", {{"init", init_new_token_ratio_}, {"min", min_ratio_seen_},
+                           {"final", new_token_ratio_}}},
+      {"radix_nodes", tree_.nodes()}};
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,146 @@
+// The sglang engine (SPEC 3.1): SGLang's scheduler and radix cache over the
+// real pool (engine/sglang_scheduler.cc, each rule citing the SGLang function
+// it comes from, python/sglang/srt/managers/scheduler.py, schedule_policy.py,
+// schedule_batch.py and mem_cache/radix_cache.py):
+//   - a step runs a prefill batch when one can be formed, else one decode step
+//     of every running request (get_next_batch_to_run; no mixed chunks);
+//   - the waiting queue is ordered by policy (lpm: longest cached prefix
+//     first, fcfs), and PrefillAdder admits requests within the token budgets
+//     and a reservation of new_token_ratio x the running requests' remaining
+//     output; one request at a time is prefilled in chunks;
+//   - prompts enter the radix tree when their prefill (or chunk) ends, every
+//     token of a request when it finishes (cache_unfinished_req,
+//     cache_finished_req); a request locks the nodes it uses;
+//   - when a decode step finds no room, requests are retracted (fewest
+//     output tokens first) and re-queued to recompute later.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "core/invariants.h"
+#include "engine/radix_cache.h"
+#include "engine/scheduler.h"
+
+namespace kvreplay {
+
+class SglangScheduler final : public Scheduler {
+ public:
+  explicit SglangScheduler(EngineShell& shell);
+  ~SglangScheduler() override;
+
+  std::optional<SkipReason> never_fits(const Request& request, std::uint64_t& need) const override;
+  void add_request(Request request) override;
+  bool step() override;
+  std::size_t num_waiting() const override { return waiting_.size(); }
+  std::size_t num_running() const override;
+  void record() override;
+  bool check() override;
+  const BlockPool& pool() const override { return pool_; }
+  std::uint64_t evictions() const override { return tree_.evicted_pages(); }
+  std::uint32_t cache_resident_blocks() const override {
+    return static_cast<std::uint32_t>(tree_.evictable_size() / page_);
+  }
+  const std::optional<BlockId>& null_block() const override { return no_null_block_; }
+  const std::vector<KvCacheGroupSpec>& kv_groups() const override { return groups_; }
+  std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const override;
+  void add_figures(nlohmann::json& report) const override;
+
+  const RadixCache& tree() const { return tree_; }
+  std::uint32_t max_running_requests() const { return max_running_; }
+  double new_token_ratio() const { return new_token_ratio_; }
+
+  // SGLang's constants (environment variables there).
+  static constexpr std::uint32_t kClipMaxNewTokens = 4096;  // SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+  static constexpr std::uint32_t kRetractDecodeSteps = 20;  // SGLANG_RETRACT_DECODE_STEPS
+  static constexpr double kInitNewTokenRatio = 0.7;         // SGLANG_INIT_NEW_TOKEN_RATIO
+  static constexpr double kMinNewTokenRatioFactor = 0.14;   // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+  static constexpr double kNewTokenRatioDecaySteps = 600;   // SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+  static constexpr std::uint32_t kLpmQueueLimit = 128;      // _determine_active_policy
+  static constexpr std::uint32_t kInBatchThreshold = 32;    // IN_BATCH_PREFIX_CACHING_*_THRESHOLD
+
+ private:
+  friend struct SglangFaults;  // tests plant faults
+  struct Req;
+  enum class AddResult : std::uint8_t { kContinue, kNoToken, kOther };
+  class Adder;
+
+  // The KV pages of the i-th running request (fault tests).
+  std::vector<BlockId>& running_kv(std::size_t i);
+  bool prefill_step(std::vector<Req*>& batch);
+  bool decode_step();
+  // get_new_batch_prefill: the requests of this step's prefill batch.
+  void new_prefill_batch(std::vector<Req*>& batch);
+  // SchedulePolicy.calc_priority under lpm.
+  void sort_longest_prefix();
+  // Req.init_next_round_input: the tokens to fill and the cached prefix.
+  void init_next_round(Req& req);
+  // alloc_token_slots: evicts (RadixCache.evict) when the free pages are fewer
+  // than `tokens` need; false when the pool still cannot give `pages`.
+  bool make_room(std::uint64_t tokens, std::uint64_t pages);
+  // Grows req's KV by `tokens` (pages from the pool). REQUIRES the room.
+  void extend_kv(Req& req, std::uint32_t tokens);
+  // Writes the pages of tokens [from, to) on the path ending at `node` into
+  // kv (REQUIRES kv covers them).
+  void path_pages(const RadixCache::Node* node, std::uint32_t from, std::uint32_t to,
+                  std::vector<BlockId>& kv) const;
+  void cache_unfinished(Req& req);
+  void cache_finished(Req& req);
+  // Frees the pages req owns from page `first` on.
+  void free_own(Req& req, std::size_t first);
+  // ScheduleBatch.release_req, as retract_decode does it (counted when a
+  // retraction, not when a prefill batch puts a request back).
+  void release(Req& req, bool retraction);
+  void finished(Req& req);
+  // check_decode_mem: room for one decode step of the running requests
+  // (those of `running_` before `count`), evicting if needed.
+  bool decode_room(std::size_t count);
+  void retract_decode();
+  void count_admission(const Req& req);
+  // A waiting request that cannot be admitted with nothing running.
+  void skip_stalled();
+
+  EngineShell& shell_;
+  const RunConfig& config_;
+  const SglangOptions& options_;
+  SimTotals& sim_;
+  std::uint32_t page_;
+  BlockPool pool_;
+  RadixCache tree_;
+  RadixCache waiting_tree_;  // _compute_prefix_matches's in-batch tree
+  bool caching_;             // no: --no-prefix-cache (SGLang's ChunkCache)
+  InvariantChecker checker_;
+  std::vector<std::unique_ptr<Req>> waiting_;
+  std::vector<std::unique_ptr<Req>> running_;  // finished ones until the next decode step
+  std::unique_ptr<Req> chunked_;               // Scheduler.chunked_req
+  std::vector<std::unique_ptr<Req>> prefilled_;  // last step's prefill batch, to merge
+  bool batch_is_full_ = false;
+  std::uint32_t max_running_ = 0;
+  std::optional<std::uint32_t> chunk_limit_;  // rem_chunk_tokens' start; none: chunking off
+  double init_new_token_ratio_ = kInitNewTokenRatio;
+  double min_new_token_ratio_ = 0;
+  double new_token_ratio_decay_ = 0;
+  double new_token_ratio_ = kInitNewTokenRatio;
+  std::uint64_t next_uid_ = 0;
+  std::map<std::string, std::uint64_t> prefix_ids_;
+  std::vector<KvCacheGroupSpec> groups_;
+  std::optional<BlockId> no_null_block_;
+  // Figures of SGLang's own (the report's "sglang" section).
+  std::uint64_t retracted_ = 0;
+  std::uint64_t prefill_batches_ = 0;
+  std::uint64_t decode_batches_ = 0;
+  std::uint64_t chunked_prefills_ = 0;
+  std::uint64_t prefill_out_of_memory_ = 0;
+  std::uint64_t stalled_ = 0;
+  double token_usage_sum_ = 0;
+  double token_usage_peak_ = 0;
+  double min_ratio_seen_ = kInitNewTokenRatio;
+  std::uint64_t in_use_entries_ = 0;  // pages of KV the unfinished requests reference
+};
+
+}  // namespace kvreplay

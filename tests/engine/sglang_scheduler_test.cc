@@ -1,0 +1,346 @@
+// The sglang engine and its radix tree rule by rule, on micro-traces worked by
+// hand (traces/README.md, "The sglang engine, worked by hand"): one-token
+// pages unless a case says otherwise, pools of a few dozen tokens, the linear
+// cost model (the figures checked do not depend on time), and the invariants
+// checked after every step.
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "engine/micro_config.h"
+#include "engine/radix_cache.h"
+#include "engine/sglang_scheduler.h"
+#include "engine/simulator.h"
+
+namespace kvreplay {
+
+// Reaches into the tree to plant faults for check().
+struct RadixCacheFaults {
+  static void add_evictable(RadixCache& cache, std::uint64_t tokens) { cache.evictable_ += tokens; }
+};
+
+// Reaches into the engine to plant faults for check().
+struct SglangFaults {
+  static SglangScheduler& of(Simulator& sim) {
+    return const_cast<SglangScheduler&>(dynamic_cast<const SglangScheduler&>(sim.scheduler()));
+  }
+  // A page taken from the pool that nobody holds.
+  static void leak(Simulator& sim) { (void)of(sim).pool_.take_free(); }
+  // The first running request's first page swapped for its last.
+  static void swap_pages(Simulator& sim) {
+    auto& kv = of(sim).running_kv(0);
+    std::swap(kv.front(), kv.back());
+  }
+  static bool check(Simulator& sim) { return of(sim).check(); }
+};
+
+namespace {
+
+TokenRuns runs(std::initializer_list<TokenRun> list) {
+  return TokenRuns(list);
+}
+
+std::vector<BlockId> take(BlockPool& pool, std::uint32_t n) {
+  std::vector<BlockId> out;
+  for (std::uint32_t i = 0; i < n; ++i) out.push_back(pool.take_free());
+  return out;
+}
+
+TEST_CASE("radix_cache: insert, match capped and page-aligned, split at a partial match") {
+  BlockPool pool(64);
+  RadixCache cache(&pool, 1);
+  const TokenRuns a = runs({{1, 4}, {2, 8}});
+  const std::vector<BlockId> pages = take(pool, 8);
+  REQUIRE(cache.insert(a, 8, pages) == 0);
+  CHECK(cache.evictable_size() == 8);
+  CHECK(cache.nodes() == 1);
+  std::vector<BlockId> got;
+  RadixCache::Node* last = nullptr;
+  // _compute_max_prefix_len: at most input_len - 1 tokens; the node splits there.
+  CHECK(cache.match_prefix(a, 7, &got, last) == 7);
+  CHECK(got == std::vector<BlockId>(pages.begin(), pages.begin() + 7));
+  CHECK(last->end == 7);
+  CHECK(cache.nodes() == 2);
+  // A sequence sharing the first block only matches 4 tokens.
+  const TokenRuns b = runs({{1, 4}, {3, 8}});
+  got.clear();
+  CHECK(cache.match_prefix(b, 8, &got, last) == 4);
+  CHECK(last->end == 4);
+  CHECK(cache.nodes() == 3);
+  // Inserting b keeps the shared 4 tokens and adds a leaf for its own 4.
+  std::vector<BlockId> b_pages(pages.begin(), pages.begin() + 4);
+  for (BlockId x : take(pool, 4)) b_pages.push_back(x);
+  CHECK(cache.insert(b, 8, b_pages) == 4);
+  CHECK(cache.evictable_size() == 12);
+  const std::vector<const RadixCache::Node*> none;
+  CHECK_FALSE(cache.check(none));
+}
+
+TEST_CASE("radix_cache: pages of several tokens match whole pages only") {
+  BlockPool pool(16);
+  RadixCache cache(&pool, 4);
+  const TokenRuns a = runs({{1, 8}, {2, 12}});
+  REQUIRE(cache.insert(a, 12, take(pool, 3)) == 0);
+  RadixCache::Node* last = nullptr;
+  CHECK(cache.match_prefix(a, 11, nullptr, last) == 8);  // 11 cut to 8
+  const TokenRuns b = runs({{1, 8}, {5, 10}});
+  CHECK(cache.match_prefix(b, 10, nullptr, last) == 8);
+  // A difference inside the first page matches nothing.
+  const TokenRuns c = runs({{7, 12}});
+  CHECK(cache.match_prefix(c, 12, nullptr, last) == 0);
+}
+
+TEST_CASE("radix_cache: evict frees unlocked leaves least recently used first, then parents") {
+  BlockPool pool(64);
+  RadixCache cache(&pool, 1);
+  const TokenRuns shared = runs({{1, 4}, {2, 8}});
+  const TokenRuns other = runs({{1, 4}, {3, 6}});
+  const std::vector<BlockId> pages = take(pool, 8);
+  cache.insert(shared, 8, pages);
+  std::vector<BlockId> other_pages(pages.begin(), pages.begin() + 4);
+  for (BlockId x : take(pool, 2)) other_pages.push_back(x);
+  cache.insert(other, 6, other_pages);  // [0,4) with children [4,8) and [4,6)
+  REQUIRE(cache.nodes() == 3);
+  RadixCache::Node* last = nullptr;
+  cache.match_prefix(shared, 8, nullptr, last);  // touches [4,8) after [4,6)
+  CHECK(pool.used_count() == 10);
+  CHECK(cache.evict(1) == 2);  // the least recently used leaf, whole: [4,6)
+  CHECK(pool.used_count() == 8);
+  // A locked path is never evicted.
+  cache.inc_lock_ref(last);
+  CHECK(cache.evictable_size() == 0);
+  CHECK(cache.protected_size() == 8);
+  CHECK(cache.evict(100) == 0);
+  cache.dec_lock_ref(last);
+  // The leaf goes, then its parent once it is a leaf.
+  CHECK(cache.evict(5) == 8);
+  CHECK(cache.nodes() == 0);
+  CHECK(pool.used_count() == 0);
+}
+
+TEST_CASE("radix_cache: check() catches each planted fault") {
+  BlockPool pool(64);
+  RadixCache cache(&pool, 1);
+  const TokenRuns a = runs({{1, 4}, {2, 8}});
+  cache.insert(a, 8, take(pool, 8));
+  RadixCache::Node* last = nullptr;
+  cache.match_prefix(a, 8, nullptr, last);
+  cache.inc_lock_ref(last);
+  std::vector<const RadixCache::Node*> holders{last};
+  REQUIRE_FALSE(cache.check(holders));
+  SECTION("R3: a lock nobody holds") {
+    std::vector<const RadixCache::Node*> nobody;
+    auto problem = cache.check(nobody);
+    REQUIRE(problem);
+    CHECK(problem->invariant == "R3");
+  }
+  SECTION("R2: the evictable count drifts") {
+    RadixCacheFaults::add_evictable(cache, 3);
+    auto problem = cache.check(holders);
+    REQUIRE(problem);
+    CHECK(problem->invariant == "R2");
+  }
+  SECTION("R1: a node that does not start where its parent ends") {
+    last->start += 1;
+    auto problem = cache.check(holders);
+    REQUIRE(problem);
+    CHECK(problem->invariant == "R1");
+    last->start -= 1;
+  }
+  SECTION("R1: a node with a page missing") {
+    const BlockId dropped = last->pages.back();
+    last->pages.pop_back();
+    auto problem = cache.check(holders);
+    REQUIRE(problem);
+    CHECK(problem->invariant == "R1");
+    last->pages.push_back(dropped);
+  }
+}
+
+// --- the engine ---
+
+SimOptions sglang_options() {
+  SimOptions options;
+  options.engine = EngineKind::kSglang;
+  options.watermark = 0.0;
+  options.cost.kind = CostKind::kLinear;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
+  return options;
+}
+
+RunConfig token_config(std::uint32_t pool_tokens) {
+  RunConfig config = micro_config(pool_tokens);
+  config.kv.page_tokens = 1;
+  return config;
+}
+
+Request req(std::string id, std::uint32_t prompt, std::uint32_t output, double arrival = 0,
+            std::vector<std::uint64_t> ids = {}, std::uint32_t block = 4) {
+  Request r;
+  r.id = std::move(id);
+  r.line = 1;
+  r.prompt = prompt;
+  r.output = output;
+  r.arrival = arrival;
+  r.hash_ids = std::move(ids);
+  r.hash_block_tokens = block;
+  return r;
+}
+
+struct Steps {
+  std::vector<std::uint64_t> prompt_computed, output, preemptions, hits, tree_tokens, used;
+};
+
+const SglangScheduler& engine(const Simulator& sim) {
+  return dynamic_cast<const SglangScheduler&>(sim.scheduler());
+}
+
+Steps run(Simulator& sim, std::vector<Request> requests) {
+  Steps steps;
+  sim.on_step = [&steps](const Simulator& s) {
+    steps.prompt_computed.push_back(s.sim_totals().prompt_tokens_computed);
+    steps.output.push_back(s.sim_totals().output_tokens);
+    steps.preemptions.push_back(s.sim_totals().preemptions);
+    steps.hits.push_back(s.sim_totals().hit_tokens);
+    steps.tree_tokens.push_back(engine(s).tree().total_size());
+    steps.used.push_back(s.pool().used_count());
+  };
+  for (Request& r : requests) {
+    REQUIRE(sim.run_until(r.arrival));
+    sim.submit(std::move(r));
+  }
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  INFO((sim.violation() ? sim.violation()->message : std::string()));
+  REQUIRE_FALSE(sim.violation());
+  return steps;
+}
+
+TEST_CASE("sglang: a prompt enters the tree when its prefill ends, and a later request hits it") {
+  // A's prefill (step 1) inserts its 8 prompt tokens (cache_unfinished_req);
+  // B, with the same prompt, arrives after it and matches 7 of them (capped
+  // at input_len - 1), computes 1. Step 3 decodes both (B finishes: its 8
+  // prompt tokens and 1 output token with KV enter the tree), step 4 A.
+  Simulator sim(token_config(64), sglang_options());
+  const Steps steps = run(sim, {req("A", 8, 3, 0, {1, 2}), req("B", 8, 2, 0.001, {1, 2})});
+  CHECK(steps.prompt_computed == std::vector<std::uint64_t>{8, 9, 9, 9});
+  CHECK(steps.hits == std::vector<std::uint64_t>{0, 7, 7, 7});
+  CHECK(steps.output == std::vector<std::uint64_t>{1, 2, 4, 5});
+  // The tree: 8 shared prompt tokens, B's own output token, then A's two.
+  CHECK(steps.tree_tokens == std::vector<std::uint64_t>{8, 8, 9, 11});
+  CHECK(steps.used.back() == 11);
+  CHECK(sim.sim_totals().queries == 16);
+  CHECK(sim.sim_totals().hits == 7);
+}
+
+TEST_CASE("sglang: pages of 4 tokens cap the hit at whole pages") {
+  RunConfig config = token_config(64);
+  config.kv.page_tokens = 4;
+  config.kv.pool_blocks = 16;
+  Simulator sim(config, sglang_options());
+  const Steps steps = run(sim, {req("A", 8, 3, 0, {1, 2}), req("B", 8, 2, 0.001, {1, 2})});
+  CHECK(steps.hits[1] == 4);  // 7 cut to one page
+  CHECK(steps.prompt_computed[1] == 12);
+}
+
+TEST_CASE("sglang: a long prompt is prefilled in chunks, each entering the tree") {
+  SimOptions options = sglang_options();
+  options.sglang.chunked_prefill_size = 8;
+  Simulator sim(token_config(64), options);
+  const Steps steps = run(sim, {req("A", 20, 2)});
+  CHECK(steps.prompt_computed == std::vector<std::uint64_t>{8, 16, 20, 20});
+  CHECK(steps.tree_tokens == std::vector<std::uint64_t>{8, 16, 20, 21});
+  CHECK(steps.output == std::vector<std::uint64_t>{0, 0, 1, 2});
+}
+
+TEST_CASE("sglang: lpm admits the longest cached prefix first, fcfs the first arrived") {
+  // W's prompt is cached after step 1; X (nothing cached) then Y (first 4
+  // tokens cached) arrive. The input budget (max_prefill_tokens 8, no
+  // chunking) admits one of them at step 2.
+  for (const SchedulePolicy policy : {SchedulePolicy::kLpm, SchedulePolicy::kFcfs}) {
+    SimOptions options = sglang_options();
+    options.sglang.policy = policy;
+    options.sglang.chunked_prefill_size = 0;
+    options.sglang.max_prefill_tokens = 8;
+    Simulator sim(token_config(128), options);
+    const Steps steps =
+        run(sim, {req("W", 8, 2, 0, {1, 2}), req("X", 8, 2, 0.001, {7, 8}),
+                  req("Y", 8, 2, 0.001, {1, 9})});
+    INFO(to_string(policy));
+    if (policy == SchedulePolicy::kLpm) {
+      CHECK(steps.prompt_computed[1] == 12);  // Y: 4 computed, 4 hit
+      CHECK(steps.hits[1] == 4);
+    } else {
+      CHECK(steps.prompt_computed[1] == 16);  // X: 8 computed
+      CHECK(steps.hits[1] == 0);
+    }
+  }
+}
+
+TEST_CASE("sglang: max_running_requests bounds the batch") {
+  SimOptions options = sglang_options();
+  options.sglang.max_running_requests = 2;
+  Simulator sim(token_config(128), options);
+  const Steps steps = run(sim, {req("A", 4, 3), req("B", 4, 3), req("C", 4, 3)});
+  CHECK(steps.prompt_computed[0] == 8);  // A and B
+  CHECK(sim.sim_totals().max_running == 2);
+  CHECK(sim.sim_totals().finished == 3);
+}
+
+TEST_CASE("sglang: the new_token_ratio reservation, batch_is_full, and decode retraction") {
+  // Pool 34, conservativeness 0.1 (ratio 0.07). Step 1 prefills A (4, out 16)
+  // and C (4, out 2); B (4, out 16) gets NO_TOKEN (the new requests reserve
+  // their whole output): batch_is_full. Step 2 decodes A, C (C finishes);
+  // step 3 drops C and decodes A; step 4 admits B (A reserved at 0.07).
+  // Decoding A and B fills the pool: step 14 evicts C's tokens, step 17 finds
+  // no room and retracts B (fewer output tokens), which re-prefills its
+  // prompt and 13 output tokens (17) at step 18 once A finished at step 17.
+  SimOptions options = sglang_options();
+  options.sglang.schedule_conservativeness = 0.1;
+  Simulator sim(token_config(34), options);
+  const Steps steps = run(sim, {req("A", 4, 16), req("C", 4, 2), req("B", 4, 16)});
+  REQUIRE(steps.preemptions.size() == 20);
+  CHECK(steps.preemptions[15] == 0);
+  CHECK(steps.preemptions[16] == 1);  // step 17
+  CHECK(steps.prompt_computed[0] == 8);
+  CHECK(steps.prompt_computed[3] == 12);
+  CHECK(steps.prompt_computed.back() == 29);
+  CHECK(steps.output.back() == 34);  // each token once
+  CHECK(sim.sim_totals().preempted_queries == 17);
+  CHECK(sim.sim_totals().finished == 3);
+  // retract_decode set it to min(1, (15 + 20) / 17); two decode steps decayed it.
+  CHECK(engine(sim).new_token_ratio() == Approx(1.0 - 2 * (0.07 - 0.0098) / 600));
+}
+
+TEST_CASE("sglang: check() catches a leaked page (S2) and a request off its tree path (S1)") {
+  SimOptions options = sglang_options();
+  options.check = CheckPolicy{CheckPolicy::Mode::kOff, 1};
+  for (const char* fault : {"S2", "S1"}) {
+    Simulator sim(token_config(64), options);
+    sim.submit(req("A", 8, 10, 0, {1, 2}));
+    REQUIRE(sim.run_until(0.02));  // prefilled, decoding
+    REQUIRE(SglangFaults::check(sim));
+    if (std::string(fault) == "S2") {
+      SglangFaults::leak(sim);
+    } else {
+      SglangFaults::swap_pages(sim);
+    }
+    INFO(fault);
+    CHECK_FALSE(SglangFaults::check(sim));
+    REQUIRE(sim.violation());
+    CHECK(sim.violation()->invariant == fault);
+  }
+}
+
+TEST_CASE("sglang: a request that cannot fit the pool is skipped") {
+  Simulator sim(token_config(16), sglang_options());
+  run(sim, {req("big", 10, 6), req("ok", 4, 2)});
+  CHECK(sim.sim_totals().skipped == 1);
+  CHECK(sim.sim_totals().finished == 1);
+}
+
+}  // namespace
+}  // namespace kvreplay
