@@ -21,29 +21,16 @@ BlockPool::BlockPool(std::uint32_t total, AllocOrder order, std::uint32_t max_re
   }
 }
 
-BlockId BlockPool::pop_free_queue() {
+BlockId BlockPool::pop_free_heap() {
   assert(free_size_ > 0);
-  BlockId b = kInvalidBlock;
-  if (order_ == AllocOrder::kFifo) {
-    b = free_slots_[free_head_];
-    free_head_ = free_head_ + 1 == total() ? 0 : free_head_ + 1;
-  } else {
-    std::pop_heap(free_slots_.begin(), free_slots_.begin() + free_size_, std::greater<>{});
-    b = free_slots_[free_size_ - 1];
-  }
-  --free_size_;
-  return b;
+  std::pop_heap(free_slots_.begin(), free_slots_.begin() + free_size_, std::greater<>{});
+  return free_slots_[--free_size_];
 }
 
-void BlockPool::push_free_queue(BlockId b) {
+void BlockPool::push_free_heap(BlockId b) {
   assert(free_size_ < total());
-  if (order_ == AllocOrder::kFifo) {
-    std::uint64_t tail = (std::uint64_t{free_head_} + free_size_) % total();
-    free_slots_[tail] = b;
-  } else {
-    free_slots_[free_size_] = b;
-    std::push_heap(free_slots_.begin(), free_slots_.begin() + free_size_ + 1, std::greater<>{});
-  }
+  free_slots_[free_size_] = b;
+  std::push_heap(free_slots_.begin(), free_slots_.begin() + free_size_ + 1, std::greater<>{});
   ++free_size_;
 }
 

@@ -211,17 +211,31 @@ class BlockPool {
   bool stack() const { return order_ == AllocOrder::kLifo || order_ == AllocOrder::kVllm; }
   BlockId pop_free() {  // REQUIRES free_size_ > 0
     if (stack()) return free_slots_[--free_size_];
-    return pop_free_queue();
+    if (order_ == AllocOrder::kFifo) {
+      const BlockId b = free_slots_[free_head_];
+      free_head_ = free_head_ + 1 == total_ ? 0 : free_head_ + 1;
+      --free_size_;
+      return b;
+    }
+    return pop_free_heap();
   }
   void push_free(BlockId b) {
     if (stack()) {
       free_slots_[free_size_++] = b;
       return;
     }
-    push_free_queue(b);
+    if (order_ == AllocOrder::kFifo) {
+      // The ring's tail: head + size, wrapped (both below total).
+      std::uint64_t tail = std::uint64_t{free_head_} + free_size_;
+      if (tail >= total_) tail -= total_;
+      free_slots_[tail] = b;
+      ++free_size_;
+      return;
+    }
+    push_free_heap(b);
   }
-  BlockId pop_free_queue();  // fifo and lowest
-  void push_free_queue(BlockId b);
+  BlockId pop_free_heap();  // lowest
+  void push_free_heap(BlockId b);
   // refcount(b) reached zero: back to the free list with filled 0.
   void free_block(BlockId b) {
     filled_total_ -= blocks_[b].filled;
