@@ -92,9 +92,10 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
                                                  "length (max_position_embeddings), else 32768"
                                                : "longest sequence; default 32768")
                          ->check(positive));
-  options[9] = group(app.add_option("--alloc-order", alloc_order,
-                                    "free-block order: lifo (default; sglang: fifo, as SGLang's allocator), fifo, lowest, vllm "
-                                    "(lifo with block 0 held as vLLM's null block)"));
+  options[9] = group(app.add_option(
+      "--alloc-order", alloc_order,
+      "free-block order: lifo (default; sglang: fifo, as SGLang's allocator), fifo, lowest, vllm "
+      "(lifo with block 0 held as vLLM's null block)"));
   if (deployment) {
     auto deploy = [](CLI::Option* option) { return option->group("Deployment (figures per GPU)"); };
     const std::string tp_help =
@@ -317,16 +318,18 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   }
   if (out.engine == EngineKind::kSglang) {
     if (out.allocator != AllocatorKind::kPaged) {
-      return fmt::format("--engine sglang needs --allocator paged (the {} allocator runs the "
-                         "generic scheduler: give --engine generic)",
-                         allocator);
+      return fmt::format(
+          "--engine sglang needs --allocator paged (the {} allocator runs the "
+          "generic scheduler: give --engine generic)",
+          allocator);
     }
     for (const CLI::Option* option : {max_seqs, max_batched_tokens, watermark}) {
       if (given(option)) {
-        return fmt::format("{} is not an option of --engine sglang (its budgets are "
-                           "--max-running-requests, --chunked-prefill-size and "
-                           "--max-prefill-tokens)",
-                           option->get_name());
+        return fmt::format(
+            "{} is not an option of --engine sglang (its budgets are "
+            "--max-running-requests, --chunked-prefill-size and "
+            "--max-prefill-tokens)",
+            option->get_name());
       }
     }
     out.sglang.policy = *parse_schedule_policy(schedule_policy);
@@ -334,13 +337,12 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
       const GpuSpec* spec = gpu ? find_gpu_preset(*gpu) : nullptr;
       out.sglang.chunked_prefill_size =
           spec ? sglang_chunked_prefill_default(static_cast<double>(spec->memory_bytes) /
-                                                 (1ull << 30))
-                 : 8192;
+                                                (1ull << 30))
+               : 8192;
     }
     // The activation reserve (set_activation_limits): a prefill batch's tokens.
-    out.max_batched_tokens = out.sglang.chunked_prefill_size > 0
-                                 ? out.sglang.chunked_prefill_size
-                                 : out.sglang.max_prefill_tokens;
+    out.max_batched_tokens = out.sglang.chunked_prefill_size > 0 ? out.sglang.chunked_prefill_size
+                                                                 : out.sglang.max_prefill_tokens;
   }
   if (out.engine == EngineKind::kVllm) {
     // vLLM has no watermark unless one is asked for (SPEC 3.1), and its batch

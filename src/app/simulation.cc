@@ -146,8 +146,8 @@ std::string requests_csv_row(const RequestTimes& t) {
   }
   id += '"';
   if (t.skipped) {
-    return fmt::format("{},{},{},{},{},{:.6f},skipped,0,,,,,\n", t.line, id, t.prompt, t.output, t.n,
-                       t.arrival);
+    return fmt::format("{},{},{},{},{},{:.6f},skipped,0,,,,,\n", t.line, id, t.prompt, t.output,
+                       t.n, t.arrival);
   }
   const std::optional<double> tpot = t.tpot_ms();
   return fmt::format("{},{},{},{},{},{:.6f},finished,{},{:.3f},{:.3f},{},{:.3f},{}\n", t.line, id,
@@ -390,10 +390,8 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       {"output_tokens_per_second",
        seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0},
       {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
-  // The engine's own figures (the sglang engine's "sglang" section). Its KV
-  // rows are SGLang's req_to_token, not block tables: no layout.
+  // The engine's own figures (the sglang engine's "sglang" section).
   sim.scheduler().add_figures(result.report);
-  if (options.engine == EngineKind::kSglang) result.report.erase("layout");
   // Latency of the finished requests (SPEC 3.3), the SLOs, and overload.
   const Simulator::Latencies& lat = sim.latencies();
   const LatencySummary queue = lat.queue_ms.summary();

@@ -260,8 +260,8 @@ std::optional<RadixCache::Problem> RadixCache::check(std::span<const Node* const
       auto where = [&] { return fmt::format("node [{}, {})", c.start, c.end); };
       if (c.parent != node || c.start != node->end || c.end <= c.start ||
           (c.end - c.start) % page_ != 0) {
-        return Problem{"R1", fmt::format("{}: not whole pages after its parent's end {}", where(),
-                                         node->end)};
+        return Problem{
+            "R1", fmt::format("{}: not whole pages after its parent's end {}", where(), node->end)};
       }
       if (pool_ != nullptr && c.pages.size() != (c.end - c.start) / page_) {
         return Problem{"R1", fmt::format("{}: {} pages for {} tokens of {}-token pages", where(),
@@ -279,12 +279,12 @@ std::optional<RadixCache::Problem> RadixCache::check(std::span<const Node* const
                                          c.key.empty() ? c.start : prev)};
       }
       if (page_id(c) != id) {
-        return Problem{"R1", fmt::format("{}: filed under id {}, its first page is {}", where(),
-                                         id, page_id(c))};
+        return Problem{"R1", fmt::format("{}: filed under id {}, its first page is {}", where(), id,
+                                         page_id(c))};
       }
       if (node != root_.get() && c.lock_ref > node->lock_ref) {
-        return Problem{"R2", fmt::format("{}: locked {} times, its parent {}", where(),
-                                         c.lock_ref, node->lock_ref)};
+        return Problem{"R2", fmt::format("{}: locked {} times, its parent {}", where(), c.lock_ref,
+                                         node->lock_ref)};
       }
       const auto want = expected.find(&c);
       const std::uint32_t holders = want == expected.end() ? 0 : want->second;

@@ -62,8 +62,8 @@ class RadixCache {
     Node* parent = nullptr;
     std::uint32_t start = 0;  // tokens before the node on its path
     std::uint32_t end = 0;
-    TokenRuns key;                // runs covering [start, end)
-    std::vector<BlockId> pages;   // (end - start) / page_tokens (none when keys only)
+    TokenRuns key;               // runs covering [start, end)
+    std::vector<BlockId> pages;  // (end - start) / page_tokens (none when keys only)
     std::unordered_map<std::uint64_t, std::unique_ptr<Node>> children;  // by first page's id
     std::uint32_t lock_ref = 0;
     std::uint64_t last_access = 0;  // the cache's clock at the last touch
@@ -127,7 +127,9 @@ class RadixCache {
   // RadixCache._split_node: `child` becomes [at, end) under a new node
   // [start, at) that takes its place; returns the new node.
   Node* split(Node* child, std::uint32_t at);
-  std::uint64_t page_id(const Node& node) const { return token_id(node.key, node.start + page_ - 1); }
+  std::uint64_t page_id(const Node& node) const {
+    return token_id(node.key, node.start + page_ - 1);
+  }
   std::uint32_t floor_page(std::uint32_t tokens) const { return tokens / page_ * page_; }
 
   BlockPool* pool_;

@@ -38,6 +38,16 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return (a + b - 1) / b;
 }
 
+// The pages i of kv in [lo, hi) that continue page i - 1's block (the
+// report's layout: physically contiguous runs of a request's KV).
+std::uint64_t consecutive(const std::vector<BlockId>& kv, std::size_t lo, std::size_t hi) {
+  std::uint64_t n = 0;
+  for (std::size_t i = std::max<std::size_t>(lo, 1); i < std::min(hi, kv.size()); ++i) {
+    n += kv[i] == kv[i - 1] + 1 ? 1 : 0;
+  }
+  return n;
+}
+
 }  // namespace
 
 std::string_view to_string(SchedulePolicy policy) {
@@ -81,6 +91,7 @@ struct SglangScheduler::Req {
   bool deprioritized = false;  // _compute_prefix_matches's temporary_deprioritized
   bool done = false;
   std::uint32_t retractions = 0;
+  std::uint64_t continued = 0;  // consecutive(kv, 0, kv.size()), kept as kv changes
   std::uint32_t remaining() const {
     return request.output > generated ? request.output - generated : 0;
   }
@@ -89,8 +100,7 @@ struct SglangScheduler::Req {
 // PrefillAdder: the budgets of one prefill batch.
 class SglangScheduler::Adder {
  public:
-  explicit Adder(SglangScheduler& s)
-      : s_(s), rem_input_(s.options_.max_prefill_tokens) {
+  explicit Adder(SglangScheduler& s) : s_(s), rem_input_(s.options_.max_prefill_tokens) {
     if (s.chunk_limit_) rem_chunk_ = *s.chunk_limit_;
     // __init__: the running requests' future decode, reserved at new_token_ratio
     // (_get_running_request_total_token_offset), their remaining output
@@ -134,8 +144,7 @@ class SglangScheduler::Adder {
     req.extend = req.truncated ? std::max(limit / s_.page_ * s_.page_, s_.page_) : rest;
     req.truncated = req.extend < rest;
     can_run.push_back(&req);
-    update_budget(req.extend,
-                  req.truncated ? 0 : std::min(req.remaining(), kClipMaxNewTokens));
+    update_budget(req.extend, req.truncated ? 0 : std::min(req.remaining(), kClipMaxNewTokens));
   }
 
   // add_one_req (not ignore_eos: traces give output lengths, not stop rules).
@@ -211,13 +220,15 @@ SglangScheduler::SglangScheduler(EngineShell& shell)
         std::min<std::uint64_t>(std::max<std::uint64_t>(pool_tokens * 512 / context, 2048), 4096));
   }
   // A chunk holds at least a page.
-  if (options_.chunked_prefill_size > 0) chunk_limit_ = std::max(options_.chunked_prefill_size, page_);
+  if (options_.chunked_prefill_size > 0)
+    chunk_limit_ = std::max(options_.chunked_prefill_size, page_);
   // Scheduler.__init__: init_new_token_ratio = min(SGLANG_INIT_NEW_TOKEN_RATIO
   // x schedule_conservativeness, 1), the minimum a factor of it, decayed
   // linearly over SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS decode steps.
   init_new_token_ratio_ = std::min(kInitNewTokenRatio * options_.schedule_conservativeness, 1.0);
   min_new_token_ratio_ = std::min(init_new_token_ratio_ * kMinNewTokenRatioFactor, 1.0);
-  new_token_ratio_decay_ = (init_new_token_ratio_ - min_new_token_ratio_) / kNewTokenRatioDecaySteps;
+  new_token_ratio_decay_ =
+      (init_new_token_ratio_ - min_new_token_ratio_) / kNewTokenRatioDecaySteps;
   new_token_ratio_ = init_new_token_ratio_;
   min_ratio_seen_ = new_token_ratio_;
 }
@@ -260,7 +271,8 @@ void SglangScheduler::add_request(Request request) {
   if (!request.hash_ids.empty()) {
     const std::uint64_t block = std::max<std::uint32_t>(request.hash_block_tokens, 1);
     for (std::size_t k = 0; k < request.hash_ids.size() && k * block < request.prompt; ++k) {
-      const auto end = static_cast<std::uint32_t>(std::min<std::uint64_t>((k + 1) * block, request.prompt));
+      const auto end =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>((k + 1) * block, request.prompt));
       prompt.push_back(TokenRun{request.hash_ids[k], end});
     }
   } else if (!request.prefix.empty() && request.prefix_tokens > 0) {
@@ -386,23 +398,37 @@ void SglangScheduler::extend_kv(Req& req, std::uint32_t tokens) {
   if (pages > old_pages) {
     pool_.take_free_filled(static_cast<std::uint32_t>(pages - old_pages),
                            new_len - static_cast<std::uint32_t>(old_pages) * page_, page_, req.kv);
+    const std::uint64_t more = consecutive(req.kv, old_pages, pages);
+    req.continued += more;
+    layout_continued_ += more;
+    if (old_pages == 0) ++layout_tables_;
   }
   in_use_entries_ += pages - old_pages;
   req.kv_len = new_len;
 }
 
 void SglangScheduler::free_own(Req& req, std::size_t first) {
-  for (std::size_t i = first; i < req.kv.size(); ++i) (void)pool_.release(req.kv[i]);
-  in_use_entries_ -= req.kv.size() - std::min(first, req.kv.size());
-  req.kv.resize(std::min(first, req.kv.size()));
+  first = std::min(first, req.kv.size());
+  (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(first));
+  in_use_entries_ -= req.kv.size() - first;
+  req.kv.resize(first);
 }
 
-void SglangScheduler::path_pages(const RadixCache::Node* node, std::uint32_t from,
-                                 std::uint32_t to, std::vector<BlockId>& kv) const {
+void SglangScheduler::drop_kv(Req& req) {
+  layout_continued_ -= req.continued;
+  req.continued = 0;
+  if (!req.kv.empty()) --layout_tables_;
+  in_use_entries_ -= req.kv.size();
+  req.kv.clear();
+}
+
+void SglangScheduler::path_pages(const RadixCache::Node* node, std::uint32_t from, std::uint32_t to,
+                                 std::vector<BlockId>& kv) const {
   for (; node != nullptr && node->end > from; node = node->parent) {
     const std::uint32_t lo = std::max(node->start, from);
     const std::uint32_t hi = std::min(node->end, to);
-    for (std::uint32_t t = lo; t < hi; t += page_) kv[t / page_] = node->pages[(t - node->start) / page_];
+    for (std::uint32_t t = lo; t < hi; t += page_)
+      kv[t / page_] = node->pages[(t - node->start) / page_];
   }
 }
 
@@ -415,16 +441,20 @@ void SglangScheduler::cache_unfinished(Req& req) {
   const std::uint32_t aligned = req.kv_len / page_ * page_;
   const std::uint32_t present =
       tree_.insert(req.seq, aligned, std::span<const BlockId>(req.kv).first(aligned / page_));
-  for (std::uint32_t p = req.tree_len / page_; p < present / page_; ++p) {
-    (void)pool_.release(req.kv[p]);
-  }
+  const std::size_t lo = req.tree_len / page_;
+  const std::size_t hi = std::max<std::size_t>(lo, present / page_);
+  (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(lo, hi - lo));
   // The tree's pages replace those freed; below tree_len they were the
   // tree's already, from `present` on they are the request's, now the tree's.
   RadixCache::Node* node = nullptr;
   const std::uint32_t matched = tree_.match_prefix(req.seq, aligned, nullptr, node);
   assert(matched == aligned);
   (void)matched;
+  const std::uint64_t before = consecutive(req.kv, lo, hi + 1);
   path_pages(node, req.tree_len, present, req.kv);
+  const std::uint64_t after = consecutive(req.kv, lo, hi + 1);
+  req.continued += after - before;
+  layout_continued_ += after - before;
   tree_.dec_lock_ref(req.last_node);
   tree_.inc_lock_ref(node);
   req.last_node = node;
@@ -437,18 +467,18 @@ void SglangScheduler::cache_finished(Req& req) {
   // tree; the duplicates and the partial last page are freed; the lock goes.
   if (!caching_) {
     free_own(req, 0);
+    drop_kv(req);
     req.kv_len = 0;
     return;
   }
   const std::uint32_t aligned = req.kv_len / page_ * page_;
   const std::uint32_t present =
       tree_.insert(req.seq, aligned, std::span<const BlockId>(req.kv).first(aligned / page_));
-  for (std::uint32_t p = req.tree_len / page_; p < present / page_; ++p) {
-    (void)pool_.release(req.kv[p]);
-  }
+  const std::size_t lo = req.tree_len / page_;
+  const std::size_t hi = std::max<std::size_t>(lo, present / page_);
+  (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(lo, hi - lo));
   if (aligned < req.kv_len) (void)pool_.release(req.kv.back());
-  in_use_entries_ -= req.kv.size();
-  req.kv.clear();
+  drop_kv(req);
   tree_.dec_lock_ref(req.last_node);
   req.last_node = tree_.root();
   req.kv_len = req.tree_len = 0;
@@ -459,8 +489,7 @@ void SglangScheduler::release(Req& req, bool retraction) {
   // freed, its lock released (what the tree holds stays cached), and
   // reset_for_retract: it keeps its output and will re-prefill input + output.
   free_own(req, req.tree_len / page_);
-  in_use_entries_ -= req.kv.size();
-  req.kv.clear();
+  drop_kv(req);
   tree_.dec_lock_ref(req.last_node);
   req.last_node = tree_.root();
   req.kv_len = req.tree_len = 0;
@@ -513,8 +542,8 @@ bool SglangScheduler::prefill_step(std::vector<Req*>& batch) {
       owned.push_back(std::move(chunked_));
       continue;
     }
-    auto it = std::find_if(waiting_.begin(), waiting_.end(),
-                           [r](const auto& w) { return w.get() == r; });
+    auto it =
+        std::find_if(waiting_.begin(), waiting_.end(), [r](const auto& w) { return w.get() == r; });
     owned.push_back(std::move(*it));
     waiting_.erase(it);
     Req& req = *owned.back();
@@ -523,6 +552,9 @@ bool SglangScheduler::prefill_step(std::vector<Req*>& batch) {
     req.kv.resize(req.prefix / page_);
     path_pages(req.match_node, 0, req.prefix, req.kv);
     in_use_entries_ += req.kv.size();
+    req.continued = consecutive(req.kv, 0, req.kv.size());
+    layout_continued_ += req.continued;
+    if (!req.kv.empty()) ++layout_tables_;
     req.kv_len = req.tree_len = req.prefix;
     req.last_node = req.match_node;
     if (req.truncated) ++chunked_prefills_;
@@ -667,8 +699,9 @@ void SglangScheduler::skip_stalled() {
   batch_is_full_ = false;
   auto& first = shell_.first_skipped[static_cast<std::size_t>(SkipReason::kPoolTooSmall)];
   if (!first) {
-    first = SkippedRequest{req->request.line, req->request.id,
-                           ceil_div(std::uint64_t{req->request.prompt} + req->request.output, page_)};
+    first =
+        SkippedRequest{req->request.line, req->request.id,
+                       ceil_div(std::uint64_t{req->request.prompt} + req->request.output, page_)};
   }
   req->times->skipped = true;
   if (--*req->siblings_left == 0) {
@@ -716,6 +749,9 @@ void SglangScheduler::record() {
   state.live_sequences = live;
   state.logical_tokens = logical;
   state.table_entries = in_use_entries_;
+  state.seq_pages = in_use_entries_;
+  state.seq_continued = layout_continued_;
+  state.seq_tables = layout_tables_;
   record_event(state, shell_.totals, pool_.used_count(), pool_.filled_total(), page_);
   // token_usage as SGLang logs it: tokens neither free nor evictable, over the pool.
   const std::uint32_t resident = cache_resident_blocks();
@@ -754,9 +790,12 @@ bool SglangScheduler::check() {
   std::vector<BlockId> holds;
   tree_.pages(holds);
   std::uint64_t entries = 0;
+  std::uint64_t continued = 0;
+  std::uint64_t tables = 0;
   for (const Req* r : live) {
     if (r->done) {
-      if (!r->kv.empty()) return fail("S1", fmt::format("request {} finished with pages", r->request.id));
+      if (!r->kv.empty())
+        return fail("S1", fmt::format("request {} finished with pages", r->request.id));
       continue;
     }
     if (r->kv.size() != ceil_div(r->kv_len, page_) || r->tree_len > r->kv_len ||
@@ -776,14 +815,19 @@ bool SglangScheduler::check() {
     }
     holds.insert(holds.end(), r->kv.begin() + r->tree_len / page_, r->kv.end());
     entries += r->kv.size();
+    continued += consecutive(r->kv, 0, r->kv.size());
+    tables += r->kv.empty() ? 0 : 1;
   }
   for (const auto& r : waiting_) {
     if (!r->kv.empty() || r->last_node != tree_.root()) {
       return fail("S1", fmt::format("waiting request {} holds pages or a lock", r->request.id));
     }
   }
-  if (entries != in_use_entries_) {
-    return fail("S1", fmt::format("{} request pages counted, {} recounted", in_use_entries_, entries));
+  if (entries != in_use_entries_ || continued != layout_continued_ || tables != layout_tables_) {
+    return fail("S1", fmt::format("request pages, contiguous pages and rows counted {}, {}, {}; "
+                                  "recounted {}, {}, {}",
+                                  in_use_entries_, layout_continued_, layout_tables_, entries,
+                                  continued, tables));
   }
   // S2: every live page is held exactly once, by the tree or by one request's
   // own tail (I1-I3 over those holds: refcounts, the free list, fills).
@@ -821,8 +865,8 @@ void SglangScheduler::add_figures(nlohmann::json& report) const {
       {"prefill_out_of_memory", prefill_out_of_memory_},
       {"cached_tokens", sim_.hit_tokens},
       {"token_usage", {{"peak", token_usage_peak_}, {"mean", token_usage_sum_ / steps}}},
-      {"new_token_ratio", {{"init", init_new_token_ratio_}, {"min", min_ratio_seen_},
-                           {"final", new_token_ratio_}}},
+      {"new_token_ratio",
+       {{"init", init_new_token_ratio_}, {"min", min_ratio_seen_}, {"final", new_token_ratio_}}},
       {"radix_nodes", tree_.nodes()}};
 }
 

@@ -93,6 +93,8 @@ class SglangScheduler final : public Scheduler {
   void cache_finished(Req& req);
   // Frees the pages req owns from page `first` on.
   void free_own(Req& req, std::size_t first);
+  // Empties req's row of pages (freed or the tree's), uncounted.
+  void drop_kv(Req& req);
   // ScheduleBatch.release_req, as retract_decode does it (counted when a
   // retraction, not when a prefill batch puts a request back).
   void release(Req& req, bool retraction);
@@ -116,8 +118,8 @@ class SglangScheduler final : public Scheduler {
   bool caching_;             // no: --no-prefix-cache (SGLang's ChunkCache)
   InvariantChecker checker_;
   std::vector<std::unique_ptr<Req>> waiting_;
-  std::vector<std::unique_ptr<Req>> running_;  // finished ones until the next decode step
-  std::unique_ptr<Req> chunked_;               // Scheduler.chunked_req
+  std::vector<std::unique_ptr<Req>> running_;    // finished ones until the next decode step
+  std::unique_ptr<Req> chunked_;                 // Scheduler.chunked_req
   std::vector<std::unique_ptr<Req>> prefilled_;  // last step's prefill batch, to merge
   bool batch_is_full_ = false;
   std::uint32_t max_running_ = 0;
@@ -140,7 +142,9 @@ class SglangScheduler final : public Scheduler {
   double token_usage_sum_ = 0;
   double token_usage_peak_ = 0;
   double min_ratio_seen_ = kInitNewTokenRatio;
-  std::uint64_t in_use_entries_ = 0;  // pages of KV the unfinished requests reference
+  std::uint64_t in_use_entries_ = 0;    // pages of KV the unfinished requests reference
+  std::uint64_t layout_continued_ = 0;  // of those, pages continuing the previous one's block
+  std::uint64_t layout_tables_ = 0;     // requests with a page
 };
 
 }  // namespace kvreplay

@@ -266,9 +266,8 @@ TEST_CASE("sglang: lpm admits the longest cached prefix first, fcfs the first ar
     options.sglang.chunked_prefill_size = 0;
     options.sglang.max_prefill_tokens = 8;
     Simulator sim(token_config(128), options);
-    const Steps steps =
-        run(sim, {req("W", 8, 2, 0, {1, 2}), req("X", 8, 2, 0.001, {7, 8}),
-                  req("Y", 8, 2, 0.001, {1, 9})});
+    const Steps steps = run(sim, {req("W", 8, 2, 0, {1, 2}), req("X", 8, 2, 0.001, {7, 8}),
+                                  req("Y", 8, 2, 0.001, {1, 9})});
     INFO(to_string(policy));
     if (policy == SchedulePolicy::kLpm) {
       CHECK(steps.prompt_computed[1] == 12);  // Y: 4 computed, 4 hit
