@@ -407,14 +407,9 @@ void SglangScheduler::extend_kv(Req& req, std::uint32_t tokens) {
   req.kv_len = new_len;
 }
 
-void SglangScheduler::free_own(Req& req, std::size_t first) {
-  first = std::min(first, req.kv.size());
-  (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(first));
-  in_use_entries_ -= req.kv.size() - first;
-  req.kv.resize(first);
-}
-
-void SglangScheduler::drop_kv(Req& req) {
+void SglangScheduler::drop_kv(Req& req, std::size_t own_from) {
+  own_from = std::min(own_from, req.kv.size());
+  (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(own_from));
   layout_continued_ -= req.continued;
   req.continued = 0;
   if (!req.kv.empty()) --layout_tables_;
@@ -466,8 +461,7 @@ void SglangScheduler::cache_finished(Req& req) {
   // the last, which was sampled and never computed), whole pages, enters the
   // tree; the duplicates and the partial last page are freed; the lock goes.
   if (!caching_) {
-    free_own(req, 0);
-    drop_kv(req);
+    drop_kv(req, 0);
     req.kv_len = 0;
     return;
   }
@@ -477,8 +471,7 @@ void SglangScheduler::cache_finished(Req& req) {
   const std::size_t lo = req.tree_len / page_;
   const std::size_t hi = std::max<std::size_t>(lo, present / page_);
   (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(lo, hi - lo));
-  if (aligned < req.kv_len) (void)pool_.release(req.kv.back());
-  drop_kv(req);
+  drop_kv(req, aligned / page_);  // the partial last page, if any
   tree_.dec_lock_ref(req.last_node);
   req.last_node = tree_.root();
   req.kv_len = req.tree_len = 0;
@@ -488,8 +481,7 @@ void SglangScheduler::release(Req& req, bool retraction) {
   // ScheduleBatch.release_req (retract_decode): the request's own pages are
   // freed, its lock released (what the tree holds stays cached), and
   // reset_for_retract: it keeps its output and will re-prefill input + output.
-  free_own(req, req.tree_len / page_);
-  drop_kv(req);
+  drop_kv(req, req.tree_len / page_);
   tree_.dec_lock_ref(req.last_node);
   req.last_node = tree_.root();
   req.kv_len = req.tree_len = 0;

@@ -91,10 +91,9 @@ class SglangScheduler final : public Scheduler {
                   std::vector<BlockId>& kv) const;
   void cache_unfinished(Req& req);
   void cache_finished(Req& req);
-  // Frees the pages req owns from page `first` on.
-  void free_own(Req& req, std::size_t first);
-  // Empties req's row of pages (freed or the tree's), uncounted.
-  void drop_kv(Req& req);
+  // Empties req's row of pages, uncounted: those from `own_from` on are its
+  // own and go back to the pool, those before are the tree's.
+  void drop_kv(Req& req, std::size_t own_from);
   // ScheduleBatch.release_req, as retract_decode does it (counted when a
   // retraction, not when a prefill batch puts a request back).
   void release(Req& req, bool retraction);

@@ -334,6 +334,31 @@ TEST_CASE("sglang: check() catches a leaked page (S2) and a request off its tree
   }
 }
 
+TEST_CASE("sglang: without the prefix cache nothing is matched or kept (ChunkCache)") {
+  SimOptions options = sglang_options();
+  options.prefix_cache = false;
+  Simulator sim(token_config(64), options);
+  const Steps steps = run(sim, {req("A", 8, 3, 0, {1, 2}), req("B", 8, 2, 0.001, {1, 2})});
+  CHECK(steps.hits.back() == 0);
+  CHECK(steps.prompt_computed.back() == 16);
+  CHECK(steps.tree_tokens.back() == 0);
+  CHECK(steps.used.back() == 0);  // every page freed at finish
+}
+
+TEST_CASE("sglang: n > 1 runs n requests that share the prompt through the tree") {
+  // Both children are admitted in step 1 (the tree is empty, so neither
+  // hits); each samples its own tokens; the request finishes once.
+  Simulator sim(token_config(64), sglang_options());
+  Request r = req("N", 8, 3, 0, {1, 2});
+  r.n = 2;
+  const Steps steps = run(sim, {r});
+  CHECK(steps.prompt_computed[0] == 16);
+  CHECK(steps.output.back() == 6);
+  CHECK(sim.sim_totals().finished == 1);
+  // The tree keeps the shared prompt once and each child's 2 own tokens.
+  CHECK(steps.tree_tokens.back() == 12);
+}
+
 TEST_CASE("sglang: a request that cannot fit the pool is skipped") {
   Simulator sim(token_config(16), sglang_options());
   run(sim, {req("big", 10, 6), req("ok", 4, 2)});
