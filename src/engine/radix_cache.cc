@@ -34,8 +34,7 @@ TokenRuns clip(const TokenRuns& seq, std::uint32_t from, std::uint32_t to) {
 
 std::uint64_t token_id(const TokenRuns& runs, std::uint32_t pos) {
   const std::size_t j = run_at(runs, pos);
-  assert(j < runs.size());
-  return runs[j].id;
+  return j < runs.size() ? runs[j].id : ~std::uint64_t{0};
 }
 
 RadixCache::RadixCache(BlockPool* pool, std::uint32_t page_tokens)
@@ -72,16 +71,33 @@ std::uint32_t RadixCache::first_difference(const Node& node, const TokenRuns& se
 }
 
 RadixCache::Node* RadixCache::child_at(Node& node, const TokenRuns& seq, std::uint32_t pos) const {
-  auto it = node.children.find(token_id(seq, pos + page_ - 1));
-  return it == node.children.end() ? nullptr : it->second.get();
+  auto [lo, hi] = node.children.equal_range(token_id(seq, pos + page_ - 1));
+  for (auto it = lo; it != hi; ++it) {
+    // One token a page: the id is the page. Else the whole page must match.
+    if (page_ == 1) return it->second.get();
+    std::size_t j = run_at(seq, pos);
+    if (first_difference(*it->second, seq, j, pos, pos + page_) == pos + page_) {
+      return it->second.get();
+    }
+  }
+  return nullptr;
+}
+
+auto RadixCache::slot_of(const Node* child) const -> decltype(child->parent->children.begin()) {
+  auto [lo, hi] = child->parent->children.equal_range(page_id(*child));
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second.get() == child) return it;
+  }
+  assert(false && "a node is filed in its parent");
+  return child->parent->children.end();
 }
 
 RadixCache::Node* RadixCache::split(Node* child, std::uint32_t at) {
   // _split_node: the new node takes the child's place under its parent, with
   // the key's first part and its pages, the child's locks and a fresh touch.
   Node* parent = child->parent;
-  const std::uint64_t id = page_id(*child);
-  std::unique_ptr<Node> owned = std::move(parent->children.at(id));
+  const auto slot = slot_of(child);
+  std::unique_ptr<Node> owned = std::move(slot->second);
   auto mid = std::make_unique<Node>();
   mid->parent = parent;
   mid->start = child->start;
@@ -99,7 +115,7 @@ RadixCache::Node* RadixCache::split(Node* child, std::uint32_t at) {
   child->parent = mid.get();
   Node* out = mid.get();
   mid->children.emplace(page_id(*child), std::move(owned));
-  parent->children[id] = std::move(mid);
+  slot->second = std::move(mid);  // the same first page, the same id
   ++nodes_;
   return out;
 }
@@ -222,7 +238,7 @@ std::uint32_t RadixCache::evict(std::uint32_t tokens) {
     freed += leaf->tokens();
     evictable_ -= leaf->tokens();
     Node* parent = leaf->parent;
-    parent->children.erase(page_id(*leaf));  // deletes the leaf
+    parent->children.erase(slot_of(leaf));  // deletes the leaf
     --nodes_;
     if (parent != root_.get() && parent->children.empty() && parent->lock_ref == 0) {
       heap.emplace(parent->last_access, parent);

@@ -11,9 +11,11 @@
 //
 // Tokens are named by the trace: a token's identity is the id of the run that
 // covers it (TokenRun), a hash id of the trace's blocks, a named prefix, or an
-// id of the request's own. Equal ids at a position mean equal tokens up to it
-// (the trace formats' contract, formats/requests/request.h), so comparing two
-// sequences walks their runs, not their tokens.
+// id of the request's own, so comparing two sequences walks their runs, not
+// their tokens. Children are filed under their first page's last token id;
+// a trace that breaks the formats' contract (equal ids mean an equal prefix,
+// formats/requests/request.h) can file two children under one id, so a
+// lookup compares the whole first page.
 //
 // Nodes are locked while a request uses them (inc_lock_ref / dec_lock_ref lock
 // the path to the root); evict() frees unlocked leaves least recently used
@@ -64,7 +66,9 @@ class RadixCache {
     std::uint32_t end = 0;
     TokenRuns key;               // runs covering [start, end)
     std::vector<BlockId> pages;  // (end - start) / page_tokens (none when keys only)
-    std::unordered_map<std::uint64_t, std::unique_ptr<Node>> children;  // by first page's id
+    // By the id of their first page's last token (several under one id only
+    // when a trace breaks the ids' contract).
+    std::unordered_multimap<std::uint64_t, std::unique_ptr<Node>> children;
     std::uint32_t lock_ref = 0;
     std::uint64_t last_access = 0;  // the cache's clock at the last touch
     std::uint32_t tokens() const { return end - start; }
@@ -124,6 +128,8 @@ class RadixCache {
                                         std::uint32_t from, std::uint32_t to);
   // The child of `node` whose first page is seq's page at `pos`, or null.
   Node* child_at(Node& node, const TokenRuns& seq, std::uint32_t pos) const;
+  // `child`'s entry in its parent's children.
+  auto slot_of(const Node* child) const -> decltype(child->parent->children.begin());
   // RadixCache._split_node: `child` becomes [at, end) under a new node
   // [start, at) that takes its place; returns the new node.
   Node* split(Node* child, std::uint32_t at);

@@ -160,6 +160,79 @@ TEST_CASE("radix_cache: check() catches each planted fault") {
   }
 }
 
+TEST_CASE("radix_cache: random inserts, matches, locks and evictions keep R1-R3") {
+  // Sequences over a few ids in runs of 1-6 tokens, so that prefixes are
+  // shared, split and extended; pages of 1 and of 2 tokens.
+  for (const std::uint32_t page : {1u, 2u}) {
+    BlockPool pool(4096);
+    RadixCache cache(&pool, page);
+    std::uint64_t state = 12345;
+    auto next = [&state](std::uint64_t n) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return (state >> 33) % n;
+    };
+    std::vector<TokenRuns> seqs;
+    for (int s = 0; s < 12; ++s) {
+      TokenRuns seq;
+      std::uint32_t end = 0;
+      std::uint64_t id = 0;
+      for (int r = 0; r < 6; ++r) {
+        // Sequences agree on a prefix: the first runs come from few choices.
+        id = id * 8 + 1 + next(r < 2 ? 2 : 4);
+        end += static_cast<std::uint32_t>(1 + next(6));
+        seq.push_back(TokenRun{id, end});
+      }
+      seqs.push_back(std::move(seq));
+    }
+    std::vector<RadixCache::Node*> held;
+    for (int op = 0; op < 400; ++op) {
+      const TokenRuns& seq = seqs[next(seqs.size())];
+      const std::uint32_t length = seq.back().end / page * page;
+      switch (next(4)) {
+        case 0: {  // insert with fresh pages; the caller frees those the tree had
+          if (pool.free_count() < length / page) break;
+          std::vector<BlockId> pages = take(pool, length / page);
+          const std::uint32_t present = cache.insert(seq, length, pages);
+          REQUIRE(present % page == 0);
+          for (std::uint32_t p = 0; p < present / page; ++p) REQUIRE(pool.release(pages[p]));
+          break;
+        }
+        case 1: {  // match and lock
+          RadixCache::Node* last = nullptr;
+          const std::uint32_t cap = static_cast<std::uint32_t>(next(length + 1));
+          const std::uint32_t got = cache.match_prefix(seq, cap, nullptr, last);
+          REQUIRE(got <= cap);
+          REQUIRE(got % page == 0);
+          REQUIRE(last->end == got);
+          if (last != cache.root()) {
+            cache.inc_lock_ref(last);
+            held.push_back(last);
+          }
+          break;
+        }
+        case 2:  // unlock one
+          if (!held.empty()) {
+            const std::size_t k = next(held.size());
+            cache.dec_lock_ref(held[k]);
+            held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+          }
+          break;
+        default: {
+          const std::uint64_t before = cache.evictable_size();
+          const std::uint32_t freed = cache.evict(static_cast<std::uint32_t>(next(12)));
+          REQUIRE(cache.evictable_size() == before - freed);
+          break;
+        }
+      }
+      std::vector<const RadixCache::Node*> holders(held.begin(), held.end());
+      auto problem = cache.check(holders);
+      INFO("op " << op << " page " << page << ": " << (problem ? problem->message : ""));
+      REQUIRE_FALSE(problem);
+      REQUIRE(std::uint64_t{pool.used_count()} * page == cache.total_size());
+    }
+  }
+}
+
 // --- the engine ---
 
 SimOptions sglang_options() {
@@ -357,6 +430,23 @@ TEST_CASE("sglang: n > 1 runs n requests that share the prompt through the tree"
   CHECK(sim.sim_totals().finished == 1);
   // The tree keeps the shared prompt once and each child's 2 own tokens.
   CHECK(steps.tree_tokens.back() == 12);
+}
+
+TEST_CASE("sglang: a trace whose ids break the prefix contract is matched page by page") {
+  // 2-token hash blocks, 4-token pages: A and B end their first page with the
+  // same id (2) but begin it differently (1, 3), which the formats' contract
+  // (equal ids mean an equal prefix) rules out. B must not hit A's page; both
+  // first pages are filed under the same id, every step checked.
+  RunConfig config = token_config(64);
+  config.kv.page_tokens = 4;
+  config.kv.pool_blocks = 16;
+  Simulator sim(config, sglang_options());
+  const Steps steps =
+      run(sim, {req("A", 8, 2, 0, {1, 2, 5, 6}, 2), req("B", 8, 2, 0.001, {3, 2, 7, 8}, 2),
+                req("C", 8, 2, 0.1, {3, 2, 7, 8}, 2)});
+  CHECK(steps.hits[1] == 0);      // B
+  CHECK(steps.hits.back() == 4);  // C hits B's first page (7 cut to 4)
+  CHECK(sim.sim_totals().finished == 3);
 }
 
 TEST_CASE("sglang: a request that cannot fit the pool is skipped") {
