@@ -95,23 +95,10 @@ class HashedPages {
 
 }  // namespace
 
-VllmScheduler::VllmScheduler(EngineShell& shell) : PagedScheduler(shell) {
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    auto it = std::find_if(
-        attention_types_.begin(), attention_types_.end(),
-        [&](const std::vector<std::size_t>& ids) { return groups_[ids[0]].same_spec(groups_[g]); });
-    if (it == attention_types_.end()) {
-      attention_types_.push_back({g});
-    } else {
-      it->push_back(g);
-    }
-  }
-  std::stable_partition(attention_types_.begin(), attention_types_.end(),
-                        [&](const std::vector<std::size_t>& ids) {
-                          return groups_[ids[0]].attention == KvCacheGroupSpec::kFull;
-                        });
-  hybrid_hits_.resize(groups_.size());
-}
+VllmScheduler::VllmScheduler(EngineShell& shell)
+    : PagedScheduler(shell),
+      coordinator_(groups_, KvCacheContext{config_.kv.page_tokens, pool_, cache_, tick_, state_,
+                                           sim_, violation_, request_entries_, null_block_}) {}
 
 std::optional<SkipReason> VllmScheduler::never_fits(const Request& request,
                                                     std::uint64_t& need) const {
@@ -148,7 +135,8 @@ std::optional<SkipReason> VllmScheduler::never_fits(const Request& request,
       std::uint64_t sum = 0;
       for (std::size_t g = 0; g < groups_.size(); ++g) {
         const std::uint64_t pages = ceil_div(computed + tokens, pt);
-        const std::uint64_t skipped = skipped_tokens(g, static_cast<std::uint32_t>(computed)) / pt;
+        const std::uint64_t skipped =
+            coordinator_.num_skipped_tokens(g, static_cast<std::uint32_t>(computed)) / pt;
         sum += pages - std::min(pages, skipped);
       }
       return sum;
@@ -243,16 +231,9 @@ bool VllmScheduler::cache_new_full_blocks(Flight& flight, std::uint32_t full_pag
       state_.table_entries += inserted.value() ? 1 : 0;
       continue;
     }
-    // SingleTypeKVCacheManager.cache_blocks of every group, in group order:
-    // the same block hash, keyed by group (make_block_hash_with_group_id);
-    // a page on the null block (skipped by a window) is not cached.
-    for (std::size_t g = 0; g < groups_.size(); ++g) {
-      const BlockId block = g == 0 ? entries[page] : sample.more[g - 1].entries()[page];
-      if (block == *null_block_) continue;
-      key.group = static_cast<std::uint32_t>(g);
-      auto inserted = cache_.insert(key, block, pool_, tick_);
-      if (!inserted) return caching_failed(flight, page, inserted.error());
-      state_.table_entries += inserted.value() ? 1 : 0;
+    // KVCacheCoordinator.cache_blocks: every group's manager in turn.
+    if (auto cached = coordinator_.cache_blocks(tables(sample), page, key); !cached) {
+      return caching_failed(flight, page, cached.error());
     }
   }
   flight.cached_pages = std::max(flight.cached_pages, full_pages);
@@ -270,10 +251,8 @@ bool VllmScheduler::allocate(Flight& flight, std::uint32_t tokens) {
   // KVCacheManager.allocate_slots: blocks for the tokens scheduled this step
   // only, never for the whole request ahead; KVCacheCoordinator.allocate_new_blocks
   // asks every group in turn, all from the one pool.
-  Sample& sample = flight.samples[0];
-  if (!append_group(flight, sample.table, tokens)) return false;
-  for (std::size_t g = 1; g < groups_.size(); ++g) {
-    if (!append_group(flight, sample.more[g - 1], tokens)) return false;
+  if (!coordinator_.allocate_new_blocks(tables(flight.samples[0]), tokens, flight.request)) {
+    return false;
   }
   return appended(flight, tokens);
 }
@@ -283,114 +262,6 @@ bool VllmScheduler::appended(Flight& flight, std::uint32_t tokens) {
   totals_.tokens_appended += tokens;
   state_.logical_tokens += tokens;
   return cache_full_blocks(flight);
-}
-
-bool VllmScheduler::append_group(Flight& flight, SequenceBlockTable& table, std::uint32_t tokens) {
-  // BlockPool.get_new_blocks pops the free queue, evicting a cached block only
-  // when it reaches one (lazy).
-  if (table.append_in_place(tokens, pool_)) {
-    // The common decode step: the tokens fit the partial last page, which
-    // this request holds alone (no block taken, the layout unchanged).
-    return true;
-  }
-  const std::size_t pages_before = table.entries().size();
-  count_layout(state_, table, -1);
-  // The free queue holds the uncached free blocks first and the evictable
-  // cached ones behind them: pages take the free blocks first, and only then
-  // a cached block each, evicted as the queue reaches it.
-  const std::uint32_t pt = config_.kv.page_tokens;
-  std::uint32_t remaining = tokens;
-  CoreStatus appended;
-  // The partial last page (this request's alone) takes what fits first.
-  const std::uint32_t room = table.length() % pt == 0 ? 0 : pt - table.length() % pt;
-  if (room > 0) {
-    const std::uint32_t chunk = std::min(room, remaining);
-    if (!table.append_in_place(chunk, pool_)) appended = Unexpected{CoreError::kBlockNotLive};
-    remaining -= appended ? chunk : 0;
-  }
-  if (appended && remaining > 0) {
-    // BlockPool.get_new_blocks: the free blocks in the pool's order, then the
-    // cached ones, each evicted as the queue reaches it and handed straight
-    // to the page (evicting it onto the empty free list and popping it again
-    // would give the same block).
-    std::vector<BlockId>& blocks = alloc_scratch_;
-    blocks.clear();
-    const auto pages = static_cast<std::uint32_t>(ceil_div(remaining, pt));
-    while (blocks.size() < pages && pool_.free_count() > 0) blocks.push_back(pool_.take_free());
-    if (blocks.size() < pages) {
-      cache_.evict_for_reuse(pool_, pages - static_cast<std::uint32_t>(blocks.size()), blocks);
-    }
-    auto taken = blocks.size() < pages
-                     ? CoreResult<std::uint32_t>{Unexpected{CoreError::kPoolExhausted}}
-                     : table.append_taken(remaining, blocks, pool_);
-    if (!taken) {
-      for (BlockId b : blocks) (void)pool_.release(b);  // back to the free list
-      appended = Unexpected{taken.error()};
-    }
-  }
-  count_layout(state_, table, +1);
-  if (!appended) {
-    violation_ = Violation{
-        sim_.steps + 1, flight.request.line, "I1",
-        fmt::format("request {}: allocate_slots failed: {}", flight.request.id, appended.error())};
-    return false;
-  }
-  state_.table_entries += table.entries().size() - pages_before;
-  request_entries_ += table.entries().size() - pages_before;
-  return true;
-}
-
-std::uint32_t VllmScheduler::skipped_tokens(std::size_t g, std::uint32_t computed) const {
-  // SlidingWindowManager.get_num_skipped_tokens: the tokens before the window
-  // of the next token, max(0, computed - window + 1); none for full attention
-  // (SingleTypeKVCacheManager.get_num_skipped_tokens).
-  const KvCacheGroupSpec& group = groups_[g];
-  if (group.attention != KvCacheGroupSpec::kSliding) return 0;
-  return computed + 1 > group.window_tokens ? computed + 1 - group.window_tokens : 0;
-}
-
-bool VllmScheduler::remove_skipped_blocks(Flight& flight) {
-  // KVCacheCoordinator.remove_skipped_blocks, called by allocate_slots before
-  // it counts the blocks to allocate (even when it then fails): in every
-  // sliding group, the pages wholly before the window of the next token give
-  // their block back (BlockPool.free_blocks: an uncached one is free, a cached
-  // one evictable) and point at the null block, walking back from the last
-  // such page until one already is.
-  if (!null_block_) return true;
-  Sample& sample = flight.samples[0];
-  const std::uint32_t pt = config_.kv.page_tokens;
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    const std::uint32_t skipped = skipped_tokens(g, flight.computed) / pt;
-    if (skipped == 0) continue;
-    SequenceBlockTable& table = group_table(sample, g);
-    const auto entries = table.entries();
-    const auto last = static_cast<std::uint32_t>(std::min<std::size_t>(skipped, entries.size()));
-    std::uint32_t first = last;
-    while (first > 0 && entries[first - 1] != *null_block_) --first;
-    if (first == last) continue;
-    count_layout(state_, table, -1);
-    std::vector<BlockId>& freed = release_scratch_;
-    freed.clear();
-    // free_blocks gets the pages last to first: in the pool's free list the
-    // last page comes out first, as releasing them in page order gives.
-    for (std::uint32_t page = first; page < last; ++page) {
-      auto block = table.skip_page(page, *null_block_, pool_);
-      if (!block) {
-        count_layout(state_, table, +1);
-        violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                               fmt::format("request {}: remove_skipped_blocks page {} failed: {}",
-                                           flight.request.id, page, block.error())};
-        return false;
-      }
-      freed.push_back(block.value());
-    }
-    count_layout(state_, table, +1);
-    for (auto it = freed.rbegin(); it != freed.rend(); ++it) cache_.released(*it, pool_, tick_);
-    state_.table_entries -= freed.size();
-    request_entries_ -= freed.size();
-    sim_.window_freed_blocks += freed.size();
-  }
-  return true;
 }
 
 void VllmScheduler::preempt(std::unique_ptr<Flight> victim) {
@@ -429,24 +300,15 @@ bool VllmScheduler::schedule_running(std::uint32_t& budget, bool& preempted, Sch
       continue;
     }
     bool self = false;
-    if (hybrid_ && !remove_skipped_blocks(flight)) return false;
+    if (hybrid_ && !coordinator_.remove_skipped_blocks(tables(flight.samples[0]), flight.computed,
+                                                       flight.request)) {
+      return false;
+    }
     for (;;) {
-      // KVCacheCoordinator.get_num_blocks_to_allocate: the sum over the groups
-      // (a running request has no new hits).
-      std::uint32_t needed = 0;
-      for (std::size_t g = 0; g < groups_.size(); ++g) {
-        const SequenceBlockTable& table =
-            g == 0 ? flight.samples[0].table : flight.samples[0].more[g - 1];
-        const auto more = table.blocks_needed(tokens, pool_);
-        if (!more) {
-          violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                                 fmt::format("request {}: allocate_slots failed: {}",
-                                             flight.request.id, more.error())};
-          return false;
-        }
-        needed += more.value();
-      }
-      if (pool_.free_count() + cache_.evictable() >= needed) break;
+      const auto needed =
+          coordinator_.num_blocks_to_allocate(tables(flight.samples[0]), tokens, flight.request);
+      if (!needed) return false;
+      if (pool_.free_count() + cache_.evictable() >= *needed) break;
       // allocate_slots returned None: preempt the last request of the running
       // list (FCFS policy); when that is this request, stop scheduling.
       std::unique_ptr<Flight> victim = std::move(running_.back());
@@ -527,120 +389,16 @@ bool VllmScheduler::schedule_waiting(std::uint32_t& budget, Scheduled& scheduled
   return true;
 }
 
-std::uint32_t VllmScheduler::find_longest_cache_hit(const Flight& flight,
-                                                    std::uint32_t max_length) {
-  // HybridKVCacheCoordinator.find_longest_cache_hit (UnitaryKVCacheCoordinator's
-  // when there is one attention type): each type, full attention first, takes
-  // the candidate length or shortens it, until a pass shortens nothing; with
-  // one full type and one other, a single pass. A page hits in a type only
-  // when it is cached in every group of it (BlockPool.get_cached_block).
-  const std::uint32_t pt = config_.kv.page_tokens;
-  const BlockId null = null_block_.value_or(kInvalidBlock);
-  for (auto& hits : hybrid_hits_) hits.clear();
-  std::vector<BlockId> found(groups_.size());
-  auto cached_in_all = [&](const std::vector<std::size_t>& ids, std::uint32_t page) {
-    PageKey key = vllm_key(flight, page);
-    for (std::size_t g : ids) {
-      key.group = static_cast<std::uint32_t>(g);
-      auto block = cache_.find(key);
-      if (!block) return false;
-      found[g] = *block;
-    }
-    return true;
-  };
-  const bool simple = attention_types_.size() == 2 &&
-                      groups_[attention_types_[0][0]].attention == KvCacheGroupSpec::kFull;
-  std::uint32_t hit_length = max_length;
-  std::vector<bool> full_done(attention_types_.size(), false);
-  for (;;) {
-    std::uint32_t current = hit_length;
-    for (std::size_t t = 0; t < attention_types_.size(); ++t) {
-      const std::vector<std::size_t>& ids = attention_types_[t];
-      const KvCacheGroupSpec& spec = groups_[ids[0]];
-      if (spec.attention == KvCacheGroupSpec::kFull) {
-        if (full_done[t]) {
-          // Downward closed: the first current / block pages still hit.
-          current = current / pt * pt;
-          continue;
-        }
-        // FullAttentionManager.find_longest_cache_hit: left to right, up to
-        // the first page not cached.
-        std::uint32_t pages = 0;
-        while ((pages + 1) * pt <= current && cached_in_all(ids, pages)) {
-          for (std::size_t g : ids) hybrid_hits_[g].push_back(found[g]);
-          ++pages;
-        }
-        full_done[t] = true;
-        current = pages * pt;
-        continue;
-      }
-      // SlidingWindowManager.find_longest_cache_hit: right to left, the first
-      // run of ceil((window - 1) / block) cached pages ends the hit; pages
-      // before the run are the null block. Without such a run, the cached
-      // pages from page 0 on are the hit.
-      const std::uint32_t needed = (spec.window_tokens - 1 + pt - 1) / pt;
-      const std::uint32_t max_pages = current / pt;
-      for (std::size_t g : ids) hybrid_hits_[g].assign(max_pages, null);
-      std::uint32_t run = 0;
-      bool match = false;
-      for (std::uint32_t i = max_pages; i-- > 0;) {
-        if (!cached_in_all(ids, i)) {
-          run = 0;
-          continue;
-        }
-        for (std::size_t g : ids) hybrid_hits_[g][i] = found[g];
-        ++run;
-        if (run >= needed) {
-          for (std::size_t g : ids) hybrid_hits_[g].resize(i + run);
-          match = true;
-          break;
-        }
-      }
-      if (!match) {
-        for (std::size_t g : ids) hybrid_hits_[g].resize(run);
-      }
-      current = static_cast<std::uint32_t>(hybrid_hits_[ids[0]].size()) * pt;
-    }
-    if (current >= hit_length) break;
-    hit_length = current;
-    if (simple) break;
-  }
-  // The full-attention pages beyond the final length are not hits.
-  for (auto& hits : hybrid_hits_) hits.resize(std::min<std::size_t>(hits.size(), hit_length / pt));
-  return hit_length;
-}
-
 bool VllmScheduler::install_hybrid_hits(Flight& flight, std::uint32_t hit_tokens) {
-  // SingleTypeKVCacheManager.allocate_new_computed_blocks, every group: the
-  // pages before the window are the null block, the others are touched
-  // (BlockPool.touch) and shared.
+  // KVCacheCoordinator.allocate_new_computed_blocks: a table per group, the
+  // hits installed by every group's manager.
   flight.samples.clear();
   flight.samples.push_back(Sample{new_table(), hit_tokens, 0, false, 0, 0, {}});
   Sample& sample = flight.samples[0];
   for (std::size_t g = 1; g < groups_.size(); ++g) sample.more.push_back(new_table());
   if (hit_tokens == 0) return true;
-  const std::uint32_t pt = config_.kv.page_tokens;
-  const BlockId null = null_block_.value_or(kInvalidBlock);
   std::uint64_t shared = 0;
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    std::vector<BlockId>& pages = hybrid_hits_[g];
-    const std::uint32_t skipped = skipped_tokens(g, hit_tokens) / pt;
-    for (std::uint32_t i = 0; i < std::min<std::size_t>(skipped, pages.size()); ++i)
-      pages[i] = null;
-    for (BlockId b : pages) {
-      if (b == null) continue;
-      cache_.touch(b, tick_);
-      ++shared;
-    }
-    SequenceBlockTable& table = group_table(sample, g);
-    if (auto installed = table.install_shared_prefix(pages, hit_tokens, pool_); !installed) {
-      violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                             fmt::format("request {}: install_shared_prefix failed: {}",
-                                         flight.request.id, installed.error())};
-      return false;
-    }
-    count_layout(state_, table, +1);
-  }
+  if (!coordinator_.install_hits(tables(sample), hit_tokens, flight.request, shared)) return false;
   ++totals_.prefix_installs;
   totals_.shared_pages_installed += shared;
   state_.logical_tokens += hit_tokens;
@@ -657,27 +415,14 @@ bool VllmScheduler::admit_hybrid(std::uint32_t& budget, Scheduled& scheduled, bo
   // hit holding in every group. Looked up afresh at every attempt.
   std::uint32_t hit_tokens = 0;
   if (options_.prefix_cache) {
-    hit_tokens = find_longest_cache_hit(flight, num_tokens - 1);
+    hit_tokens = coordinator_.find_longest_cache_hit(
+        [&](std::uint32_t page) { return vllm_key(flight, page); }, num_tokens - 1);
   } else {
-    for (auto& hits : hybrid_hits_) hits.clear();
+    coordinator_.clear_hits();
   }
   const std::uint32_t tokens = std::min(num_tokens - hit_tokens, budget);
-  // SingleTypeKVCacheManager.get_num_blocks_to_allocate of a new request,
-  // summed over the groups: the pages of hit + scheduled tokens not covered by
-  // the hits or skipped by the window, plus the hits inside the window that
-  // are evictable (touching them takes them off the free queue).
-  const BlockId null = null_block_.value_or(kInvalidBlock);
-  std::uint64_t needed = 0;
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    const std::vector<BlockId>& hits = hybrid_hits_[g];
-    const std::uint64_t required = ceil_div(std::uint64_t{hit_tokens} + tokens, pt);
-    const std::uint64_t skipped = skipped_tokens(g, hit_tokens) / pt;
-    const std::uint64_t covered = std::max<std::uint64_t>(skipped, hits.size());
-    needed += required > covered ? required - covered : 0;
-    for (std::size_t i = std::min<std::size_t>(skipped, hits.size()); i < hits.size(); ++i) {
-      needed += hits[i] != null && pool_.refcount(hits[i]) == 1 ? 1 : 0;  // the cache's alone
-    }
-  }
+  // KVCacheCoordinator.get_num_blocks_to_allocate with the new hits.
+  const std::uint64_t needed = coordinator_.num_blocks_to_allocate_new(hit_tokens, tokens);
   if (std::uint64_t{pool_.free_count()} + cache_.evictable() < needed + watermark_blocks_) {
     if (running_.empty()) {
       // Nothing runs, so no block will be freed or evicted: every block but
