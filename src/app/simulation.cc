@@ -211,21 +211,14 @@ std::uint64_t simulation_memory_bytes(std::uint64_t pool_blocks) {
   return add_sat(kSimulationBaseBytes, mul_sat(pool_blocks, kSimulationBytesPerBlock));
 }
 
-InputResult<SimulationResult> simulate_file(const std::string& path,
-                                            std::optional<RequestFormat> format,
-                                            const RunConfig& config, const SimOptions& options,
-                                            OutputFile* timeline, TimelineSampler* sampler,
-                                            const SimulateTerminal& terminal,
-                                            const SimFaults& faults, OutputFile* requests,
-                                            const std::string& shown_as) {
-  auto start = std::chrono::steady_clock::now();
-  auto opened = RequestReader::open(path, format, shown_as);
-  if (!opened) return Unexpected{opened.error()};
-  RequestReader& reader = *opened.value();
-  if (auto problem = sim_options_error(config, options)) {
-    return Unexpected{InputError{"command line", 0, "--engine", *problem}};
-  }
-  Simulator sim(config, options);
+namespace {
+
+// The simulation's observers, each chained onto those before it: the
+// per-request CSV, the timeline CSV, the sampler of the HTML page's timeline,
+// the progress line and the fault injected for the tests.
+void attach_observers(Simulator& sim, OutputFile* timeline, TimelineSampler* sampler,
+                      const SimulateTerminal& terminal, const SimFaults& faults,
+                      OutputFile* requests) {
   if (requests != nullptr) {
     requests->write(requests_csv_header());
     sim.on_request = [requests](const RequestTimes& times) {
@@ -290,6 +283,232 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       }
     };
   }
+}
+
+// The figures of a finished run that the report and the summary both give.
+struct RunFigures {
+  double hit_rate = 0.0;     // of the prompt tokens queried
+  double per_request = 0.0;  // the mean of the requests' hit rates
+  double mean_in_use = 0.0;  // blocks in use, over the steps
+  double seconds = 0.0;      // virtual time
+  LatencySummary queue;
+  LatencySummary ttft;
+  LatencySummary tpot;
+  LatencySummary e2e;
+  std::uint64_t all_requests = 0;  // the reader's skipped ones included
+  OverloadFigures load;
+};
+
+RunFigures run_figures(const Simulator& sim, std::uint64_t reader_skipped) {
+  const SimTotals& st = sim.sim_totals();
+  RunFigures f;
+  f.hit_rate = st.query_tokens == 0
+                   ? 0.0
+                   : static_cast<double>(st.hit_tokens) / static_cast<double>(st.query_tokens);
+  f.per_request =
+      st.hit_rate_requests == 0 ? 0.0 : st.hit_rate_sum / static_cast<double>(st.hit_rate_requests);
+  f.mean_in_use = st.steps == 0 ? 0.0 : st.in_use_sum / static_cast<double>(st.steps);
+  f.seconds = st.virtual_seconds;
+  const Simulator::Latencies& lat = sim.latencies();
+  f.queue = lat.queue_ms.summary();
+  f.ttft = lat.ttft_ms.summary();
+  f.tpot = lat.tpot_ms.summary();
+  f.e2e = lat.e2e_ms.summary();
+  f.all_requests = st.requests + reader_skipped;
+  f.load = sim.overload();
+  return f;
+}
+
+// The report's sections past base_report's: the simulation's configuration,
+// the requests, the prefix cache, blocks in use, the scheduler, the engine's
+// own figures, latency, the SLOs and overload.
+nlohmann::json simulation_report(const ReportSource& source, const Simulator& sim,
+                                 const SimOptions& options, const RunFigures& f,
+                                 std::uint64_t reader_skipped) {
+  const SimTotals& st = sim.sim_totals();
+  nlohmann::json report = base_report(source);
+  report["config"]["simulation"] = sim_options_json(options);
+  report["config"]["simulation"]["cost"] = cost_json(options.cost, sim.roofline());
+  report["requests"] = {
+      {"total", st.requests + reader_skipped},
+      {"finished", st.finished},
+      {"skipped", st.skipped + reader_skipped},
+      {"skipped_pool_too_small", st.skipped - st.skipped_too_long - st.skipped_too_many_samples},
+      {"skipped_too_long", st.skipped_too_long},
+      {"skipped_too_many_samples", st.skipped_too_many_samples}};
+  report["prefix_cache"] = {{"query_tokens", st.query_tokens},
+                            {"hit_tokens", st.hit_tokens},
+                            {"hit_rate", f.hit_rate},
+                            {"hit_rate_per_request", f.per_request},
+                            {"hit_blocks", st.hit_blocks},
+                            {"evictions", sim.evictions()},
+                            {"queries", st.queries},
+                            {"hits", st.hits},
+                            {"preempted_queries", st.preempted_queries},
+                            {"preempted_hits", st.preempted_hits},
+                            {"peak_resident_blocks", st.peak_cache_resident}};
+  // In use vs cache residency (SimTotals::peak_in_use); sharing measured
+  // against the blocks in use, and only where blocks are shared at all.
+  report["blocks"]["peak_in_use"] = st.peak_in_use;
+  report["blocks"]["mean_in_use"] = f.mean_in_use;
+  report["memory"] = {{"peak_in_use_bytes", std::uint64_t{st.peak_in_use} * sim.block_bytes()}};
+  if (options.allocator == AllocatorKind::kPaged) {
+    report["sharing"]["saved_blocks_at_peak"] = st.saved_blocks_at_peak;
+  } else {
+    report["sharing"].erase("saved_blocks_at_peak");
+    report.erase("layout");  // regions, not tables
+  }
+  const double seconds = f.seconds;
+  report["scheduler"] = {
+      {"steps", st.steps},
+      {"preemptions", st.preemptions},
+      {"max_running", st.max_running},
+      {"virtual_seconds", seconds},
+      {"output_tokens", st.output_tokens},
+      {"prompt_tokens_computed", st.prompt_tokens_computed},
+      {"output_tokens_per_second",
+       seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0},
+      {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
+  // The engine's own figures (the sglang engine's "sglang" section).
+  sim.scheduler().add_figures(report);
+  // Latency of the finished requests (SPEC 3.3), the SLOs, and overload.
+  report["latency"] = {{"queue_ms", latency_json(f.queue)},
+                       {"ttft_ms", latency_json(f.ttft)},
+                       {"tpot_ms", latency_json(f.tpot)},
+                       {"e2e_ms", latency_json(f.e2e)}};
+  const std::uint64_t all_requests = f.all_requests;
+  if (options.slo.any()) {
+    // Skipped requests never meet an SLO: attainment is over every request.
+    nlohmann::json slo = {
+        {"met", sim.slo_met()},
+        {"attainment", all_requests == 0 ? 0.0
+                                         : static_cast<double>(sim.slo_met()) /
+                                               static_cast<double>(all_requests)},
+        {"goodput_rps",
+         st.virtual_seconds > 0 ? static_cast<double>(sim.slo_met()) / st.virtual_seconds : 0.0}};
+    if (options.slo.ttft_ms) slo["ttft_ms"] = *options.slo.ttft_ms;
+    if (options.slo.tpot_ms) slo["tpot_ms"] = *options.slo.tpot_ms;
+    report["slo"] = slo;
+  }
+  const OverloadFigures& load = f.load;
+  report["overload"] = {{"overloaded", load.overloaded()},
+                        {"ratio", load.ratio() ? nlohmann::json(*load.ratio()) : nullptr},
+                        {"first_arrival_s", load.first_arrival},
+                        {"last_arrival_s", load.last_arrival},
+                        {"end_s", load.end},
+                        {"waiting_at_last_arrival", load.waiting_at_last_arrival},
+                        {"service_p99_s", load.service_p99_s},
+                        {"peak_waiting", load.peak_waiting}};
+  return report;
+}
+
+// "warning: PATH: overloaded: ..." when arrivals outpaced service, else empty.
+std::string overload_warning(const std::string& path, const OverloadFigures& load) {
+  if (!load.overloaded()) return {};
+  return fmt::format(
+      "warning: {}: overloaded: arrivals outpace service {:.2f}x: the run took {:.1f} s of "
+      "virtual time for {:.1f} s of arrivals, with {} requests waiting at the last arrival "
+      "(latencies grow with the trace; give more GPUs or fewer requests per second)",
+      path, *load.ratio(), load.end - load.first_arrival, load.arrival_span(),
+      grouped(load.waiting_at_last_arrival));
+}
+
+// The TTFT and TPOT distributions for the HTML page's CDF, kCdfPoints
+// quantiles each.
+nlohmann::json latency_cdf(const Simulator::Latencies& lat) {
+  nlohmann::json cdf;
+  for (auto [name, values] :
+       {std::pair<const char*, const LatencyDistribution*>{"ttft_ms", &lat.ttft_ms},
+        {"tpot_ms", &lat.tpot_ms}}) {
+    nlohmann::json points = nlohmann::json::array();
+    if (!values->empty()) {
+      for (std::size_t i = 0; i < kCdfPoints; ++i) {
+        points.push_back(
+            values->quantile(static_cast<double>(i) / static_cast<double>(kCdfPoints - 1)));
+      }
+    }
+    cdf[name] = std::move(points);
+  }
+  return cdf;
+}
+
+// The summary printed after the run: base_summary's, then the simulation's.
+std::string simulation_summary(const ReportSource& source, const Simulator& sim,
+                               const SimOptions& options, const RunFigures& f,
+                               std::uint64_t reader_skipped, bool color, nlohmann::json& report) {
+  const SimTotals& st = sim.sim_totals();
+  std::string summary = base_summary(source, color);
+  auto line = [&summary](std::string_view label, const std::string& value) {
+    summary += fmt::format("  {:<26} {}\n", label, value);
+  };
+  summary += fmt::format("{} ({} engine, {}, prefix cache {})\n", Paint{color}.bold("simulation"),
+                         to_string(options.engine), to_string(options.allocator),
+                         options.prefix_cache && options.allocator == AllocatorKind::kPaged
+                             ? fmt::format("on, evict {}", to_string(options.evict))
+                             : std::string("off"));
+  line("requests", fmt::format("{} total, {} finished, {} skipped", st.requests + reader_skipped,
+                               st.finished, st.skipped + reader_skipped));
+  line("prefix-cache hit rate",
+       fmt::format("{:.4f} of prompt tokens ({:.4f} per request)", f.hit_rate, f.per_request));
+  line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
+  line("blocks in use", fmt::format("peak {} ({} per GPU), mean {}", grouped(st.peak_in_use),
+                                    bytes_text(std::uint64_t{st.peak_in_use} * sim.block_bytes()),
+                                    grouped(static_cast<std::uint64_t>(f.mean_in_use + 0.5))));
+  line("cached, no request", fmt::format("peak {} blocks (the cache gives them back on demand)",
+                                         grouped(st.peak_cache_resident)));
+  line("steps / preemptions", fmt::format("{} / {}", st.steps, st.preemptions));
+  line("max running sequences", std::to_string(st.max_running));
+  const double seconds = f.seconds;
+  line("virtual time",
+       fmt::format("{:.1f} s ({:.1f} output tokens/s; cost model {})", seconds,
+                   seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0,
+                   sim.roofline() ? fmt::format("roofline on {}", sim.roofline()->gpu())
+                                  : std::string("linear")));
+  auto percentiles = [](const LatencySummary& l) {
+    return fmt::format("p50 {}, p90 {}, p99 {}, mean {}", ms_text(l.p50), ms_text(l.p90),
+                       ms_text(l.p99), ms_text(l.mean));
+  };
+  line("TTFT", percentiles(f.ttft));
+  line("TPOT", percentiles(f.tpot));
+  line("queueing", percentiles(f.queue));
+  line("end-to-end", percentiles(f.e2e));
+  if (options.slo.any()) {
+    std::string targets;
+    if (options.slo.ttft_ms) targets += fmt::format("TTFT <= {:g} ms", *options.slo.ttft_ms);
+    if (options.slo.tpot_ms) {
+      targets +=
+          fmt::format("{}TPOT <= {:g} ms", targets.empty() ? "" : ", ", *options.slo.tpot_ms);
+    }
+    line("SLO attainment",
+         fmt::format("{:.4f} ({} of {} requests: {}; goodput {:.2f} requests/s)",
+                     report["slo"]["attainment"].get<double>(), grouped(sim.slo_met()),
+                     grouped(f.all_requests), targets, report["slo"]["goodput_rps"].get<double>()));
+  }
+  if (f.load.ratio()) {
+    line("load", fmt::format("{:.2f}x the arrival span{}", *f.load.ratio(),
+                             f.load.overloaded() ? " (overloaded)" : ""));
+  }
+  return summary;
+}
+
+}  // namespace
+
+InputResult<SimulationResult> simulate_file(const std::string& path,
+                                            std::optional<RequestFormat> format,
+                                            const RunConfig& config, const SimOptions& options,
+                                            OutputFile* timeline, TimelineSampler* sampler,
+                                            const SimulateTerminal& terminal,
+                                            const SimFaults& faults, OutputFile* requests,
+                                            const std::string& shown_as) {
+  auto start = std::chrono::steady_clock::now();
+  auto opened = RequestReader::open(path, format, shown_as);
+  if (!opened) return Unexpected{opened.error()};
+  RequestReader& reader = *opened.value();
+  if (auto problem = sim_options_error(config, options)) {
+    return Unexpected{InputError{"command line", 0, "--engine", *problem}};
+  }
+  Simulator sim(config, options);
+  attach_observers(sim, timeline, sampler, terminal, faults, requests);
   auto timeline_failed = [timeline, requests] {
     return (timeline != nullptr && timeline->failed()) ||
            (requests != nullptr && requests->failed());
@@ -338,166 +557,14 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
     source.allocations = 0;
     source.frees = 0;
   }
+  const RunFigures figures = run_figures(sim, reader.skipped());
   SimulationResult result;
   result.violated = violated;
-  result.report = base_report(source);
-  result.report["config"]["simulation"] = sim_options_json(options);
-  result.report["config"]["simulation"]["cost"] = cost_json(options.cost, sim.roofline());
-  result.report["requests"] = {
-      {"total", st.requests + reader.skipped()},
-      {"finished", st.finished},
-      {"skipped", st.skipped + reader.skipped()},
-      {"skipped_pool_too_small", st.skipped - st.skipped_too_long - st.skipped_too_many_samples},
-      {"skipped_too_long", st.skipped_too_long},
-      {"skipped_too_many_samples", st.skipped_too_many_samples}};
-  const double hit_rate = st.query_tokens == 0 ? 0.0
-                                               : static_cast<double>(st.hit_tokens) /
-                                                     static_cast<double>(st.query_tokens);
-  const double per_request =
-      st.hit_rate_requests == 0 ? 0.0 : st.hit_rate_sum / static_cast<double>(st.hit_rate_requests);
-  result.report["prefix_cache"] = {{"query_tokens", st.query_tokens},
-                                   {"hit_tokens", st.hit_tokens},
-                                   {"hit_rate", hit_rate},
-                                   {"hit_rate_per_request", per_request},
-                                   {"hit_blocks", st.hit_blocks},
-                                   {"evictions", sim.evictions()},
-                                   {"queries", st.queries},
-                                   {"hits", st.hits},
-                                   {"preempted_queries", st.preempted_queries},
-                                   {"preempted_hits", st.preempted_hits},
-                                   {"peak_resident_blocks", st.peak_cache_resident}};
-  // In use vs cache residency (SimTotals::peak_in_use); sharing measured
-  // against the blocks in use, and only where blocks are shared at all.
-  const double mean_in_use = st.steps == 0 ? 0.0 : st.in_use_sum / static_cast<double>(st.steps);
-  result.report["blocks"]["peak_in_use"] = st.peak_in_use;
-  result.report["blocks"]["mean_in_use"] = mean_in_use;
-  result.report["memory"] = {
-      {"peak_in_use_bytes", std::uint64_t{st.peak_in_use} * sim.block_bytes()}};
-  if (options.allocator == AllocatorKind::kPaged) {
-    result.report["sharing"]["saved_blocks_at_peak"] = st.saved_blocks_at_peak;
-  } else {
-    result.report["sharing"].erase("saved_blocks_at_peak");
-    result.report.erase("layout");  // regions, not tables
-  }
-  const double seconds = st.virtual_seconds;
-  result.report["scheduler"] = {
-      {"steps", st.steps},
-      {"preemptions", st.preemptions},
-      {"max_running", st.max_running},
-      {"virtual_seconds", seconds},
-      {"output_tokens", st.output_tokens},
-      {"prompt_tokens_computed", st.prompt_tokens_computed},
-      {"output_tokens_per_second",
-       seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0},
-      {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
-  // The engine's own figures (the sglang engine's "sglang" section).
-  sim.scheduler().add_figures(result.report);
-  // Latency of the finished requests (SPEC 3.3), the SLOs, and overload.
-  const Simulator::Latencies& lat = sim.latencies();
-  const LatencySummary queue = lat.queue_ms.summary();
-  const LatencySummary ttft = lat.ttft_ms.summary();
-  const LatencySummary tpot = lat.tpot_ms.summary();
-  const LatencySummary e2e = lat.e2e_ms.summary();
-  result.report["latency"] = {{"queue_ms", latency_json(queue)},
-                              {"ttft_ms", latency_json(ttft)},
-                              {"tpot_ms", latency_json(tpot)},
-                              {"e2e_ms", latency_json(e2e)}};
-  const std::uint64_t all_requests = st.requests + reader.skipped();
-  if (options.slo.any()) {
-    // Skipped requests never meet an SLO: attainment is over every request.
-    nlohmann::json slo = {
-        {"met", sim.slo_met()},
-        {"attainment", all_requests == 0 ? 0.0
-                                         : static_cast<double>(sim.slo_met()) /
-                                               static_cast<double>(all_requests)},
-        {"goodput_rps",
-         st.virtual_seconds > 0 ? static_cast<double>(sim.slo_met()) / st.virtual_seconds : 0.0}};
-    if (options.slo.ttft_ms) slo["ttft_ms"] = *options.slo.ttft_ms;
-    if (options.slo.tpot_ms) slo["tpot_ms"] = *options.slo.tpot_ms;
-    result.report["slo"] = slo;
-  }
-  const OverloadFigures load = sim.overload();
-  result.report["overload"] = {{"overloaded", load.overloaded()},
-                               {"ratio", load.ratio() ? nlohmann::json(*load.ratio()) : nullptr},
-                               {"first_arrival_s", load.first_arrival},
-                               {"last_arrival_s", load.last_arrival},
-                               {"end_s", load.end},
-                               {"waiting_at_last_arrival", load.waiting_at_last_arrival},
-                               {"service_p99_s", load.service_p99_s},
-                               {"peak_waiting", load.peak_waiting}};
-  if (load.overloaded()) {
-    result.overload_warning = fmt::format(
-        "warning: {}: overloaded: arrivals outpace service {:.2f}x: the run took {:.1f} s of "
-        "virtual time for {:.1f} s of arrivals, with {} requests waiting at the last arrival "
-        "(latencies grow with the trace; give more GPUs or fewer requests per second)",
-        path, *load.ratio(), load.end - load.first_arrival, load.arrival_span(),
-        grouped(load.waiting_at_last_arrival));
-  }
-  for (auto [name, values] :
-       {std::pair<const char*, const LatencyDistribution*>{"ttft_ms", &lat.ttft_ms},
-        {"tpot_ms", &lat.tpot_ms}}) {
-    nlohmann::json points = nlohmann::json::array();
-    if (!values->empty()) {
-      for (std::size_t i = 0; i < kCdfPoints; ++i) {
-        points.push_back(
-            values->quantile(static_cast<double>(i) / static_cast<double>(kCdfPoints - 1)));
-      }
-    }
-    result.latency_cdf[name] = std::move(points);
-  }
-
-  std::string summary = base_summary(source, terminal.color);
-  auto line = [&summary](std::string_view label, const std::string& value) {
-    summary += fmt::format("  {:<26} {}\n", label, value);
-  };
-  summary +=
-      fmt::format("{} ({} engine, {}, prefix cache {})\n", Paint{terminal.color}.bold("simulation"),
-                  to_string(options.engine), to_string(options.allocator),
-                  options.prefix_cache && options.allocator == AllocatorKind::kPaged
-                      ? fmt::format("on, evict {}", to_string(options.evict))
-                      : std::string("off"));
-  line("requests", fmt::format("{} total, {} finished, {} skipped", st.requests + reader.skipped(),
-                               st.finished, st.skipped + reader.skipped()));
-  line("prefix-cache hit rate",
-       fmt::format("{:.4f} of prompt tokens ({:.4f} per request)", hit_rate, per_request));
-  line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
-  line("blocks in use", fmt::format("peak {} ({} per GPU), mean {}", grouped(st.peak_in_use),
-                                    bytes_text(std::uint64_t{st.peak_in_use} * sim.block_bytes()),
-                                    grouped(static_cast<std::uint64_t>(mean_in_use + 0.5))));
-  line("cached, no request", fmt::format("peak {} blocks (the cache gives them back on demand)",
-                                         grouped(st.peak_cache_resident)));
-  line("steps / preemptions", fmt::format("{} / {}", st.steps, st.preemptions));
-  line("max running sequences", std::to_string(st.max_running));
-  line("virtual time",
-       fmt::format("{:.1f} s ({:.1f} output tokens/s; cost model {})", seconds,
-                   seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0,
-                   sim.roofline() ? fmt::format("roofline on {}", sim.roofline()->gpu())
-                                  : std::string("linear")));
-  auto percentiles = [](const LatencySummary& l) {
-    return fmt::format("p50 {}, p90 {}, p99 {}, mean {}", ms_text(l.p50), ms_text(l.p90),
-                       ms_text(l.p99), ms_text(l.mean));
-  };
-  line("TTFT", percentiles(ttft));
-  line("TPOT", percentiles(tpot));
-  line("queueing", percentiles(queue));
-  line("end-to-end", percentiles(e2e));
-  if (options.slo.any()) {
-    std::string targets;
-    if (options.slo.ttft_ms) targets += fmt::format("TTFT <= {:g} ms", *options.slo.ttft_ms);
-    if (options.slo.tpot_ms) {
-      targets +=
-          fmt::format("{}TPOT <= {:g} ms", targets.empty() ? "" : ", ", *options.slo.tpot_ms);
-    }
-    line("SLO attainment", fmt::format("{:.4f} ({} of {} requests: {}; goodput {:.2f} requests/s)",
-                                       result.report["slo"]["attainment"].get<double>(),
-                                       grouped(sim.slo_met()), grouped(all_requests), targets,
-                                       result.report["slo"]["goodput_rps"].get<double>()));
-  }
-  if (load.ratio()) {
-    line("load", fmt::format("{:.2f}x the arrival span{}", *load.ratio(),
-                             load.overloaded() ? " (overloaded)" : ""));
-  }
-  result.summary = std::move(summary);
+  result.report = simulation_report(source, sim, options, figures, reader.skipped());
+  result.overload_warning = overload_warning(path, figures.load);
+  result.latency_cdf = latency_cdf(sim.latencies());
+  result.summary = simulation_summary(source, sim, options, figures, reader.skipped(),
+                                      terminal.color, result.report);
   skip_warnings(path, sim, result);
   return result;
 }

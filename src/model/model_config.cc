@@ -238,6 +238,115 @@ InputStatus read_attention(const ConfigFields& fields, ModelSpec& spec) {
   return {};
 }
 
+// The attention's KV geometry (into `spec`) and its parameters per layer:
+// multi-head latent attention when there is a kv_lora_rank, else grouped-query
+// attention of `kv_heads` heads of `head_dim`.
+InputResult<Count> read_attention_parameters(const ConfigFields& fields, ModelSpec& spec,
+                                             std::uint64_t hidden, std::uint64_t heads,
+                                             std::uint64_t kv_heads, std::uint64_t head_dim) {
+  KVREPLAY_TRY(kv_lora, fields.uint("kv_lora_rank", 1, 1u << 20));
+  if (kv_lora) {
+    KVREPLAY_TRY(rope, fields.required_uint("qk_rope_head_dim", 1, 1u << 20));
+    KVREPLAY_TRY(nope, fields.required_uint("qk_nope_head_dim", 0, 1u << 20));
+    KVREPLAY_TRY(v_head, fields.required_uint("v_head_dim", 1, 1u << 20));
+    KVREPLAY_TRY(q_lora, fields.uint("q_lora_rank", 1, 1u << 20));
+    spec.mla = true;
+    spec.kv_lora_rank = static_cast<std::uint32_t>(*kv_lora);
+    spec.qk_rope_head_dim = static_cast<std::uint32_t>(rope);
+    spec.kv_heads = 1;
+    spec.head_dim = static_cast<std::uint32_t>(*kv_lora + rope);
+    const Count q_width = Count(heads) * (nope + rope);
+    const Count q =
+        q_lora ? Count(hidden) * *q_lora + Count(*q_lora) * q_width : Count(hidden) * q_width;
+    return q + Count(hidden) * (*kv_lora + rope) + Count(*kv_lora) * heads * (nope + v_head) +
+           Count(heads) * v_head * hidden;
+  }
+  spec.kv_heads = static_cast<std::uint32_t>(kv_heads);
+  spec.head_dim = static_cast<std::uint32_t>(head_dim);
+  return Count(hidden) * (heads + 2 * kv_heads) * head_dim + Count(heads) * head_dim * hidden;
+}
+
+// The MLP of each layer: dense, or a mixture of experts.
+struct MlpShape {
+  std::uint64_t experts = 0;                  // routed experts (0: dense layers only)
+  std::uint64_t per_token = 0;                // experts a token is routed to
+  std::uint64_t moe_intermediate = 0;         // one expert's width
+  std::uint64_t shared = 0;                   // shared experts
+  std::uint64_t shared_intermediate = 0;      // the shared expert's width, when given so
+  std::optional<std::uint64_t> intermediate;  // a dense layer's width
+  std::uint64_t moe_layers = 0;               // layers with a mixture of experts
+};
+
+InputResult<MlpShape> read_mlp(const ConfigFields& fields, std::uint64_t layers) {
+  std::string_view experts_key = "n_routed_experts";
+  KVREPLAY_TRY(experts_given, fields.uint(experts_key, 0, 1u << 16));
+  for (std::string_view key : {"num_experts", "num_local_experts"}) {
+    if (experts_given) break;
+    experts_key = key;
+    auto value = fields.uint(key, 0, 1u << 16);
+    if (!value) return Unexpected{value.error()};
+    experts_given = value.value();
+  }
+  const std::uint64_t experts = experts_given.value_or(0);
+  KVREPLAY_TRY(intermediate, fields.uint("intermediate_size", 1, 1u << 24));
+  KVREPLAY_TRY(moe_intermediate_given, fields.uint("moe_intermediate_size", 1, 1u << 24));
+  std::uint64_t per_token = 0, moe_intermediate = 0, shared = 0, shared_intermediate = 0;
+  std::uint64_t first_dense = 0, moe_freq = 1, sparse_step = 1;
+  std::vector<std::uint64_t> mlp_only;
+  if (experts > 0) {
+    KVREPLAY_TRY(k, fields.uint("num_experts_per_tok", 1, experts));
+    if (!k) {
+      auto alternative = fields.uint("experts_per_token", 1, experts);
+      if (!alternative) return Unexpected{alternative.error()};
+      k = alternative.value();
+    }
+    if (!k) return fields.fail("num_experts_per_tok", "missing (nor is there experts_per_token)");
+    per_token = *k;
+    moe_intermediate = moe_intermediate_given.value_or(intermediate.value_or(0));
+    if (moe_intermediate == 0) {
+      return fields.fail("moe_intermediate_size",
+                         fmt::format("missing (nor is there intermediate_size), with {} {}",
+                                     experts_key, experts));
+    }
+    KVREPLAY_TRY(shared_given, fields.uint("n_shared_experts", 0, 1u << 16));
+    KVREPLAY_TRY(shared_width, fields.uint("shared_expert_intermediate_size", 0, 1u << 24));
+    KVREPLAY_TRY(first_given, fields.uint("first_k_dense_replace", 0, layers));
+    KVREPLAY_TRY(freq_given, fields.uint("moe_layer_freq", 1, 1u << 16));
+    KVREPLAY_TRY(step_given, fields.uint("decoder_sparse_step", 1, 1u << 16));
+    shared = shared_given.value_or(0);
+    shared_intermediate = shared_width.value_or(0);
+    first_dense = first_given.value_or(0);
+    moe_freq = freq_given.value_or(1);
+    sparse_step = step_given.value_or(1);
+    if (const nlohmann::json* only = fields.find("mlp_only_layers")) {
+      if (!only->is_array()) {
+        return fields.fail("mlp_only_layers",
+                           fmt::format("expected an array, got {}", only->dump()));
+      }
+      for (std::size_t i = 0; i < only->size(); ++i) {
+        auto layer =
+            fields.check_uint(fmt::format("mlp_only_layers[{}]", i), (*only)[i], 0, layers - 1);
+        if (!layer) return Unexpected{layer.error()};
+        mlp_only.push_back(layer.value());
+      }
+    }
+  }
+  auto is_moe = [&](std::uint64_t layer) {
+    return experts > 0 && layer >= first_dense && layer % moe_freq == 0 &&
+           (layer + 1) % sparse_step == 0 &&
+           std::find(mlp_only.begin(), mlp_only.end(), layer) == mlp_only.end();
+  };
+  std::uint64_t moe_layers = 0;
+  for (std::uint64_t i = 0; i < layers; ++i) moe_layers += is_moe(i) ? 1 : 0;
+  if (moe_layers < layers && !intermediate) {
+    return fields.fail(
+        "intermediate_size",
+        fmt::format("missing, and {} of {} layers have a dense MLP", layers - moe_layers, layers));
+  }
+  return MlpShape{experts,      per_token, moe_intermediate, shared, shared_intermediate,
+                  intermediate, moe_layers};
+}
+
 }  // namespace
 
 std::string_view to_string(AttentionKind kind) {
@@ -311,113 +420,28 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   }
 
   // Attention: its KV geometry and its parameters per layer.
-  Count attention;
-  KVREPLAY_TRY(kv_lora, fields.uint("kv_lora_rank", 1, 1u << 20));
-  if (kv_lora) {
-    KVREPLAY_TRY(rope, fields.required_uint("qk_rope_head_dim", 1, 1u << 20));
-    KVREPLAY_TRY(nope, fields.required_uint("qk_nope_head_dim", 0, 1u << 20));
-    KVREPLAY_TRY(v_head, fields.required_uint("v_head_dim", 1, 1u << 20));
-    KVREPLAY_TRY(q_lora, fields.uint("q_lora_rank", 1, 1u << 20));
-    spec.mla = true;
-    spec.kv_lora_rank = static_cast<std::uint32_t>(*kv_lora);
-    spec.qk_rope_head_dim = static_cast<std::uint32_t>(rope);
-    spec.kv_heads = 1;
-    spec.head_dim = static_cast<std::uint32_t>(*kv_lora + rope);
-    const Count q_width = Count(heads) * (nope + rope);
-    const Count q =
-        q_lora ? Count(hidden) * *q_lora + Count(*q_lora) * q_width : Count(hidden) * q_width;
-    attention = q + Count(hidden) * (*kv_lora + rope) + Count(*kv_lora) * heads * (nope + v_head) +
-                Count(heads) * v_head * hidden;
-  } else {
-    spec.kv_heads = static_cast<std::uint32_t>(kv_heads);
-    spec.head_dim = static_cast<std::uint32_t>(head_dim);
-    attention =
-        Count(hidden) * (heads + 2 * kv_heads) * head_dim + Count(heads) * head_dim * hidden;
-  }
+  KVREPLAY_TRY(attention,
+               read_attention_parameters(fields, spec, hidden, heads, kv_heads, head_dim));
   if (auto status = read_attention(fields, spec); !status) return Unexpected{status.error()};
 
-  // The MLP of each layer: dense, or a mixture of experts.
-  std::string_view experts_key = "n_routed_experts";
-  KVREPLAY_TRY(experts_given, fields.uint(experts_key, 0, 1u << 16));
-  for (std::string_view key : {"num_experts", "num_local_experts"}) {
-    if (experts_given) break;
-    experts_key = key;
-    auto value = fields.uint(key, 0, 1u << 16);
-    if (!value) return Unexpected{value.error()};
-    experts_given = value.value();
-  }
-  const std::uint64_t experts = experts_given.value_or(0);
-  KVREPLAY_TRY(intermediate, fields.uint("intermediate_size", 1, 1u << 24));
-  KVREPLAY_TRY(moe_intermediate_given, fields.uint("moe_intermediate_size", 1, 1u << 24));
-  std::uint64_t per_token = 0, moe_intermediate = 0, shared = 0, shared_intermediate = 0;
-  std::uint64_t first_dense = 0, moe_freq = 1, sparse_step = 1;
-  std::vector<std::uint64_t> mlp_only;
-  if (experts > 0) {
-    KVREPLAY_TRY(k, fields.uint("num_experts_per_tok", 1, experts));
-    if (!k) {
-      auto alternative = fields.uint("experts_per_token", 1, experts);
-      if (!alternative) return Unexpected{alternative.error()};
-      k = alternative.value();
-    }
-    if (!k) return fields.fail("num_experts_per_tok", "missing (nor is there experts_per_token)");
-    per_token = *k;
-    moe_intermediate = moe_intermediate_given.value_or(intermediate.value_or(0));
-    if (moe_intermediate == 0) {
-      return fields.fail("moe_intermediate_size",
-                         fmt::format("missing (nor is there intermediate_size), with {} {}",
-                                     experts_key, experts));
-    }
-    KVREPLAY_TRY(shared_given, fields.uint("n_shared_experts", 0, 1u << 16));
-    KVREPLAY_TRY(shared_width, fields.uint("shared_expert_intermediate_size", 0, 1u << 24));
-    KVREPLAY_TRY(first_given, fields.uint("first_k_dense_replace", 0, layers));
-    KVREPLAY_TRY(freq_given, fields.uint("moe_layer_freq", 1, 1u << 16));
-    KVREPLAY_TRY(step_given, fields.uint("decoder_sparse_step", 1, 1u << 16));
-    shared = shared_given.value_or(0);
-    shared_intermediate = shared_width.value_or(0);
-    first_dense = first_given.value_or(0);
-    moe_freq = freq_given.value_or(1);
-    sparse_step = step_given.value_or(1);
-    if (const nlohmann::json* only = fields.find("mlp_only_layers")) {
-      if (!only->is_array()) {
-        return fields.fail("mlp_only_layers",
-                           fmt::format("expected an array, got {}", only->dump()));
-      }
-      for (std::size_t i = 0; i < only->size(); ++i) {
-        auto layer =
-            fields.check_uint(fmt::format("mlp_only_layers[{}]", i), (*only)[i], 0, layers - 1);
-        if (!layer) return Unexpected{layer.error()};
-        mlp_only.push_back(layer.value());
-      }
-    }
-  }
-  auto is_moe = [&](std::uint64_t layer) {
-    return experts > 0 && layer >= first_dense && layer % moe_freq == 0 &&
-           (layer + 1) % sparse_step == 0 &&
-           std::find(mlp_only.begin(), mlp_only.end(), layer) == mlp_only.end();
-  };
-  std::uint64_t moe_layers = 0;
-  for (std::uint64_t i = 0; i < layers; ++i) moe_layers += is_moe(i) ? 1 : 0;
-  if (moe_layers < layers && !intermediate) {
-    return fields.fail(
-        "intermediate_size",
-        fmt::format("missing, and {} of {} layers have a dense MLP", layers - moe_layers, layers));
-  }
-  const Count expert = Count(3) * hidden * moe_intermediate;
-  const Count dense_mlp = Count(3) * hidden * intermediate.value_or(0);
-  const Count shared_mlp = Count(shared) * expert + Count(3) * hidden * shared_intermediate;
-  const Count router = Count(hidden) * experts;
+  // The MLP of each layer.
+  KVREPLAY_TRY(mlp, read_mlp(fields, layers));
+  const Count expert = Count(3) * hidden * mlp.moe_intermediate;
+  const Count dense_mlp = Count(3) * hidden * mlp.intermediate.value_or(0);
+  const Count shared_mlp = Count(mlp.shared) * expert + Count(3) * hidden * mlp.shared_intermediate;
+  const Count router = Count(hidden) * mlp.experts;
 
   // Parameters by kind, and the bytes each kind is stored in.
   const Count embedding = Count(vocab) * hidden;
   const Count lm_head = tied.value_or(true) ? Count(0) : embedding;
   const Count attention_all = attention * layers;
-  const Count dense_all = dense_mlp * (layers - moe_layers);
-  const Count routed_all = expert * experts * moe_layers;
-  const Count shared_all = shared_mlp * moe_layers;
-  const Count router_all = router * moe_layers;
+  const Count dense_all = dense_mlp * (layers - mlp.moe_layers);
+  const Count routed_all = expert * mlp.experts * mlp.moe_layers;
+  const Count shared_all = shared_mlp * mlp.moe_layers;
+  const Count router_all = router * mlp.moe_layers;
   const Count total =
       embedding + lm_head + attention_all + dense_all + routed_all + shared_all + router_all;
-  const Count inactive = expert * (experts - per_token) * moe_layers;
+  const Count inactive = expert * (mlp.experts - mlp.per_token) * mlp.moe_layers;
   if (total.overflow() || inactive.overflow()) {
     return fields.fail("num_hidden_layers", "the parameter count overflows 64 bits");
   }
@@ -425,16 +449,16 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   spec.parameters.active =
       total.value() - inactive.value() - (tied.value_or(true) ? 0 : embedding.value());
   spec.mlp_width = std::max<std::uint64_t>(
-      moe_layers < layers ? intermediate.value_or(0) : 0,
-      moe_layers > 0
-          ? per_token * moe_intermediate + shared * moe_intermediate + shared_intermediate
-          : 0);
+      mlp.moe_layers < layers ? mlp.intermediate.value_or(0) : 0,
+      mlp.moe_layers > 0 ? mlp.per_token * mlp.moe_intermediate +
+                               mlp.shared * mlp.moe_intermediate + mlp.shared_intermediate
+                         : 0);
 
   const std::uint64_t element = dtype_bytes(dtype);
   Count weights = total * element;
   Count routed_bytes = routed_all * element;
-  spec.routed_experts = static_cast<std::uint32_t>(moe_layers > 0 ? experts : 0);
-  spec.experts_per_token = static_cast<std::uint32_t>(moe_layers > 0 ? per_token : 0);
+  spec.routed_experts = static_cast<std::uint32_t>(mlp.moe_layers > 0 ? mlp.experts : 0);
+  spec.experts_per_token = static_cast<std::uint32_t>(mlp.moe_layers > 0 ? mlp.per_token : 0);
   if (const nlohmann::json* quantization = fields.find("quantization_config", true)) {
     if (!quantization->is_object()) {
       return fields.fail("quantization_config",
