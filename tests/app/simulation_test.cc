@@ -11,24 +11,14 @@
 
 #include <unistd.h>
 
+#include "engine/micro_config.h"
+
 namespace {
 
 using kvreplay::CheckPolicy;
 using kvreplay::RunConfig;
 using kvreplay::SimOptions;
-
-// The geometry of the Simulator's unit tests; only the page size and the pool matter here.
-RunConfig tiny_config(std::uint32_t pool_blocks, std::uint32_t page_tokens) {
-  RunConfig config;
-  config.kv.layers = 1;
-  config.kv.kv_heads = 1;
-  config.kv.head_dim = 4;
-  config.kv.dtype = kvreplay::Dtype::kFp32;
-  config.kv.page_tokens = page_tokens;
-  config.kv.pool_blocks = pool_blocks;
-  config.kv.max_seq_tokens = 256;
-  return config;
-}
+using kvreplay::tiny_config;
 
 // An engine as the command line runs it (vllm: no watermark), checked at the end.
 SimOptions engine_options(kvreplay::EngineKind engine) {

@@ -1,5 +1,7 @@
 // The geometry of the hand-worked engine tests: one layer of one 4-value head
 // in fp32 (16 bytes a token), 4-token pages, a pool of `pool_blocks` blocks.
+// tiny_config: the same with another page size (the Simulator's tests and the
+// whole-trace simulations of tests/app/).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,12 @@ inline RunConfig micro_config(std::uint32_t pool_blocks, std::uint32_t max_seq_t
   config.kv.page_tokens = 4;
   config.kv.pool_blocks = pool_blocks;
   config.kv.max_seq_tokens = max_seq_tokens;
+  return config;
+}
+
+inline RunConfig tiny_config(std::uint32_t pool_blocks, std::uint32_t page_tokens = 4) {
+  RunConfig config = micro_config(pool_blocks);
+  config.kv.page_tokens = page_tokens;
   return config;
 }
 

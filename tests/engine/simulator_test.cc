@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "engine/micro_config.h"
+
 namespace {
 
 using kvreplay::AllocatorKind;
@@ -19,18 +21,7 @@ using kvreplay::Request;
 using kvreplay::RunConfig;
 using kvreplay::SimOptions;
 using kvreplay::Simulator;
-
-RunConfig tiny_config(std::uint32_t pool_blocks, std::uint32_t page_tokens = 4) {
-  RunConfig config;
-  config.kv.layers = 1;
-  config.kv.kv_heads = 1;
-  config.kv.head_dim = 4;
-  config.kv.dtype = kvreplay::Dtype::kFp32;
-  config.kv.page_tokens = page_tokens;
-  config.kv.pool_blocks = pool_blocks;
-  config.kv.max_seq_tokens = 256;
-  return config;
-}
+using kvreplay::tiny_config;
 
 SimOptions checked_options() {
   SimOptions options;
