@@ -12,6 +12,7 @@
 #include "core/block_pool.h"
 #include "engine/micro_config.h"
 #include "engine/radix_cache.h"
+#include "engine/run_to_end.h"
 #include "engine/sglang_scheduler.h"
 #include "engine/simulator.h"
 
@@ -281,14 +282,7 @@ Steps run(Simulator& sim, std::vector<Request> requests) {
     steps.tree_tokens.push_back(engine(s).tree().total_size());
     steps.used.push_back(s.pool().used_count());
   };
-  for (Request& r : requests) {
-    REQUIRE(sim.run_until(r.arrival));
-    sim.submit(std::move(r));
-  }
-  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
-  REQUIRE(sim.finish());
-  INFO((sim.violation() ? sim.violation()->message : std::string()));
-  REQUIRE_FALSE(sim.violation());
+  run_to_end(sim, std::move(requests));
   return steps;
 }
 

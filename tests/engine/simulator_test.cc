@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/micro_config.h"
+#include "engine/run_to_end.h"
 
 namespace {
 
@@ -40,22 +41,11 @@ Request request(double arrival, std::uint32_t prompt, std::uint32_t output, std:
   return r;
 }
 
-void run_all(Simulator& sim, std::vector<Request> requests) {
-  for (Request& r : requests) {
-    REQUIRE(sim.run_until(r.arrival));
-    sim.submit(std::move(r));
-  }
-  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
-  REQUIRE(sim.finish());
-  INFO((sim.violation() ? sim.violation()->message : std::string()));
-  REQUIRE_FALSE(sim.violation());
-}
-
 }  // namespace
 
 TEST_CASE("simulator: one request prefills, decodes and frees every block") {
   Simulator sim(tiny_config(16), checked_options());
-  run_all(sim, {request(0.0, 10, 5)});
+  run_to_end(sim, {request(0.0, 10, 5)});
   CHECK(sim.sim_totals().finished == 1);
   CHECK(sim.sim_totals().output_tokens == 5);
   // KV holds prompt + output - 1 = 14 tokens at the end: 4 pages of 4.
@@ -78,7 +68,7 @@ TEST_CASE("simulator: under --alloc-order vllm the null block is neither used no
   Simulator sim(config, options);
   std::vector<std::uint32_t> used;
   sim.on_step = [&](const Simulator& s) { used.push_back(s.state().used); };
-  run_all(sim, {request(0.0, 6, 4)});
+  run_to_end(sim, {request(0.0, 6, 4)});
   CHECK(used == std::vector<std::uint32_t>{2, 2, 2, 0});
   CHECK(sim.totals().peak_used == 2);
   CHECK(sim.sim_totals().peak_in_use == 2);
@@ -92,7 +82,7 @@ TEST_CASE("simulator: under --alloc-order vllm the null block is neither used no
 TEST_CASE(
     "simulator: n > 1 forks after prefill and copies the shared partial page once per branch") {
   Simulator sim(tiny_config(32), checked_options());
-  run_all(sim, {request(0.0, 10, 3, 3)});
+  run_to_end(sim, {request(0.0, 10, 3, 3)});
   CHECK(sim.totals().forks == 2);
   // Each of the 3 samples writes into the shared partial page 2 (10 % 4 != 0):
   // the first two writers copy, the last holds it alone and writes in place.
@@ -108,7 +98,7 @@ TEST_CASE("simulator: a pool too small for everyone preempts the most recent req
   // Two requests of 8 prompt tokens growing to 8 + 12 - 1 = 19 tokens (5 pages
   // each) cannot both finish in 8 blocks: the second one admitted is preempted.
   Simulator sim(tiny_config(8), options);
-  run_all(sim, {request(0.0, 8, 12), request(0.0, 8, 12)});
+  run_to_end(sim, {request(0.0, 8, 12), request(0.0, 8, 12)});
   CHECK(sim.sim_totals().preemptions >= 1);
   CHECK(sim.sim_totals().finished == 2);
   CHECK(sim.pool().used_count() == 0);
@@ -119,7 +109,7 @@ TEST_CASE("simulator: a pool too small for everyone preempts the most recent req
 
 TEST_CASE("simulator: requests that can never fit are skipped and counted") {
   Simulator sim(tiny_config(4), checked_options());
-  run_all(sim, {request(0.0, 8, 2), request(1.0, 200, 100), request(2.0, 40, 2)});
+  run_to_end(sim, {request(0.0, 8, 2), request(1.0, 200, 100), request(2.0, 40, 2)});
   CHECK(sim.sim_totals().skipped == 2);  // past max_seq_tokens; more blocks than the pool
   CHECK(sim.sim_totals().finished == 1);
 }
@@ -135,7 +125,7 @@ TEST_CASE("simulator: a request with more samples than --max-seqs is skipped, no
     Request wide = request(1.0, 8, 2, 5);
     wide.line = 2;
     wide.id = "wide";
-    run_all(sim, {request(0.0, 8, 2), wide, request(2.0, 8, 2, 4), request(3.0, 8, 2, 9)});
+    run_to_end(sim, {request(0.0, 8, 2), wide, request(2.0, 8, 2, 4), request(3.0, 8, 2, 9)});
     CHECK(sim.sim_totals().skipped == 2);
     CHECK(sim.sim_totals().skipped_too_many_samples == 2);
     CHECK(sim.sim_totals().skipped_too_long == 0);
@@ -159,7 +149,7 @@ TEST_CASE("simulator: the prefix cache reuses full pages of a shared hash chain"
   Request second = request(10.0, 20, 2);
   second.hash_ids = {7, 9};  // the same first 16 tokens, then different
   second.hash_block_tokens = 16;
-  run_all(sim, {first, second});
+  run_to_end(sim, {first, second});
   // The second request hits the 4 full pages of hash block 7.
   CHECK(sim.sim_totals().hit_tokens == 16);
   CHECK(sim.sim_totals().hit_blocks == 4);
@@ -182,7 +172,7 @@ TEST_CASE("simulator: hits on one cached prefix keep the cache's candidates boun
     r.hash_block_tokens = 16;
     requests.push_back(std::move(r));
   }
-  run_all(sim, std::move(requests));
+  run_to_end(sim, std::move(requests));
   CHECK(sim.sim_totals().hit_blocks == 4 * 19999);
   CHECK(sim.evictions() == 0);
   const kvreplay::PrefixCache& cache =
@@ -198,7 +188,7 @@ TEST_CASE("simulator: a full-prompt hit still computes the last token") {
   a.hash_block_tokens = 16;
   Request b = a;
   b.arrival = 5.0;
-  run_all(sim, {a, b});
+  run_to_end(sim, {a, b});
   CHECK(sim.sim_totals().hit_tokens == 12);  // 3 of 4 pages: page 4 holds the last token
 }
 
@@ -214,7 +204,7 @@ TEST_CASE("simulator: eviction frees cached blocks when the pool runs short") {
       r.hash_block_tokens = 16;
       requests.push_back(r);
     }
-    run_all(sim, requests);
+    run_to_end(sim, requests);
     CHECK(sim.evictions() > 0);
     CHECK(sim.sim_totals().finished == 8);
     CHECK(sim.sim_totals().hit_tokens == 0);
@@ -227,7 +217,7 @@ TEST_CASE("simulator: contiguous baselines reserve whole regions and waste what 
     SimOptions options = checked_options();
     options.allocator = kind;
     Simulator sim(tiny_config(256), options);
-    run_all(sim, {request(0.0, 10, 7)});  // final KV length 16
+    run_to_end(sim, {request(0.0, 10, 7)});  // final KV length 16
     // max: the longest sequence; pow2: 16, the power of two at or above 16;
     // oracle: the final length, 16.
     const std::uint64_t reserved = kind == AllocatorKind::kContiguousMax ? 256 : 16;
@@ -238,7 +228,7 @@ TEST_CASE("simulator: contiguous baselines reserve whole regions and waste what 
   SimOptions pow2 = checked_options();
   pow2.allocator = AllocatorKind::kContiguousPow2;
   Simulator sim(tiny_config(256), pow2);
-  run_all(sim, {request(0.0, 12, 6)});
+  run_to_end(sim, {request(0.0, 12, 6)});
   CHECK(sim.totals().peak_used == 8);
   CHECK(sim.totals().waste_ratio_max > 0.4);
 }
@@ -252,7 +242,7 @@ TEST_CASE("simulator: paged waste is below contiguous waste on the same trace") 
     SimOptions options = checked_options();
     options.allocator = k == 0 ? AllocatorKind::kPaged : AllocatorKind::kContiguousMax;
     Simulator sim(tiny_config(512), options);
-    run_all(sim, requests);
+    run_to_end(sim, requests);
     CHECK(sim.sim_totals().finished == 40);
     waste[k] = sim.totals().waste_ratio_mean();
   }
@@ -269,7 +259,7 @@ TEST_CASE("simulator: blocks in use leave out the cache residency that no reques
   b.hash_ids = {7, 9};
   b.hash_block_tokens = 16;
   Simulator sim(tiny_config(32), checked_options());
-  run_all(sim, {a, b});
+  run_to_end(sim, {a, b});
   // A holds ceil(20 / 4) = 5 blocks after its prefill, and so does B (4 of them
   // hits); the page of the 21st token comes and goes inside the last step (this
   // scheduler frees a finished request within the step), unseen by a record.
@@ -292,7 +282,7 @@ TEST_CASE("simulator: a preempted request's recomputed tokens are not output, no
   // Two requests of 8 prompt tokens growing to 19 tokens (5 pages each) in 8
   // blocks: one is preempted, recomputes its prompt and its first tokens again.
   Simulator sim(tiny_config(8), options);
-  run_all(sim, {request(0.0, 8, 12), request(0.0, 8, 12)});
+  run_to_end(sim, {request(0.0, 8, 12), request(0.0, 8, 12)});
   REQUIRE(sim.sim_totals().preemptions >= 1);
   CHECK(sim.sim_totals().finished == 2);
   CHECK(sim.sim_totals().output_tokens == 24);  // 12 each, however often recomputed
@@ -307,7 +297,7 @@ TEST_CASE("simulator: saved blocks lie between 0 and the pool less the blocks in
   // n = 4 samples share their prompt pages: at the peak, the samples' tables
   // reference more blocks than they hold.
   Simulator sim(tiny_config(64), checked_options());
-  run_all(sim, {request(0.0, 16, 6, 4)});
+  run_to_end(sim, {request(0.0, 16, 6, 4)});
   const kvreplay::SimTotals& st = sim.sim_totals();
   CHECK(st.saved_blocks_at_peak > 0);
   CHECK(st.saved_blocks_at_peak <= 64u - st.peak_in_use);
@@ -316,7 +306,7 @@ TEST_CASE("simulator: saved blocks lie between 0 and the pool less the blocks in
   SimOptions contiguous = checked_options();
   contiguous.allocator = AllocatorKind::kContiguousMax;
   Simulator baseline(tiny_config(256), contiguous);
-  run_all(baseline, {request(0.0, 16, 6, 4)});
+  run_to_end(baseline, {request(0.0, 16, 6, 4)});
   CHECK(baseline.sim_totals().saved_blocks_at_peak == 0);
   CHECK(baseline.totals().saved_blocks_at_peak == 0);
   CHECK(baseline.sim_totals().peak_in_use == baseline.totals().peak_used);

@@ -12,6 +12,7 @@
 
 #include "engine/micro_config.h"
 #include "engine/paged_scheduler.h"
+#include "engine/run_to_end.h"
 #include "engine/simulator.h"
 
 namespace kvreplay {
@@ -32,19 +33,6 @@ Request request(std::string id, std::uint32_t prompt, std::uint32_t output, std:
   r.output = output;
   r.n = n;
   return r;
-}
-
-// Submits each request at its arrival, runs to the end and checks that no
-// invariant failed (the options' --check decides how often they are checked).
-void run_to_end(Simulator& sim, std::vector<Request> requests) {
-  for (Request& r : requests) {
-    REQUIRE(sim.run_until(r.arrival));
-    sim.submit(std::move(r));
-  }
-  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
-  REQUIRE(sim.finish());
-  INFO((sim.violation() ? sim.violation()->message : std::string()));
-  REQUIRE_FALSE(sim.violation());
 }
 
 // A request with the trace's hash ids over blocks of `block_tokens`.
