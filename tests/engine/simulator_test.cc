@@ -236,7 +236,8 @@ TEST_CASE("simulator: contiguous baselines reserve whole regions and waste what 
 TEST_CASE("simulator: paged waste is below contiguous waste on the same trace") {
   std::vector<Request> requests;
   for (int i = 0; i < 40; ++i)
-    requests.push_back(request(i * 0.01, 5 + (i * 7) % 40, 3 + (i * 13) % 50));
+    requests.push_back(request(i * 0.01, static_cast<std::uint32_t>(5 + (i * 7) % 40),
+                               static_cast<std::uint32_t>(3 + (i * 13) % 50)));
   double waste[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
     SimOptions options = checked_options();
