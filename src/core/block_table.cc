@@ -82,6 +82,7 @@ CoreResult<AppendEffect> SequenceBlockTable::append(std::uint32_t tokens, BlockP
   }
   const auto last_page = static_cast<std::uint32_t>((new_length - 1) / page_tokens_);
   effect.first_page = first_page;
+  if (append_own_tail(tokens, pool, effect)) return effect;
 
   auto planned = blocks_needed(tokens, pool);
   if (!planned) return Unexpected{planned.error()};
@@ -104,6 +105,34 @@ CoreResult<AppendEffect> SequenceBlockTable::append(std::uint32_t tokens, BlockP
   }
   length_ = static_cast<std::uint32_t>(new_length);
   return effect;
+}
+
+bool SequenceBlockTable::append_own_tail(std::uint32_t tokens, BlockPool& pool,
+                                         AppendEffect& effect) {
+  // The prefill chunk: no page stored past length() and the partial last
+  // page, if any, this table's alone. append()'s loop would write that page in
+  // place and allocate() each new page in the pool's order; take_free_filled
+  // takes the same blocks with the same fills in one pass.
+  const std::uint32_t offset = length_ % page_tokens_;
+  const std::size_t stored = length_ / page_tokens_ + (offset > 0 ? 1 : 0);
+  if (entries_.size() != stored) return false;
+  if (offset > 0) {
+    const BlockId tail = entries_.back();
+    if (tail >= pool.total() || pool.refcount(tail) != 1) return false;
+  }
+  const std::uint32_t room = offset > 0 ? std::min(tokens, page_tokens_ - offset) : 0;
+  const std::uint32_t rest = tokens - room;
+  const auto pages =
+      static_cast<std::uint32_t>((std::uint64_t{rest} + page_tokens_ - 1) / page_tokens_);
+  if (pages > pool.free_count()) return false;  // the general path reports it
+  // Commit: nothing below can fail (bad_alloc growing the vector is fatal).
+  if (room > 0) pool.set_filled(entries_.back(), offset + room);
+  const std::size_t first_new = entries_.size();
+  pool.take_free_filled(pages, rest, page_tokens_, entries_);
+  for (std::size_t i = first_new; i < entries_.size(); ++i) continued_ += continues(i) ? 1 : 0;
+  length_ += tokens;
+  effect.new_pages = pages;
+  return true;
 }
 
 CoreResult<std::uint32_t> SequenceBlockTable::append_fresh(std::uint32_t tokens, BlockPool& pool) {

@@ -145,6 +145,10 @@ class SequenceBlockTable {
     return b < pool.total() && pool.refcount(b) == 1;
   }
   CoreResult<std::uint32_t> count_blocks_needed(std::uint32_t tokens, const BlockPool& pool) const;
+  // append() of a table with no page stored past length() whose partial last
+  // page, if any, it holds alone: returns true having appended, false having
+  // changed nothing (another case, or too few free blocks).
+  bool append_own_tail(std::uint32_t tokens, BlockPool& pool, AppendEffect& effect);
   bool continues(std::size_t page) const {
     return page > 0 && page < entries_.size() && entries_[page] != kInvalidBlock &&
            entries_[page - 1] != kInvalidBlock && entries_[page] == entries_[page - 1] + 1;

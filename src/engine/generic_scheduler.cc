@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
 #include <memory>
+#include <span>
 #include <utility>
+
+#include "engine/hashed_pages.h"
 
 namespace kvreplay {
 
@@ -242,8 +246,8 @@ bool GenericScheduler::append(Flight& flight, Sample& sample, std::uint32_t toke
           fmt::format("request {}: append failed: {}", flight.request.id, needed.error())};
       return false;
     }
-    while (pool_.free_count() < needed.value() && cache_.evict_one(pool_)) {
-    }
+    if (pool_.free_count() < needed.value())
+      cache_.evict(pool_, needed.value() - pool_.free_count());
     if (pool_.free_count() >= needed.value()) break;
     // Out of blocks: preempt the most recently admitted request, maybe this one.
     const bool self = index + 1 == running_.size();
@@ -308,21 +312,40 @@ void GenericScheduler::preempt_last() {
 }
 
 void GenericScheduler::offer_to_cache(Flight& flight) {
-  const std::uint32_t full_pages =
-      std::min(flight.prefilled, flight.request.prompt) / config_.kv.page_tokens;
-  for (std::uint32_t page = flight.cached_pages; page < full_pages; ++page) {
-    auto key = page_key(flight, page);
-    if (!key) break;
-    auto block = flight.samples[0].table.get(page);
-    if (!block) break;
-    auto inserted = cache_.insert(*key, *block, pool_, tick_);
+  const std::uint32_t pt = config_.kv.page_tokens;
+  const std::uint32_t full_pages = std::min(flight.prefilled, flight.request.prompt) / pt;
+  const std::span<const BlockId> entries = flight.samples[0].table.entries();
+  const std::uint32_t last =
+      std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
+  HashedPages walk(flight.request, pt, flight.cached_pages);
+  for (std::uint32_t page = flight.cached_pages; page < last; ++page, walk.next()) {
+    std::uint32_t pages = 1;
+    PrefixCache::RunInserted done;
+    CoreStatus inserted;
+    if (walk.hashed()) {
+      // The pages of one hash block at once (insert_run: the same inserts).
+      pages =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(walk.pages_in_block(), last - page));
+      assert(walk.key() == *page_key(flight, page));
+      inserted =
+          cache_.insert_run(walk.key(), pt, entries.subspan(page, pages), pool_, tick_, done);
+    } else {
+      auto key = page_key(flight, page);  // a named prefix's page, or none
+      if (!key || entries[page] == kInvalidBlock) break;
+      auto one = cache_.insert(*key, entries[page], pool_, tick_);
+      if (one) done = {1, one.value() ? 1u : 0u};
+      inserted = one ? CoreStatus{} : CoreStatus{Unexpected{one.error()}};
+    }
+    state_.table_entries += done.cached;
     if (!inserted) {
       violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
                              fmt::format("request {}: caching page {} failed: {}",
-                                         flight.request.id, page, inserted.error())};
+                                         flight.request.id, page + done.handled, inserted.error())};
       return;
     }
-    state_.table_entries += inserted.value() ? 1 : 0;
+    if (done.handled < pages) break;  // a page without a block
+    walk.skip(pages - 1);             // the loop's next() moves past the last of them
+    page += pages - 1;
   }
   flight.cached_pages = std::max(flight.cached_pages, full_pages);
 }

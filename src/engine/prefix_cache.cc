@@ -275,14 +275,9 @@ std::uint32_t PrefixCache::evict_for_reuse(BlockPool& pool, std::uint32_t n,
   return evicted;
 }
 
-std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
-                                               std::vector<BlockId>& out) {
-  // uncache() of the front of the lru queue, n times, the evicted blocks'
-  // slots consumed at once.
-  const std::uint32_t count = std::min(n, evictable_count_);
+template <typename Taken>
+void PrefixCache::uncache_lru_front(std::uint32_t count, Taken&& taken) {
   const std::size_t log_cap = std::max(entries_.size(), kCandidateSlack);
-  const std::size_t first = out.size();
-  out.resize(first + count);
   // The log starts over before the batch rather than within it: count is at
   // most the blocks cached, so it still keeps at most log_cap entries.
   if (eviction_log_.size() + count > log_cap) {
@@ -292,7 +287,6 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
   const std::size_t logged = eviction_log_.size();
   eviction_log_.resize(logged + count);
   BlockId* const log = eviction_log_.data() + logged;
-  BlockId* const taken = out.data() + first;
   std::size_t at = lru_front_;
   for (std::uint32_t i = 0; i < count; ++at) {
     assert(at < lru_queue_.size());  // each evictable block has one live slot
@@ -304,15 +298,38 @@ std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
     entry.evictable = entry.cached = false;
     index_erase(slot.block);
     log[i] = slot.block;
-    taken[i] = slot.block;
+    taken(i, slot.block);
     ++i;
   }
   lru_front_ = at;
-  (void)pool.recycle_all({taken, count});  // held by the cache alone, the free list empty
   evictions_ += count;
   evictable_count_ -= count;
   lru_advance();
   purge_stale_if_due();
+}
+
+std::uint32_t PrefixCache::evict_lru_for_reuse(BlockPool& pool, std::uint32_t n,
+                                               std::vector<BlockId>& out) {
+  // uncache() of the front of the lru queue, n times, the evicted blocks'
+  // slots consumed at once.
+  const std::uint32_t count = std::min(n, evictable_count_);
+  const std::size_t first = out.size();
+  out.resize(first + count);
+  BlockId* const taken = out.data() + first;
+  uncache_lru_front(count, [taken](std::uint32_t i, BlockId b) { taken[i] = b; });
+  (void)pool.recycle_all({taken, count});  // held by the cache alone, the free list empty
+  return count;
+}
+
+std::uint32_t PrefixCache::evict(BlockPool& pool, std::uint32_t n) {
+  if (policy_ != EvictPolicy::kLru) {
+    std::uint32_t evicted = 0;
+    while (evicted < n && evict_one(pool)) ++evicted;
+    return evicted;
+  }
+  const std::uint32_t count = std::min(n, evictable_count_);
+  // Held by the cache alone: each release frees the block, in eviction order.
+  uncache_lru_front(count, [&pool](std::uint32_t, BlockId b) { (void)pool.release(b); });
   return count;
 }
 

@@ -164,6 +164,9 @@ class PrefixCache {
                            std::uint64_t tick);
   // Evicts one evictable block. Returns false when none is evictable.
   bool evict_one(BlockPool& pool);
+  // evict_one() up to n times, in one pass: the blocks freed in eviction
+  // order. Returns how many it evicted (fewer than n when no more are evictable).
+  std::uint32_t evict(BlockPool& pool, std::uint32_t n);
   // With the pool's free list empty: evicts up to n evictable blocks in
   // eviction order and hands the cache's reference on each to the caller
   // (BlockPool::recycle), appending them to out: the same as n times
@@ -442,6 +445,10 @@ class PrefixCache {
   BlockId take_victim();
   // evict_for_reuse under lru: the first n blocks of the list.
   std::uint32_t evict_lru_for_reuse(BlockPool& pool, std::uint32_t n, std::vector<BlockId>& out);
+  // The uncache() of the first `count` (<= evictable_count_) blocks of the lru
+  // queue, their slots consumed at once, each handed to taken(b).
+  template <typename Taken>
+  void uncache_lru_front(std::uint32_t count, Taken&& taken);
   std::uint32_t evictable_count_ = 0;
   std::uint32_t watched_evictable_ = 0;
   std::uint16_t watch_generation_ = 1;  // never 0

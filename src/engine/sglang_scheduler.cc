@@ -100,8 +100,11 @@ struct SglangScheduler::Req {
 // PrefillAdder: the budgets of one prefill batch.
 class SglangScheduler::Adder {
  public:
-  explicit Adder(SglangScheduler& s) : s_(s), rem_input_(s.options_.max_prefill_tokens) {
-    if (s.chunk_limit_) rem_chunk_ = *s.chunk_limit_;
+  explicit Adder(SglangScheduler& s)
+      : s_(s),
+        rem_input_(s.options_.max_prefill_tokens),
+        chunking_(s.chunk_limit_.has_value()),
+        rem_chunk_(s.chunk_limit_.value_or(0)) {
     // __init__: the running requests' future decode, reserved at new_token_ratio
     // (_get_running_request_total_token_offset), their remaining output
     // clipped at CLIP_MAX_NEW_TOKENS.
@@ -120,7 +123,7 @@ class SglangScheduler::Adder {
 
   AddResult budget_state() const {
     if (rem_total() <= 0 || cur_rem() <= 0) return AddResult::kNoToken;
-    if (rem_input_ <= 0 || (rem_chunk_ && *rem_chunk_ <= 0)) return AddResult::kOther;
+    if (rem_input_ <= 0 || (chunking_ && rem_chunk_ <= 0)) return AddResult::kOther;
     return AddResult::kContinue;
   }
 
@@ -131,14 +134,16 @@ class SglangScheduler::Adder {
     total_offset_ += static_cast<double>(tokens) + max_new;
     cur_offset_ += static_cast<double>(tokens);
     rem_input_ -= tokens;
-    if (rem_chunk_) *rem_chunk_ -= tokens;
+    if (chunking_) rem_chunk_ -= tokens;
   }
 
   // add_chunked_req: the chunked request's next chunk, without a memory
   // check (its prompt was checked whole when it was admitted).
   void add_chunked(Req& req) {
     const std::uint32_t rest = req.fill - req.kv_len;
-    const auto limit = static_cast<std::uint32_t>(std::max<std::int64_t>(*rem_chunk_, 0));
+    // A chunked request exists only with chunking on; without it, no limit.
+    const std::int64_t left = chunking_ ? rem_chunk_ : std::numeric_limits<std::uint32_t>::max();
+    const auto limit = static_cast<std::uint32_t>(std::max<std::int64_t>(left, 0));
     req.truncated = rest > limit;
     // A chunk that stops short stops on a page boundary.
     req.extend = req.truncated ? std::max(limit / s_.page_ * s_.page_, s_.page_) : rest;
@@ -156,7 +161,7 @@ class SglangScheduler::Adder {
     if (total >= rem_total()) return AddResult::kNoToken;
     const auto input_tokens = static_cast<std::int64_t>(ceil_div(extend, s_.page_) * s_.page_);
     // Without chunking, the first request may exceed the input budget.
-    if (!rem_chunk_ && !can_run.empty() && input_tokens >= rem_input_) return AddResult::kOther;
+    if (!chunking_ && !can_run.empty() && input_tokens >= rem_input_) return AddResult::kOther;
     // _lock_node: the prefix is not evictable while the request is weighed,
     // and stays locked once it is admitted (inc_lock_ref(req.last_node)).
     s_.tree_.inc_lock_ref(req.match_node);
@@ -164,14 +169,14 @@ class SglangScheduler::Adder {
       s_.tree_.dec_lock_ref(req.match_node);
       return AddResult::kNoToken;
     }
-    if (!rem_chunk_ || input_tokens <= *rem_chunk_) {
+    if (!chunking_ || input_tokens <= rem_chunk_) {
       req.extend = extend;
       req.truncated = false;
       can_run.push_back(&req);
       update_budget(extend, max_new);
     } else {
       // Chunked prefill: the chunk fills what is left of the chunk budget.
-      const auto trunc = static_cast<std::uint32_t>(*rem_chunk_ / s_.page_ * s_.page_);
+      const auto trunc = static_cast<std::uint32_t>(rem_chunk_ / s_.page_ * s_.page_);
       if (trunc == 0) {
         s_.tree_.dec_lock_ref(req.match_node);
         return AddResult::kOther;
@@ -193,7 +198,8 @@ class SglangScheduler::Adder {
   double total_offset_ = 0;
   double cur_offset_ = 0;
   std::int64_t rem_input_;
-  std::optional<std::int64_t> rem_chunk_;
+  bool chunking_;           // rem_chunk_tokens is not None
+  std::int64_t rem_chunk_;  // rem_chunk_tokens, while chunking_
 };
 
 SglangScheduler::SglangScheduler(EngineShell& shell)

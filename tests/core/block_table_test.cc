@@ -236,6 +236,50 @@ TEST_CASE("table: append into a partial last page held alone writes in place") {
   CHECK(table.length() == 10u);
 }
 
+TEST_CASE("table: a chunk onto a page held alone takes the free list's blocks in its order") {
+  for (AllocOrder order : kAllOrders) {
+    INFO(to_string(order));
+    // A free list out of id order: blocks taken, then released shuffled.
+    BlockPool pool(16, order);
+    SequenceBlockTable other(16, 4);
+    (void)must_append(other, 4 * 12, pool);
+    SequenceBlockTable table(16, 4);
+    (void)must_append(table, 5, pool);  // a partial last page, this table's alone
+    for (std::uint32_t page : {7u, 2u, 9u, 3u, 4u, 11u}) {
+      REQUIRE(pool.release(other.entries()[page]).ok());
+    }
+    const std::vector<BlockId> free_before = pool.free_list();
+    const BlockId tail = table.entries()[1];
+    // 3 tokens finish the partial page, 9 more open three pages.
+    const AppendEffect effect = must_append(table, 12, pool);
+    CHECK(effect.new_pages == 3u);
+    CHECK(effect.first_page == 1u);
+    CHECK(effect.copies.empty());
+    const std::vector<BlockId> want{table.entries()[0], tail, free_before[0], free_before[1],
+                                    free_before[2]};
+    CHECK(entries_of(table) == want);
+    CHECK(pool.filled(tail) == 4u);
+    CHECK(pool.filled(want[2]) == 4u);
+    CHECK(pool.filled(want[3]) == 4u);
+    CHECK(pool.filled(want[4]) == 1u);
+    CHECK(table.length() == 17u);
+    std::uint32_t continued = 0;
+    for (std::size_t i = 1; i < want.size(); ++i) continued += want[i] == want[i - 1] + 1 ? 1 : 0;
+    CHECK(table.continued_pages() == continued);
+    CHECK(pool.free_list() == std::vector<BlockId>(free_before.begin() + 3, free_before.end()));
+
+    // A chunk the free blocks cannot hold changes nothing.
+    const PoolSnapshot before = pool.snapshot();
+    REQUIRE(pool.free_count() == 5u);
+    auto refused = table.append(3 + 4 * 5 + 1, pool);  // the partial page, then six more
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error() == CoreError::kPoolExhausted);
+    CHECK(pool.snapshot() == before);
+    CHECK(entries_of(table) == want);
+    CHECK(table.length() == 17u);
+  }
+}
+
 TEST_CASE("table: append into a shared partial last page makes exactly one copy") {
   for (AllocOrder order : kAllOrders) {
     INFO(to_string(order));

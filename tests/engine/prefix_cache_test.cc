@@ -337,7 +337,7 @@ TEST_CASE("prefix_cache: with duplicates a key holds every block cached under it
   BlockPool pool(2 * kKeys);
   PrefixCache cache(EvictPolicy::kFifo, 2 * kKeys, /*duplicates=*/true);
   std::vector<BlockId> first, second;
-  for (int round = 0; round < 2; ++round) {
+  for (std::uint64_t round = 0; round < 2; ++round) {
     for (std::uint32_t k = 0; k < kKeys; ++k) {
       auto block = pool.allocate();
       REQUIRE(block.ok());
@@ -428,6 +428,51 @@ TEST_CASE("prefix_cache: watched blocks count as evictable exactly while they ar
     CHECK(cache.watched_evictable() == 1);
     cache.unwatch_all();
     CHECK(cache.watched_evictable() == 0);
+  }
+}
+
+TEST_CASE("prefix_cache: evict(n) is evict_one n times, with blocks on the free list") {
+  for (EvictPolicy policy : {EvictPolicy::kLru, EvictPolicy::kFifo, EvictPolicy::kLfu}) {
+    for (kvreplay::AllocOrder order : {kvreplay::AllocOrder::kLifo, kvreplay::AllocOrder::kFifo}) {
+      INFO(kvreplay::to_string(policy) << " " << kvreplay::to_string(order));
+      constexpr std::uint32_t kBlocks = 10;
+      BlockPool batch_pool(kBlocks, order);
+      BlockPool one_pool(kBlocks, order);
+      PrefixCache batch(policy, kBlocks);
+      PrefixCache one(policy, kBlocks);
+      std::vector<BlockId> blocks = cache_pages(batch, batch_pool, 8, 1);
+      REQUIRE(cache_pages(one, one_pool, 8, 1) == blocks);
+      // Hits reorder the candidates; block 2 stays held; two blocks stay free.
+      for (BlockId b : {blocks[5], blocks[1], blocks[5], blocks[6]}) {
+        REQUIRE(hit_and_release(batch, batch_pool, b, 2));
+        REQUIRE(hit_and_release(one, one_pool, b, 2));
+      }
+      for (PrefixCache* cache : {&batch, &one}) cache->touch(blocks[2], 3);
+      REQUIRE(batch_pool.retain(blocks[2]).ok());
+      REQUIRE(one_pool.retain(blocks[2]).ok());
+      REQUIRE(batch_pool.free_count() == 2);
+
+      CHECK(batch.evict(batch_pool, 4) == 4);
+      for (int i = 0; i < 4; ++i) REQUIRE(one.evict_one(one_pool));
+      CHECK(batch_pool.snapshot() == one_pool.snapshot());  // the free list's order too
+      CHECK(batch.evictions() == one.evictions());
+      CHECK(batch.evictable() == one.evictable());
+      CHECK(batch.size() == one.size());
+      auto batch_log = batch.evicted_since(0);
+      auto one_log = one.evicted_since(0);
+      REQUIRE(batch_log.has_value());
+      REQUIRE(one_log.has_value());
+      CHECK(std::vector<BlockId>(batch_log->begin(), batch_log->end()) ==
+            std::vector<BlockId>(one_log->begin(), one_log->end()));
+      CHECK_FALSE(batch.check(batch_pool));
+
+      // More than is evictable: what there is (block 2 is held), then none.
+      CHECK(batch.evict(batch_pool, kBlocks) == 3);
+      CHECK(batch.evictable() == 0);
+      CHECK(batch.evict(batch_pool, 1) == 0);
+      CHECK(batch_pool.free_count() == kBlocks - 1);
+      CHECK_FALSE(batch.check(batch_pool));
+    }
   }
 }
 
