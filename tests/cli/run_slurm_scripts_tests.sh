@@ -77,10 +77,14 @@ expected() {
   for word in "$@"; do printf '%q\n' "$word"; done
 }
 find_run() {  # find_run WORD1 WORD2: prints the file of the stub run whose argv holds both words
-  local f
+  # The words are read whole before grep sees them: `argv_of | grep -q` under
+  # pipefail fails when grep matches and exits while argv_of still writes (SIGPIPE),
+  # which a loaded machine made happen (a hostile word is --shard itself).
+  local f words
   for f in "$STUB_ARGV"/run.*; do
-    if argv_of "$f" | grep -qxF -- "$(printf '%q' "$1")" &&
-      argv_of "$f" | grep -qxF -- "$(printf '%q' "$2")"; then
+    words=$(argv_of "$f")
+    if grep -qxF -- "$(printf '%q' "$1")" <<<"$words" &&
+      grep -qxF -- "$(printf '%q' "$2")" <<<"$words"; then
       echo "$f"
       return
     fi
