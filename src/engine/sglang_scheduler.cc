@@ -433,6 +433,15 @@ void SglangScheduler::path_pages(const RadixCache::Node* node, std::uint32_t fro
   }
 }
 
+std::uint32_t SglangScheduler::insert_own(Req& req, std::uint32_t aligned) {
+  const std::uint32_t present =
+      tree_.insert(req.seq, aligned, std::span<const BlockId>(req.kv).first(aligned / page_));
+  const std::size_t lo = req.tree_len / page_;
+  const std::size_t hi = std::max<std::size_t>(lo, present / page_);
+  (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(lo, hi - lo));
+  return present;
+}
+
 void SglangScheduler::cache_unfinished(Req& req) {
   // RadixCache.cache_unfinished_req: the tokens computed so far, whole pages,
   // enter the tree; the request's own pages the tree already had are freed,
@@ -440,11 +449,9 @@ void SglangScheduler::cache_unfinished(Req& req) {
   // lock moved to the new last node. The partial last page stays its own.
   if (!caching_) return;
   const std::uint32_t aligned = req.kv_len / page_ * page_;
-  const std::uint32_t present =
-      tree_.insert(req.seq, aligned, std::span<const BlockId>(req.kv).first(aligned / page_));
+  const std::uint32_t present = insert_own(req, aligned);
   const std::size_t lo = req.tree_len / page_;
   const std::size_t hi = std::max<std::size_t>(lo, present / page_);
-  (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(lo, hi - lo));
   // The tree's pages replace those freed; below tree_len they were the
   // tree's already, from `present` on they are the request's, now the tree's.
   RadixCache::Node* node = nullptr;
@@ -472,11 +479,7 @@ void SglangScheduler::cache_finished(Req& req) {
     return;
   }
   const std::uint32_t aligned = req.kv_len / page_ * page_;
-  const std::uint32_t present =
-      tree_.insert(req.seq, aligned, std::span<const BlockId>(req.kv).first(aligned / page_));
-  const std::size_t lo = req.tree_len / page_;
-  const std::size_t hi = std::max<std::size_t>(lo, present / page_);
-  (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(lo, hi - lo));
+  insert_own(req, aligned);
   drop_kv(req, aligned / page_);  // the partial last page, if any
   tree_.dec_lock_ref(req.last_node);
   req.last_node = tree_.root();

@@ -89,6 +89,10 @@ class SglangScheduler final : public Scheduler {
   // kv (REQUIRES kv covers them).
   void path_pages(const RadixCache::Node* node, std::uint32_t from, std::uint32_t to,
                   std::vector<BlockId>& kv) const;
+  // RadixCache.insert of req's first `aligned` tokens (whole pages) with its
+  // pages, then frees the request's own pages the tree already had (from
+  // tree_len to what insert found present). Returns the tokens present.
+  std::uint32_t insert_own(Req& req, std::uint32_t aligned);
   void cache_unfinished(Req& req);
   void cache_finished(Req& req);
   // Empties req's row of pages, uncounted: those from `own_from` on are its
