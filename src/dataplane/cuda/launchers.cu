@@ -79,17 +79,22 @@ struct AttentionOf {
     static cudaError_t run(const ArenaView& arena, const PagedBatchView& batch,
                            const AttentionParams& params, const AttentionPlan& plan,
                            float* workspace, cudaStream_t stream) {
-      auto kernel = paged_decode_attention_kernel<kType, Vec>;
-      if (plan.shared_bytes > kDefaultSharedLimit) {
-        cudaError_t status =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(plan.shared_bytes));
-        if (status != cudaSuccess) return status;
+      if constexpr (sizeof(Vec) < element_bytes<kType>()) {
+        // Never chosen: a row of whole elements is a multiple of the element size.
+        return cudaErrorInvalidValue;
+      } else {
+        auto kernel = paged_decode_attention_kernel<kType, Vec>;
+        if (plan.shared_bytes > kDefaultSharedLimit) {
+          cudaError_t status =
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(plan.shared_bytes));
+          if (status != cudaSuccess) return status;
+        }
+        dim3 grid(grid_x(batch.batch), arena.kv_heads, plan.splits);
+        kernel<<<grid, kAttentionThreads, plan.shared_bytes, stream>>>(
+            arena, batch, params, plan.chunk_tokens, plan.tile_tokens, workspace);
+        return cudaGetLastError();
       }
-      dim3 grid(grid_x(batch.batch), arena.kv_heads, plan.splits);
-      kernel<<<grid, kAttentionThreads, plan.shared_bytes, stream>>>(
-          arena, batch, params, plan.chunk_tokens, plan.tile_tokens, workspace);
-      return cudaGetLastError();
     }
   };
 };
@@ -144,10 +149,12 @@ AttentionPlan plan_attention(const ArenaView& arena, std::uint32_t batch, std::u
                              std::uint32_t group, int sm_count) {
   AttentionPlan plan;
   const std::uint64_t row_bytes = arena.row_bytes();
+  // K and V tiles are double-buffered: 4 * tile_tokens rows, at most 32 KiB
+  // (plus 16 bytes of padding a row) for rows of up to 8 KiB.
   plan.tile_tokens = static_cast<std::uint32_t>(
-      std::clamp<std::uint64_t>(16384 / std::max<std::uint64_t>(row_bytes, 1), 1, 32));
+      std::clamp<std::uint64_t>(8192 / std::max<std::uint64_t>(row_bytes, 1), 1, 32));
   const std::uint64_t ctas = std::max<std::uint64_t>(1, std::uint64_t{batch} * arena.kv_heads);
-  const std::uint64_t target = 2 * static_cast<std::uint64_t>(std::max(sm_count, 1));
+  const std::uint64_t target = kTargetCtasPerSm * static_cast<std::uint64_t>(std::max(sm_count, 1));
   std::uint64_t splits = 1;
   if (max_length > kMinChunkTokens && ctas < target) {
     splits = std::min<std::uint64_t>((target + ctas - 1) / ctas,

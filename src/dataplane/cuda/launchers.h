@@ -21,7 +21,9 @@ cudaError_t launch_gather(const ArenaView& arena, const PagedBatchView& batch,
 
 // How an attention launch is split. A context longer than kMinChunkTokens is
 // split into chunks when the batch alone (batch * kv_heads CTAs) cannot fill
-// the GPU (2 CTAs per SM); chunks are whole tiles.
+// the GPU (kTargetCtasPerSm CTAs per SM); chunks are whole tiles. A CTA's time
+// is set by its chunk (tile after tile), so short chunks keep small batches
+// fast; the merge kernel is cheap next to it.
 struct AttentionPlan {
   std::uint32_t splits = 1;
   std::uint32_t chunk_tokens = 0;
@@ -29,7 +31,8 @@ struct AttentionPlan {
   std::uint64_t shared_bytes = 0;      // dynamic shared memory per CTA
   std::uint64_t workspace_floats = 0;  // partial results, when splits > 1
 };
-inline constexpr std::uint32_t kMinChunkTokens = 256;
+inline constexpr std::uint32_t kMinChunkTokens = 64;
+inline constexpr std::uint32_t kTargetCtasPerSm = 4;
 
 AttentionPlan plan_attention(const ArenaView& arena, std::uint32_t batch, std::uint32_t max_length,
                              std::uint32_t group, int sm_count);
