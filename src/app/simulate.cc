@@ -30,6 +30,8 @@ int run_simulate(const SimulateRequest& request) {
   OutputFile* timeline_out = nullptr;
   OutputFile* html_out = nullptr;
   OutputFile* requests_out = nullptr;
+  OutputFile* router_log_out = nullptr;
+  const bool fleet = request.fleet.replicas > 1;
   if ((!request.report_path.empty() &&
        (report_out = outputs.open("the report", request.report_path, OutputFile::Flow::kWhole,
                                   "--report")) == nullptr) ||
@@ -41,7 +43,10 @@ int run_simulate(const SimulateRequest& request) {
                                 "--html")) == nullptr) ||
       (!request.requests_path.empty() &&
        (requests_out = outputs.open("the request times", request.requests_path,
-                                    OutputFile::Flow::kStream, "--requests")) == nullptr)) {
+                                    OutputFile::Flow::kStream, "--requests")) == nullptr) ||
+      (!request.router_log_path.empty() &&
+       (router_log_out = outputs.open("the router log", request.router_log_path,
+                                      OutputFile::Flow::kStream, "--router-log")) == nullptr)) {
     eprint("{}\n", outputs.error());
     return kExitInput;
   }
@@ -50,10 +55,14 @@ int run_simulate(const SimulateRequest& request) {
   std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
   if (html_out != nullptr) sampler.emplace(TimelineSampler::kDefaultBuckets, /*simulate=*/true);
   auto progress = ProgressLine::for_stderr(!request.quiet, 16, request.trace_path);
-  auto result = simulate_file(request.trace_path, request.format, config.value(), request.options,
-                              timeline_out, sampler ? &*sampler : nullptr,
-                              SimulateTerminal{progress.get(), color_enabled(summary_stream)},
-                              SimFaults{}, requests_out);
+  const SimulateTerminal terminal{progress.get(), color_enabled(summary_stream)};
+  auto result =
+      fleet ? simulate_fleet_file(
+                  request.trace_path, request.format, config.value(), request.options,
+                  request.fleet, FleetOutputs{timeline_out, requests_out, router_log_out}, terminal)
+            : simulate_file(request.trace_path, request.format, config.value(), request.options,
+                            timeline_out, sampler ? &*sampler : nullptr, terminal, SimFaults{},
+                            requests_out);
   if (progress) progress->clear();
   if (!result) {
     eprint("{}\n", result.error().to_string());
@@ -111,6 +120,63 @@ class SimulateCommand final : public Command {
                    "write one CSV row per request here (times in ms: queueing, TTFT, TPOT, "
                    "end-to-end; - for stdout)");
     app.add_flag("-q,--quiet", request_.quiet, "print no summary");
+    // A fleet (SPEC 3.6): replicas behind a router.
+    replicas_ = app.add_option("--replicas", request_.fleet.replicas,
+                               "identical instances of the engine behind a router, each with its "
+                               "own pool and TP x PP GPUs (default 1: one instance)")
+                    ->check(CLI::Range(1u, 4096u))
+                    ->group("Fleet");
+    router_options_.push_back(
+        app.add_option("--router", router_,
+                       "fleet router: round-robin (default), least-requests, least-kv, "
+                       "power-of-two, prefix-aware (Dynamo's KV-router cost), session")
+            ->check(CLI::IsMember(router_policy_names()))
+            ->group("Fleet"));
+    prefix_options_.push_back(
+        app.add_option("--router-overlap-weight", request_.fleet.router.overlap_weight,
+                       "prefix-aware: weight of the prompt blocks to compute against the "
+                       "decode blocks (Dynamo's kv_overlap_score_weight; default 1)")
+            ->check(CLI::Range(0.0, 1e6))
+            ->group("Fleet"));
+    prefix_options_.push_back(
+        app.add_option("--router-temperature", request_.fleet.router.temperature,
+                       "prefix-aware: 0 takes the lowest cost (default); above 0, a seeded "
+                       "softmax over the normalised costs")
+            ->check(CLI::Range(0.0, 1e6))
+            ->group("Fleet"));
+    prefix_options_.push_back(
+        app.add_option("--router-view", view_,
+                       "prefix-aware: what the router knows of each instance's cache: precise "
+                       "(its KV events; default) or approximate (a router-side LRU of what it "
+                       "sent where)")
+            ->check(CLI::IsMember(router_view_names()))
+            ->group("Fleet"));
+    approx_options_.push_back(
+        app.add_option("--router-approx-blocks", request_.fleet.router.approx_blocks,
+                       "approximate view: pages of prompt remembered per instance (default: "
+                       "the instance's pool)")
+            ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40))
+            ->group("Fleet"));
+    approx_options_.push_back(
+        app.add_option("--router-approx-ttl-s", request_.fleet.router.approx_ttl_s,
+                       "approximate view: seconds an entry lives after the last request that "
+                       "named it (default 120)")
+            ->check(CLI::Range(0.0, 1e9))
+            ->group("Fleet"));
+    router_options_.push_back(
+        app.add_option("--router-seed", request_.fleet.router.seed,
+                       "seed of power-of-two's draws and of the prefix-aware softmax (default 0)")
+            ->group("Fleet"));
+    router_options_.push_back(
+        app.add_option("--router-log", request_.router_log_path,
+                       "write one CSV row per routing decision here: the instance chosen, the "
+                       "cached blocks seen on each and each one's cost (- for stdout)")
+            ->group("Fleet"));
+    gpu_hour_ = app.add_option("--gpu-hour-usd", gpu_hour_usd_,
+                               "price of one GPU for an hour: the report's cost_usd ($/hour, $ per "
+                               "million output tokens within the SLOs)")
+                    ->check(CLI::Range(1e-9, 1e9))
+                    ->group("Fleet");
     app.footer(
         "Examples:\n"
         "  kvreplay simulate traces/requests/mooncake_conv.jsonl --kv-memory 40GiB "
@@ -127,11 +193,57 @@ class SimulateCommand final : public Command {
       return usage_error(*problem);
     }
     set_activation_limits(request_.overrides, request_.options);
+    if (auto problem = resolve_fleet()) return usage_error(*problem);
+    if (gpu_hour_->count() > 0) request_.options.gpu_hour_usd = gpu_hour_usd_;
     return run_simulate(request_);
   }
 
  private:
+  // The fleet options: router options only with --replicas above 1, the
+  // prefix-aware ones only with that router, the approximate view's with it.
+  std::optional<std::string> resolve_fleet() {
+    RouterOptions& router = request_.fleet.router;
+    router.policy = *parse_router_policy(router_);
+    router.view = *parse_router_view(view_);
+    auto given = [](const CLI::Option* option) { return option->count() > 0; };
+    if (request_.fleet.replicas == 1) {
+      for (const auto* list : {&router_options_, &prefix_options_, &approx_options_}) {
+        for (const CLI::Option* option : *list) {
+          if (given(option)) {
+            return fmt::format("{} routes requests among replicas: give --replicas 2 or more",
+                               option->get_name());
+          }
+        }
+      }
+      return std::nullopt;
+    }
+    for (const auto* list : {&prefix_options_, &approx_options_}) {
+      for (const CLI::Option* option : *list) {
+        if (given(option) && router.policy != RouterPolicy::kPrefixAware) {
+          return fmt::format("{} is an option of --router prefix-aware", option->get_name());
+        }
+      }
+    }
+    for (const CLI::Option* option : approx_options_) {
+      if (given(option) && router.view != RouterView::kApproximate) {
+        return fmt::format("{} is an option of --router-view approximate", option->get_name());
+      }
+    }
+    if (!request_.html_path.empty()) {
+      return std::string(
+          "--html draws one instance's run; with --replicas give --report, --timeline (a row per "
+          "instance's step) or --requests instead");
+    }
+    return std::nullopt;
+  }
+
   SimulateRequest request_;
+  std::string router_ = "round-robin";
+  std::string view_ = "precise";
+  double gpu_hour_usd_ = 0;
+  CLI::Option* replicas_ = nullptr;
+  CLI::Option* gpu_hour_ = nullptr;
+  std::vector<CLI::Option*> router_options_, prefix_options_, approx_options_;
   ConfigOptions config_;
   SimOptionsCli options_;
 };

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include "engine/fleet.h"
 
 #include "app/simulation.h"
 
@@ -16,9 +17,11 @@ struct SimulateRequest {
   SimOptions options;
   std::string report_path;
   std::string timeline_path;
-  std::string html_path;      // empty: none
-  std::string requests_path;  // --requests: one CSV row per request
-  bool quiet = false;         // no summary (table), no progress line on stderr
+  std::string html_path;        // empty: none
+  std::string requests_path;    // --requests: one CSV row per request
+  bool quiet = false;           // no summary (table), no progress line on stderr
+  FleetOptions fleet;           // --replicas, --router...: a fleet when replicas > 1
+  std::string router_log_path;  // --router-log: one CSV row per routing decision
 };
 
 int run_simulate(const SimulateRequest& request);

@@ -1,5 +1,7 @@
 #include "app/simulation.h"
 
+#include "app/simulation_internal.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,7 +16,7 @@
 
 namespace kvreplay {
 
-namespace {
+namespace sim_detail {
 
 // One line per reason some requests were skipped as never fitting.
 void skip_warnings(const std::string& path, const Simulator& sim, SimulationResult& out) {
@@ -81,7 +83,9 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
   }
 }
 
-}  // namespace
+}  // namespace sim_detail
+
+using namespace sim_detail;
 
 nlohmann::json sim_options_json(const SimOptions& options) {
   nlohmann::json out = {
@@ -211,7 +215,26 @@ std::uint64_t simulation_memory_bytes(std::uint64_t pool_blocks) {
   return add_sat(kSimulationBaseBytes, mul_sat(pool_blocks, kSimulationBytesPerBlock));
 }
 
-namespace {
+namespace sim_detail {
+
+std::string_view timeline_csv_header() {
+  return "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
+         "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished,"
+         "in_use_blocks,cached_blocks,waiting_requests,running_requests,first_tokens,"
+         "ttft_ms_mean\n";
+}
+
+std::string timeline_csv_row(const Simulator& s) {
+  const ReplayState& st = s.state();
+  const std::optional<double> ttft = s.step_ttft_mean_ms();
+  return fmt::format(
+      "{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.sim_totals().steps,
+      s.now(), st.used, s.config().kv.pool_blocks - s.null_blocks() - st.used, st.waste_slots,
+      st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
+      s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(), s.sim_totals().finished,
+      s.in_use_blocks(), s.cache_resident_blocks(), s.waiting_requests(), s.running_requests(),
+      s.step_first_tokens(), ttft ? fmt::format("{:.3f}", *ttft) : std::string());
+}
 
 // The simulation's observers, each chained onto those before it: the
 // per-request CSV, the timeline CSV, the sampler of the HTML page's timeline,
@@ -227,23 +250,8 @@ void attach_observers(Simulator& sim, OutputFile* timeline, TimelineSampler* sam
   }
 
   if (timeline != nullptr) {
-    timeline->write(
-        "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
-        "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished,"
-        "in_use_blocks,cached_blocks,waiting_requests,running_requests,first_tokens,"
-        "ttft_ms_mean\n");
-    sim.on_step = [timeline](const Simulator& s) {
-      const ReplayState& st = s.state();
-      const std::optional<double> ttft = s.step_ttft_mean_ms();
-      timeline->print("{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                      s.sim_totals().steps, s.now(), st.used,
-                      s.config().kv.pool_blocks - s.null_blocks() - st.used, st.waste_slots,
-                      st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
-                      s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(),
-                      s.sim_totals().finished, s.in_use_blocks(), s.cache_resident_blocks(),
-                      s.waiting_requests(), s.running_requests(), s.step_first_tokens(),
-                      ttft ? fmt::format("{:.3f}", *ttft) : std::string());
-    };
+    timeline->write(std::string(timeline_csv_header()));
+    sim.on_step = [timeline](const Simulator& s) { timeline->write(timeline_csv_row(s)); };
   }
   if (sampler != nullptr) {
     sim.on_step = [sampler, timeline_row = std::move(sim.on_step)](const Simulator& s) {
@@ -284,20 +292,6 @@ void attach_observers(Simulator& sim, OutputFile* timeline, TimelineSampler* sam
     };
   }
 }
-
-// The figures of a finished run that the report and the summary both give.
-struct RunFigures {
-  double hit_rate = 0.0;     // of the prompt tokens queried
-  double per_request = 0.0;  // the mean of the requests' hit rates
-  double mean_in_use = 0.0;  // blocks in use, over the steps
-  double seconds = 0.0;      // virtual time
-  LatencySummary queue;
-  LatencySummary ttft;
-  LatencySummary tpot;
-  LatencySummary e2e;
-  std::uint64_t all_requests = 0;  // the reader's skipped ones included
-  OverloadFigures load;
-};
 
 RunFigures run_figures(const Simulator& sim, std::uint64_t reader_skipped) {
   const SimTotals& st = sim.sim_totals();
@@ -399,7 +393,27 @@ nlohmann::json simulation_report(const ReportSource& source, const Simulator& si
                         {"waiting_at_last_arrival", load.waiting_at_last_arrival},
                         {"service_p99_s", load.service_p99_s},
                         {"peak_waiting", load.peak_waiting}};
+  if (options.gpu_hour_usd) {
+    report["cost_usd"] =
+        cost_usd_json(*options.gpu_hour_usd, std::uint64_t{sim.config().tp} * sim.config().pp,
+                      st.virtual_seconds, sim.slo_output_tokens());
+  }
   return report;
+}
+
+nlohmann::json cost_usd_json(double gpu_hour_usd, std::uint64_t gpus, double seconds,
+                             std::uint64_t slo_output_tokens) {
+  const double per_hour = gpu_hour_usd * static_cast<double>(gpus);
+  const double run = per_hour * seconds / 3600.0;
+  return {{"gpu_hour_usd", gpu_hour_usd},
+          {"gpus", gpus},
+          {"usd_per_hour", per_hour},
+          {"usd_run", run},
+          {"output_tokens_within_slo", slo_output_tokens},
+          {"usd_per_million_output_tokens",
+           slo_output_tokens == 0
+               ? nlohmann::json(nullptr)
+               : nlohmann::json(run / (static_cast<double>(slo_output_tokens) / 1e6))}};
 }
 
 // "warning: PATH: overloaded: ..." when arrivals outpaced service, else empty.
@@ -491,7 +505,7 @@ std::string simulation_summary(const ReportSource& source, const Simulator& sim,
   return summary;
 }
 
-}  // namespace
+}  // namespace sim_detail
 
 InputResult<SimulationResult> simulate_file(const std::string& path,
                                             std::optional<RequestFormat> format,

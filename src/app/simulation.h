@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "app/terminal.h"
+#include "engine/fleet.h"
 #include "engine/simulator.h"
 #include "formats/requests/request.h"
 #include "io/input_error.h"
@@ -63,6 +64,27 @@ InputResult<SimulationResult> simulate_file(
     const SimOptions& options, OutputFile* timeline, TimelineSampler* sampler = nullptr,
     const SimulateTerminal& terminal = {}, const SimFaults& faults = {},
     OutputFile* requests = nullptr, const std::string& shown_as = {});
+
+// `simulate --replicas N` (N > 1): a fleet of N instances behind a router
+// (engine/fleet.h). The report keeps the fleet's totals at the top level
+// (counts summed, peaks summed over the instances' own peaks, ratios and
+// latencies recomputed from the fleet's requests) and adds "fleet" and
+// "instances". Outputs get an `instance` column: the timeline's first, the
+// request times' last; `router_log` one row per routing decision.
+struct FleetOutputs {
+  OutputFile* timeline = nullptr;
+  OutputFile* requests = nullptr;
+  OutputFile* router_log = nullptr;
+};
+InputResult<SimulationResult> simulate_fleet_file(
+    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
+    const SimOptions& options, const FleetOptions& fleet_options, const FleetOutputs& outputs,
+    const SimulateTerminal& terminal = {});
+// The text summary of a fleet's report.
+std::string fleet_summary(const nlohmann::json& report, bool color);
+// --router-log's header: line, id, arrival, the instance chosen, then (for
+// prefix-aware) each instance's cached blocks, and each instance's cost.
+std::string router_log_header(std::uint32_t replicas, bool prefix_aware);
 
 // --requests: the CSV's header, and one request's row (RequestTimes): times in
 // ms, empty where they do not apply (a skipped request's, a TPOT of one token).

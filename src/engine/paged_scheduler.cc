@@ -10,6 +10,35 @@
 
 namespace kvreplay {
 
+std::uint32_t PagedScheduler::cached_prompt_tokens(const Request& request) const {
+  if (!paged() || !shell_.options.prefix_cache) return 0;
+  const std::uint32_t page = config_.kv.page_tokens;
+  std::optional<std::uint64_t> prefix_chain;
+  if (request.hash_ids.empty() && !request.prefix.empty()) {
+    // A named prefix the engine has not seen yet is cached nowhere.
+    auto it = prefix_ids_.find(request.prefix);
+    if (it == prefix_ids_.end()) return 0;
+    prefix_chain = kPrefixChainBase + it->second;
+  }
+  std::uint32_t tokens = 0;
+  for (std::uint64_t end = page; end <= request.prompt; end += page) {
+    PageKey key;
+    if (!request.hash_ids.empty()) {
+      const std::uint64_t block = request.hash_block_tokens;
+      const std::uint64_t k = (end - 1) / block;
+      if (k >= request.hash_ids.size()) break;
+      key = PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k * block)};
+    } else if (prefix_chain && end <= request.prefix_tokens) {
+      key = PageKey{*prefix_chain, static_cast<std::uint32_t>(end)};
+    } else {
+      break;
+    }
+    if (!cache_.find(key)) break;
+    tokens = static_cast<std::uint32_t>(end);
+  }
+  return tokens;
+}
+
 PagedScheduler::PagedScheduler(EngineShell& shell)
     : shell_(shell),
       config_(shell.config),

@@ -40,6 +40,9 @@ class PagedScheduler : public Scheduler {
   const std::vector<KvCacheGroupSpec>& kv_groups() const override { return groups_; }
   std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const override;
   const PrefixCache& prefix_cache() const { return cache_; }
+  // The cache's consecutive hits from the first prompt page (group 0's keys):
+  // what a KV-event index of this engine would report.
+  std::uint32_t cached_prompt_tokens(const Request& request) const override;
 
  protected:
   struct Sample {

@@ -153,6 +153,24 @@ std::uint32_t RadixCache::match_prefix(const TokenRuns& seq, std::uint32_t max_t
   return pos;
 }
 
+std::uint32_t RadixCache::peek_prefix(const TokenRuns& seq, std::uint32_t max_tokens) const {
+  const std::uint32_t limit = floor_page(max_tokens);
+  // child_at only reads the node; it is declared on mutable nodes for match_prefix.
+  Node* node = root_.get();
+  std::uint32_t pos = 0;
+  std::size_t j = 0;
+  while (pos < limit) {
+    const Node* child = child_at(*node, seq, pos);
+    if (child == nullptr) break;
+    const std::uint32_t matched =
+        floor_page(first_difference(*child, seq, j, pos, std::min(child->end, limit)));
+    if (matched < child->end) return std::max(pos, matched);
+    node = const_cast<Node*>(child);
+    pos = child->end;
+  }
+  return pos;
+}
+
 std::uint32_t RadixCache::insert(const TokenRuns& seq, std::uint32_t tokens,
                                  std::span<const BlockId> pages) {
   // _insert_helper: down the matching children (touching them, splitting at a

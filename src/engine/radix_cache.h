@@ -91,6 +91,9 @@ class RadixCache {
   // node it ends inside. Touches the nodes on the path. Returns its tokens.
   std::uint32_t match_prefix(const TokenRuns& seq, std::uint32_t max_tokens,
                              std::vector<BlockId>* pages, Node*& last);
+  // The tokens match_prefix would return, without touching, splitting or
+  // locking anything: what a router's index of the tree's KV events sees.
+  std::uint32_t peek_prefix(const TokenRuns& seq, std::uint32_t max_tokens) const;
   // RadixCache.insert: the first `tokens` tokens of `seq` (whole pages) with
   // their pages. Returns the tokens already in the tree (the pages given for
   // them are not taken: the caller frees those it owns); the tree takes the

@@ -122,6 +122,14 @@ class Scheduler {
   // The engine's own figures, added to the report (the sglang engine's
   // "sglang" section); none by default.
   virtual void add_figures(nlohmann::json& report) const { (void)report; }
+  // The leading prompt tokens of `request` this engine's prefix cache holds
+  // now, in whole pages, as a router indexing the engine's KV events sees
+  // them (engine/router.h, view "precise"): read-only, nothing touched or
+  // split, no eviction clock advanced. 0 without a prefix cache.
+  virtual std::uint32_t cached_prompt_tokens(const Request& request) const {
+    (void)request;
+    return 0;
+  }
 };
 
 // The table of engines: what --engine accepts and how each is made.

@@ -269,6 +269,28 @@ std::optional<SkipReason> SglangScheduler::never_fits(const Request& request,
   return std::nullopt;
 }
 
+std::uint32_t SglangScheduler::cached_prompt_tokens(const Request& request) const {
+  if (!shell_.options.prefix_cache) return 0;
+  // The prompt's tokens named by the trace, as add_request names them; the
+  // request's own tokens are cached nowhere before it runs.
+  TokenRuns named;
+  if (!request.hash_ids.empty()) {
+    const std::uint64_t block = std::max<std::uint32_t>(request.hash_block_tokens, 1);
+    for (std::size_t k = 0; k < request.hash_ids.size() && k * block < request.prompt; ++k) {
+      const auto end =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>((k + 1) * block, request.prompt));
+      named.push_back(TokenRun{request.hash_ids[k], end});
+    }
+  } else if (!request.prefix.empty() && request.prefix_tokens > 0) {
+    auto it = prefix_ids_.find(request.prefix);
+    if (it == prefix_ids_.end()) return 0;
+    named.push_back(
+        TokenRun{kPrefixBase + it->second, std::min(request.prefix_tokens, request.prompt)});
+  }
+  if (named.empty()) return 0;
+  return tree_.peek_prefix(named, named.back().end);
+}
+
 void SglangScheduler::add_request(Request request) {
   if (!request.prefix.empty()) prefix_ids_.emplace(request.prefix, prefix_ids_.size());
   // The trace names each prompt token by its hash block (or named prefix);

@@ -52,6 +52,8 @@ class SglangScheduler final : public Scheduler {
   void add_figures(nlohmann::json& report) const override;
 
   const RadixCache& tree() const { return tree_; }
+  // The tree's match of the prompt's named tokens (RadixCache.peek_prefix).
+  std::uint32_t cached_prompt_tokens(const Request& request) const override;
   std::uint32_t max_running_requests() const { return max_running_; }
   double new_token_ratio() const { return new_token_ratio_; }
 

@@ -206,6 +206,9 @@ struct SimOptions {
   // allocator; the groups' layers must add up to the model's (kv_groups_error).
   std::vector<KvCacheGroupSpec> kv_groups;
   SglangOptions sglang;  // --engine sglang
+  // --gpu-hour-usd: the price of one GPU for an hour, for the report's
+  // "cost_usd" (none without it).
+  std::optional<double> gpu_hour_usd;
 };
 
 // What is wrong with running `options` on `config`, or nullopt: the KV-cache

@@ -128,6 +128,20 @@ RequestTimes request_times(const Request& request) {
   return times;
 }
 
+void Simulator::Latencies::add(const RequestTimes& times) {
+  queue_ms.add(times.queue_ms());
+  ttft_ms.add(times.ttft_ms());
+  e2e_ms.add(times.e2e_ms());
+  service_s.add((times.e2e_ms() - times.queue_ms()) / 1e3);
+  if (const std::optional<double> tpot = times.tpot_ms()) tpot_ms.add(*tpot);
+}
+
+bool meets_slo(const SloTargets& slo, const RequestTimes& times) {
+  const std::optional<double> tpot = times.tpot_ms();
+  return (!slo.ttft_ms || times.ttft_ms() <= *slo.ttft_ms) &&
+         (!slo.tpot_ms || !tpot || *tpot <= *slo.tpot_ms);
+}
+
 Simulator::Simulator(const RunConfig& config, const SimOptions& options)
     : config_(config), options_(options), shell_(config_, options_) {
   shell_.on_request = &on_request;
@@ -187,10 +201,11 @@ OverloadFigures Simulator::overload() const {
 }
 
 void Simulator::skip_request(const Request& request) {
-  if (!on_request) return;
+  if (!on_request && !on_request_end) return;
   RequestTimes times = request_times(request);
   times.skipped = true;
-  on_request(times);
+  if (on_request) on_request(times);
+  if (on_request_end) on_request_end(times);
 }
 
 bool Simulator::run_until(double horizon) {
@@ -240,18 +255,13 @@ bool Simulator::end_step() {
   shell_.step_first_tokens.clear();
   for (auto& times : shell_.step_done) {
     times->finished = now_;
-    latencies_.queue_ms.add(times->queue_ms());
-    latencies_.ttft_ms.add(times->ttft_ms());
-    latencies_.e2e_ms.add(times->e2e_ms());
-    latencies_.service_s.add((times->e2e_ms() - times->queue_ms()) / 1e3);
-    const std::optional<double> tpot = times->tpot_ms();
-    if (tpot) latencies_.tpot_ms.add(*tpot);
-    const SloTargets& slo = options_.slo;
-    if ((!slo.ttft_ms || times->ttft_ms() <= *slo.ttft_ms) &&
-        (!slo.tpot_ms || !tpot || *tpot <= *slo.tpot_ms)) {
+    latencies_.add(*times);
+    if (meets_slo(options_.slo, *times)) {
       ++slo_met_;
+      slo_output_tokens_ += std::uint64_t{times->output} * times->n;
     }
     if (on_request) on_request(*times);
+    if (on_request_end) on_request_end(*times);
   }
   shell_.step_done.clear();
   overload_.end = now_;

@@ -22,6 +22,9 @@ namespace kvreplay {
 // Requests that can never fit (the engine's never_fits: longer than
 // max_seq_tokens, more samples than max_seqs, more blocks than the pool) are
 // skipped and counted: admission would wait for them forever.
+// Whether a finished request meets the SLOs (SloTargets).
+bool meets_slo(const SloTargets& slo, const RequestTimes& times);
+
 class Simulator {
  public:
   Simulator(const RunConfig& config, const SimOptions& options);
@@ -83,6 +86,9 @@ class Simulator {
   // Called when a request finishes (its last sample's last token) or is
   // skipped as never fitting (--requests).
   std::function<void(const RequestTimes&)> on_request;
+  // Called after on_request for the same requests: the fleet's own
+  // bookkeeping (engine/fleet.h), apart from the observers the caller sets.
+  std::function<void(const RequestTimes&)> on_request_end;
 
   // The cost model run (roofline or linear: auto resolved), and the roofline
   // when that is it.
@@ -93,10 +99,14 @@ class Simulator {
   // in s; bounded in memory (engine/latency.h).
   struct Latencies {
     LatencyDistribution queue_ms, ttft_ms, tpot_ms, e2e_ms, service_s;
+    // A finished request's times.
+    void add(const RequestTimes& times);
   };
   const Latencies& latencies() const { return latencies_; }
   // Finished requests meeting options().slo (all finished ones without SLOs).
   std::uint64_t slo_met() const { return slo_met_; }
+  // Their output tokens (every sample's): what a price per token is paid by.
+  std::uint64_t slo_output_tokens() const { return slo_output_tokens_; }
   // With service_p99_s from the finished requests' latencies.
   OverloadFigures overload() const;
   std::uint64_t waiting_requests() const { return scheduler_->num_waiting(); }
@@ -108,6 +118,14 @@ class Simulator {
     return last_ttft_sum_ms_ / static_cast<double>(last_first_tokens_);
   }
   std::uint64_t running_requests() const { return scheduler_->num_running(); }
+  // Requests submitted whose arrival the run has not reached (not yet added
+  // to the engine).
+  std::uint64_t arriving_requests() const { return arriving_.size(); }
+  // The prompt tokens of `request` the engine's prefix cache holds now
+  // (Scheduler::cached_prompt_tokens: read-only).
+  std::uint32_t cached_prompt_tokens(const Request& request) const {
+    return scheduler_->cached_prompt_tokens(request);
+  }
 
  private:
   bool step();
@@ -126,6 +144,7 @@ class Simulator {
   std::optional<Roofline> roofline_;
   Latencies latencies_;
   std::uint64_t slo_met_ = 0;
+  std::uint64_t slo_output_tokens_ = 0;
   std::uint64_t last_first_tokens_ = 0;
   double last_ttft_sum_ms_ = 0;
   OverloadFigures overload_;

@@ -265,7 +265,7 @@ TEST_CASE("a forced format", "[request_reader]") {
                  "[1]}\n",
                  "t.jsonl", RequestFormat::kNative) ==
         "t.jsonl:1: timestamp: unknown field (a native record takes arrival, id, prompt, output, "
-        "n, prefix, prefix_tokens, hash_block_tokens, hash_ids, start)");
+        "n, prefix, prefix_tokens, hash_block_tokens, hash_ids, start, session)");
   CHECK(error_of("TIMESTAMP,ContextTokens,GeneratedTokens\n", "t.csv", RequestFormat::kBurstGpt) ==
         "t.csv:1: header: no column 'Request tokens' (an BurstGPT trace's header is "
         "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type)");
@@ -400,12 +400,16 @@ TEST_CASE("bad native records: exact messages", "[request_reader][native][errors
        "t.jsonl:1: json: expected ',' or '}' in the record, got '\"'"},
       {ok + "{\"arrival\": 0, \"prompt\": 5, \"output\": 1, \"foo\": 1}\n",
        "t.jsonl:2: foo: unknown field (a native record takes arrival, id, prompt, output, n, "
-       "prefix, prefix_tokens, hash_block_tokens, hash_ids, start)"},
+       "prefix, prefix_tokens, hash_block_tokens, hash_ids, start, session)"},
       {"{\"foo\": [1, {\"a\": 2}],\n \"arrival\": 0, \"prompt\": 5, \"output\": 1}\n",
        "t.jsonl:1: foo: unknown field (a native record takes arrival, id, prompt, output, n, "
-       "prefix, prefix_tokens, hash_block_tokens, hash_ids, start)"},
+       "prefix, prefix_tokens, hash_block_tokens, hash_ids, start, session)"},
       {ok + "{\"arrival\": 0, \"prompt\": 5}\n",
        "t.jsonl:2: output: missing (a native record needs arrival, prompt, output)"},
+      {ok + "{\"arrival\": 0, \"prompt\": 5, \"output\": 1, \"session\": 7}\n",
+       "t.jsonl:2: session: expected a string, got a number"},
+      {"{\"arrival\": 0, \"prompt\": 5, \"output\": 1, \"session\": \"\"}\n",
+       "t.jsonl:1: session: must not be empty"},
       {"{\"prompt\": 5, \"output\": 1}\n",
        "t.jsonl:1: arrival: missing (a native record needs arrival, prompt, output)"},
       {"{\"arrival\": 0, \"prompt\": \"5\", \"output\": 1}\n",

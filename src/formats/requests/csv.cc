@@ -265,6 +265,7 @@ void set_csv_request(Request& out, std::uint64_t line, double arrival, std::uint
   out.n = 1;
   out.prefix.clear();
   out.prefix_tokens = 0;
+  out.session.clear();
   out.hash_ids.clear();
   out.hash_block_tokens = 512;
 }

@@ -27,11 +27,11 @@ constexpr std::size_t kMaxHashIds = RequestReader::kMaxHashIds;
 using Problem = Unexpected<std::string>;
 
 // In bit order, which is also the order messages list them in.
-constexpr std::array<std::string_view, 13> kFieldNames{
+constexpr std::array<std::string_view, 14> kFieldNames{
     "arrival",   "id",           "prompt",        "output",
     "n",         "prefix",       "prefix_tokens", "hash_block_tokens",
     "timestamp", "input_length", "output_length", "hash_ids",
-    "start"};
+    "start",     "session"};
 
 }  // namespace
 
@@ -74,6 +74,7 @@ InputStatus JsonLines::read_record(Request& out, JsonRecord& record, std::uint32
   out.n = 1;
   out.prefix.clear();
   out.prefix_tokens = 0;
+  out.session.clear();
   out.hash_ids.clear();
   out.hash_block_tokens = 512;
   record.timestamp = 0;
@@ -289,6 +290,17 @@ InputStatus JsonLines::read_field(JsonField field, Request& out, JsonRecord& rec
       if (auto r = in.read_string(out.prefix); !r)
         return Unexpected{cursor_error("prefix", r.error())};
       if (out.prefix.empty()) return Unexpected{error("prefix", "must not be empty")};
+      return {};
+    }
+    case kSession: {
+      JsonCursor& in = cursor_;
+      if (in.peek() != '"') {
+        return Unexpected{
+            error("session", fmt::format("expected a string, got {}", describe_value(in)))};
+      }
+      if (auto r = in.read_string(out.session); !r)
+        return Unexpected{cursor_error("session", r.error())};
+      if (out.session.empty()) return Unexpected{error("session", "must not be empty")};
       return {};
     }
     case kHashIds: return read_hash_ids(out.hash_ids);

@@ -36,10 +36,12 @@ enum JsonField : std::uint32_t {
   kOutputLength = 1u << 10,
   kHashIds = 1u << 11,
   kStart = 1u << 12,
+  kSession = 1u << 13,
 };
 
 inline constexpr std::uint32_t kNativeFields = kArrival | kId | kPrompt | kOutput | kN | kPrefix |
-                                               kPrefixTokens | kHashBlockTokens | kHashIds | kStart;
+                                               kPrefixTokens | kHashBlockTokens | kHashIds |
+                                               kStart | kSession;
 inline constexpr std::uint32_t kMooncakeFields =
     kTimestamp | kInputLength | kOutputLength | kHashIds;
 

@@ -24,6 +24,10 @@ void append_native_json(std::string& out, const Request& request, std::string_vi
   }
   fmt::format_to(it, ", \"prompt\": {}, \"output\": {}", request.prompt, request.output);
   if (request.n != 1) fmt::format_to(it, ", \"n\": {}", request.n);
+  if (!request.session.empty()) {
+    out += ", \"session\": ";
+    append_json_string(out, request.session);
+  }
   if (!request.prefix.empty()) {
     out += ", \"prefix\": ";
     append_json_string(out, request.prefix);

@@ -35,6 +35,9 @@ struct Request {
   // prompt are identical across requests naming the same prefix.
   std::string prefix;
   std::uint32_t prefix_tokens = 0;
+  // The conversation (or client) the request belongs to (native only): the
+  // fleet's session router keeps a session on one instance.
+  std::string session;
   // Content hashes of the prompt, one per hash_block_tokens tokens (the last may
   // be partial): equal ids mean an identical prefix up to and including that block.
   std::vector<std::uint64_t> hash_ids;

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# `kvreplay simulate --replicas N --router POLICY` (SPEC 3.6) from the command
+# line: --replicas 1 is byte-identical to no flag (every output), a fleet's
+# report keeps the totals and adds fleet and instances (summed counts equal
+# the instances'), --router-log has one row per request with the header
+# naming each instance, --requests and --timeline gain an instance column,
+# --gpu-hour-usd prices the run, and every misuse of the fleet options is a
+# usage error (exit 2) naming the option.
+#
+# Usage: run_fleet_tests.sh KVREPLAY_BINARY REPO_ROOT
+set -uo pipefail
+
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
+command -v jq >/dev/null || { echo "run_fleet_tests.sh: 'jq' is required" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-fleet.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+cd "$root" || exit 2
+run_timeout=120
+trace=traces/requests/mooncake_conv.jsonl
+common=(--kv-memory 16GiB --max-seq-tokens 131072 -q)
+
+# 1. --replicas 1 changes nothing: report, requests and timeline byte for byte.
+run simulate "$trace" "${common[@]}" --report "$work/a.json" --requests "$work/a.csv" \
+  --timeline "$work/a.tl"
+rc_a=$rc
+run simulate "$trace" "${common[@]}" --replicas 1 --report "$work/b.json" --requests "$work/b.csv" \
+  --timeline "$work/b.tl"
+check '[[ $rc_a -eq 0 && $rc -eq 0 ]]' "exit codes $rc_a and $rc, expected 0"
+check 'diff <(jq -S "del(.timing)" "$work/a.json") <(jq -S "del(.timing)" "$work/b.json") >/dev/null' \
+  "--replicas 1 changed the report"
+check 'cmp -s "$work/a.csv" "$work/b.csv" && cmp -s "$work/a.tl" "$work/b.tl"' \
+  "--replicas 1 changed --requests or --timeline"
+check '[[ $(jq "has(\"fleet\") or has(\"instances\")" "$work/b.json") == false ]]' \
+  "--replicas 1 added fleet keys"
+finish "--replicas 1 is byte-identical to no flag"
+
+# 2. A fleet's report: totals equal the instances' sums, the fleet section.
+run simulate "$trace" "${common[@]}" --replicas 3 --router prefix-aware --check every \
+  --report "$work/f.json" --router-log "$work/route.csv" --requests "$work/f.csv" \
+  --timeline "$work/f.tl" --gpu-hour-usd 2 --slo-ttft-ms 5000
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq ".fleet.replicas, (.instances | length), .fleet.gpus" "$work/f.json" | tr "\n" " ") == "3 3 3 " ]]' \
+  "fleet.replicas, instances and gpus are not 3"
+check '[[ $(jq ".fleet.router.policy" "$work/f.json") == "\"prefix-aware\"" ]]' "router policy"
+for key in requests.finished prefix_cache.hit_tokens prefix_cache.query_tokens scheduler.steps \
+  scheduler.output_tokens blocks.allocations invariants.checks; do
+  check "[[ \$(jq \"[.instances[].$key] | add\" \"\$work/f.json\") == \$(jq \".$key\" \"\$work/f.json\") ]]" \
+    "$key is not the sum of the instances'"
+done
+check '[[ $(jq ".requests.total" "$work/f.json") == 500 && $(jq ".requests.finished" "$work/f.json") == 500 ]]' \
+  "not 500 requests finished"
+check '[[ $(jq "[.instances[].routed.requests] | add" "$work/f.json") == 500 ]]' "routed requests do not add up"
+check '[[ $(jq ".invariants.violations | length" "$work/f.json") == 0 && $(jq ".status" "$work/f.json") == "\"ok\"" ]]' \
+  "violations or status"
+check 'jq -e "[.instances[].requests.finished] | all(. > 0)" "$work/f.json" >/dev/null' "an idle instance"
+check 'jq -e ".cost_usd.usd_per_hour == 6 and .cost_usd.gpus == 3 and (.cost_usd.usd_per_million_output_tokens > 0)" "$work/f.json" >/dev/null' \
+  "cost_usd: $(jq -c .cost_usd "$work/f.json")"
+# The hit rate is the fleet's hits over its queries.
+check 'jq -e "(.prefix_cache.hit_tokens / .prefix_cache.query_tokens - .prefix_cache.hit_rate) | fabs < 1e-12" "$work/f.json" >/dev/null' \
+  "hit_rate is not hit_tokens / query_tokens"
+finish "a fleet's report: totals, fleet and instances"
+
+# 3. The router log: a header naming each instance, one row per request.
+check '[[ $(head -1 "$work/route.csv") == "line,id,arrival_s,instance,cached_blocks_0,cached_blocks_1,cached_blocks_2,cost_0,cost_1,cost_2" ]]' \
+  "header: $(head -1 "$work/route.csv")"
+check '[[ $(($(wc -l <"$work/route.csv") - 1)) == 500 ]]' "not 500 rows"
+check '[[ $(tail -n +2 "$work/route.csv" | cut -d, -f4 | sort | uniq -c | wc -l) == 3 ]]' \
+  "not every instance chosen"
+# The instance each row names is the one --requests reports.
+check 'diff <(tail -n +2 "$work/route.csv" | cut -d, -f1,4 | sort) <(tail -n +2 "$work/f.csv" | awk -F, "{print \$1\",\"\$NF}" | sort) >/dev/null' \
+  "--router-log and --requests disagree on where requests went"
+check '[[ $(head -1 "$work/f.tl" | cut -d, -f1-2) == "instance,step" ]]' "timeline header"
+check '[[ $(tail -n +2 "$work/f.tl" | wc -l) == $(jq ".scheduler.steps" "$work/f.json") ]]' \
+  "timeline rows are not the steps"
+finish "--router-log, --requests and --timeline name the instance"
+
+# 4. Round-robin: request k to instance k mod 3.
+run simulate "$trace" "${common[@]}" --replicas 3 --router-log "$work/rr.csv"
+check '[[ $rc -eq 0 ]]' "exit $rc"
+check '[[ $(tail -n +2 "$work/rr.csv" | awk -F, "{ if (\$4 != (NR - 1) % 3) bad++ } END { print bad + 0 }") == 0 ]]' \
+  "round-robin did not send request k to k mod 3"
+check '[[ $(head -1 "$work/rr.csv") == "line,id,arrival_s,instance,cost_0,cost_1,cost_2" ]]' \
+  "round-robin header: $(head -1 "$work/rr.csv")"
+finish "round-robin from the command line"
+
+# 5. Misuse: each a usage error naming the option.
+misuse() {  # misuse EXPECTED_TEXT ARGS...
+  local expected=$1
+  shift
+  run simulate "$trace" --kv-memory 8GiB "$@"
+  check '[[ $rc -eq 2 ]]' "$* exited $rc, expected 2"
+  check 'grep -qF -- "$expected" "$work/err"' "$*: stderr lacks '$expected': $(err_text)"
+}
+misuse "--router routes requests among replicas" --router least-kv
+misuse "--router-log routes requests among replicas" --router-log "$work/x.csv"
+misuse "--router-temperature is an option of --router prefix-aware" --replicas 2 --router-temperature 1
+misuse "--router-approx-ttl-s is an option of --router-view approximate" --replicas 2 \
+  --router prefix-aware --router-approx-ttl-s 5
+misuse "--html draws one instance's run" --replicas 2 --html "$work/x.html"
+misuse "--router" --replicas 2 --router nearest
+misuse "--replicas" --replicas 0
+misuse "--gpu-hour-usd" --gpu-hour-usd nan
+check '[[ ! -e "$work/x.csv" && ! -e "$work/x.html" ]]' "a refused run left an output"
+finish "fleet options misused: exit 2, the option named"
+
+echo "$passed passed, $failed failed"
+((failed == 0))

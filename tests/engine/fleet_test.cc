@@ -1,0 +1,307 @@
+// Fleet and Router (SPEC 3.6): one instance is a lone Simulator; round-robin
+// is each sub-trace simulated alone; each policy's choices on hand-worked
+// 4-request, 2-instance traces; the router's approximate view; the bundled
+// Mooncake slice's hit rates against one instance holding the fleet's memory.
+#include "engine/fleet.h"
+
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/micro_config.h"
+#include "engine/router.h"
+#include "formats/requests/request_reader.h"
+
+namespace {
+
+using namespace kvreplay;
+
+SimOptions options_of(EngineKind engine) {
+  SimOptions options;
+  options.engine = engine;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
+  options.watermark = 0.0;
+  options.max_seqs = 8;
+  options.max_batched_tokens = 64;
+  options.cost.kind = CostKind::kLinear;
+  options.sglang.chunked_prefill_size = 64;
+  options.sglang.max_prefill_tokens = 64;
+  return options;
+}
+
+Request request(double arrival, std::uint32_t prompt, std::uint32_t output,
+                std::vector<std::uint64_t> hash_ids = {}) {
+  Request r;
+  r.arrival = arrival;
+  r.prompt = prompt;
+  r.output = output;
+  r.id = std::to_string(arrival);
+  r.hash_ids = std::move(hash_ids);
+  r.hash_block_tokens = 8;
+  return r;
+}
+
+// Runs the fleet over the requests; returns each request's instance.
+std::vector<std::uint32_t> run_fleet(Fleet& fleet, const std::vector<Request>& requests) {
+  std::vector<std::uint32_t> chosen;
+  for (const Request& r : requests) {
+    REQUIRE(fleet.run_until(r.arrival));
+    chosen.push_back(fleet.submit(r));
+  }
+  REQUIRE(fleet.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(fleet.finish());
+  REQUIRE_FALSE(fleet.violated_instance());
+  return chosen;
+}
+
+void run_alone(Simulator& sim, const std::vector<Request>& requests) {
+  for (const Request& r : requests) {
+    REQUIRE(sim.run_until(r.arrival));
+    sim.submit(r);
+  }
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  REQUIRE_FALSE(sim.violation());
+}
+
+// A trace of `count` requests whose prompts share prefixes (hash ids drawn
+// from a few chains), arriving 20 ms apart.
+std::vector<Request> shared_prefix_trace(std::size_t count) {
+  std::vector<Request> out;
+  std::uint64_t x = 12345;
+  auto next = [&x] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return x >> 33;
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t chain = next() % 4;
+    const std::uint32_t blocks = 1 + static_cast<std::uint32_t>(next() % 4);
+    std::vector<std::uint64_t> ids;
+    for (std::uint32_t b = 0; b < blocks; ++b) ids.push_back(chain * 100 + b);
+    out.push_back(request(0.02 * static_cast<double>(i), blocks * 8 + 3,
+                          1 + static_cast<std::uint32_t>(next() % 12), ids));
+  }
+  return out;
+}
+
+void require_same_run(const Simulator& a, const Simulator& b) {
+  const SimTotals& x = a.sim_totals();
+  const SimTotals& y = b.sim_totals();
+  CHECK(x.requests == y.requests);
+  CHECK(x.finished == y.finished);
+  CHECK(x.steps == y.steps);
+  CHECK(x.preemptions == y.preemptions);
+  CHECK(x.output_tokens == y.output_tokens);
+  CHECK(x.prompt_tokens_computed == y.prompt_tokens_computed);
+  CHECK(x.query_tokens == y.query_tokens);
+  CHECK(x.hit_tokens == y.hit_tokens);
+  CHECK(x.peak_in_use == y.peak_in_use);
+  CHECK(x.in_use_sum == y.in_use_sum);
+  CHECK(x.virtual_seconds == y.virtual_seconds);
+  CHECK(a.totals().peak_used == b.totals().peak_used);
+  CHECK(a.totals().tokens_appended == b.totals().tokens_appended);
+  CHECK(a.pool().allocations() == b.pool().allocations());
+  CHECK(a.evictions() == b.evictions());
+  CHECK(a.latencies().ttft_ms.summary().p99 == b.latencies().ttft_ms.summary().p99);
+  CHECK(a.latencies().tpot_ms.summary().mean == b.latencies().tpot_ms.summary().mean);
+  CHECK(a.latencies().e2e_ms.summary().max == b.latencies().e2e_ms.summary().max);
+}
+
+FleetOptions fleet_of(std::uint32_t replicas, RouterPolicy policy) {
+  FleetOptions fleet;
+  fleet.replicas = replicas;
+  fleet.router.policy = policy;
+  return fleet;
+}
+
+}  // namespace
+
+TEST_CASE("fleet: one instance is a lone simulator, every figure equal") {
+  for (EngineKind engine : {EngineKind::kGeneric, EngineKind::kVllm, EngineKind::kSglang}) {
+    INFO("engine " << to_string(engine));
+    const std::vector<Request> trace = shared_prefix_trace(60);
+    Fleet fleet(tiny_config(24), options_of(engine), fleet_of(1, RouterPolicy::kPrefixAware));
+    run_fleet(fleet, trace);
+    Simulator alone(tiny_config(24), options_of(engine));
+    run_alone(alone, trace);
+    require_same_run(fleet.instance(0), alone);
+    // The pool is tight: vLLM's and the generic engine preempt (SGLang's
+    // reservation admits fewer instead).
+    if (engine != EngineKind::kSglang) CHECK(fleet.instance(0).sim_totals().preemptions > 0);
+  }
+}
+
+TEST_CASE("fleet: round-robin is each instance's sub-trace simulated alone") {
+  for (EngineKind engine : {EngineKind::kGeneric, EngineKind::kVllm, EngineKind::kSglang}) {
+    INFO("engine " << to_string(engine));
+    const std::vector<Request> trace = shared_prefix_trace(90);
+    Fleet fleet(tiny_config(24), options_of(engine), fleet_of(3, RouterPolicy::kRoundRobin));
+    const std::vector<std::uint32_t> chosen = run_fleet(fleet, trace);
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      std::vector<Request> sub;
+      for (std::size_t k = 0; k < trace.size(); ++k) {
+        CHECK(chosen[k] == k % 3);
+        if (k % 3 == i) sub.push_back(trace[k]);
+      }
+      Simulator alone(tiny_config(24), options_of(engine));
+      run_alone(alone, sub);
+      INFO("instance " << i);
+      require_same_run(fleet.instance(i), alone);
+      CHECK(fleet.routed()[i].requests == 30);
+      CHECK(fleet.instance(i).sim_totals().finished == 30);
+      CHECK(fleet.instance(i).totals().checks > 0);  // --check every ran on this instance
+    }
+  }
+}
+
+TEST_CASE("fleet: each policy's choices on four requests and two instances") {
+  // All four arrive at once, before any instance steps: only the requests
+  // routed so far tell the instances apart.
+  std::vector<Request> together;
+  for (int k = 0; k < 4; ++k) together.push_back(request(0.0, 12, 4));
+  SECTION("round-robin: 0, 1, 0, 1") {
+    Fleet fleet(tiny_config(32), options_of(EngineKind::kVllm),
+                fleet_of(2, RouterPolicy::kRoundRobin));
+    CHECK(run_fleet(fleet, together) == std::vector<std::uint32_t>{0, 1, 0, 1});
+  }
+  SECTION("least-requests: a tie goes to the lower index, then to the emptier one") {
+    Fleet fleet(tiny_config(32), options_of(EngineKind::kVllm),
+                fleet_of(2, RouterPolicy::kLeastRequests));
+    CHECK(run_fleet(fleet, together) == std::vector<std::uint32_t>{0, 1, 0, 1});
+  }
+  SECTION("power-of-two: with two instances both are drawn, the emptier wins") {
+    for (std::uint64_t seed : {0, 1, 7}) {
+      FleetOptions options = fleet_of(2, RouterPolicy::kPowerOfTwo);
+      options.router.seed = seed;
+      Fleet fleet(tiny_config(32), options_of(EngineKind::kVllm), options);
+      CHECK(run_fleet(fleet, together) == std::vector<std::uint32_t>{0, 1, 0, 1});
+    }
+  }
+  SECTION("least-kv: the lower usage, ties to the fewer requests") {
+    // r0 (40 tokens: 10 pages) runs on 0 and is decoding 200 tokens when r1
+    // (8 tokens, 2 pages) arrives: 1 is empty. r2 then finds 0 at 10+ pages
+    // and 1 at 2+: 1. r3 arrives with r1 and r2 done: 1 empty again.
+    const std::vector<Request> trace = {request(0.0, 40, 200), request(0.5, 8, 3),
+                                        request(0.6, 8, 300), request(30.0, 8, 3)};
+    Fleet fleet(tiny_config(128), options_of(EngineKind::kVllm),
+                fleet_of(2, RouterPolicy::kLeastKv));
+    const std::vector<std::uint32_t> chosen = run_fleet(fleet, trace);
+    CHECK(chosen == std::vector<std::uint32_t>{0, 1, 1, 0});
+  }
+  SECTION("prefix-aware: a prompt goes where its prefix is cached") {
+    for (RouterView view : {RouterView::kPrecise, RouterView::kApproximate}) {
+      INFO("view " << to_string(view));
+      // r0 (chain A) to 0 (all equal); r1 (chain C) to 1 (0 holds r0's active
+      // blocks); later r2 extends A and r3 extends C: each follows its prefix
+      // even though the other instance is equally idle.
+      const std::vector<Request> trace = {
+          request(0.0, 16, 2, {1, 2}), request(0.0, 16, 2, {7, 8}),
+          request(5.0, 24, 2, {1, 2, 3}), request(5.0, 24, 2, {7, 8, 9})};
+      FleetOptions options = fleet_of(2, RouterPolicy::kPrefixAware);
+      options.router.view = view;
+      Fleet fleet(tiny_config(32), options_of(EngineKind::kVllm), options);
+      std::vector<std::vector<std::uint32_t>> seen;
+      fleet.on_route = [&seen](const Request&, const RouteChoice& choice) {
+        seen.push_back(choice.cached_blocks);
+      };
+      CHECK(run_fleet(fleet, trace) == std::vector<std::uint32_t>{0, 1, 0, 1});
+      // r2 saw its 16 cached tokens (4 pages) on instance 0 and none on 1.
+      CHECK(seen[2] == std::vector<std::uint32_t>{4, 0});
+      CHECK(seen[3] == std::vector<std::uint32_t>{0, 4});
+      CHECK(fleet.instance(0).sim_totals().hit_tokens == 16);
+    }
+  }
+  SECTION("session: a session stays on its instance") {
+    std::vector<Request> trace = {request(0.0, 12, 4), request(0.0, 12, 4), request(1.0, 12, 4),
+                                  request(1.0, 12, 4)};
+    trace[0].session = trace[2].session = "alice";
+    trace[1].session = trace[3].session = "bob";
+    Fleet fleet(tiny_config(32), options_of(EngineKind::kVllm), fleet_of(2, RouterPolicy::kSession));
+    const std::vector<std::uint32_t> chosen = run_fleet(fleet, trace);
+    CHECK(chosen[0] == chosen[2]);
+    CHECK(chosen[1] == chosen[3]);
+  }
+}
+
+TEST_CASE("router: the approximate view forgets by capacity and by age") {
+  RouterOptions options;
+  options.policy = RouterPolicy::kPrefixAware;
+  options.view = RouterView::kApproximate;
+  options.approx_ttl_s = 10.0;
+  options.approx_blocks = 4;  // 4 pages of 4 tokens: two hash blocks of 8
+  Router router(options, 2, 4, 1024);
+  std::vector<InstanceView> views(2);
+  const Request a = request(0.0, 16, 1, {1, 2});
+  CHECK(router.route(a, 0.0, views).instance == 0);
+  CHECK(router.approximate_tokens(a, 0, 5.0) == 16);
+  CHECK(router.approximate_tokens(a, 1, 5.0) == 0);
+  CHECK(router.approximate_tokens(a, 0, 10.5) == 0);  // older than the time to live
+  // Another chain on instance 0 pushes the first out (capacity: 16 tokens).
+  views[1].active_blocks = 100;  // keeps b on instance 0
+  const Request b = request(1.0, 16, 1, {5, 6});
+  CHECK(router.route(b, 1.0, views).instance == 0);
+  CHECK(router.approximate_tokens(b, 0, 2.0) == 16);
+  CHECK(router.approximate_tokens(a, 0, 2.0) == 0);
+}
+
+TEST_CASE("fleet: on the bundled Mooncake slice prefix-aware routing hits at least as often as "
+          "round-robin, and no router beats one instance holding the fleet's memory") {
+  auto load = [] {
+    auto reader = RequestReader::open(
+        std::string(KVREPLAY_SOURCE_DIR) + "/traces/requests/mooncake_conv.jsonl", std::nullopt);
+    REQUIRE(reader);
+    std::vector<Request> trace;
+    Request r;
+    for (;;) {
+      auto more = reader.value()->next(r);
+      REQUIRE(more);
+      if (!more.value()) break;
+      trace.push_back(r);
+    }
+    return trace;
+  };
+  const std::vector<Request> trace = load();
+  REQUIRE(trace.size() == 500);
+  RunConfig config = tiny_config(1);
+  config.kv.page_tokens = 16;
+  config.kv.max_seq_tokens = 131072;
+  config.kv.pool_blocks = 40000;  // 640k tokens an instance
+  SimOptions options;
+  options.engine = EngineKind::kVllm;
+  options.watermark = 0.0;
+  options.cost.kind = CostKind::kLinear;
+  auto hit_rate = [](std::uint64_t hits, std::uint64_t queried) {
+    return static_cast<double>(hits) / static_cast<double>(queried);
+  };
+  auto fleet_hit_rate = [&](RouterPolicy policy) {
+    Fleet fleet(config, options, fleet_of(4, policy));
+    run_fleet(fleet, trace);
+    std::uint64_t hits = 0, queried = 0;
+    for (std::size_t i = 0; i < fleet.size(); ++i) {
+      hits += fleet.instance(i).sim_totals().hit_tokens;
+      queried += fleet.instance(i).sim_totals().query_tokens;
+    }
+    return hit_rate(hits, queried);
+  };
+  RunConfig one = config;
+  one.kv.pool_blocks = 4 * config.kv.pool_blocks;
+  Simulator alone(one, options);
+  run_alone(alone, trace);
+  const double single = hit_rate(alone.sim_totals().hit_tokens, alone.sim_totals().query_tokens);
+  const double round_robin = fleet_hit_rate(RouterPolicy::kRoundRobin);
+  const double prefix_aware = fleet_hit_rate(RouterPolicy::kPrefixAware);
+  INFO("one instance " << single << ", round-robin " << round_robin << ", prefix-aware "
+                       << prefix_aware);
+  CHECK(prefix_aware >= round_robin);
+  CHECK(single > 0.0);
+  // One pool of the fleet's memory sees every request: no router finds more.
+  // Tolerance: 0.002 of the prompt tokens (a request's timing differs).
+  for (RouterPolicy policy :
+       {RouterPolicy::kRoundRobin, RouterPolicy::kLeastRequests, RouterPolicy::kLeastKv,
+        RouterPolicy::kPowerOfTwo, RouterPolicy::kPrefixAware, RouterPolicy::kSession}) {
+    INFO("router " << to_string(policy));
+    CHECK(fleet_hit_rate(policy) <= single + 0.002);
+  }
+}
