@@ -25,7 +25,7 @@ enum class Combine : std::uint8_t { kSum, kMax, kMin, kMean };
 
 Combine combine_of(const std::string& key) {
   static const std::set<std::string> max_keys = {"virtual_seconds", "end_s", "last_arrival_s",
-                                                  "waste_ratio_max"};
+                                                 "waste_ratio_max"};
   static const std::set<std::string> mean_keys = {
       "waste_ratio_at_peak",  "waste_ratio_mean",     "runs_per_seq_mean",
       "runs_per_seq_at_peak", "continued_share_mean", "continued_share_at_peak"};
@@ -61,47 +61,55 @@ nlohmann::json combine(const std::vector<const nlohmann::json*>& values, const s
     // what the caller sets afterwards).
     if (first.is_boolean()) {
       bool any = false;
-      for (const nlohmann::json* value : values) any = any || (value->is_boolean() && value->get<bool>());
+      for (const nlohmann::json* value : values)
+        any = any || (value->is_boolean() && value->get<bool>());
       return any;
     }
     return first;
   }
   if (key == "first_event") {  // oom.first_event: each instance's own event count
     std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
-    for (const nlohmann::json* value : numbers) earliest = std::min(earliest, value->get<std::uint64_t>());
+    for (const nlohmann::json* value : numbers)
+      earliest = std::min(earliest, value->get<std::uint64_t>());
     return earliest;
   }
   const Combine how = combine_of(key);
-  const bool integral = std::all_of(numbers.begin(), numbers.end(), [](const nlohmann::json* v) {
-    return v->is_number_integer();
-  });
+  const bool integral = std::all_of(numbers.begin(), numbers.end(),
+                                    [](const nlohmann::json* v) { return v->is_number_integer(); });
   if (integral && (how == Combine::kSum || how == Combine::kMax || how == Combine::kMin)) {
     if (std::all_of(numbers.begin(), numbers.end(),
                     [](const nlohmann::json* v) { return v->is_number_unsigned(); })) {
       std::uint64_t out = how == Combine::kMin ? std::numeric_limits<std::uint64_t>::max() : 0;
       for (const nlohmann::json* v : numbers) {
         const auto x = v->get<std::uint64_t>();
-        out = how == Combine::kSum ? out + x : how == Combine::kMax ? std::max(out, x) : std::min(out, x);
+        out = how == Combine::kSum   ? out + x
+              : how == Combine::kMax ? std::max(out, x)
+                                     : std::min(out, x);
       }
       return out;
     }
-    std::int64_t out = how == Combine::kMin ? std::numeric_limits<std::int64_t>::max()
+    std::int64_t out = how == Combine::kMin   ? std::numeric_limits<std::int64_t>::max()
                        : how == Combine::kMax ? std::numeric_limits<std::int64_t>::min()
                                               : 0;
     for (const nlohmann::json* v : numbers) {
       const auto x = v->get<std::int64_t>();
-      out = how == Combine::kSum ? out + x : how == Combine::kMax ? std::max(out, x) : std::min(out, x);
+      out = how == Combine::kSum   ? out + x
+            : how == Combine::kMax ? std::max(out, x)
+                                   : std::min(out, x);
     }
     return out;
   }
-  double out = how == Combine::kMin ? std::numeric_limits<double>::infinity()
+  double out = how == Combine::kMin   ? std::numeric_limits<double>::infinity()
                : how == Combine::kMax ? -std::numeric_limits<double>::infinity()
                                       : 0.0;
   for (const nlohmann::json* v : numbers) {
     const auto x = v->get<double>();
-    if (how == Combine::kMax) out = std::max(out, x);
-    else if (how == Combine::kMin) out = std::min(out, x);
-    else out += x;
+    if (how == Combine::kMax)
+      out = std::max(out, x);
+    else if (how == Combine::kMin)
+      out = std::min(out, x);
+    else
+      out += x;
   }
   if (how == Combine::kMean) out /= static_cast<double>(numbers.size());
   return out;
@@ -155,13 +163,10 @@ std::string router_log_header(std::uint32_t replicas, bool prefix_aware) {
   return out + "\n";
 }
 
-InputResult<SimulationResult> simulate_fleet_file(const std::string& path,
-                                                  std::optional<RequestFormat> format,
-                                                  const RunConfig& config,
-                                                  const SimOptions& options,
-                                                  const FleetOptions& fleet_options,
-                                                  const FleetOutputs& outputs,
-                                                  const SimulateTerminal& terminal) {
+InputResult<SimulationResult> simulate_fleet_file(
+    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
+    const SimOptions& options, const FleetOptions& fleet_options, const FleetOutputs& outputs,
+    const SimulateTerminal& terminal) {
   auto start = std::chrono::steady_clock::now();
   auto opened = RequestReader::open(path, format);
   if (!opened) return Unexpected{opened.error()};
@@ -211,9 +216,10 @@ InputResult<SimulationResult> simulate_fleet_file(const std::string& path,
           requests += fleet.instance(k).sim_totals().requests;
           finished += fleet.instance(k).sim_totals().finished;
         }
-        progress->draw(fmt::format("simulate: {} instances, {} requests, {} finished, virtual "
-                                   "time {:.1f} s",
-                                   fleet.size(), grouped(requests), grouped(finished), s.now()));
+        progress->draw(
+            fmt::format("simulate: {} instances, {} requests, {} finished, virtual "
+                        "time {:.1f} s",
+                        fleet.size(), grouped(requests), grouped(finished), s.now()));
       };
     }
   }
@@ -333,7 +339,8 @@ InputResult<SimulationResult> simulate_fleet_file(const std::string& path,
   report["invariants"]["violations"] = std::move(violations);
   report["timing"] = {{"wall_seconds", wall}, {"kernels", nlohmann::json::object()}};
   report["requests"]["total"] = all_requests;
-  report["requests"]["skipped"] = report["requests"]["skipped"].get<std::uint64_t>() + reader.skipped();
+  report["requests"]["skipped"] =
+      report["requests"]["skipped"].get<std::uint64_t>() + reader.skipped();
 
   // Ratios and distributions, from the fleet's own sums.
   std::uint64_t query_tokens = 0, hit_tokens = 0, hit_rate_requests = 0, output_tokens = 0,
@@ -398,8 +405,8 @@ InputResult<SimulationResult> simulate_fleet_file(const std::string& path,
                         {"peak_waiting", load.peak_waiting}};
   const std::uint64_t gpus_each = std::uint64_t{config.tp} * config.pp;
   if (options.gpu_hour_usd) {
-    report["cost_usd"] = cost_usd_json(*options.gpu_hour_usd, gpus_each * n, seconds,
-                                       collected.slo_output_tokens);
+    report["cost_usd"] =
+        cost_usd_json(*options.gpu_hour_usd, gpus_each * n, seconds, collected.slo_output_tokens);
   }
 
   // The fleet, and each instance.
@@ -421,12 +428,12 @@ InputResult<SimulationResult> simulate_fleet_file(const std::string& path,
     }
     instances.push_back(std::move(entry));
   }
-  report["fleet"] = {{"replicas", n},
-                     {"router", router_json(fleet_options.router)},
-                     {"gpus", gpus_each * n},
-                     {"imbalance",
-                      {{"requests", max_over_mean(routed_requests)},
-                       {"tokens", max_over_mean(routed_tokens)}}}};
+  report["fleet"] = {
+      {"replicas", n},
+      {"router", router_json(fleet_options.router)},
+      {"gpus", gpus_each * n},
+      {"imbalance",
+       {{"requests", max_over_mean(routed_requests)}, {"tokens", max_over_mean(routed_tokens)}}}};
   report["instances"] = std::move(instances);
 
   result.violated = violated;
@@ -444,28 +451,27 @@ std::string fleet_summary(const nlohmann::json& report, bool color) {
   };
   const nlohmann::json& fleet = report["fleet"];
   const nlohmann::json& sim = report["config"]["simulation"];
-  out += fmt::format("{} ({} x {} engine, router {}, {} GPUs)\n", Paint{color}.bold("fleet"),
-                     fleet["replicas"].get<std::uint64_t>(), sim["engine"].get<std::string>(),
-                     fleet["router"]["policy"].get<std::string>(),
-                     fleet["gpus"].get<std::uint64_t>());
+  out +=
+      fmt::format("{} ({} x {} engine, router {}, {} GPUs)\n", Paint{color}.bold("fleet"),
+                  fleet["replicas"].get<std::uint64_t>(), sim["engine"].get<std::string>(),
+                  fleet["router"]["policy"].get<std::string>(), fleet["gpus"].get<std::uint64_t>());
   line("trace", report["trace"]["path"].get<std::string>());
   const nlohmann::json& requests = report["requests"];
-  line("requests", fmt::format("{} total, {} finished, {} skipped",
-                               requests["total"].get<std::uint64_t>(),
-                               requests["finished"].get<std::uint64_t>(),
-                               requests["skipped"].get<std::uint64_t>()));
+  line("requests",
+       fmt::format("{} total, {} finished, {} skipped", requests["total"].get<std::uint64_t>(),
+                   requests["finished"].get<std::uint64_t>(),
+                   requests["skipped"].get<std::uint64_t>()));
   line("prefix-cache hit rate",
        fmt::format("{:.4f} of prompt tokens ({:.4f} per request)",
                    report["prefix_cache"]["hit_rate"].get<double>(),
                    report["prefix_cache"]["hit_rate_per_request"].get<double>()));
   line("imbalance (max / mean)",
-       fmt::format("{:.3f} requests, {:.3f} tokens",
-                   fleet["imbalance"]["requests"].get<double>(),
+       fmt::format("{:.3f} requests, {:.3f} tokens", fleet["imbalance"]["requests"].get<double>(),
                    fleet["imbalance"]["tokens"].get<double>()));
   const nlohmann::json& scheduler = report["scheduler"];
-  line("virtual time", fmt::format("{:.1f} s ({:.1f} output tokens/s)",
-                                   scheduler["virtual_seconds"].get<double>(),
-                                   scheduler["output_tokens_per_second"].get<double>()));
+  line("virtual time",
+       fmt::format("{:.1f} s ({:.1f} output tokens/s)", scheduler["virtual_seconds"].get<double>(),
+                   scheduler["output_tokens_per_second"].get<double>()));
   line("steps / preemptions", fmt::format("{} / {}", scheduler["steps"].get<std::uint64_t>(),
                                           scheduler["preemptions"].get<std::uint64_t>()));
   auto percentiles = [](const nlohmann::json& l) {

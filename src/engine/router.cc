@@ -34,8 +34,8 @@ std::uint64_t mix(std::uint64_t x) {
 // FNV-1a of a string, for keys named by text (prefix names, request ids).
 std::uint64_t text_hash(std::string_view text) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) {
-    h ^= c;
+  for (char c : text) {
+    h ^= static_cast<unsigned char>(c);
     h *= 0x100000001b3ULL;
   }
   return h;
@@ -145,8 +145,8 @@ void Router::remember(const Request& request, std::uint32_t instance, double now
 
 std::uint32_t Router::ring_owner(std::uint64_t key) const {
   const std::uint64_t h = mix(key);
-  auto it = std::lower_bound(ring_.begin(), ring_.end(),
-                             std::pair<std::uint64_t, std::uint32_t>{h, 0});
+  auto it =
+      std::lower_bound(ring_.begin(), ring_.end(), std::pair<std::uint64_t, std::uint32_t>{h, 0});
   if (it == ring_.end()) it = ring_.begin();
   return it->second;
 }
@@ -164,9 +164,7 @@ RouteChoice Router::route(const Request& request, double now, std::span<Instance
     return best;
   };
   switch (options_.policy) {
-    case RouterPolicy::kRoundRobin:
-      choice.instance = static_cast<std::uint32_t>(k % n);
-      break;
+    case RouterPolicy::kRoundRobin: choice.instance = static_cast<std::uint32_t>(k % n); break;
     case RouterPolicy::kLeastRequests:
       for (const InstanceView& v : views) choice.cost.push_back(static_cast<double>(v.requests));
       choice.instance = argmin();
@@ -180,8 +178,7 @@ RouteChoice Router::route(const Request& request, double now, std::span<Instance
         choice.cost.push_back(static_cast<double>(v.in_use_blocks) /
                               static_cast<double>(std::max<std::uint64_t>(v.usable_blocks, 1)));
         if (i > 0 && (choice.cost[i] < choice.cost[best] ||
-                      (choice.cost[i] == choice.cost[best] &&
-                       v.requests < views[best].requests))) {
+                      (choice.cost[i] == choice.cost[best] && v.requests < views[best].requests))) {
           best = i;
         }
       }
@@ -201,8 +198,8 @@ RouteChoice Router::route(const Request& request, double now, std::span<Instance
     }
     case RouterPolicy::kPrefixAware: {
       const double page = page_tokens_;
-      const std::uint64_t request_blocks = (std::uint64_t{request.prompt} + page_tokens_ - 1) /
-                                           page_tokens_;
+      const std::uint64_t request_blocks =
+          (std::uint64_t{request.prompt} + page_tokens_ - 1) / page_tokens_;
       for (std::uint32_t i = 0; i < n; ++i) {
         InstanceView& v = views[i];
         if (options_.view == RouterView::kApproximate) {

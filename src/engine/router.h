@@ -150,7 +150,7 @@ class Router {
   std::uint64_t approx_capacity_;  // tokens per instance
   std::uint64_t routed_ = 0;       // requests routed (round-robin's k)
   std::uint64_t rng_;
-  std::vector<Lru> lru_;                                   // approximate view, per instance
+  std::vector<Lru> lru_;                                       // approximate view, per instance
   std::vector<std::pair<std::uint64_t, std::uint32_t>> ring_;  // session: point, instance
 };
 

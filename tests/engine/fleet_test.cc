@@ -172,7 +172,7 @@ TEST_CASE("fleet: each policy's choices on four requests and two instances") {
     CHECK(run_fleet(fleet, together) == std::vector<std::uint32_t>{0, 1, 0, 1});
   }
   SECTION("power-of-two: with two instances both are drawn, the emptier wins") {
-    for (std::uint64_t seed : {0, 1, 7}) {
+    for (std::uint64_t seed : {0ULL, 1ULL, 7ULL}) {
       FleetOptions options = fleet_of(2, RouterPolicy::kPowerOfTwo);
       options.router.seed = seed;
       Fleet fleet(tiny_config(32), options_of(EngineKind::kVllm), options);
@@ -196,9 +196,9 @@ TEST_CASE("fleet: each policy's choices on four requests and two instances") {
       // r0 (chain A) to 0 (all equal); r1 (chain C) to 1 (0 holds r0's active
       // blocks); later r2 extends A and r3 extends C: each follows its prefix
       // even though the other instance is equally idle.
-      const std::vector<Request> trace = {
-          request(0.0, 16, 2, {1, 2}), request(0.0, 16, 2, {7, 8}),
-          request(5.0, 24, 2, {1, 2, 3}), request(5.0, 24, 2, {7, 8, 9})};
+      const std::vector<Request> trace = {request(0.0, 16, 2, {1, 2}), request(0.0, 16, 2, {7, 8}),
+                                          request(5.0, 24, 2, {1, 2, 3}),
+                                          request(5.0, 24, 2, {7, 8, 9})};
       FleetOptions options = fleet_of(2, RouterPolicy::kPrefixAware);
       options.router.view = view;
       Fleet fleet(tiny_config(32), options_of(EngineKind::kVllm), options);
@@ -218,7 +218,8 @@ TEST_CASE("fleet: each policy's choices on four requests and two instances") {
                                   request(1.0, 12, 4)};
     trace[0].session = trace[2].session = "alice";
     trace[1].session = trace[3].session = "bob";
-    Fleet fleet(tiny_config(32), options_of(EngineKind::kVllm), fleet_of(2, RouterPolicy::kSession));
+    Fleet fleet(tiny_config(32), options_of(EngineKind::kVllm),
+                fleet_of(2, RouterPolicy::kSession));
     const std::vector<std::uint32_t> chosen = run_fleet(fleet, trace);
     CHECK(chosen[0] == chosen[2]);
     CHECK(chosen[1] == chosen[3]);
@@ -246,8 +247,9 @@ TEST_CASE("router: the approximate view forgets by capacity and by age") {
   CHECK(router.approximate_tokens(a, 0, 2.0) == 0);
 }
 
-TEST_CASE("fleet: on the bundled Mooncake slice prefix-aware routing hits at least as often as "
-          "round-robin, and no router beats one instance holding the fleet's memory") {
+TEST_CASE(
+    "fleet: on the bundled Mooncake slice prefix-aware routing hits at least as often as "
+    "round-robin, and no router beats one instance holding the fleet's memory") {
   auto load = [] {
     auto reader = RequestReader::open(
         std::string(KVREPLAY_SOURCE_DIR) + "/traces/requests/mooncake_conv.jsonl", std::nullopt);
