@@ -144,7 +144,11 @@ bool meets_slo(const SloTargets& slo, const RequestTimes& times) {
 
 Simulator::Simulator(const RunConfig& config, const SimOptions& options)
     : config_(config), options_(options), shell_(config_, options_) {
-  shell_.on_request = &on_request;
+  engine_skipped_ = [this](const RequestTimes& times) {
+    if (on_request) on_request(times);
+    if (on_request_end) on_request_end(times);
+  };
+  shell_.on_request = &engine_skipped_;
   scheduler_ = make_scheduler(options_.engine, shell_);
   if (auto error = sim_options_error(config, options)) {
     shell_.violation = Violation{0, 0, "config", *error};

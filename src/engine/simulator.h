@@ -86,8 +86,9 @@ class Simulator {
   // Called when a request finishes (its last sample's last token) or is
   // skipped as never fitting (--requests).
   std::function<void(const RequestTimes&)> on_request;
-  // Called after on_request for the same requests: the fleet's own
-  // bookkeeping (engine/fleet.h), apart from the observers the caller sets.
+  // Called after on_request for the same requests (those the engine gives
+  // up on mid-run too): the fleet's own bookkeeping (engine/fleet.h), apart
+  // from the observers the caller sets.
   std::function<void(const RequestTimes&)> on_request_end;
 
   // The cost model run (roofline or linear: auto resolved), and the roofline
@@ -138,6 +139,9 @@ class Simulator {
   RunConfig config_;
   SimOptions options_;
   EngineShell shell_;
+  // What the engine calls for a request it gives up on (a stalled one):
+  // on_request, then on_request_end.
+  std::function<void(const RequestTimes&)> engine_skipped_;
   std::unique_ptr<Scheduler> scheduler_;
   std::deque<Request> arriving_;
   double now_ = 0.0;
