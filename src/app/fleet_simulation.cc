@@ -174,6 +174,17 @@ InputResult<SimulationResult> simulate_fleet_file(
   if (auto problem = sim_options_error(config, options)) {
     return Unexpected{InputError{"command line", 0, "--engine", *problem}};
   }
+  if (fleet_options.disaggregated()) {
+    const std::vector<KvCacheGroupSpec>& groups =
+        options.kv_groups.empty() ? config.kv_groups : options.kv_groups;
+    if (groups.size() > 1 ||
+        (groups.size() == 1 && groups[0].attention == KvCacheGroupSpec::kSliding)) {
+      return Unexpected{
+          InputError{"command line", 0, "--prefill-replicas",
+                     "disaggregated serving needs one full-attention KV-cache group; this model's "
+                     "sliding-window or hybrid groups cannot receive KV yet"}};
+    }
+  }
   Fleet fleet(config, options, fleet_options);
   const auto n = static_cast<std::uint32_t>(fleet.size());
   FleetCollector collected;
@@ -187,7 +198,20 @@ InputResult<SimulationResult> simulate_fleet_file(
   }
   for (std::uint32_t i = 0; i < n; ++i) {
     Simulator& sim = fleet.instance(i);
-    sim.on_request = [&collected, &options, requests = outputs.requests, i](const RequestTimes& t) {
+    sim.on_request = [&collected, &options, &fleet, requests = outputs.requests, i,
+                      role = fleet.role(i)](const RequestTimes& times) {
+      // Disaggregated: a request as the user sees it is its decode
+      // instance's, timed from its own arrival; a prefill instance reports
+      // only those it skips.
+      if (role == InstanceRole::kPrefill && !times.skipped) return;
+      RequestTimes t = times;
+      if (role != InstanceRole::kMixed) {
+        if (const Request* user = fleet.user_request(t.tag)) {
+          t.arrival = user->arrival;
+          t.output = user->output;
+          t.n = user->n;
+        }
+      }
       if (requests != nullptr) {
         std::string row = requests_csv_row(t);
         row.insert(row.size() - 1, fmt::format(",{}", i));
@@ -274,8 +298,14 @@ InputResult<SimulationResult> simulate_fleet_file(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   // Each instance's report, as a lone simulation's.
+  // Entry instances take the trace's requests (all of them, or the prefill
+  // ones); facing ones finish them (all, or the decode ones).
+  auto entry = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kDecode; };
+  auto facing = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kPrefill; };
   std::uint64_t all_requests = reader.skipped();
-  for (std::uint32_t i = 0; i < n; ++i) all_requests += fleet.instance(i).sim_totals().requests;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (entry(i)) all_requests += fleet.routed()[i].requests;
+  }
   const TraceInfo trace{path, std::string(to_string(reader.format())), all_requests,
                         std::move(sha256).value()};
   std::vector<nlohmann::json> reports;
@@ -325,7 +355,12 @@ InputResult<SimulationResult> simulate_fleet_file(
       continue;
     }
     std::vector<const nlohmann::json*> same;
-    for (const nlohmann::json& r : reports) same.push_back(&r[key]);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      // The prefix cache that routing decides is the entry instances' (a
+      // decode instance's hits are the KV it received).
+      if (key == "prefix_cache" && !entry(i)) continue;
+      same.push_back(&reports[i][key]);
+    }
     report[key] = combine(same, key);
   }
   report["status"] = violated ? "violation" : "ok";
@@ -351,13 +386,16 @@ InputResult<SimulationResult> simulate_fleet_file(
   for (std::uint32_t i = 0; i < n; ++i) {
     const Simulator& sim = fleet.instance(i);
     const SimTotals& st = sim.sim_totals();
-    query_tokens += st.query_tokens;
-    hit_tokens += st.hit_tokens;
-    hit_rate_sum += st.hit_rate_sum;
-    hit_rate_requests += st.hit_rate_requests;
-    output_tokens += st.output_tokens;
-    finished += st.finished;
-    slo_met += sim.slo_met();
+    if (entry(i)) {
+      query_tokens += st.query_tokens;
+      hit_tokens += st.hit_tokens;
+      hit_rate_sum += st.hit_rate_sum;
+      hit_rate_requests += st.hit_rate_requests;
+    }
+    if (facing(i)) {
+      output_tokens += st.output_tokens;
+      finished += st.finished;
+    }
     const OverloadFigures o = sim.overload();
     if (fleet.routed()[i].requests == 0) continue;
     if (!any_arrival) {
@@ -372,6 +410,9 @@ InputResult<SimulationResult> simulate_fleet_file(
     load.peak_waiting += o.peak_waiting;
   }
   load.service_p99_s = collected.latencies.service_s.quantile(0.99);
+  slo_met = collected.slo_met;
+  report["requests"]["finished"] = finished;
+  report["scheduler"]["output_tokens"] = output_tokens;
   const double seconds = fleet.now();
   report["prefix_cache"]["hit_rate"] =
       query_tokens == 0 ? 0.0 : static_cast<double>(hit_tokens) / static_cast<double>(query_tokens);
@@ -414,19 +455,21 @@ InputResult<SimulationResult> simulate_fleet_file(
   nlohmann::json instances = nlohmann::json::array();
   for (std::uint32_t i = 0; i < n; ++i) {
     const Fleet::Routed& routed = fleet.routed()[i];
-    routed_requests.push_back(static_cast<double>(routed.requests));
-    routed_tokens.push_back(static_cast<double>(routed.prompt_tokens + routed.output_tokens));
-    nlohmann::json entry = {{"instance", i},
-                            {"role", "mixed"},
+    if (entry(i)) {  // the router's instances (disaggregated: the prefill ones)
+      routed_requests.push_back(static_cast<double>(routed.requests));
+      routed_tokens.push_back(static_cast<double>(routed.prompt_tokens + routed.output_tokens));
+    }
+    nlohmann::json item = {{"instance", i},
+                            {"role", std::string(to_string(fleet.role(i)))},
                             {"routed",
                              {{"requests", routed.requests},
                               {"prompt_tokens", routed.prompt_tokens},
                               {"output_tokens", routed.output_tokens}}}};
     for (const char* key : {"status", "requests", "blocks", "prefix_cache", "scheduler", "latency",
                             "slo", "overload", "invariants", "sglang", "cost_usd"}) {
-      if (reports[i].contains(key)) entry[key] = reports[i][key];
+      if (reports[i].contains(key)) item[key] = reports[i][key];
     }
-    instances.push_back(std::move(entry));
+    instances.push_back(std::move(item));
   }
   report["fleet"] = {
       {"replicas", n},
@@ -434,6 +477,20 @@ InputResult<SimulationResult> simulate_fleet_file(
       {"gpus", gpus_each * n},
       {"imbalance",
        {{"requests", max_over_mean(routed_requests)}, {"tokens", max_over_mean(routed_tokens)}}}};
+  if (fleet_options.disaggregated()) {
+    const Fleet::Transfers& moved = fleet.transfers();
+    report["fleet"]["prefill"] = fleet_options.prefill_replicas;
+    report["fleet"]["decode"] = fleet_options.decode_replicas;
+    report["fleet"]["kv_transfer"] = {{"gbps", fleet_options.kv_transfer_gbps},
+                                      {"latency_us", fleet_options.kv_transfer_latency_us},
+                                      {"requests", moved.requests},
+                                      {"blocks", moved.blocks},
+                                      {"bytes", moved.bytes},
+                                      {"block_bytes", fleet.instance(0).block_bytes()},
+                                      {"ms", latency_json(moved.ms.summary())},
+                                      {"waited", moved.waited},
+                                      {"wait_ms", latency_json(moved.wait_ms.summary())}};
+  }
   report["instances"] = std::move(instances);
 
   result.violated = violated;

@@ -31,7 +31,7 @@ int run_simulate(const SimulateRequest& request) {
   OutputFile* html_out = nullptr;
   OutputFile* requests_out = nullptr;
   OutputFile* router_log_out = nullptr;
-  const bool fleet = request.fleet.replicas > 1;
+  const bool fleet = request.fleet.instances() > 1;
   if ((!request.report_path.empty() &&
        (report_out = outputs.open("the report", request.report_path, OutputFile::Flow::kWhole,
                                   "--report")) == nullptr) ||
@@ -126,6 +126,27 @@ class SimulateCommand final : public Command {
                                "own pool and TP x PP GPUs (default 1: one instance)")
                     ->check(CLI::Range(1u, 4096u))
                     ->group("Fleet");
+    pd_.push_back(app.add_option("--prefill-replicas", request_.fleet.prefill_replicas,
+                                 "disaggregated serving: instances that compute prompts (and "
+                                 "the first token), routed by --router; with --decode-replicas")
+                      ->check(CLI::Range(1u, 4096u))
+                      ->group("Fleet"));
+    pd_.push_back(app.add_option("--decode-replicas", request_.fleet.decode_replicas,
+                                 "disaggregated serving: instances that receive a prompt's KV "
+                                 "and decode, chosen by least KV usage; with --prefill-replicas")
+                      ->check(CLI::Range(1u, 4096u))
+                      ->group("Fleet"));
+    transfer_options_.push_back(
+        app.add_option("--kv-transfer-gbps", request_.fleet.kv_transfer_gbps,
+                       "disaggregated: GB/s of the link KV crosses from prefill to decode "
+                       "(default 50: a 400 Gb/s RDMA NIC per GPU)")
+            ->check(CLI::Range(1e-6, 1e6))
+            ->group("Fleet"));
+    transfer_options_.push_back(
+        app.add_option("--kv-transfer-latency-us", request_.fleet.kv_transfer_latency_us,
+                       "disaggregated: fixed cost of one request's transfer, us (default 20)")
+            ->check(CLI::Range(0.0, 1e9))
+            ->group("Fleet"));
     router_options_.push_back(
         app.add_option("--router", router_,
                        "fleet router: round-robin (default), least-requests, least-kv, "
@@ -206,7 +227,38 @@ class SimulateCommand final : public Command {
     router.policy = *parse_router_policy(router_);
     router.view = *parse_router_view(view_);
     auto given = [](const CLI::Option* option) { return option->count() > 0; };
-    if (request_.fleet.replicas == 1) {
+    const bool pd = given(pd_[0]) || given(pd_[1]);
+    if (pd) {
+      if (!given(pd_[0]) || !given(pd_[1])) {
+        return fmt::format("{} needs {} too",
+                           given(pd_[0]) ? "--prefill-replicas" : "--decode-replicas",
+                           given(pd_[0]) ? "--decode-replicas" : "--prefill-replicas");
+      }
+      if (given(replicas_)) {
+        return std::string(
+            "--replicas counts instances that prefill and decode; with --prefill-replicas and "
+            "--decode-replicas give one or the other");
+      }
+      const SimOptions& sim = request_.options;
+      if (sim.engine == EngineKind::kSglang) {
+        return std::string(
+            "--prefill-replicas: disaggregated serving runs the vllm and generic engines (the "
+            "sglang engine cannot receive KV yet)");
+      }
+      if (!sim.prefix_cache || sim.allocator != AllocatorKind::kPaged) {
+        return std::string(
+            "--prefill-replicas: the decode side receives KV into its prefix cache: it needs "
+            "--allocator paged and the prefix cache (drop --no-prefix-cache)");
+      }
+    } else {
+      for (const CLI::Option* option : transfer_options_) {
+        if (given(option)) {
+          return fmt::format("{} is an option of --prefill-replicas and --decode-replicas",
+                             option->get_name());
+        }
+      }
+    }
+    if (!pd && request_.fleet.replicas == 1) {
       for (const auto* list : {&router_options_, &prefix_options_, &approx_options_}) {
         for (const CLI::Option* option : *list) {
           if (given(option)) {
@@ -243,7 +295,8 @@ class SimulateCommand final : public Command {
   double gpu_hour_usd_ = 0;
   CLI::Option* replicas_ = nullptr;
   CLI::Option* gpu_hour_ = nullptr;
-  std::vector<CLI::Option*> router_options_, prefix_options_, approx_options_;
+  std::vector<CLI::Option*> router_options_, prefix_options_, approx_options_, pd_,
+      transfer_options_;
   ConfigOptions config_;
   SimOptionsCli options_;
 };

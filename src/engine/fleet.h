@@ -1,5 +1,5 @@
-// Fleet: N identical instances of an engine behind a router, on one virtual
-// clock (SPEC 3.6).
+// Fleet: instances of an engine behind a router, on one virtual clock
+// (SPEC 3.6).
 //
 // Each instance is a Simulator of its own (its engine, pool, scheduler,
 // prefix cache and cost model: TP x PP GPUs). A request is routed when the
@@ -10,23 +10,63 @@
 // Simulator adds it. An instance never sees another's requests, so under
 // round-robin each instance's run is that of a Simulator given its sub-trace
 // alone (a test compares every figure).
+//
+// Disaggregated prefill (prefill and decode instances), after vLLM's
+// disaggregated serving with the NixlConnector: the router sends a request's
+// prompt to a prefill instance, which computes it and its first token (the
+// proxy's max_tokens = 1). When that step ends, a decode instance is chosen
+// (least KV usage). The transfer starts once that instance has no request
+// waiting and room for the prompt (free and evictable blocks): the decode
+// side admits in queue order and allocates before the KV moves. It then
+// takes blocks for the prompt pages its own prefix cache lacks
+// (Scheduler::receive_kv) and holds them, with its own hits, while the KV
+// crosses the link: latency + bytes / bandwidth, bytes = blocks x block
+// bytes. The request arrives at the decode instance with those pages cached
+// and most recently used; admission finds them and computes only the tail no
+// full page holds. The decode instance produces every output token, the
+// first one included (the proxy streams its tokens), so TTFT as the user sees
+// it is prefill + wait + transfer + the first decode step. Deviations, each
+// documented in the README: the held pages are released (kept cached) when
+// the KV lands rather than when the request is admitted; a page that finds no
+// free or evictable block is computed on the decode side; the prefill
+// instance frees its blocks when its step ends (its prompt pages stay
+// cached) rather than when the transfer completes.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <queue>
+#include <unordered_map>
 #include <vector>
 
+#include "engine/latency.h"
 #include "engine/router.h"
 #include "engine/simulator.h"
 
 namespace kvreplay {
 
 struct FleetOptions {
-  std::uint32_t replicas = 1;  // --replicas
+  std::uint32_t replicas = 1;  // --replicas: instances that prefill and decode
+  // --prefill-replicas and --decode-replicas, both above 0: disaggregated
+  // (replicas is then ignored).
+  std::uint32_t prefill_replicas = 0;
+  std::uint32_t decode_replicas = 0;
+  // The link a request's KV crosses from prefill to decode instance:
+  // --kv-transfer-gbps (GB/s) and --kv-transfer-latency-us.
+  double kv_transfer_gbps = 50.0;
+  double kv_transfer_latency_us = 20.0;
   RouterOptions router;
+  bool disaggregated() const { return prefill_replicas > 0 && decode_replicas > 0; }
+  std::uint32_t instances() const {
+    return disaggregated() ? prefill_replicas + decode_replicas
+                           : std::max<std::uint32_t>(replicas, 1);
+  }
 };
+
+enum class InstanceRole : std::uint8_t { kMixed, kPrefill, kDecode };
+std::string_view to_string(InstanceRole role);
 
 class Fleet {
  public:
@@ -36,14 +76,17 @@ class Fleet {
   std::size_t size() const { return instances_.size(); }
   Simulator& instance(std::size_t i) { return *instances_[i]; }
   const Simulator& instance(std::size_t i) const { return *instances_[i]; }
+  InstanceRole role(std::size_t i) const { return roles_[i]; }
   const FleetOptions& options() const { return fleet_; }
 
-  // Routes the request and submits it to the chosen instance; returns which.
-  // Call run_until(request.arrival) first, so that the router sees every
-  // instance as it is when the request arrives.
+  // Routes the request and submits it to the chosen instance (disaggregated:
+  // a prefill instance); returns which. Call run_until(request.arrival)
+  // first, so that the router sees every instance as it is when the request
+  // arrives.
   std::uint32_t submit(Request request);
   // Every instance's run_until; false when one found an invariant violated
-  // (violated_instance() says which).
+  // (violated_instance() says which). Disaggregated: the prefill instances
+  // first, then each request's transfer and decode in time order.
   bool run_until(double horizon);
   // Every instance's end-of-run check.
   bool finish();
@@ -59,17 +102,71 @@ class Fleet {
   // The virtual time the fleet ends: the last instance's.
   double now() const;
 
-  // Called for every routing decision, before the request is submitted.
+  // Disaggregated: the KV moved from prefill to decode instances.
+  struct Transfers {
+    std::uint64_t requests = 0;
+    std::uint64_t blocks = 0;
+    std::uint64_t bytes = 0;
+    LatencyDistribution ms;  // per request: latency + bytes / bandwidth
+    // Requests whose transfer waited for room on the decode side, and per
+    // request how long from the end of its prefill to its transfer's start.
+    std::uint64_t waited = 0;
+    LatencyDistribution wait_ms;
+  };
+  const Transfers& transfers() const { return transfers_; }
+  // The arrival of the request a decode instance's request stands for
+  // (its tag's), as the user sent it; nullopt for a tag not in flight.
+  std::optional<double> user_arrival(std::uint64_t tag) const;
+  // The request as the user sent it, for a tag in flight; else nullptr.
+  const Request* user_request(std::uint64_t tag) const {
+    auto it = in_flight_.find(tag);
+    return it == in_flight_.end() ? nullptr : &it->second.request;
+  }
+
+  // Called for every routing decision, before the request is submitted
+  // (disaggregated: the prefill side's).
   std::function<void(const Request&, const RouteChoice&)> on_route;
 
  private:
+  struct Pending {
+    double time = 0;
+    std::uint64_t tag = 0;
+    bool arrive =
+        false;  // false: the prefill is done (the transfer may start); true: the KV has arrived
+    std::uint32_t decode = 0;
+    bool operator>(const Pending& other) const {
+      return time != other.time ? time > other.time : tag > other.tag;
+    }
+  };
+  struct InFlight {
+    Request request;  // as the user sent it
+    std::uint32_t decode = 0;
+    double ready = 0;           // when its prefill ended
+    std::vector<BlockId> held;  // on the decode instance, while the KV crosses
+  };
+  void fill_views(std::size_t first, std::size_t count, const Request& request, bool precise);
+  bool run_instances(std::size_t first, std::size_t count, double horizon);
+  void prefill_done(const RequestTimes& times);
+  void start_transfer(const Pending& event);
+  // The request as its decode instance receives it: its prompt keyed page by
+  // page (synthetic hash ids where the trace names none).
+  Request decode_copy(const Request& request) const;
+
   FleetOptions fleet_;
   std::uint64_t page_tokens_;
+  std::uint64_t block_bytes_ = 0;
   std::vector<std::unique_ptr<Simulator>> instances_;
+  std::vector<InstanceRole> roles_;
+  std::uint32_t prefill_count_;  // instances [0, prefill_count_) take arrivals
   Router router_;
+  std::optional<Router> decode_router_;
   std::vector<InstanceView> views_;
   std::vector<Routed> routed_;
   std::optional<std::size_t> violated_;
+  std::uint64_t next_tag_ = 1;
+  std::unordered_map<std::uint64_t, InFlight> in_flight_;
+  std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending_;
+  Transfers transfers_;
 };
 
 }  // namespace kvreplay

@@ -10,33 +10,81 @@
 
 namespace kvreplay {
 
+std::optional<PageKey> PagedScheduler::request_page_key(const Request& request,
+                                                        std::uint32_t page) const {
+  const std::uint64_t end = (std::uint64_t{page} + 1) * config_.kv.page_tokens;
+  if (end > request.prompt) return std::nullopt;
+  if (!request.hash_ids.empty()) {
+    const std::uint64_t block = request.hash_block_tokens;
+    const std::uint64_t k = (end - 1) / block;
+    if (k >= request.hash_ids.size()) return std::nullopt;
+    return PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k * block)};
+  }
+  if (!request.prefix.empty() && end <= request.prefix_tokens) {
+    auto it = prefix_ids_.find(request.prefix);
+    if (it == prefix_ids_.end()) return std::nullopt;
+    return PageKey{kPrefixChainBase + it->second, static_cast<std::uint32_t>(end)};
+  }
+  return std::nullopt;
+}
+
 std::uint32_t PagedScheduler::cached_prompt_tokens(const Request& request) const {
   if (!paged() || !shell_.options.prefix_cache) return 0;
-  const std::uint32_t page = config_.kv.page_tokens;
-  std::optional<std::uint64_t> prefix_chain;
-  if (request.hash_ids.empty() && !request.prefix.empty()) {
-    // A named prefix the engine has not seen yet is cached nowhere.
-    auto it = prefix_ids_.find(request.prefix);
-    if (it == prefix_ids_.end()) return 0;
-    prefix_chain = kPrefixChainBase + it->second;
-  }
   std::uint32_t tokens = 0;
-  for (std::uint64_t end = page; end <= request.prompt; end += page) {
-    PageKey key;
-    if (!request.hash_ids.empty()) {
-      const std::uint64_t block = request.hash_block_tokens;
-      const std::uint64_t k = (end - 1) / block;
-      if (k >= request.hash_ids.size()) break;
-      key = PageKey{request.hash_ids[k], static_cast<std::uint32_t>(end - k * block)};
-    } else if (prefix_chain && end <= request.prefix_tokens) {
-      key = PageKey{*prefix_chain, static_cast<std::uint32_t>(end)};
-    } else {
-      break;
-    }
-    if (!cache_.find(key)) break;
-    tokens = static_cast<std::uint32_t>(end);
+  for (std::uint32_t page = 0;; ++page) {
+    const auto key = request_page_key(request, page);
+    if (!key || !cache_.find(*key)) break;
+    tokens = (page + 1) * config_.kv.page_tokens;
   }
   return tokens;
+}
+
+std::optional<Scheduler::ReceivedKv> PagedScheduler::receive_kv(const Request& request) {
+  if (!paged() || !shell_.options.prefix_cache || hybrid_) return std::nullopt;
+  name_prefix(request);
+  ReceivedKv received;
+  const std::uint32_t pt = config_.kv.page_tokens;
+  for (std::uint32_t page = 0; (std::uint64_t{page} + 1) * pt + 1 <= request.prompt; ++page) {
+    const auto key = request_page_key(request, page);
+    if (!key) break;
+    if (const auto hit = cache_.find(*key)) {
+      // Cached here: not transferred, but held as the request's local hit is
+      // (allocate_slots touches it), so that no eviction for a later page
+      // takes it.
+      if (!pool_.retain(*hit)) break;
+      cache_.touch(*hit, tick_);
+      received.held.push_back(*hit);
+      ++received_[*hit];
+      continue;
+    }
+    BlockId b = kInvalidBlock;
+    if (pool_.free_count() > 0) {
+      b = pool_.take_free();
+    } else {
+      std::vector<BlockId> out;
+      if (cache_.evict_for_reuse(pool_, 1, out) == 0) break;  // the rest is computed here
+      b = out.front();
+    }
+    pool_.set_filled(b, pt);  // a whole page of KV arrives
+    if (auto cached = cache_.insert(*key, b, pool_, tick_); !cached || !cached.value()) {
+      (void)pool_.release(b);
+      break;
+    }
+    received.held.push_back(b);
+    ++received.transferred;
+    ++received_[b];
+  }
+  return received;
+}
+
+void PagedScheduler::release_received(std::span<const BlockId> blocks) {
+  for (BlockId b : blocks) {
+    auto it = received_.find(b);
+    if (it == received_.end()) continue;
+    if (--it->second == 0) received_.erase(it);
+    (void)pool_.release(b);  // the cache's reference stays
+    cache_.released(b, pool_, tick_);
+  }
 }
 
 PagedScheduler::PagedScheduler(EngineShell& shell)
@@ -218,6 +266,7 @@ bool PagedScheduler::check() {
   }
   cache_.holds(holds_);
   if (null_block_) holds_.push_back(*null_block_);
+  for (const auto& [b, count] : received_) holds_.insert(holds_.end(), count, b);
   ++totals_.checks;
   auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_, holds_);
   if (!found && options_.prefix_cache) found = cache_.check(pool_);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/block_pool.h"
@@ -43,6 +44,8 @@ class PagedScheduler : public Scheduler {
   // The cache's consecutive hits from the first prompt page (group 0's keys):
   // what a KV-event index of this engine would report.
   std::uint32_t cached_prompt_tokens(const Request& request) const override;
+  std::optional<ReceivedKv> receive_kv(const Request& request) override;
+  void release_received(std::span<const BlockId> blocks) override;
 
  protected:
   struct Sample {
@@ -120,6 +123,9 @@ class PagedScheduler : public Scheduler {
   static const SequenceBlockTable& group_table(const Sample& sample, std::size_t g) {
     return g == 0 ? sample.table : sample.more[g - 1];
   }
+  // page_key of a request not yet in flight; a named prefix the engine has
+  // not seen has no key.
+  std::optional<PageKey> request_page_key(const Request& request, std::uint32_t page) const;
   // The cache key a trace names for a prompt page (its hash ids, or its
   // named prefix), or nullopt when it names none.
   // Inline: admission calls it for every page it looks up.
@@ -151,6 +157,8 @@ class PagedScheduler : public Scheduler {
   std::uint32_t watermark_blocks_ = 0;
   std::vector<TableRef> table_refs_;
   std::vector<BlockId> holds_;
+  // Blocks held for transfers in flight (receive_kv), each with its holds.
+  std::unordered_map<BlockId, std::uint32_t> received_;
   std::vector<BlockId> release_scratch_;  // a released table's entries (release_sample)
 };
 

@@ -130,6 +130,26 @@ class Scheduler {
     (void)request;
     return 0;
   }
+  // Disaggregated prefill (engine/fleet.h): the KV of `request`'s prompt
+  // arrives from a prefill instance, as vLLM's NixlConnector receives it (the
+  // decode side allocates the blocks its prefix cache lacks before the
+  // transfer). For each full prompt page within prompt - 1 tokens (what
+  // admission can hit): a page cached here is held (its local hit, as
+  // allocate_slots touches it), else a block is taken, cached under the
+  // page's key and held; all are held until release_received. Stops at the
+  // first page no free or evictable block is left for (the decode instance
+  // computes the rest). nullopt where the engine cannot receive KV (no prefix
+  // cache, or an engine without this seam).
+  struct ReceivedKv {
+    std::vector<BlockId> held;      // local hits and received pages, in page order
+    std::uint32_t transferred = 0;  // of them, the pages that cross the link
+  };
+  virtual std::optional<ReceivedKv> receive_kv(const Request& request) {
+    (void)request;
+    return std::nullopt;
+  }
+  // The transfer is done: the held blocks become ordinary cached blocks.
+  virtual void release_received(std::span<const BlockId> blocks) { (void)blocks; }
 };
 
 // The table of engines: what --engine accepts and how each is made.

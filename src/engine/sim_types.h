@@ -110,6 +110,7 @@ struct SloTargets {
 struct RequestTimes {
   std::uint64_t line = 0;
   std::string id;
+  std::uint64_t tag = 0;  // Request::tag
   std::uint32_t prompt = 0;
   std::uint32_t output = 0;
   std::uint32_t n = 1;

@@ -121,6 +121,7 @@ RequestTimes request_times(const Request& request) {
   RequestTimes times;
   times.line = request.line;
   times.id = request.id;
+  times.tag = request.tag;
   times.prompt = request.prompt;
   times.output = request.output;
   times.n = request.n;

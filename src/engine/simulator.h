@@ -28,6 +28,9 @@ bool meets_slo(const SloTargets& slo, const RequestTimes& times);
 class Simulator {
  public:
   Simulator(const RunConfig& config, const SimOptions& options);
+  // The engine shell points back into this object: it stays where it is made.
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
   ~Simulator();
 
   // Feeds the next request (arrivals must not decrease).
@@ -127,6 +130,11 @@ class Simulator {
   std::uint32_t cached_prompt_tokens(const Request& request) const {
     return scheduler_->cached_prompt_tokens(request);
   }
+  // Disaggregated prefill: Scheduler::receive_kv and release_received.
+  std::optional<Scheduler::ReceivedKv> receive_kv(const Request& request) {
+    return scheduler_->receive_kv(request);
+  }
+  void release_received(std::span<const BlockId> blocks) { scheduler_->release_received(blocks); }
 
  private:
   bool step();

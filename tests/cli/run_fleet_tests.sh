@@ -4,7 +4,8 @@
 # report keeps the totals and adds fleet and instances (summed counts equal
 # the instances'), --router-log has one row per request with the header
 # naming each instance, --requests and --timeline gain an instance column,
-# --gpu-hour-usd prices the run, and every misuse of the fleet options is a
+# --gpu-hour-usd prices the run, disaggregated prefill and decode move each
+# prompt's KV (bytes = blocks x block bytes) with every pool checked, and every misuse of the fleet options is a
 # usage error (exit 2) naming the option.
 #
 # Usage: run_fleet_tests.sh KVREPLAY_BINARY REPO_ROOT
@@ -86,7 +87,33 @@ check '[[ $(head -1 "$work/rr.csv") == "line,id,arrival_s,instance,cost_0,cost_1
   "round-robin header: $(head -1 "$work/rr.csv")"
 finish "round-robin from the command line"
 
-# 5. Misuse: each a usage error naming the option.
+# 5. Disaggregated: prompts on 2 prefill instances, decode on 1, every pool
+# checked at every step; the transfer's bytes are its blocks times the
+# block's bytes; the user's latencies count every request once.
+run simulate "$trace" "${common[@]}" --prefill-replicas 2 --decode-replicas 1 --check every \
+  --kv-transfer-gbps 25 --report "$work/pd.json" --requests "$work/pd.csv"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check 'jq -e ".status == \"ok\" and .requests.finished == 500 and (.invariants.violations | length) == 0" "$work/pd.json" >/dev/null' \
+  "status, finished or violations: $(jq -c "{status, requests}" "$work/pd.json")"
+check '[[ $(jq -c "[.instances[].role]" "$work/pd.json") == "[\"prefill\",\"prefill\",\"decode\"]" ]]' \
+  "roles: $(jq -c "[.instances[].role]" "$work/pd.json")"
+check 'jq -e ".fleet.prefill == 2 and .fleet.decode == 1 and .fleet.gpus == 3" "$work/pd.json" >/dev/null' "fleet.prefill, decode, gpus"
+check 'jq -e ".fleet.kv_transfer | .bytes == .blocks * .block_bytes and .requests == 500 and .blocks > 0 and .gbps == 25" "$work/pd.json" >/dev/null' \
+  "kv_transfer: $(jq -c ".fleet.kv_transfer | {bytes, blocks, block_bytes, requests}" "$work/pd.json")"
+# Each transfer takes at least its latency and at most every byte at 25 GB/s.
+check 'jq -e ".fleet.kv_transfer | .ms.p50 >= 0.02 and .ms.max <= 0.02 + .bytes / 25e9 * 1e3" "$work/pd.json" >/dev/null' \
+  "kv_transfer.ms out of bounds"
+check 'jq -e "[.instances[] | select(.role == \"prefill\") | .requests.finished] | add == 500" "$work/pd.json" >/dev/null' \
+  "the prefill instances did not finish 500 prompts"
+check 'jq -e ".latency.ttft_ms.count == 500 and .latency.e2e_ms.count == 500 and .invariants.checks > 0" "$work/pd.json" >/dev/null' \
+  "latencies do not count each request once"
+check '[[ $(tail -n +2 "$work/pd.csv" | wc -l) == 500 ]]' "--requests: not 500 rows"
+# The user sees a request from its own arrival: TTFT covers prefill, transfer and the first decode step.
+check '[[ $(tail -n +2 "$work/pd.csv" | awk -F, "\$10 + 0 <= 0.02 { bad++ } END { print bad + 0 }") == 0 ]]' \
+  "a TTFT below the transfer latency"
+finish "disaggregated prefill and decode, invariants checked on each pool"
+
+# 6. Misuse: each a usage error naming the option.
 misuse() {  # misuse EXPECTED_TEXT ARGS...
   local expected=$1
   shift
@@ -103,6 +130,15 @@ misuse "--html draws one instance's run" --replicas 2 --html "$work/x.html"
 misuse "--router" --replicas 2 --router nearest
 misuse "--replicas" --replicas 0
 misuse "--gpu-hour-usd" --gpu-hour-usd nan
+misuse "--prefill-replicas needs --decode-replicas too" --prefill-replicas 2
+misuse "with --prefill-replicas and --decode-replicas give one or the other" --replicas 2 \
+  --prefill-replicas 1 --decode-replicas 1
+misuse "the sglang engine cannot receive KV" --engine sglang --prefill-replicas 1 --decode-replicas 1
+misuse "drop --no-prefix-cache" --prefill-replicas 1 --decode-replicas 1 --no-prefix-cache
+misuse "--kv-transfer-gbps is an option of --prefill-replicas" --replicas 2 --kv-transfer-gbps 10
+misuse "--kv-transfer-latency-us" --prefill-replicas 1 --decode-replicas 1 --kv-transfer-latency-us -1
+misuse "hybrid groups cannot receive KV yet" --model gemma-3-27b --prefill-replicas 1 \
+  --decode-replicas 1
 check '[[ ! -e "$work/x.csv" && ! -e "$work/x.html" ]]' "a refused run left an output"
 finish "fleet options misused: exit 2, the option named"
 

@@ -307,3 +307,66 @@ TEST_CASE(
     CHECK(fleet_hit_rate(policy) <= single + 0.002);
   }
 }
+
+TEST_CASE(
+    "fleet: disaggregated prefill moves each prompt's pages the decode side lacks, bytes = "
+    "blocks x block bytes, and the decode side computes only the tail") {
+  for (EngineKind engine : {EngineKind::kGeneric, EngineKind::kVllm}) {
+    INFO("engine " << to_string(engine));
+    FleetOptions pd;
+    pd.prefill_replicas = 1;
+    pd.decode_replicas = 1;
+    pd.kv_transfer_gbps = 1e-6;  // 1 kB/s: a 4-page transfer (512 bytes) takes 0.512 s
+    pd.kv_transfer_latency_us = 1000;
+    Fleet fleet(tiny_config(64), options_of(engine), pd);
+    REQUIRE(fleet.size() == 2);
+    CHECK(fleet.role(0) == InstanceRole::kPrefill);
+    CHECK(fleet.role(1) == InstanceRole::kDecode);
+    std::vector<RequestTimes> prefilled, decoded;
+    fleet.instance(0).on_request = [&](const RequestTimes& t) { prefilled.push_back(t); };
+    fleet.instance(1).on_request = [&](const RequestTimes& t) { decoded.push_back(t); };
+    // 19-token prompts: pages 0-3 (16 tokens) are within prompt - 1 and move.
+    // The second shares its first hash block (pages 0 and 1) with the first,
+    // cached on the decode side by then: pages 2 and 3 move. The third names
+    // no hash ids: its pages are keyed by the fleet, all four move.
+    const std::vector<Request> trace = {request(0.0, 19, 5, {1, 2}), request(10.0, 19, 3, {1, 3}),
+                                        request(20.0, 19, 2)};
+    const std::vector<std::uint32_t> chosen = run_fleet(fleet, trace);
+    CHECK(chosen == std::vector<std::uint32_t>{0, 0, 0});
+    const std::uint64_t block_bytes = fleet.instance(1).block_bytes();
+    REQUIRE(block_bytes == 4 * 2 * 16);  // 4 tokens of K and V, 16 bytes each (4 fp32 values)
+    const Fleet::Transfers& moved = fleet.transfers();
+    CHECK(moved.requests == 3);
+    CHECK(moved.blocks == 4 + 2 + 4);
+    CHECK(moved.bytes == moved.blocks * block_bytes);
+    CHECK(moved.ms.summary().max == Approx(1.0 + 512.0));  // 1 ms + 512 bytes at 1 kB/s
+    CHECK(moved.ms.summary().mean == Approx(1.0 + (512.0 + 256.0 + 512.0) / 3));
+    // The prefill side computes each prompt and one token; the decode side
+    // finds the 16 tokens it received cached and computes the 3 after them.
+    const SimTotals& p = fleet.instance(0).sim_totals();
+    const SimTotals& d = fleet.instance(1).sim_totals();
+    CHECK(p.finished == 3);
+    CHECK(p.output_tokens == 3);
+    CHECK(d.finished == 3);
+    CHECK(d.output_tokens == 5 + 3 + 2);
+    CHECK(d.query_tokens == 3 * 19);
+    CHECK(d.hit_tokens == 3 * 16);
+    CHECK(d.prompt_tokens_computed == 3 * 3);
+    // A request reaches the decode side when its prefill step ends plus the
+    // transfer.
+    REQUIRE(prefilled.size() == 3);
+    REQUIRE(decoded.size() == 3);
+    const double seconds[] = {0.001 + 0.512, 0.001 + 0.256, 0.001 + 0.512};
+    for (std::size_t k = 0; k < 3; ++k) {
+      INFO("request " << k);
+      CHECK(decoded[k].tag == prefilled[k].tag);
+      CHECK(decoded[k].arrival == Approx(prefilled[k].finished + seconds[k]));
+    }
+    // Invariants ran on both pools, the held blocks counted; once all is
+    // done, nothing is held: what stays is the decode side's cache.
+    CHECK(fleet.instance(0).totals().checks > 0);
+    CHECK(fleet.instance(1).totals().checks > 0);
+    CHECK(fleet.instance(1).in_use_blocks() == 0);
+    CHECK(fleet.instance(0).in_use_blocks() == 0);
+  }
+}

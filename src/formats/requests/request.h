@@ -42,6 +42,9 @@ struct Request {
   // be partial): equal ids mean an identical prefix up to and including that block.
   std::vector<std::uint64_t> hash_ids;
   std::uint32_t hash_block_tokens = 512;
+  // The simulator's own mark, carried into the request's times: a fleet
+  // follows a request from its prefill instance to its decode one by it.
+  std::uint64_t tag = 0;
 };
 
 }  // namespace kvreplay
