@@ -188,6 +188,9 @@ InputResult<SimulationResult> simulate_fleet_file(
   Fleet fleet(config, options, fleet_options);
   const auto n = static_cast<std::uint32_t>(fleet.size());
   FleetCollector collected;
+  if (outputs.samplers != nullptr) {
+    outputs.samplers->assign(n, TimelineSampler(TimelineSampler::kFleetBuckets, /*simulate=*/true));
+  }
   if (outputs.timeline != nullptr) {
     outputs.timeline->write("instance," + std::string(timeline_csv_header()));
   }
@@ -227,6 +230,13 @@ InputResult<SimulationResult> simulate_fleet_file(
     if (outputs.timeline != nullptr) {
       sim.on_step = [timeline = outputs.timeline, i](const Simulator& s) {
         timeline->write(fmt::format("{},", i) + timeline_csv_row(s));
+      };
+    }
+    if (outputs.samplers != nullptr) {
+      sim.on_step = [sampler = &(*outputs.samplers)[i],
+                     previous = std::move(sim.on_step)](const Simulator& s) {
+        if (previous) previous(s);
+        sampler->add(timeline_point(s));
       };
     }
     if (terminal.progress != nullptr && i == 0) {
@@ -460,11 +470,11 @@ InputResult<SimulationResult> simulate_fleet_file(
       routed_tokens.push_back(static_cast<double>(routed.prompt_tokens + routed.output_tokens));
     }
     nlohmann::json item = {{"instance", i},
-                            {"role", std::string(to_string(fleet.role(i)))},
-                            {"routed",
-                             {{"requests", routed.requests},
-                              {"prompt_tokens", routed.prompt_tokens},
-                              {"output_tokens", routed.output_tokens}}}};
+                           {"role", std::string(to_string(fleet.role(i)))},
+                           {"routed",
+                            {{"requests", routed.requests},
+                             {"prompt_tokens", routed.prompt_tokens},
+                             {"output_tokens", routed.output_tokens}}}};
     for (const char* key : {"status", "requests", "blocks", "prefix_cache", "scheduler", "latency",
                             "slo", "overload", "invariants", "sglang", "cost_usd"}) {
       if (reports[i].contains(key)) item[key] = reports[i][key];

@@ -53,13 +53,18 @@ int run_simulate(const SimulateRequest& request) {
   // The summary never mixes with an output on stdout.
   std::FILE* summary_stream = outputs.writes_stdout() ? stderr : stdout;
   std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
-  if (html_out != nullptr) sampler.emplace(TimelineSampler::kDefaultBuckets, /*simulate=*/true);
+  if (html_out != nullptr && !fleet) {
+    sampler.emplace(TimelineSampler::kDefaultBuckets, /*simulate=*/true);
+  }
+  std::vector<TimelineSampler> fleet_samplers;  // --html with a fleet: one per instance
   auto progress = ProgressLine::for_stderr(!request.quiet, 16, request.trace_path);
   const SimulateTerminal terminal{progress.get(), color_enabled(summary_stream)};
   auto result =
-      fleet ? simulate_fleet_file(
-                  request.trace_path, request.format, config.value(), request.options,
-                  request.fleet, FleetOutputs{timeline_out, requests_out, router_log_out}, terminal)
+      fleet ? simulate_fleet_file(request.trace_path, request.format, config.value(),
+                                  request.options, request.fleet,
+                                  FleetOutputs{timeline_out, requests_out, router_log_out,
+                                               html_out != nullptr ? &fleet_samplers : nullptr},
+                                  terminal)
             : simulate_file(request.trace_path, request.format, config.value(), request.options,
                             timeline_out, sampler ? &*sampler : nullptr, terminal, SimFaults{},
                             requests_out);
@@ -84,7 +89,9 @@ int run_simulate(const SimulateRequest& request) {
   }
   if (html_out != nullptr) {
     html_out->write(
-        render_run_html(result.value().report, *sampler, "step", result.value().latency_cdf));
+        fleet
+            ? render_fleet_html(result.value().report, fleet_samplers, result.value().latency_cdf)
+            : render_run_html(result.value().report, *sampler, "step", result.value().latency_cdf));
   }
   if (!outputs.commit()) {
     eprint("{}\n", outputs.error());
@@ -280,11 +287,6 @@ class SimulateCommand final : public Command {
       if (given(option) && router.view != RouterView::kApproximate) {
         return fmt::format("{} is an option of --router-view approximate", option->get_name());
       }
-    }
-    if (!request_.html_path.empty()) {
-      return std::string(
-          "--html draws one instance's run; with --replicas give --report, --timeline (a row per "
-          "instance's step) or --requests instead");
     }
     return std::nullopt;
   }

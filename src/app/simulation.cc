@@ -239,6 +239,18 @@ std::string timeline_csv_row(const Simulator& s) {
 // The simulation's observers, each chained onto those before it: the
 // per-request CSV, the timeline CSV, the sampler of the HTML page's timeline,
 // the progress line and the fault injected for the tests.
+TimelinePoint timeline_point(const Simulator& s) {
+  TimelinePoint p =
+      kvreplay::timeline_point(s.sim_totals().steps, s.state(), s.totals().cow_copies);
+  p.in_use_blocks = s.in_use_blocks();
+  p.t = s.now();
+  p.cached_blocks = s.cache_resident_blocks();
+  p.running = static_cast<double>(s.running_requests());
+  p.waiting = static_cast<double>(s.waiting_requests());
+  p.preemptions = static_cast<double>(s.sim_totals().preemptions);
+  return p;
+}
+
 void attach_observers(Simulator& sim, OutputFile* timeline, TimelineSampler* sampler,
                       const SimulateTerminal& terminal, const SimFaults& faults,
                       OutputFile* requests) {
@@ -256,14 +268,7 @@ void attach_observers(Simulator& sim, OutputFile* timeline, TimelineSampler* sam
   if (sampler != nullptr) {
     sim.on_step = [sampler, timeline_row = std::move(sim.on_step)](const Simulator& s) {
       if (timeline_row) timeline_row(s);
-      TimelinePoint p = timeline_point(s.sim_totals().steps, s.state(), s.totals().cow_copies);
-      p.in_use_blocks = s.in_use_blocks();
-      p.t = s.now();
-      p.cached_blocks = s.cache_resident_blocks();
-      p.running = static_cast<double>(s.running_requests());
-      p.waiting = static_cast<double>(s.waiting_requests());
-      p.preemptions = static_cast<double>(s.sim_totals().preemptions);
-      sampler->add(p);
+      sampler->add(timeline_point(s));
     };
   }
   if (terminal.progress != nullptr) {

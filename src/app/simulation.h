@@ -75,6 +75,9 @@ struct FleetOutputs {
   OutputFile* timeline = nullptr;
   OutputFile* requests = nullptr;
   OutputFile* router_log = nullptr;
+  // --html: one sampler per instance, made here (TimelineSampler::kFleetBuckets
+  // each), filled by the run.
+  std::vector<TimelineSampler>* samplers = nullptr;
 };
 InputResult<SimulationResult> simulate_fleet_file(
     const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,

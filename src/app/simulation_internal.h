@@ -32,6 +32,8 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
 // --timeline: the CSV's header and one step's row.
 std::string_view timeline_csv_header();
 std::string timeline_csv_row(const Simulator& s);
+// The HTML sampler's point for the step a simulator just ended.
+TimelinePoint timeline_point(const Simulator& s);
 // The per-request CSV, the timeline, the HTML sampler, the progress line and
 // the tests' fault, each chained onto the simulator's callbacks.
 void attach_observers(Simulator& sim, OutputFile* timeline, TimelineSampler* sampler,

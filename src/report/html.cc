@@ -229,6 +229,72 @@ std::string page(std::string_view title, std::string_view subtitle, const std::s
   return out;
 }
 
+// The cards atop a replay or simulate page (and a fleet's): status, memory,
+// invariants, and for a simulation requests, hits and latencies.
+std::string run_cards(const nlohmann::json& report, bool simulate) {
+  const std::string status = value_text(at_path(report, {"status"}));
+  const std::string concerns = run_concerns(report);
+  std::string body;
+  // Green only for a run that is ok and kept its promises: an ok run that was
+  // overloaded or missed its SLOs is amber, saying which.
+  if (status != "ok") {
+    body += card("status", status, "bad");
+  } else if (!concerns.empty()) {
+    body += card("status", concerns, "warn");
+  } else {
+    body += card("status", status, "good");
+  }
+  body += card("peak used blocks",
+               fmt::format("{} of {}", value_text(at_path(report, {"blocks", "peak_used"})),
+                           value_text(at_path(report, {"blocks", "total"}))));
+  body += card("waste at peak",
+               percent_text(at_path(report, {"fragmentation", "waste_ratio_at_peak"})));
+  body += card("mean waste", percent_text(at_path(report, {"fragmentation", "waste_ratio_mean"})));
+  body += card("COW copies", value_text(at_path(report, {"cow", "copies"})));
+  const nlohmann::json& violations = at_path(report, {"invariants", "violations"});
+  const std::size_t violation_count = violations.is_array() ? violations.size() : 0;
+  body += card("invariant violations",
+               fmt::format("{} ({} checks)", violation_count,
+                           value_text(at_path(report, {"invariants", "checks"}))),
+               violation_count == 0 ? "good" : "bad");
+  body += card("failed allocations (OOM)", value_text(at_path(report, {"oom", "events"})));
+  if (simulate) {
+    body += card("requests finished",
+                 fmt::format("{} of {}", value_text(at_path(report, {"requests", "finished"})),
+                             value_text(at_path(report, {"requests", "total"}))));
+    body += card("peak blocks in use by requests",
+                 fmt::format("{} of {}", value_text(at_path(report, {"blocks", "peak_in_use"})),
+                             value_text(at_path(report, {"blocks", "total"}))));
+    body += card("preemptions", value_text(at_path(report, {"scheduler", "preemptions"})));
+    body +=
+        card("prefix-cache hit rate", percent_text(at_path(report, {"prefix_cache", "hit_rate"})));
+    const nlohmann::json& in_use_bytes = at_path(report, {"memory", "peak_in_use_bytes"});
+    if (is_count(in_use_bytes)) {
+      body += card("peak KV memory in use, per GPU", bytes_text(in_use_bytes.get<std::uint64_t>()));
+    }
+    auto ms = [&](std::initializer_list<const char*> where) {
+      const nlohmann::json& v = at_path(report, where);
+      return v.is_number() ? ms_text(v.get<double>()) : std::string("-");
+    };
+    body += card("TTFT p50 / p99",
+                 ms({"latency", "ttft_ms", "p50"}) + " / " + ms({"latency", "ttft_ms", "p99"}));
+    body += card("TPOT p50 / p99",
+                 ms({"latency", "tpot_ms", "p50"}) + " / " + ms({"latency", "tpot_ms", "p99"}));
+    const nlohmann::json& attainment = at_path(report, {"slo", "attainment"});
+    if (attainment.is_number()) {
+      body += card("SLO attainment", percent_text(attainment),
+                   attainment.get<double>() < kSloAttained ? "warn" : "good");
+    }
+    const nlohmann::json& ratio = at_path(report, {"overload", "ratio"});
+    if (ratio.is_number()) {
+      const bool overloaded = at_path(report, {"overload", "overloaded"}) == true;
+      body += card(overloaded ? "overloaded: time / arrival span" : "time / arrival span",
+                   fmt::format("{:.2f}x", ratio.get<double>()), overloaded ? "bad" : "good");
+    }
+  }
+  return body;
+}
+
 }  // namespace
 
 TimelineSampler::TimelineSampler(std::size_t max_buckets, bool simulate)
@@ -304,64 +370,7 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
       value_text(at_path(report, {"trace", "events"})), simulate ? "requests" : "events", status,
       concerns.empty() ? std::string() : fmt::format(" ({})", concerns));
 
-  std::string body = "<div class=\"cards\">\n";
-  // Green only for a run that is ok and kept its promises: an ok run that was
-  // overloaded or missed its SLOs is amber, saying which.
-  if (status != "ok") {
-    body += card("status", status, "bad");
-  } else if (!concerns.empty()) {
-    body += card("status", concerns, "warn");
-  } else {
-    body += card("status", status, "good");
-  }
-  body += card("peak used blocks",
-               fmt::format("{} of {}", value_text(at_path(report, {"blocks", "peak_used"})),
-                           value_text(at_path(report, {"blocks", "total"}))));
-  body += card("waste at peak",
-               percent_text(at_path(report, {"fragmentation", "waste_ratio_at_peak"})));
-  body += card("mean waste", percent_text(at_path(report, {"fragmentation", "waste_ratio_mean"})));
-  body += card("COW copies", value_text(at_path(report, {"cow", "copies"})));
-  const nlohmann::json& violations = at_path(report, {"invariants", "violations"});
-  const std::size_t violation_count = violations.is_array() ? violations.size() : 0;
-  body += card("invariant violations",
-               fmt::format("{} ({} checks)", violation_count,
-                           value_text(at_path(report, {"invariants", "checks"}))),
-               violation_count == 0 ? "good" : "bad");
-  body += card("failed allocations (OOM)", value_text(at_path(report, {"oom", "events"})));
-  if (simulate) {
-    body += card("requests finished",
-                 fmt::format("{} of {}", value_text(at_path(report, {"requests", "finished"})),
-                             value_text(at_path(report, {"requests", "total"}))));
-    body += card("peak blocks in use by requests",
-                 fmt::format("{} of {}", value_text(at_path(report, {"blocks", "peak_in_use"})),
-                             value_text(at_path(report, {"blocks", "total"}))));
-    body += card("preemptions", value_text(at_path(report, {"scheduler", "preemptions"})));
-    body +=
-        card("prefix-cache hit rate", percent_text(at_path(report, {"prefix_cache", "hit_rate"})));
-    const nlohmann::json& in_use_bytes = at_path(report, {"memory", "peak_in_use_bytes"});
-    if (is_count(in_use_bytes)) {
-      body += card("peak KV memory in use, per GPU", bytes_text(in_use_bytes.get<std::uint64_t>()));
-    }
-    auto ms = [&](std::initializer_list<const char*> where) {
-      const nlohmann::json& v = at_path(report, where);
-      return v.is_number() ? ms_text(v.get<double>()) : std::string("-");
-    };
-    body += card("TTFT p50 / p99",
-                 ms({"latency", "ttft_ms", "p50"}) + " / " + ms({"latency", "ttft_ms", "p99"}));
-    body += card("TPOT p50 / p99",
-                 ms({"latency", "tpot_ms", "p50"}) + " / " + ms({"latency", "tpot_ms", "p99"}));
-    const nlohmann::json& attainment = at_path(report, {"slo", "attainment"});
-    if (attainment.is_number()) {
-      body += card("SLO attainment", percent_text(attainment),
-                   attainment.get<double>() < kSloAttained ? "warn" : "good");
-    }
-    const nlohmann::json& ratio = at_path(report, {"overload", "ratio"});
-    if (ratio.is_number()) {
-      const bool overloaded = at_path(report, {"overload", "overloaded"}) == true;
-      body += card(overloaded ? "overloaded: time / arrival span" : "time / arrival span",
-                   fmt::format("{:.2f}x", ratio.get<double>()), overloaded ? "bad" : "good");
-    }
-  }
+  std::string body = "<div class=\"cards\">\n" + run_cards(report, simulate);
   body += fmt::format("</div>\n<h2>Over {}</h2>\n<div class=\"charts\" id=\"charts\"></div>\n",
                       simulate ? "virtual time" : "time");
   if (timeline.per_bucket() == 1) {
@@ -387,6 +396,104 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
     data["slo"] = {{"ttft_ms", at_path(report, {"slo", "ttft_ms"})},
                    {"tpot_ms", at_path(report, {"slo", "tpot_ms"})}};
   }
+  return page(title, subtitle, body, data);
+}
+
+std::string render_fleet_html(const nlohmann::json& report,
+                              const std::vector<TimelineSampler>& timelines,
+                              const nlohmann::json& latency_cdf) {
+  const std::string path = value_text(at_path(report, {"trace", "path"}));
+  const std::string title = fmt::format("kvreplay simulate: {}", path);
+  const std::string status = value_text(at_path(report, {"status"}));
+  const std::string concerns = run_concerns(report);
+  const nlohmann::json empty = nlohmann::json::array();
+  const nlohmann::json& instances = report.contains("instances") ? report["instances"] : empty;
+  const nlohmann::json& fleet = at_path(report, {"fleet"});
+  const bool disaggregated = at_path(fleet, {"prefill"}).is_number();
+  const std::string shape = disaggregated ? fmt::format("{} prefill + {} decode instances",
+                                                        value_text(at_path(fleet, {"prefill"})),
+                                                        value_text(at_path(fleet, {"decode"})))
+                                          : fmt::format("{} instances", instances.size());
+  const std::string router = value_text(at_path(fleet, {"router", "policy"}));
+  const std::string subtitle =
+      fmt::format("{} · {} requests · {}, router {} · status {}{}",
+                  value_text(at_path(report, {"trace", "format"})),
+                  value_text(at_path(report, {"trace", "events"})), shape, router, status,
+                  concerns.empty() ? std::string() : fmt::format(" ({})", concerns));
+
+  std::string body = "<div class=\"cards\">\n";
+  body += card("fleet", fmt::format("{} · {} GPUs · router {}", shape,
+                                    value_text(at_path(fleet, {"gpus"})), router));
+  body += card("imbalance: max / mean requests routed",
+               at_path(fleet, {"imbalance", "requests"}).is_number()
+                   ? fmt::format("{:.2f}", at_path(fleet, {"imbalance", "requests"}).get<double>())
+                   : std::string("-"));
+  if (disaggregated) {
+    const nlohmann::json& ms = at_path(fleet, {"kv_transfer", "ms"});
+    body += card("KV transfer p50 / p99",
+                 at_path(ms, {"p50"}).is_number()
+                     ? ms_text(ms["p50"].get<double>()) + " / " + ms_text(ms["p99"].get<double>())
+                     : std::string("-"));
+  }
+  const nlohmann::json& per_million =
+      at_path(report, {"cost_usd", "usd_per_million_output_tokens"});
+  if (per_million.is_number()) {
+    body += card("$ per million output tokens", fmt::format("{:.2f}", per_million.get<double>()));
+  }
+  body += run_cards(report, /*simulate=*/true);
+  body += "</div>\n<h2>Over virtual time, one line per instance</h2>\n";
+  body += "<div class=\"charts\" id=\"charts\"></div>\n";
+  std::uint64_t steps = 0;
+  std::uint64_t per_bucket = 1;
+  for (const TimelineSampler& t : timelines) {
+    steps += t.points();
+    per_bucket = std::max(per_bucket, t.per_bucket());
+  }
+  body += fmt::format(
+      "<p class=\"note\">{} steps over {} instances{}.</p>\n", steps, timelines.size(),
+      per_bucket == 1 ? std::string(", one point each")
+                      : fmt::format(", downsampled to at most {} points an instance: the line is "
+                                    "each point's maximum and the band its minimum to maximum",
+                                    TimelineSampler::kFleetBuckets));
+
+  body += "<h2>Instances</h2>\n<div class=\"scroll\"><table class=\"sweep\">\n<tr>";
+  body +=
+      "<th>instance</th><th>role</th><th>routed requests</th><th>finished</th><th>hit "
+      "rate</th><th>peak in use</th><th>preemptions</th><th>p99 TTFT</th><th>p99 TPOT</th></tr>\n";
+  auto p99 = [](const nlohmann::json& i, const char* name) {
+    const nlohmann::json& v = at_path(i, {"latency", name, "p99"});
+    // None measured (a prefill instance's TPOT): no figure, not 0.
+    if (at_path(i, {"latency", name, "count"}) == 0) return std::string("-");
+    return v.is_number() ? ms_text(v.get<double>()) : std::string("-");
+  };
+  nlohmann::json series = nlohmann::json::array();
+  for (std::size_t k = 0; k < instances.size(); ++k) {
+    const nlohmann::json& i = instances[k];
+    const std::string role = value_text(at_path(i, {"role"}));
+    body += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} of {}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td></tr>\n",
+        k, escape_html(role), value_text(at_path(i, {"routed", "requests"})),
+        value_text(at_path(i, {"requests", "finished"})),
+        percent_text(at_path(i, {"prefix_cache", "hit_rate"})),
+        value_text(at_path(i, {"blocks", "peak_in_use"})),
+        value_text(at_path(i, {"blocks", "total"})),
+        value_text(at_path(i, {"scheduler", "preemptions"})), p99(i, "ttft_ms"), p99(i, "tpot_ms"));
+    nlohmann::json one = {{"name", fmt::format("{} {}", k, role)},
+                          {"pool_blocks", at_path(i, {"blocks", "total"})}};
+    if (k < timelines.size()) one["timeline"] = timelines[k].to_json();
+    series.push_back(std::move(one));
+  }
+  body += "</table></div>\n";
+  body +=
+      "<h2>Summary (the fleet)</h2>\n<div class=\"tables\">\n" + report_tables(report) + "</div>\n";
+
+  nlohmann::json data;
+  data["kind"] = "fleet";
+  data["instances"] = std::move(series);
+  data["cdf"] = latency_cdf.is_object() ? latency_cdf : nlohmann::json::object();
+  data["slo"] = {{"ttft_ms", at_path(report, {"slo", "ttft_ms"})},
+                 {"tpot_ms", at_path(report, {"slo", "tpot_ms"})}};
   return page(title, subtitle, body, data);
 }
 

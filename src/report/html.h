@@ -67,6 +67,7 @@ class TimelineSampler {
   static constexpr std::size_t kFigures = 11;
   static constexpr std::size_t kReplayFigures = 5;  // the first five; simulate has all
   static constexpr std::size_t kDefaultBuckets = 2000;
+  static constexpr std::size_t kFleetBuckets = 500;  // each instance's, on a fleet's page
 
   // REQUIRES: max_buckets >= 2 and even. `simulate`: the figures of a
   // simulation's steps (in-use and cached blocks, virtual time, requests
@@ -108,6 +109,15 @@ class TimelineSampler {
 std::string render_run_html(const nlohmann::json& report, const TimelineSampler& timeline,
                             std::string_view x_label,
                             const nlohmann::json& latency_cdf = nlohmann::json());
+
+// A fleet's page (simulate --replicas, or prefill and decode instances): the
+// fleet's cards and summary, a table of the instances, and charts over
+// virtual time with one line per instance (KV in use as a share of its pool,
+// requests waiting and running, preemptions), then the fleet's TTFT and
+// TPOT CDFs. `timelines[i]` is instance i's; `report` has instances[].
+std::string render_fleet_html(const nlohmann::json& report,
+                              const std::vector<TimelineSampler>& timelines,
+                              const nlohmann::json& latency_cdf = nlohmann::json());
 
 // A plan page: the sweep table and charts of preemptions, peak use, p99 TTFT
 // and TPOT (and SLO attainment) against KV memory, one line per model,

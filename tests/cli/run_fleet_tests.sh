@@ -41,8 +41,13 @@ finish "--replicas 1 is byte-identical to no flag"
 # 2. A fleet's report: totals equal the instances' sums, the fleet section.
 run simulate "$trace" "${common[@]}" --replicas 3 --router prefix-aware --check every \
   --report "$work/f.json" --router-log "$work/route.csv" --requests "$work/f.csv" \
-  --timeline "$work/f.tl" --gpu-hour-usd 2 --slo-ttft-ms 5000
+  --timeline "$work/f.tl" --gpu-hour-usd 2 --slo-ttft-ms 5000 --html "$work/f.html"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+# The fleet's page: one chart line per instance, an instances table row each.
+check 'grep -q "\"kind\":\"fleet\"" "$work/f.html"' "--html: not a fleet page"
+check '[[ $(grep -o "\"name\":\"[0-9] mixed\"" "$work/f.html" | sort -u | wc -l) == 3 ]]' \
+  "--html: not 3 instances in the page's data"
+check '[[ $(grep -c "^<tr><td>[0-9]</td><td>mixed</td>" "$work/f.html") == 3 ]]' "--html: not 3 instance rows"
 check '[[ $(jq ".fleet.replicas, (.instances | length), .fleet.gpus" "$work/f.json" | tr "\n" " ") == "3 3 3 " ]]' \
   "fleet.replicas, instances and gpus are not 3"
 check '[[ $(jq ".fleet.router.policy" "$work/f.json") == "\"prefix-aware\"" ]]' "router policy"
@@ -126,7 +131,6 @@ misuse "--router-log routes requests among replicas" --router-log "$work/x.csv"
 misuse "--router-temperature is an option of --router prefix-aware" --replicas 2 --router-temperature 1
 misuse "--router-approx-ttl-s is an option of --router-view approximate" --replicas 2 \
   --router prefix-aware --router-approx-ttl-s 5
-misuse "--html draws one instance's run" --replicas 2 --html "$work/x.html"
 misuse "--router" --replicas 2 --router nearest
 misuse "--replicas" --replicas 0
 misuse "--gpu-hour-usd" --gpu-hour-usd nan
@@ -139,7 +143,7 @@ misuse "--kv-transfer-gbps is an option of --prefill-replicas" --replicas 2 --kv
 misuse "--kv-transfer-latency-us" --prefill-replicas 1 --decode-replicas 1 --kv-transfer-latency-us -1
 misuse "hybrid groups cannot receive KV yet" --model gemma-3-27b --prefill-replicas 1 \
   --decode-replicas 1
-check '[[ ! -e "$work/x.csv" && ! -e "$work/x.html" ]]' "a refused run left an output"
+check '[[ ! -e "$work/x.csv" ]]' "a refused run left an output"
 finish "fleet options misused: exit 2, the option named"
 
 echo "$passed passed, $failed failed"

@@ -220,3 +220,50 @@ TEST_CASE("html: embedded assets equal their source files") {
   CHECK(kvreplay::assets::report_js() == read("report.js"));
   CHECK_FALSE(kvreplay::assets::report_js().empty());
 }
+
+TEST_CASE("html: a fleet page has a row and a chart line per instance, escaped and deterministic") {
+  const std::string hostile = "f</script><script>alert(1)</script>.jsonl";
+  nlohmann::json report = small_report(hostile);
+  report["scheduler"] = {{"preemptions", 2}};
+  report["fleet"] = {{"replicas", 2},
+                     {"prefill", 1},
+                     {"decode", 1},
+                     {"gpus", 2},
+                     {"router", {{"policy", "round-robin"}}},
+                     {"imbalance", {{"requests", 1.0}}},
+                     {"kv_transfer", {{"ms", {{"p50", 1.5}, {"p99", 4.25}}}}}};
+  auto instance = [](const char* role, std::uint64_t tpot_count) {
+    return nlohmann::json{{"role", role},
+                          {"routed", {{"requests", 3}}},
+                          {"requests", {{"finished", 3}}},
+                          {"prefix_cache", {{"hit_rate", 0.5}}},
+                          {"blocks", {{"total", 8}, {"peak_in_use", 5}}},
+                          {"scheduler", {{"preemptions", 1}}},
+                          {"latency",
+                           {{"ttft_ms", {{"count", 3}, {"p99", 12.5}}},
+                            {"tpot_ms", {{"count", tpot_count}, {"p99", 0}}}}}};
+  };
+  report["instances"] = {instance("prefill", 0), instance("decode", 3)};
+  TimelineSampler a(TimelineSampler::kFleetBuckets, true);
+  TimelineSampler b(TimelineSampler::kFleetBuckets, true);
+  for (std::uint64_t i = 0; i < 5; ++i) {
+    TimelinePoint p = point(i);
+    p.t = static_cast<double>(i);
+    a.add(p);
+    if (i < 3) b.add(p);
+  }
+  const std::vector<TimelineSampler> timelines{a, b};
+  const std::string page = kvreplay::render_fleet_html(report, timelines);
+  CHECK(page == kvreplay::render_fleet_html(report, timelines));
+  CHECK(page.find("<script>alert") == std::string::npos);
+  CHECK(page.find("\"kind\":\"fleet\"") != std::string::npos);
+  CHECK(page.find("1 prefill + 1 decode instances") != std::string::npos);
+  CHECK(page.find("<tr><td>0</td><td>prefill</td>") != std::string::npos);
+  CHECK(page.find("<tr><td>1</td><td>decode</td>") != std::string::npos);
+  CHECK(page.find("\"name\":\"0 prefill\"") != std::string::npos);
+  CHECK(page.find("\"name\":\"1 decode\"") != std::string::npos);
+  CHECK(page.find("8 steps over 2 instances") != std::string::npos);
+  // A prefill instance measures no TPOT: a dash, not 0 ms.
+  CHECK(page.find("<td>12.5 ms</td><td>-</td></tr>") != std::string::npos);
+  CHECK(page.find("1.50 ms / 4.25 ms") != std::string::npos);
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The HTML report (--html) in a real browser: replay, simulate and plan pages
+# The HTML report (--html) in a real browser: replay, simulate, fleet and plan pages
 # are rendered by headless Chromium, which must draw every chart (the page's
 # script sets data-drawn="N" on <html> and writes one path.series-line per
 # series), and a screenshot must hold far more coloured pixels than the same
@@ -112,6 +112,13 @@ check_page replay 4 "$kvreplay" replay "$root/traces/quickstart.jsonl" --check e
 # preemptions, waste, and the TTFT and TPOT CDFs with their SLO lines.
 check_page simulate 6 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
   --max-seq-tokens 4096 --slo-ttft-ms 500 --slo-tpot-ms 20
+# A fleet: KV in use, requests waiting and running, preemptions, one line per
+# instance, and the fleet's TTFT and TPOT CDFs; likewise with prefill and
+# decode instances.
+check_page fleet 6 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
+  --max-seq-tokens 4096 --replicas 3 --router least-kv
+check_page fleet-pd 6 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
+  --max-seq-tokens 4096 --prefill-replicas 1 --decode-replicas 2
 # plan: preemptions, peak in use, p99 TTFT and TPOT against KV memory; pools
 # sized by the GPUs of swept deployments: preemptions, p99 TTFT and SLO
 # attainment against GPUs.

@@ -188,6 +188,15 @@
 
   var palette = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#be185d', '#4d7c0f'];
   var specs = [];
+  // The CDF of a latency over requests, with its SLO (simulate and fleet pages).
+  function cdf(id, name, title, slo) {
+    var q = (data.cdf || {})[name] || [];
+    var share = q.map(function (_, i) { return q.length > 1 ? i / (q.length - 1) : 1; });
+    var positive = q.some(function (v) { return v > 0; });
+    specs.push({id: id, title: title, xLabel: 'ms (log scale)', yLabel: 'share of requests', percent: true, logX: positive,
+                series: q.length ? [{name: name.replace('_ms', '').toUpperCase(), color: palette[id === 'chart-ttft' ? 0 : 2], x: q, lo: share, hi: share}] : [],
+                vlines: slo !== null && slo !== undefined ? [{x: slo, label: 'SLO ' + num(slo) + ' ms', color: '#b42318'}] : []});
+  }
   if (data.kind === 'run' && data.timeline.t) {
     // simulate: every chart over virtual time; sizes in GiB.
     var st = data.timeline, gib = (data.block_bytes || 0) / 1073741824;
@@ -213,15 +222,29 @@
     specs.push({id: 'chart-waste', title: 'Waste ratio (unfilled slots of used blocks)', xLabel: xt,
                 yLabel: 'waste', percent: true, x: vt,
                 series: [sim('waste_ratio', 'waste ratio', palette[1], 'min', 'max')]});
-    function cdf(id, name, title, slo) {
-      var q = (data.cdf || {})[name] || [];
-      var share = q.map(function (_, i) { return q.length > 1 ? i / (q.length - 1) : 1; });
-      var positive = q.some(function (v) { return v > 0; });
-      specs.push({id: id, title: title, xLabel: 'ms (log scale)', yLabel: 'share of requests', percent: true, logX: positive,
-                  series: q.length ? [{name: name.replace('_ms', '').toUpperCase(), color: palette[id === 'chart-ttft' ? 0 : 2], x: q, lo: share, hi: share}] : [],
-                  vlines: slo !== null && slo !== undefined ? [{x: slo, label: 'SLO ' + num(slo) + ' ms', color: '#b42318'}] : []});
-    }
     cdf('chart-ttft', 'ttft_ms', 'Time to first token: CDF over requests', data.slo && data.slo.ttft_ms);
+    cdf('chart-tpot', 'tpot_ms', 'Time per output token: CDF over requests', data.slo && data.slo.tpot_ms);
+  } else if (data.kind === 'fleet') {
+    // One line per instance, each over its own steps' virtual times; a
+    // palette's worth of solid lines, then dashed ones.
+    var xt2 = 'virtual time (s)';
+    function perInstance(name, lo, hi, scale) {
+      return data.instances.filter(function (inst) { return inst.timeline && inst.timeline.t; }).map(function (inst, i) {
+        var tl = inst.timeline, k = scale ? scale(inst) : 1;
+        function scaled(a) { return a.map(function (v) { return v === null ? null : v * k; }); }
+        return {name: inst.name, color: palette[i % palette.length], x: tl.t.last, lo: scaled(tl[name][lo]), hi: scaled(tl[name][hi]),
+                dash: i < palette.length ? '' : '6 3', width: 1.6};
+      });
+    }
+    specs.push({id: 'chart-fleet-kv', title: 'KV in use by requests, share of each instance\'s pool', xLabel: xt2, yLabel: 'in use / pool', percent: true,
+                series: perInstance('in_use_blocks', 'min', 'max', function (inst) { return inst.pool_blocks ? 1 / inst.pool_blocks : 0; })});
+    specs.push({id: 'chart-fleet-waiting', title: 'Requests waiting, per instance', xLabel: xt2, yLabel: 'requests', integer: true,
+                series: perInstance('waiting', 'min', 'max')});
+    specs.push({id: 'chart-fleet-running', title: 'Requests running, per instance', xLabel: xt2, yLabel: 'requests', integer: true,
+                series: perInstance('running', 'min', 'max')});
+    specs.push({id: 'chart-fleet-preemptions', title: 'Preemptions (cumulative), per instance', xLabel: xt2, yLabel: 'preemptions', integer: true,
+                series: perInstance('preemptions', 'last', 'last')});
+    cdf('chart-ttft', 'ttft_ms', 'Time to first token (as the user sees it): CDF over requests', data.slo && data.slo.ttft_ms);
     cdf('chart-tpot', 'tpot_ms', 'Time per output token: CDF over requests', data.slo && data.slo.tpot_ms);
   } else if (data.kind === 'run') {
     var tl = data.timeline, xl = data.x_label;
