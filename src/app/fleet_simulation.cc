@@ -199,6 +199,9 @@ InputResult<SimulationResult> simulate_fleet_file(
     header.insert(header.size() - 1, ",instance");
     outputs.requests->write(header);
   }
+  // The instances requests enter (the router's) and those that answer them.
+  auto entry = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kDecode; };
+  auto facing = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kPrefill; };
   for (std::uint32_t i = 0; i < n; ++i) {
     Simulator& sim = fleet.instance(i);
     sim.on_request = [&collected, &options, &fleet, requests = outputs.requests, i,
@@ -239,16 +242,18 @@ InputResult<SimulationResult> simulate_fleet_file(
         sampler->add(timeline_point(s));
       };
     }
-    if (terminal.progress != nullptr && i == 0) {
-      sim.on_step = [progress = terminal.progress, &fleet,
+    // The progress line follows the instance that finishes requests last
+    // (disaggregated: a decode one) and counts each request once.
+    if (terminal.progress != nullptr && i + 1 == n) {
+      sim.on_step = [progress = terminal.progress, &fleet, entry, facing,
                      previous = std::move(sim.on_step)](const Simulator& s) {
         if (previous) previous(s);
         if (!progress->due()) return;
         std::uint64_t requests = 0;
         std::uint64_t finished = 0;
-        for (std::size_t k = 0; k < fleet.size(); ++k) {
-          requests += fleet.instance(k).sim_totals().requests;
-          finished += fleet.instance(k).sim_totals().finished;
+        for (std::uint32_t k = 0; k < fleet.size(); ++k) {
+          if (entry(k)) requests += fleet.instance(k).sim_totals().requests;
+          if (facing(k)) finished += fleet.instance(k).sim_totals().finished;
         }
         progress->draw(
             fmt::format("simulate: {} instances, {} requests, {} finished, virtual "
@@ -259,9 +264,13 @@ InputResult<SimulationResult> simulate_fleet_file(
   }
   const bool prefix_aware = fleet_options.router.policy == RouterPolicy::kPrefixAware;
   if (outputs.router_log != nullptr) {
-    outputs.router_log->write(router_log_header(n, prefix_aware));
-    fleet.on_route = [log = outputs.router_log, prefix_aware, n](const Request& r,
-                                                                 const RouteChoice& choice) {
+    // The router chooses among the entry instances (disaggregated: the
+    // prefill ones).
+    const std::uint32_t routed_n =
+        fleet_options.disaggregated() ? fleet_options.prefill_replicas : n;
+    outputs.router_log->write(router_log_header(routed_n, prefix_aware));
+    fleet.on_route = [log = outputs.router_log, prefix_aware, routed_n](const Request& r,
+                                                                        const RouteChoice& choice) {
       // The id as CSV: quoted, quotes doubled (as --requests writes it).
       std::string id;
       for (char c : r.id) {
@@ -274,7 +283,7 @@ InputResult<SimulationResult> simulate_fleet_file(
       }
       for (double cost : choice.cost) row += fmt::format(",{:.6g}", cost);
       // Policies without a score (round-robin, session) leave the costs empty.
-      if (choice.cost.empty()) row.append(n, ',');
+      if (choice.cost.empty()) row.append(routed_n, ',');
       log->write(row + "\n");
     };
   }
@@ -310,8 +319,6 @@ InputResult<SimulationResult> simulate_fleet_file(
   // Each instance's report, as a lone simulation's.
   // Entry instances take the trace's requests (all of them, or the prefill
   // ones); facing ones finish them (all, or the decode ones).
-  auto entry = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kDecode; };
-  auto facing = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kPrefill; };
   std::uint64_t all_requests = reader.skipped();
   for (std::uint32_t i = 0; i < n; ++i) {
     if (entry(i)) all_requests += fleet.routed()[i].requests;
@@ -408,6 +415,10 @@ InputResult<SimulationResult> simulate_fleet_file(
     }
     const OverloadFigures o = sim.overload();
     if (fleet.routed()[i].requests == 0) continue;
+    load.end = std::max(load.end, o.end);
+    load.peak_waiting += o.peak_waiting;
+    // The user's arrivals: a decode instance's are when the KV landed.
+    if (!entry(i)) continue;
     if (!any_arrival) {
       load.first_arrival = o.first_arrival;
       load.last_arrival = o.last_arrival;
@@ -415,9 +426,7 @@ InputResult<SimulationResult> simulate_fleet_file(
     any_arrival = true;
     load.first_arrival = std::min(load.first_arrival, o.first_arrival);
     load.last_arrival = std::max(load.last_arrival, o.last_arrival);
-    load.end = std::max(load.end, o.end);
     load.waiting_at_last_arrival += o.waiting_at_last_arrival;
-    load.peak_waiting += o.peak_waiting;
   }
   load.service_p99_s = collected.latencies.service_s.quantile(0.99);
   slo_met = collected.slo_met;

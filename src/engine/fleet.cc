@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
+#include <limits>
 
 #include "core/enum_names.h"
 
@@ -20,10 +22,18 @@ static_assert(enum_names_unique(kRoleNames));
 // none: the two top bits set (above the engines' named-prefix chains), the
 // request's tag and the block's index below.
 constexpr std::uint64_t kSyntheticIds = 0xC000000000000000ULL;
+// Those of a named prefix's pages: the top bit alone set, a hash of the
+// name and the page's index below.
+constexpr std::uint64_t kPrefixIds = 0x8000000000000000ULL;
 
-// How long a transfer waiting for room on an idle-stepping decode instance
-// waits before it looks again (a step in progress sets the time otherwise).
-constexpr double kRetrySeconds = 1e-3;
+// SplitMix64's finalizer: a page index and a name's hash to 64 bits.
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 
 std::uint64_t blocks_of(std::uint64_t tokens, std::uint64_t page) {
   return (tokens + page - 1) / page;
@@ -70,6 +80,7 @@ Fleet::Fleet(const RunConfig& config, const SimOptions& options, const FleetOpti
     decode.policy = RouterPolicy::kLeastKv;
     decode_router_.emplace(decode, fleet.decode_replicas, config.kv.page_tokens,
                            std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens);
+    landings_.resize(fleet.decode_replicas);
   }
 }
 
@@ -122,12 +133,28 @@ void Fleet::prefill_done(const RequestTimes& times) {
     return;
   }
   it->second.ready = times.finished;
-  pending_.push(Pending{times.finished, times.tag, false, 0});
+  pending_.push(Pending{times.finished, Pending::kReady, times.tag, 0});
 }
 
 Request Fleet::decode_copy(const Request& request) const {
   Request out = request;
   const std::uint64_t tag_bits = request.tag << 16;
+  if (out.hash_ids.empty() && !out.prefix.empty() && out.prefix_tokens >= page_tokens_) {
+    // A named prefix: one id per page, those within the prefix the same for
+    // every request naming it (so the decode side's cache shares them), the
+    // rest the request's own.
+    std::uint64_t name = 0xcbf29ce484222325ULL;  // FNV-1a of the prefix's name
+    for (char c : out.prefix) name = (name ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+    out.hash_block_tokens = static_cast<std::uint32_t>(page_tokens_);
+    for (std::uint64_t k = 0; k * page_tokens_ < out.prompt; ++k) {
+      const bool shared = (k + 1) * page_tokens_ <= out.prefix_tokens;
+      out.hash_ids.push_back(shared ? kPrefixIds | (mix64(name + k) >> 2)
+                                    : kSyntheticIds | tag_bits | (k & 0xFFFF));
+    }
+    out.prefix.clear();
+    out.prefix_tokens = 0;
+    return out;
+  }
   if (out.hash_ids.empty()) {
     out.prefix.clear();
     out.prefix_tokens = 0;
@@ -142,38 +169,41 @@ Request Fleet::decode_copy(const Request& request) const {
   return out;
 }
 
-void Fleet::start_transfer(const Pending& event) {
-  InFlight& flight = in_flight_.at(event.tag);
+std::optional<double> Fleet::start_transfer(std::uint64_t tag, double now) {
+  InFlight& flight = in_flight_.at(tag);
   const std::size_t first = prefill_count_;
   const std::size_t count = instances_.size() - first;
   const Request keyed = decode_copy(flight.request);
   fill_views(first, count, keyed, false);
-  const RouteChoice choice = decode_router_->route(
-      keyed, event.time, std::span<InstanceView>(views_.data() + first, count));
+  const RouteChoice choice =
+      decode_router_->route(keyed, now, std::span<InstanceView>(views_.data() + first, count));
   const auto decode = static_cast<std::uint32_t>(first + choice.instance);
   // The decode side admits the request and allocates its blocks before the
   // transfer (vLLM's Scheduler.schedule with a KV connector: a request
   // waiting for remote KV holds its slots, in queue order). So the transfer
   // waits until that instance has no request waiting ahead of it and room
   // for the prompt (free blocks and evictable cached ones): it is then
-  // admitted at the step after the KV lands. An instance with nothing to run
-  // frees nothing more: the transfer then goes at once, with what room
-  // there is.
+  // admitted at the step after the KV lands. It looks again when something
+  // there can change: the step in progress ends, or a transfer to it lands.
+  // When nothing can (no step, no transfer in flight), it goes at once with
+  // what room there is.
   const Simulator& target = *instances_[decode];
   const std::uint64_t room =
       std::uint64_t{target.pool().free_count()} + target.cache_resident_blocks();
   const bool queued = target.waiting_requests() + target.arriving_requests() > 0;
-  const bool idle = !queued && target.running_requests() == 0;
-  if (!idle && (queued || room < blocks_of(keyed.prompt, page_tokens_))) {
-    // Again when its step in progress ends, when memory may have come free.
-    const double again = target.now() > event.time ? target.now() : event.time + kRetrySeconds;
-    pending_.push(Pending{again, event.tag, false, 0});
-    return;
+  if (queued || room < blocks_of(keyed.prompt, page_tokens_)) {
+    std::optional<double> again;
+    if (queued || target.running_requests() > 0) {
+      // Its next step ends then, or (not yet begun) starts now: just after.
+      again = target.now() > now ? target.now()
+                                 : std::nextafter(now, std::numeric_limits<double>::infinity());
+    }
+    const std::multiset<double>& landing = landings_[decode - first];
+    if (!landing.empty()) again = std::min(again.value_or(*landing.begin()), *landing.begin());
+    if (again) return again;
   }
-  if (flight.ready < event.time) {
-    ++transfers_.waited;
-  }
-  transfers_.wait_ms.add((event.time - flight.ready) * 1e3);
+  if (flight.ready < now) ++transfers_.waited;
+  transfers_.wait_ms.add((now - flight.ready) * 1e3);
   flight.decode = decode;
   // The decode side allocates what its cache lacks, then the bytes cross.
   std::optional<Scheduler::ReceivedKv> received = instances_[decode]->receive_kv(keyed);
@@ -186,7 +216,21 @@ void Fleet::start_transfer(const Pending& event) {
   transfers_.blocks += blocks;
   transfers_.bytes += bytes;
   transfers_.ms.add(seconds * 1e3);
-  pending_.push(Pending{event.time + seconds, event.tag, true, decode});
+  landings_[decode - first].insert(now + seconds);
+  pending_.push(Pending{now + seconds, Pending::kArrive, tag, decode});
+  return std::nullopt;
+}
+
+void Fleet::start_transfers(double now) {
+  while (!ready_.empty()) {
+    const std::optional<double> again = start_transfer(ready_.front(), now);
+    if (again) {
+      pending_.push(Pending{*again, Pending::kRetry, 0, 0});
+      retry_pending_ = true;
+      return;
+    }
+    ready_.pop_front();
+  }
 }
 
 bool Fleet::run_instances(std::size_t first, std::size_t count, double horizon) {
@@ -209,13 +253,19 @@ bool Fleet::run_until(double horizon) {
   while (!pending_.empty() && pending_.top().time <= horizon) {
     const Pending event = pending_.top();
     pending_.pop();
-    if (!event.arrive) {
-      // Every decode instance as it is when the prefill ends.
+    if (event.kind != Pending::kArrive) {
+      // Every decode instance as it is at this time. Transfers start in the
+      // order their prefills ended: one waiting for room holds back the rest,
+      // and only it looks again (one retry at a time).
       if (!run_instances(decode_first, decode_count, event.time)) return false;
-      start_transfer(event);
+      if (event.kind == Pending::kReady) ready_.push_back(event.tag);
+      if (event.kind == Pending::kRetry) retry_pending_ = false;
+      if (!retry_pending_) start_transfers(event.time);
       continue;
     }
     if (!run_instances(event.decode, 1, event.time)) return false;
+    std::multiset<double>& landing = landings_[event.decode - decode_first];
+    landing.erase(landing.find(event.time));
     InFlight& flight = in_flight_.at(event.tag);
     // The KV is in: the held pages become the decode side's cached pages,
     // the most recently used (evictable again, so that a request waiting at

@@ -17,7 +17,9 @@
 // proxy's max_tokens = 1). When that step ends, a decode instance is chosen
 // (least KV usage). The transfer starts once that instance has no request
 // waiting and room for the prompt (free and evictable blocks): the decode
-// side admits in queue order and allocates before the KV moves. It then
+// side admits in queue order and allocates before the KV moves. Transfers
+// start in prefill order; a waiting one looks again when that instance's
+// step ends or a transfer to it lands. It then
 // takes blocks for the prompt pages its own prefix cache lacks
 // (Scheduler::receive_kv) and holds them, with its own hits, while the KV
 // crosses the link: latency + bytes / bandwidth, bytes = blocks x block
@@ -34,10 +36,12 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <queue>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -129,13 +133,17 @@ class Fleet {
 
  private:
   struct Pending {
+    // In this order at one time: a landing frees room before a transfer
+    // looks for it.
+    enum Kind : std::uint8_t { kArrive, kReady, kRetry };
     double time = 0;
+    Kind kind = kReady;  // the KV has landed; a prefill is done; look again for room
     std::uint64_t tag = 0;
-    bool arrive =
-        false;  // false: the prefill is done (the transfer may start); true: the KV has arrived
-    std::uint32_t decode = 0;
+    std::uint32_t decode = 0;  // kArrive: where
     bool operator>(const Pending& other) const {
-      return time != other.time ? time > other.time : tag > other.tag;
+      if (time != other.time) return time > other.time;
+      if (kind != other.kind) return kind > other.kind;
+      return tag > other.tag;
     }
   };
   struct InFlight {
@@ -147,7 +155,11 @@ class Fleet {
   void fill_views(std::size_t first, std::size_t count, const Request& request, bool precise);
   bool run_instances(std::size_t first, std::size_t count, double horizon);
   void prefill_done(const RequestTimes& times);
-  void start_transfer(const Pending& event);
+  // Starts the transfer of the request `tag` at time `now`, or returns when
+  // to look again (its decode instance has no room yet).
+  std::optional<double> start_transfer(std::uint64_t tag, double now);
+  // Starts the ready transfers in order until one must wait.
+  void start_transfers(double now);
   // The request as its decode instance receives it: its prompt keyed page by
   // page (synthetic hash ids where the trace names none).
   Request decode_copy(const Request& request) const;
@@ -166,6 +178,10 @@ class Fleet {
   std::uint64_t next_tag_ = 1;
   std::unordered_map<std::uint64_t, InFlight> in_flight_;
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending_;
+  std::deque<std::uint64_t> ready_;  // prefills done, transfers not started, in order
+  bool retry_pending_ = false;       // a kRetry event is queued
+  // Per decode instance, when the transfers to it land.
+  std::vector<std::multiset<double>> landings_;
   Transfers transfers_;
 };
 

@@ -96,8 +96,17 @@ finish "round-robin from the command line"
 # checked at every step; the transfer's bytes are its blocks times the
 # block's bytes; the user's latencies count every request once.
 run simulate "$trace" "${common[@]}" --prefill-replicas 2 --decode-replicas 1 --check every \
-  --kv-transfer-gbps 25 --report "$work/pd.json" --requests "$work/pd.csv"
+  --kv-transfer-gbps 25 --report "$work/pd.json" --requests "$work/pd.csv" --router prefix-aware \
+  --router-log "$work/pdr.csv"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+# The router chooses among the 2 prefill instances: its log names those.
+check '[[ $(head -1 "$work/pdr.csv") == "line,id,arrival_s,instance,cached_blocks_0,cached_blocks_1,cost_0,cost_1" ]]' \
+  "P/D router log header: $(head -1 "$work/pdr.csv")"
+check '[[ $(tail -n +2 "$work/pdr.csv" | awk -F, "NF != 8" | wc -l) == 0 && $(tail -n +2 "$work/pdr.csv" | wc -l) == 500 ]]' \
+  "P/D router log rows are not 500 of 8 fields"
+# Overload is judged on the user's arrivals, not on when the KV landed.
+check '[[ $(jq .overload.last_arrival_s "$work/pd.json") == $(jq .overload.last_arrival_s "$work/a.json") ]]' \
+  "overload.last_arrival_s $(jq .overload.last_arrival_s "$work/pd.json"), the trace's is $(jq .overload.last_arrival_s "$work/a.json")"
 check 'jq -e ".status == \"ok\" and .requests.finished == 500 and (.invariants.violations | length) == 0" "$work/pd.json" >/dev/null' \
   "status, finished or violations: $(jq -c "{status, requests}" "$work/pd.json")"
 check '[[ $(jq -c "[.instances[].role]" "$work/pd.json") == "[\"prefill\",\"prefill\",\"decode\"]" ]]' \

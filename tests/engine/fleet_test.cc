@@ -370,3 +370,54 @@ TEST_CASE(
     CHECK(fleet.instance(0).in_use_blocks() == 0);
   }
 }
+
+TEST_CASE(
+    "fleet: a transfer waits for room on the decode side, so a slow link moves every page and "
+    "the decode side computes only the tails") {
+  // 19-token prompts (4 full pages and a tail page each) on a decode pool of
+  // 20 blocks (19 usable beside vLLM's null block): four transfers at once
+  // hold 16; the fifth finds room for less than its prompt and waits for a
+  // landing, and every page still moves.
+  FleetOptions pd;
+  pd.prefill_replicas = 2;
+  pd.decode_replicas = 1;
+  pd.kv_transfer_gbps = 1e-6;  // 1 kB/s: 512 bytes take 0.512 s, far longer than a step
+  pd.kv_transfer_latency_us = 0;
+  pd.router.policy = RouterPolicy::kRoundRobin;
+  Fleet fleet(tiny_config(20), options_of(EngineKind::kVllm), pd);
+  std::vector<Request> trace;
+  for (std::uint64_t k = 0; k < 8; ++k) {
+    trace.push_back(request(0.001 * static_cast<double>(k), 19, 2, {10 * k + 1, 10 * k + 2}));
+  }
+  run_fleet(fleet, trace);
+  const Fleet::Transfers& moved = fleet.transfers();
+  CHECK(moved.requests == 8);
+  CHECK(moved.blocks == 8 * 4);
+  CHECK(moved.waited > 0);
+  CHECK(moved.wait_ms.summary().max > 500.0);  // one waited for a landing
+  const SimTotals& d = fleet.instance(2).sim_totals();
+  CHECK(d.finished == 8);
+  CHECK(d.skipped == 0);
+  CHECK(d.hit_tokens == 8 * 16);
+  CHECK(d.prompt_tokens_computed == 8 * 3);
+  CHECK(fleet.instance(2).in_use_blocks() == 0);
+}
+
+TEST_CASE("fleet: a named prefix is shared on the decode side: its pages move once") {
+  FleetOptions pd;
+  pd.prefill_replicas = 1;
+  pd.decode_replicas = 1;
+  Fleet fleet(tiny_config(64), options_of(EngineKind::kVllm), pd);
+  std::vector<Request> trace;
+  for (int k = 0; k < 3; ++k) {
+    Request r = request(1.0 * k, 19, 2);
+    r.prefix = k < 2 ? "system" : "other";
+    r.prefix_tokens = 8;  // pages 0 and 1
+    trace.push_back(r);
+  }
+  run_fleet(fleet, trace);
+  // The first moves its 4 pages; the second only pages 2 and 3 (the
+  // prefix's are cached there); the third, another prefix, all 4.
+  CHECK(fleet.transfers().blocks == 4 + 2 + 4);
+  CHECK(fleet.instance(1).sim_totals().hit_tokens == 3 * 16);
+}
