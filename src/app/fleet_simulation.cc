@@ -152,42 +152,20 @@ struct FleetCollector {
   std::uint64_t slo_output_tokens = 0;
 };
 
-}  // namespace
+// What fleet_totals takes of the run beside the fleet.
+struct RunTotals {
+  bool violated = false;
+  double wall = 0;
+  std::uint64_t all_requests = 0;  // the trace's: routed, and skipped by the reader
+  std::uint64_t reader_skipped = 0;
+};
 
-std::string router_log_header(std::uint32_t replicas, bool prefix_aware) {
-  std::string out = "line,id,arrival_s,instance";
-  if (prefix_aware) {
-    for (std::uint32_t i = 0; i < replicas; ++i) out += fmt::format(",cached_blocks_{}", i);
-  }
-  for (std::uint32_t i = 0; i < replicas; ++i) out += fmt::format(",cost_{}", i);
-  return out + "\n";
-}
-
-InputResult<SimulationResult> simulate_fleet_file(
-    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
-    const SimOptions& options, const FleetOptions& fleet_options, const FleetOutputs& outputs,
-    const SimulateTerminal& terminal) {
-  auto start = std::chrono::steady_clock::now();
-  auto opened = RequestReader::open(path, format);
-  if (!opened) return Unexpected{opened.error()};
-  RequestReader& reader = *opened.value();
-  if (auto problem = sim_options_error(config, options)) {
-    return Unexpected{InputError{"command line", 0, "--engine", *problem}};
-  }
-  if (fleet_options.disaggregated()) {
-    const std::vector<KvCacheGroupSpec>& groups =
-        options.kv_groups.empty() ? config.kv_groups : options.kv_groups;
-    if (groups.size() > 1 ||
-        (groups.size() == 1 && groups[0].attention == KvCacheGroupSpec::kSliding)) {
-      return Unexpected{
-          InputError{"command line", 0, "--prefill-replicas",
-                     "disaggregated serving needs one full-attention KV-cache group; this model's "
-                     "sliding-window or hybrid groups cannot receive KV yet"}};
-    }
-  }
-  Fleet fleet(config, options, fleet_options);
+// --requests, --timeline, the HTML samplers, the progress line and
+// --router-log, each chained onto the fleet's instances and router.
+void attach_fleet_observers(Fleet& fleet, const SimOptions& options, const FleetOutputs& outputs,
+                            const SimulateTerminal& terminal, FleetCollector& collected) {
   const auto n = static_cast<std::uint32_t>(fleet.size());
-  FleetCollector collected;
+  const FleetOptions& fleet_options = fleet.options();
   if (outputs.samplers != nullptr) {
     outputs.samplers->assign(n, TimelineSampler(TimelineSampler::kFleetBuckets, /*simulate=*/true));
   }
@@ -287,48 +265,16 @@ InputResult<SimulationResult> simulate_fleet_file(
       log->write(row + "\n");
     };
   }
-  auto outputs_failed = [&outputs] {
-    for (OutputFile* out : {outputs.timeline, outputs.requests, outputs.router_log}) {
-      if (out != nullptr && out->failed()) return true;
-    }
-    return false;
-  };
+}
 
-  Request request;
-  bool violated = false;
-  for (;;) {
-    if (outputs_failed()) return SimulationResult{};
-    auto more = reader.next(request);
-    if (!more) return Unexpected{more.error()};
-    if (!more.value()) break;
-    if (!fleet.run_until(request.arrival)) {
-      violated = true;
-      break;
-    }
-    fleet.submit(std::move(request));
-    request = Request{};
-  }
-  if (!violated && !fleet.run_until(std::numeric_limits<double>::infinity())) violated = true;
-  if (!violated && !fleet.finish()) violated = true;
-  if (outputs_failed()) return SimulationResult{};
-  auto sha256 = reader.content_sha256();
-  if (!sha256) return Unexpected{sha256.error()};
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  // Each instance's report, as a lone simulation's.
-  // Entry instances take the trace's requests (all of them, or the prefill
-  // ones); facing ones finish them (all, or the decode ones).
-  std::uint64_t all_requests = reader.skipped();
-  for (std::uint32_t i = 0; i < n; ++i) {
-    if (entry(i)) all_requests += fleet.routed()[i].requests;
-  }
-  const TraceInfo trace{path, std::string(to_string(reader.format())), all_requests,
-                        std::move(sha256).value()};
+// Each instance's report, as a lone simulation's; its skip warnings, each
+// naming the instance, go to result.
+std::vector<nlohmann::json> instance_reports(const Fleet& fleet, const std::string& path,
+                                             const TraceInfo& trace, const SimOptions& options,
+                                             double wall, SimulationResult& result) {
+  const auto n = static_cast<std::uint32_t>(fleet.size());
   std::vector<nlohmann::json> reports;
-  std::vector<const nlohmann::json*> parts;
   reports.reserve(n);
-  SimulationResult result;
   for (std::uint32_t i = 0; i < n; ++i) {
     const Simulator& sim = fleet.instance(i);
     const bool bad = fleet.violated_instance() == i;
@@ -360,9 +306,21 @@ InputResult<SimulationResult> simulate_fleet_file(
       result.warning_reasons.push_back(instance_warnings.warning_reasons[w]);
     }
   }
-  for (const nlohmann::json& r : reports) parts.push_back(&r);
+  return reports;
+}
 
-  // The fleet's totals.
+// The fleet's totals: the instances' reports combined, then the ratios,
+// latencies, SLOs, overload and cost recomputed from the fleet's own sums.
+// `load` gets the fleet's overload figures.
+nlohmann::json fleet_totals(const Fleet& fleet, const std::vector<nlohmann::json>& reports,
+                            const FleetCollector& collected, const SimOptions& options,
+                            const RunConfig& config, const RunTotals& run, OverloadFigures& load) {
+  const auto n = static_cast<std::uint32_t>(fleet.size());
+  const bool violated = run.violated;
+  const double wall = run.wall;
+  const std::uint64_t all_requests = run.all_requests;
+  auto entry = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kDecode; };
+  auto facing = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kPrefill; };
   nlohmann::json report = nlohmann::json::object();
   for (const auto& [key, value] : reports.front().items()) {
     (void)value;
@@ -392,13 +350,12 @@ InputResult<SimulationResult> simulate_fleet_file(
   report["timing"] = {{"wall_seconds", wall}, {"kernels", nlohmann::json::object()}};
   report["requests"]["total"] = all_requests;
   report["requests"]["skipped"] =
-      report["requests"]["skipped"].get<std::uint64_t>() + reader.skipped();
+      report["requests"]["skipped"].get<std::uint64_t>() + run.reader_skipped;
 
   // Ratios and distributions, from the fleet's own sums.
   std::uint64_t query_tokens = 0, hit_tokens = 0, hit_rate_requests = 0, output_tokens = 0,
                 finished = 0, slo_met = 0;
   double hit_rate_sum = 0;
-  OverloadFigures load;
   bool any_arrival = false;
   for (std::uint32_t i = 0; i < n; ++i) {
     const Simulator& sim = fleet.instance(i);
@@ -469,7 +426,16 @@ InputResult<SimulationResult> simulate_fleet_file(
         cost_usd_json(*options.gpu_hour_usd, gpus_each * n, seconds, collected.slo_output_tokens);
   }
 
-  // The fleet, and each instance.
+  return report;
+}
+
+// The report's fleet section and each instance's.
+void add_fleet_sections(nlohmann::json& report, const Fleet& fleet,
+                        const std::vector<nlohmann::json>& reports, const RunConfig& config) {
+  const auto n = static_cast<std::uint32_t>(fleet.size());
+  const FleetOptions& fleet_options = fleet.options();
+  const std::uint64_t gpus_each = std::uint64_t{config.tp} * config.pp;
+  auto entry = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kDecode; };
   std::vector<double> routed_requests, routed_tokens;
   nlohmann::json instances = nlohmann::json::array();
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -511,10 +477,96 @@ InputResult<SimulationResult> simulate_fleet_file(
                                       {"wait_ms", latency_json(moved.wait_ms.summary())}};
   }
   report["instances"] = std::move(instances);
+}
+
+}  // namespace
+
+std::string router_log_header(std::uint32_t replicas, bool prefix_aware) {
+  std::string out = "line,id,arrival_s,instance";
+  if (prefix_aware) {
+    for (std::uint32_t i = 0; i < replicas; ++i) out += fmt::format(",cached_blocks_{}", i);
+  }
+  for (std::uint32_t i = 0; i < replicas; ++i) out += fmt::format(",cost_{}", i);
+  return out + "\n";
+}
+
+InputResult<SimulationResult> simulate_fleet_file(
+    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
+    const SimOptions& options, const FleetOptions& fleet_options, const FleetOutputs& outputs,
+    const SimulateTerminal& terminal) {
+  auto start = std::chrono::steady_clock::now();
+  auto opened = RequestReader::open(path, format);
+  if (!opened) return Unexpected{opened.error()};
+  RequestReader& reader = *opened.value();
+  if (auto problem = sim_options_error(config, options)) {
+    return Unexpected{InputError{"command line", 0, "--engine", *problem}};
+  }
+  if (fleet_options.disaggregated()) {
+    const std::vector<KvCacheGroupSpec>& groups =
+        options.kv_groups.empty() ? config.kv_groups : options.kv_groups;
+    if (groups.size() > 1 ||
+        (groups.size() == 1 && groups[0].attention == KvCacheGroupSpec::kSliding)) {
+      return Unexpected{
+          InputError{"command line", 0, "--prefill-replicas",
+                     "disaggregated serving needs one full-attention KV-cache group; this model's "
+                     "sliding-window or hybrid groups cannot receive KV yet"}};
+    }
+  }
+  Fleet fleet(config, options, fleet_options);
+  const auto n = static_cast<std::uint32_t>(fleet.size());
+  FleetCollector collected;
+  attach_fleet_observers(fleet, options, outputs, terminal, collected);
+  auto outputs_failed = [&outputs] {
+    for (OutputFile* out : {outputs.timeline, outputs.requests, outputs.router_log}) {
+      if (out != nullptr && out->failed()) return true;
+    }
+    return false;
+  };
+
+  Request request;
+  bool violated = false;
+  for (;;) {
+    if (outputs_failed()) return SimulationResult{};
+    auto more = reader.next(request);
+    if (!more) return Unexpected{more.error()};
+    if (!more.value()) break;
+    if (!fleet.run_until(request.arrival)) {
+      violated = true;
+      break;
+    }
+    fleet.submit(std::move(request));
+    request = Request{};
+  }
+  if (!violated && !fleet.run_until(std::numeric_limits<double>::infinity())) violated = true;
+  if (!violated && !fleet.finish()) violated = true;
+  if (outputs_failed()) return SimulationResult{};
+  auto sha256 = reader.content_sha256();
+  if (!sha256) return Unexpected{sha256.error()};
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // Each instance's report, as a lone simulation's.
+  // Entry instances take the trace's requests (all of them, or the prefill
+  // ones); facing ones finish them (all, or the decode ones).
+  auto entry = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kDecode; };
+  std::uint64_t all_requests = reader.skipped();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (entry(i)) all_requests += fleet.routed()[i].requests;
+  }
+  const TraceInfo trace{path, std::string(to_string(reader.format())), all_requests,
+                        std::move(sha256).value()};
+  SimulationResult result;
+  const std::vector<nlohmann::json> reports =
+      instance_reports(fleet, path, trace, options, wall, result);
+  OverloadFigures load;
+  nlohmann::json report =
+      fleet_totals(fleet, reports, collected, options, config,
+                   RunTotals{violated, wall, all_requests, reader.skipped()}, load);
+  add_fleet_sections(report, fleet, reports, config);
 
   result.violated = violated;
   result.overload_warning = overload_warning(path, load);
-  result.latency_cdf = latency_cdf(lat);
+  result.latency_cdf = latency_cdf(collected.latencies);
   result.summary = fleet_summary(report, terminal.color);
   result.report = std::move(report);
   return result;

@@ -178,6 +178,63 @@ __global__ void gather_kernel(ArenaView arena, PagedBatchView batch, GatherParam
   }
 }
 
+// The online softmax over one tile's scores of paged_decode_attention_kernel,
+// a warp per query head: scores[g][t] becomes e^(score - m_new), and m, l
+// and alpha (the factor acc is rescaled by) are updated for each head.
+__device__ __forceinline__ void online_softmax_tile(float* scores, float* m, float* l, float* alpha,
+                                                    std::uint32_t group, std::uint32_t tile_tokens,
+                                                    std::uint32_t n) {
+  const unsigned warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  for (std::uint32_t g = warp; g < group; g += warps) {
+    float tile_max = -INFINITY;
+    for (std::uint32_t t = lane; t < n; t += kWarp)
+      tile_max = fmaxf(tile_max, scores[g * tile_tokens + t]);
+    tile_max = warp_max(tile_max);
+    const float m_old = m[g];
+    const float m_new = fmaxf(m_old, tile_max);
+    float sum = 0.0f;
+    for (std::uint32_t t = lane; t < n; t += kWarp) {
+      const float p = expf(scores[g * tile_tokens + t] - m_new);
+      scores[g * tile_tokens + t] = p;
+      sum += p;
+    }
+    sum = warp_sum(sum);
+    __syncwarp();
+    if (lane == 0) {
+      const float factor = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+      alpha[g] = factor;
+      l[g] = l[g] * factor + sum;
+      m[g] = m_new;
+    }
+  }
+}
+
+// A split's result of paged_decode_attention_kernel: with one split, acc / l
+// to out; otherwise (acc..., m, l) to its row of `partial`.
+__device__ __forceinline__ void write_attention_split(const float* acc, const float* m,
+                                                      const float* l, std::uint32_t group,
+                                                      std::uint32_t head_dim, std::uint32_t q_heads,
+                                                      std::uint32_t kv_head, std::uint32_t item,
+                                                      std::uint32_t split, float* out_rows,
+                                                      float* partial) {
+  for (std::uint32_t i = threadIdx.x; i < group * head_dim; i += blockDim.x) {
+    const std::uint32_t g = i / head_dim, d = i % head_dim;
+    const std::uint32_t q_head = kv_head * group + g;
+    if (gridDim.z == 1) {
+      out_rows[(std::uint64_t{item} * q_heads + q_head) * head_dim + d] =
+          l[g] > 0.0f ? acc[i] / l[g] : 0.0f;
+    } else {
+      float* out = partial + ((std::uint64_t{item} * gridDim.z + split) * q_heads + q_head) *
+                                 (std::uint64_t{head_dim} + 2);
+      out[d] = acc[i];
+      if (d == 0) {
+        out[head_dim] = m[g];
+        out[head_dim + 1] = l[g];
+      }
+    }
+  }
+}
+
 // grid: x = item, y = kv_head, z = split; block: kAttentionThreads; dynamic
 // shared memory: attention_layout(...).total bytes.
 // Split z covers positions [z * chunk_tokens, min(length, (z + 1) * chunk_tokens)).
@@ -293,30 +350,7 @@ __global__ void paged_decode_attention_kernel(ArenaView arena, PagedBatchView ba
       scores[g * tile_tokens + t] = dot;
     }
     __syncthreads();
-    // Online softmax: a warp per query head.
-    const unsigned warps = threads / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    for (std::uint32_t g = warp; g < group; g += warps) {
-      float tile_max = -INFINITY;
-      for (std::uint32_t t = lane; t < n; t += kWarp)
-        tile_max = fmaxf(tile_max, scores[g * tile_tokens + t]);
-      tile_max = warp_max(tile_max);
-      const float m_old = m[g];
-      const float m_new = fmaxf(m_old, tile_max);
-      float sum = 0.0f;
-      for (std::uint32_t t = lane; t < n; t += kWarp) {
-        const float p = expf(scores[g * tile_tokens + t] - m_new);
-        scores[g * tile_tokens + t] = p;
-        sum += p;
-      }
-      sum = warp_sum(sum);
-      __syncwarp();
-      if (lane == 0) {
-        const float factor = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
-        alpha[g] = factor;
-        l[g] = l[g] * factor + sum;
-        m[g] = m_new;
-      }
-    }
+    online_softmax_tile(scores, m, l, alpha, group, tile_tokens, n);
     __syncthreads();
     // P.V: a thread per (query head, dimension); a warp reads one V row's
     // consecutive elements at a time.
@@ -336,22 +370,8 @@ __global__ void paged_decode_attention_kernel(ArenaView arena, PagedBatchView ba
   __pipeline_wait_prior(0);
   __syncthreads();  // m, l and acc are set even when this split is empty
 
-  for (std::uint32_t i = threadIdx.x; i < group * head_dim; i += threads) {
-    const std::uint32_t g = i / head_dim, d = i % head_dim;
-    const std::uint32_t q_head = kv_head * group + g;
-    if (gridDim.z == 1) {
-      params.out[(std::uint64_t{item} * q_heads + q_head) * head_dim + d] =
-          l[g] > 0.0f ? acc[i] / l[g] : 0.0f;
-    } else {
-      float* out = partial + ((std::uint64_t{item} * gridDim.z + split) * q_heads + q_head) *
-                                 (std::uint64_t{head_dim} + 2);
-      out[d] = acc[i];
-      if (d == 0) {
-        out[head_dim] = m[g];
-        out[head_dim + 1] = l[g];
-      }
-    }
-  }
+  write_attention_split(acc, m, l, group, head_dim, q_heads, kv_head, item, split, params.out,
+                        partial);
 }
 
 // grid: x = item, y = query head; block: kAttentionThreads over head_dim.
