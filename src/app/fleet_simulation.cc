@@ -493,9 +493,10 @@ std::string router_log_header(std::uint32_t replicas, bool prefix_aware) {
 InputResult<SimulationResult> simulate_fleet_file(
     const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
     const SimOptions& options, const FleetOptions& fleet_options, const FleetOutputs& outputs,
-    const SimulateTerminal& terminal) {
+    const SimulateTerminal& terminal, const std::string& shown_as) {
   auto start = std::chrono::steady_clock::now();
-  auto opened = RequestReader::open(path, format);
+  const std::string& shown = shown_as.empty() ? path : shown_as;
+  auto opened = RequestReader::open(path, format, shown);
   if (!opened) return Unexpected{opened.error()};
   RequestReader& reader = *opened.value();
   if (auto problem = sim_options_error(config, options)) {
@@ -553,11 +554,11 @@ InputResult<SimulationResult> simulate_fleet_file(
   for (std::uint32_t i = 0; i < n; ++i) {
     if (entry(i)) all_requests += fleet.routed()[i].requests;
   }
-  const TraceInfo trace{path, std::string(to_string(reader.format())), all_requests,
+  const TraceInfo trace{shown, std::string(to_string(reader.format())), all_requests,
                         std::move(sha256).value()};
   SimulationResult result;
   const std::vector<nlohmann::json> reports =
-      instance_reports(fleet, path, trace, options, wall, result);
+      instance_reports(fleet, shown, trace, options, wall, result);
   OverloadFigures load;
   nlohmann::json report =
       fleet_totals(fleet, reports, collected, options, config,
@@ -565,7 +566,7 @@ InputResult<SimulationResult> simulate_fleet_file(
   add_fleet_sections(report, fleet, reports, config);
 
   result.violated = violated;
-  result.overload_warning = overload_warning(path, load);
+  result.overload_warning = overload_warning(shown, load);
   result.latency_cdf = latency_cdf(collected.latencies);
   result.summary = fleet_summary(report, terminal.color);
   result.report = std::move(report);

@@ -381,4 +381,21 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   }
   return std::nullopt;
 }
+std::optional<std::string> disaggregation_problem(const SimOptions& options,
+                                                  std::string_view option) {
+  if (options.engine == EngineKind::kSglang) {
+    return fmt::format(
+        "{}: disaggregated serving runs the vllm and generic engines (the sglang engine cannot "
+        "receive KV yet)",
+        option);
+  }
+  if (!options.prefix_cache || options.allocator != AllocatorKind::kPaged) {
+    return fmt::format(
+        "{}: the decode side receives KV into its prefix cache: it needs --allocator paged and "
+        "the prefix cache (drop --no-prefix-cache)",
+        option);
+  }
+  return std::nullopt;
+}
+
 }  // namespace kvreplay

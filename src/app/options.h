@@ -84,6 +84,13 @@ struct SimOptionsCli {
                                      const std::optional<std::string>& gpu = std::nullopt) const;
 };
 
+// Why `options` cannot run disaggregated prefill and decode (`option`, the
+// flag that asked for it, leads the message), or nullopt: the decode side
+// receives KV into its prefix cache, so it needs the paged allocator, the
+// prefix cache and an engine that can receive (not sglang yet).
+std::optional<std::string> disaggregation_problem(const SimOptions& options,
+                                                  std::string_view option);
+
 // The batch limits the activation reserve of --gpu is sized for
 // (model/deployment.h): those the simulation runs with. And the engine's
 // page size: --engine sglang's is 1 token unless --page-tokens is given.

@@ -21,6 +21,7 @@
 
 #include "app/command.h"
 #include "app/exit_codes.h"
+#include "app/gpu_prices.h"
 #include "app/options.h"
 #include "app/plan_internal.h"
 #include "app/terminal.h"
@@ -96,6 +97,10 @@ int run_plan_steps(const PlanRequest& request) {
   // pool kvreplay simulates or that the searches run at once fit in memory.
   if (request.search_min) {
     if (auto code = run_searches(request, sweep, simulator, jobs)) return *code;
+  }
+  // A fleet sweep's answer, simulated again (a shard has no answer: its merge does).
+  if (sweep.fleet_sweep && !request.shard) {
+    if (auto code = answer_fleets(request, sweep, simulator)) return *code;
   }
   if (request.shard) {
     // The part: this shard's figures, and what plan-merge checks them by.
@@ -208,6 +213,7 @@ class PlanCommand final : public Command {
         ->check(CLI::Range(0.0, 1.0))
         ->group("Latency");
     app.add_flag("-q,--quiet", request_.quiet, "print no table");
+    declare_fleet(app);
     app.add_option("--shard", shard_,
                    "I/N: run only the I-th of N disjoint parts of the sweep and write them as a "
                    "partial report to --report, for `kvreplay plan-merge` (docs/SCALE.md)")
@@ -222,8 +228,100 @@ class PlanCommand final : public Command {
         "h100-80gb "
         "--no-search\n"
         "  kvreplay plan traces/requests/azure_conv.csv --model llama-3.1-70b --gpu h100-80gb,h200 "
-        "--tp 2,4,8 --slo-ttft-ms 2000 --slo-tpot-ms 80");
+        "--tp 2,4,8 --slo-ttft-ms 2000 --slo-tpot-ms 80\n"
+        "  kvreplay plan traces/requests/mooncake_conv.jsonl --gpu h100-80gb,h200 --replicas 1,2,4 "
+        "--pd 2:2 --router round-robin,prefix-aware --slo-ttft-ms 10000 --slo-tpot-ms 300 "
+        "--gpu-hour-usd 3 --no-search");
   }
+  // Fleets (SPEC 3.6): lists of replicas, P:D splits and routers to sweep.
+  void declare_fleet(CLI::App& app) {
+    replicas_ = app.add_option("--replicas", replicas_list_,
+                               "fleets to sweep: instances behind a router, each TP x PP GPUs "
+                               "(comma-separated, e.g. 1,2,4,8); answered by the fewest GPUs")
+                    ->delimiter(',')
+                    ->check(CLI::Range(1u, 4096u))
+                    ->group("Fleet");
+    pd_ = app.add_option("--pd", pd_list_,
+                         "disaggregated fleets to sweep: P:D prefill and decode instances "
+                         "(comma-separated, e.g. 1:1,1:3,2:2)")
+              ->delimiter(',')
+              ->group("Fleet");
+    router_ = app.add_option("--router", routers_,
+                             "routers to sweep for fleets of 2 or more (comma-separated; default "
+                             "round-robin)")
+                  ->delimiter(',')
+                  ->check(CLI::IsMember(router_policy_names()))
+                  ->group("Fleet");
+    transfer_.push_back(
+        app.add_option("--kv-transfer-gbps", transfer_defaults_.kv_transfer_gbps,
+                       "with --pd: GB/s of the link KV crosses from prefill to decode (default 50)")
+            ->check(CLI::Range(1e-6, 1e6))
+            ->group("Fleet"));
+    transfer_.push_back(app.add_option("--kv-transfer-latency-us",
+                                       transfer_defaults_.kv_transfer_latency_us,
+                                       "with --pd: fixed cost of one request's transfer, us "
+                                       "(default 20)")
+                            ->check(CLI::Range(0.0, 1e9))
+                            ->group("Fleet"));
+    prices_.add_to(app, "Fleet");
+  }
+
+  // The fleets swept: each --replicas, then each --pd split; one instance
+  // when neither is given.
+  Result<std::vector<FleetOptions>, std::string> swept_fleets() const {
+    std::vector<FleetOptions> fleets;
+    for (std::uint32_t replicas : replicas_list_) {
+      FleetOptions fleet = transfer_defaults_;
+      fleet.replicas = replicas;
+      fleets.push_back(fleet);
+    }
+    for (const std::string& split : pd_list_) {
+      const std::size_t colon = split.find(':');
+      unsigned long prefill = 0;
+      unsigned long decode = 0;
+      bool ok = colon != std::string::npos && colon > 0 && colon + 1 < split.size() &&
+                split.find_first_not_of("0123456789:") == std::string::npos &&
+                split.find(':', colon + 1) == std::string::npos && colon <= 4 &&
+                split.size() - colon - 1 <= 4;
+      if (ok) {
+        prefill = std::stoul(split.substr(0, colon));
+        decode = std::stoul(split.substr(colon + 1));
+        ok = prefill >= 1 && decode >= 1 && prefill <= 4096 && decode <= 4096;
+      }
+      if (!ok) {
+        return Unexpected{fmt::format(
+            "--pd: '{}' is not P:D, prefill and decode instances from 1 to 4096 (e.g. 2:2)",
+            split)};
+      }
+      FleetOptions fleet = transfer_defaults_;
+      fleet.prefill_replicas = static_cast<std::uint32_t>(prefill);
+      fleet.decode_replicas = static_cast<std::uint32_t>(decode);
+      fleets.push_back(fleet);
+    }
+    if (fleets.empty()) fleets.emplace_back();
+    return fleets;
+  }
+
+  // The fleet options' problems: routers without a fleet to route, transfer
+  // options without --pd, a split the engine cannot serve.
+  std::optional<std::string> fleet_problem(const std::vector<FleetOptions>& fleets,
+                                           const SimOptions& options) const {
+    const bool routed = std::any_of(fleets.begin(), fleets.end(),
+                                    [](const FleetOptions& f) { return f.instances() > 1; });
+    if (router_->count() > 0 && !routed) {
+      return std::string(
+          "--router routes requests among replicas: sweep --replicas 2 or more, "
+          "or --pd");
+    }
+    if (pd_->count() == 0) {
+      for (const CLI::Option* option : transfer_) {
+        if (option->count() > 0) return fmt::format("{} is an option of --pd", option->get_name());
+      }
+      return std::nullopt;
+    }
+    return disaggregation_problem(options, "--pd");
+  }
+
   int run() override {
     if (!shard_.empty()) {
       auto shard = parse_shard(shard_);
@@ -282,13 +380,36 @@ class PlanCommand final : public Command {
         config_.tps.empty() ? std::vector<std::uint32_t>{1} : config_.tps;
     const std::vector<std::uint32_t> pps =
         config_.pps.empty() ? std::vector<std::uint32_t>{1} : config_.pps;
+    auto fleets = swept_fleets();
+    if (!fleets) return usage_error(fleets.error());
+    request_.fleet_sweep = replicas_->count() > 0 || pd_->count() > 0;
+    if (auto problem = prices_.load()) {
+      eprint("kvreplay plan: {}\n", *problem);
+      return kExitInput;
+    }
+    std::vector<std::string> routers = routers_;
+    if (routers.empty()) routers.emplace_back("round-robin");
     for (const auto& gpu : gpus) {
       SimOptions options;
       if (auto problem = options_.resolve(options, request_.format, gpu)) {
         return usage_error(*problem);
       }
+      if (auto problem = fleet_problem(fleets.value(), options)) return usage_error(*problem);
+      auto price = prices_.price(gpu);
+      if (!price) return usage_error(price.error());
+      options.gpu_hour_usd = price.value();
       for (std::uint32_t tp : tps) {
-        for (std::uint32_t pp : pps) request_.deployments.push_back({gpu, tp, pp, options});
+        for (std::uint32_t pp : pps) {
+          for (FleetOptions fleet : fleets.value()) {
+            // A fleet of one (or with one prefill instance) routes nothing: one
+            // deployment, whatever the routers.
+            const std::size_t swept_routers = fleet.routed() ? routers.size() : 1;
+            for (std::size_t r = 0; r < swept_routers; ++r) {
+              fleet.router.policy = *parse_router_policy(routers[r]);
+              request_.deployments.push_back({gpu, tp, pp, options, fleet});
+            }
+          }
+        }
       }
     }
     request_.options = request_.deployments[0].options;
@@ -302,6 +423,15 @@ class PlanCommand final : public Command {
   SimOptionsCli options_;
   bool no_search_ = false;
   std::string shard_;
+  std::vector<std::uint32_t> replicas_list_;
+  std::vector<std::string> pd_list_;
+  std::vector<std::string> routers_;
+  FleetOptions transfer_defaults_;
+  CLI::Option* replicas_ = nullptr;
+  CLI::Option* pd_ = nullptr;
+  CLI::Option* router_ = nullptr;
+  std::vector<CLI::Option*> transfer_;
+  PriceOptions prices_;
 };
 
 }  // namespace

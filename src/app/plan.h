@@ -13,17 +13,21 @@
 #include <vector>
 
 #include "app/simulation.h"
+#include "engine/fleet.h"
 
 namespace kvreplay {
 
 // One swept deployment: the GPU (none: the pool is given by --kv-memory), TP
-// and PP, and the simulation options the GPU's class sets (vllm serve's batch
-// limits, unless given).
+// and PP, the fleet (instances of TP x PP GPUs each, and their router), and
+// the simulation options the GPU's class sets (vllm serve's batch limits,
+// unless given; the GPU's price).
 struct PlanDeployment {
   std::optional<std::string> gpu;
   std::uint32_t tp = 1;
   std::uint32_t pp = 1;
   SimOptions options;
+  FleetOptions fleet;  // one instance unless --replicas or --pd is swept
+  std::uint32_t gpus() const { return tp * pp * fleet.instances(); }
 };
 
 // --shard I/N: the I-th (1-based) of N disjoint parts of a sweep.
@@ -48,9 +52,12 @@ struct PlanRequest {
   ConfigOverrides overrides;  // everything else
   // options.check applies to every simulation, of the sweep and of the search.
   SimOptions options;
-  // The deployments swept (--gpu x --tp x --pp), each with its options; empty:
-  // one, request.overrides' own, with `options`.
+  // The deployments swept (--gpu x --tp x --pp x fleets x routers), each with
+  // its options; empty: one, request.overrides' own, with `options`.
   std::vector<PlanDeployment> deployments;
+  // --replicas or --pd given: a sweep of fleets, answered by the fewest GPUs
+  // (then the lowest $) that serve the trace (plan.json's min_fleet).
+  bool fleet_sweep = false;
   std::string report_path;  // the sweep as JSON
   std::string html_path;    // the sweep as an HTML page
   unsigned jobs = 0;        // 0: one per core

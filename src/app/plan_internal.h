@@ -31,7 +31,8 @@ struct CellFigures {
   std::uint64_t finished = 0;
   std::uint64_t skipped = 0;
   std::uint64_t skipped_pool_too_small = 0;
-  std::uint64_t peak_used = 0;  // blocks
+  std::uint64_t peak_used = 0;           // blocks (a fleet's: the sum of its instances' peaks)
+  std::uint64_t instance_peak_used = 0;  // the fullest instance's peak (a lone one's: peak_used)
   std::uint64_t peak_in_use = 0;
   double waste_ratio_mean = 0.0;
   double waste_ratio_at_peak = 0.0;
@@ -52,6 +53,13 @@ struct CellFigures {
   std::optional<double> slo_ttft_ms;
   std::optional<double> slo_tpot_ms;
   nlohmann::json cost;  // config.simulation.cost
+  // With a price (--gpu-hour-usd, --gpu-prices): the report's cost_usd, and
+  // its $ an hour and $ per million output tokens within the SLOs (none when
+  // no token met them). Null without.
+  nlohmann::json cost_usd;
+  std::optional<double> usd_per_hour;
+  std::optional<double> usd_per_million_tokens;
+  nlohmann::json fleet;  // the report's fleet (null for one instance)
   bool violated = false;
 
   // REQUIRES: `report` holds plan_merge's kCellFigures (a simulation's report does).
@@ -106,6 +114,24 @@ struct UnfitCell {
   std::string problem;
 };
 
+// A fleet sweep's answer for one model and page size (SPEC 3.6): the cell
+// with the fewest GPUs that serves the trace, then the lowest $ an hour, then
+// the lowest $ per million output tokens, then the least KV memory, then the
+// first swept; and each router's own fewest (its fleets, and the swept
+// single instances, which route nothing).
+struct FleetAnswer {
+  std::string model;
+  std::uint32_t page_tokens = 0;
+  std::optional<std::size_t> cell;  // none: no swept fleet serves the trace
+  struct RouterBest {
+    std::string router;
+    std::optional<std::size_t> cell;
+  };
+  std::vector<RouterBest> by_router;
+  // The answer simulated again, exactly that fleet, gave the same figures.
+  bool verified = false;
+};
+
 // kvreplay's version, recorded in a partial report: parts of another version
 // are refused, since figures may differ between versions.
 inline constexpr const char* kKvreplayVersion = KVREPLAY_VERSION;
@@ -128,6 +154,9 @@ struct PlanSweep {
   std::string sweep_sha256;
   std::vector<std::size_t> run_cells;  // the cells this run simulates
   bool merging = false;
+  bool fleet_sweep = false;      // --replicas or --pd: answered by fleet_answers
+  std::size_t label_width = 26;  // the table's deployment column
+  std::vector<FleetAnswer> fleet_answers;
   std::optional<PlanShard> shard;
 
   bool unit_runs_here(std::size_t unit) const {
@@ -140,7 +169,8 @@ struct PlanSweep {
 class PlanSimulator {
  public:
   PlanSimulator(const PlanRequest& request, std::string trace_file, const PlanSweep& sweep);
-  InputResult<SimulationResult> simulate(const RunConfig& config, const SimOptions& options,
+  // One simulation of `config` on `deployment` (its options and fleet).
+  InputResult<SimulationResult> simulate(const RunConfig& config, const PlanDeployment& deployment,
                                          const SimFaults& faults);
   void clear_progress();
 
@@ -160,6 +190,8 @@ ViolationText first_violation(const SimulationResult& result);
 std::string reproducible_memory(std::uint32_t blocks, const PagedKvConfig& kv);
 std::string model_label(const RunConfig& config);
 std::string deployment_label(const PlanDeployment& d);
+// plan.json's deployment.fleet: the instances, their split and router.
+nlohmann::json fleet_json(const FleetOptions& fleet);
 bool serves(const CellFigures& figures, double slo_attainment);
 InputResult<std::string> trace_identity(const std::string& file, const std::string& shown,
                                         std::optional<RequestFormat> format);
@@ -190,6 +222,16 @@ struct PlanOutput {
   std::string table;
 };
 PlanOutput plan_output(const PlanRequest& request, const PlanSweep& sweep, bool any_warned);
+
+// plan_fleet.cc: a fleet sweep's answers (fleet_answers), each simulated
+// again to verify it; an exit code when that fails. Then its rows of
+// plan.json (min_fleet) and of the table.
+std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
+                                 PlanSimulator& simulator);
+nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep,
+                              const std::string& slo_words, std::string& table);
+// plan.json's deployment (plan_report.cc).
+nlohmann::json deployment_json(const PlanSweep& sweep, std::size_t d);
 
 // plan_merge.cc: every cell and search of the sweep from the parts (checked by
 // run_plan_merge to be the shards of one sweep), each exactly once, every

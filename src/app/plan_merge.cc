@@ -199,6 +199,35 @@ std::optional<std::string> cell_report_problem(const nlohmann::json& r, const st
       return fmt::format("{}.slo.attainment: {}", field, *problem);
     }
   }
+  // A fleet's instances, whose fullest peak the search reads, and its fleet object.
+  if (r.contains("instances")) {
+    if (!r["instances"].is_array() || r["instances"].empty()) {
+      return fmt::format("{}.instances: {} is not a list of instances", field,
+                         shown(r["instances"]));
+    }
+    for (std::size_t i = 0; i < r["instances"].size(); ++i) {
+      if (auto problem =
+              figure_problem(find_dotted(r["instances"][i], "blocks.peak_used"), Figure::kCount)) {
+        return fmt::format("{}.instances[{}].blocks.peak_used: {}", field, i, *problem);
+      }
+    }
+  }
+  if (r.contains("fleet")) {
+    if (auto problem = figure_problem(find_dotted(r, "fleet"), Figure::kObject)) {
+      return fmt::format("{}.fleet: {}", field, *problem);
+    }
+  }
+  // A priced cell's cost (--gpu-hour-usd, --gpu-prices), which the fleet answer orders by.
+  if (r.contains("cost_usd")) {
+    for (const char* path : {"cost_usd.usd_per_hour", "cost_usd.usd_per_million_output_tokens"}) {
+      if (auto problem = figure_problem(find_dotted(r, path), Figure::kAmountOrNull)) {
+        return fmt::format("{}.{}: {}", field, path, *problem);
+      }
+    }
+    if (r["cost_usd"]["usd_per_hour"].is_null()) {
+      return fmt::format("{}.cost_usd.usd_per_hour: null", field);
+    }
+  }
   if (r["trace"]["sha256"] != trace_sha256) {
     return fmt::format("{}.trace.sha256: {}, but the part's trace is {}", field,
                        shown(r["trace"]["sha256"]), trace_sha256);
@@ -222,10 +251,21 @@ std::optional<std::string> cell_report_problem(const nlohmann::json& r, const st
         field, r["config"]["pool_blocks"].get<std::uint64_t>(), cell.model, cell.page_tokens,
         cell.kv_memory, pool);
   }
+  // A fleet's peak is its instances' peaks summed, each within its own pool.
   const auto peak_used = r["blocks"]["peak_used"].get<std::uint64_t>();
-  if (peak_used > pool) {
-    return fmt::format("{}.blocks.peak_used: {} blocks, more than the pool's {}", field, peak_used,
-                       pool);
+  const std::uint64_t pools = r.contains("instances") ? r["instances"].size() : 1;
+  if (peak_used > pool * pools) {
+    return pools == 1 ? fmt::format("{}.blocks.peak_used: {} blocks, more than the pool's {}",
+                                    field, peak_used, pool)
+                      : fmt::format("{}.blocks.peak_used: {} blocks, more than {} pools of {}",
+                                    field, peak_used, pools, pool);
+  }
+  for (std::size_t i = 0; pools > 1 && i < pools; ++i) {
+    const auto instance_peak = r["instances"][i]["blocks"]["peak_used"].get<std::uint64_t>();
+    if (instance_peak > pool) {
+      return fmt::format("{}.instances[{}].blocks.peak_used: {} blocks, more than the pool's {}",
+                         field, i, instance_peak, pool);
+    }
   }
   if (r["blocks"]["peak_in_use"].get<std::uint64_t>() > peak_used) {
     return fmt::format("{}.blocks.peak_in_use: {}, more than the {} blocks used at the peak", field,

@@ -80,22 +80,26 @@ nlohmann::json part_json(const PlanRequest& request, const PlanSweep& sweep,
   return part;
 }
 
-namespace {
-
 nlohmann::json deployment_json(const PlanSweep& sweep, std::size_t d) {
   const PlanDeployment& deployment = sweep.deployments[d];
-  return nlohmann::json{
+  nlohmann::json out{
       {"gpu", deployment.gpu ? nlohmann::json(*deployment.gpu) : nlohmann::json(nullptr)},
       {"tp", deployment.tp},
       {"pp", deployment.pp},
-      {"gpus", deployment.tp * deployment.pp},
+      {"gpus", deployment.gpus()},
       {"label", deployment_label(deployment)}};
+  if (sweep.fleet_sweep) out["fleet"] = fleet_json(deployment.fleet);
+  if (deployment.options.gpu_hour_usd) out["gpu_hour_usd"] = *deployment.options.gpu_hour_usd;
+  return out;
 }
+
+namespace {
 
 // With deployments, each row starts with its deployment ("h100-80gb x4 (tp 4)").
 std::string deployment_column(const PlanSweep& sweep, std::size_t d) {
-  return sweep.show_deployments ? fmt::format("{:<26} ", deployment_label(sweep.deployments[d]))
-                                : std::string();
+  return sweep.show_deployments
+             ? fmt::format("{:<{}} ", deployment_label(sweep.deployments[d]), sweep.label_width)
+             : std::string();
 }
 
 // plan.json's trace, simulation and config: what every cell shares.
@@ -154,13 +158,19 @@ nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std
   const std::vector<PlanCell>& cells = sweep.cells;
   const bool show_deployments = sweep.show_deployments;
   nlohmann::json rows = nlohmann::json::array();
-  table = (show_deployments ? fmt::format("{:<26} ", "deployment") : std::string()) +
-          fmt::format(
-              "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} "
-              "{:>10} {:>8} {:>6}{}\n",
-              "model", "page", "kv_memory", "blocks", "peak", "in_use", "waste", "preempt",
-              "hit_rate", "finished", "skipped", "out_tok/s", "p99_ttft", "p99_tpot", "load",
-              request.options.slo.any() ? fmt::format(" {:>7}", "slo") : std::string());
+  table =
+      (show_deployments ? fmt::format("{:<{}} ", "deployment", sweep.label_width) : std::string()) +
+      fmt::format(
+          "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} "
+          "{:>10} {:>8} {:>6}{}\n",
+          "model", "page", "kv_memory", "blocks", "peak", "in_use", "waste", "preempt", "hit_rate",
+          "finished", "skipped", "out_tok/s", "p99_ttft", "p99_tpot", "load",
+          request.options.slo.any() ? fmt::format(" {:>7}", "slo") : std::string());
+  // With prices: $ per million output tokens within the SLOs, a column of its own.
+  const bool priced = std::any_of(cells.begin(), cells.end(), [](const PlanCell& cell) {
+    return cell.figures && cell.figures->usd_per_hour.has_value();
+  });
+  if (priced) table.insert(table.size() - 1, fmt::format(" {:>9}", "usd/Mtok"));
   for (const PlanCell& cell : cells) {
     const CellFigures& f = *cell.figures;
     any_skipped = any_skipped || f.skipped > f.skipped_pool_too_small;
@@ -185,6 +195,8 @@ nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std
                           {"overload", f.overload},
                           {"invariant_checks", f.invariant_checks}};
     if (f.slo_attainment) row["slo"] = f.slo;
+    if (!f.cost_usd.is_null()) row["cost_usd"] = f.cost_usd;
+    if (!f.fleet.is_null()) row["fleet"] = f.fleet;
     if (show_deployments) row["deployment"] = deployment_json(sweep, cell.deployment);
     table +=
         deployment_column(sweep, cell.deployment) +
@@ -198,6 +210,11 @@ nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std
             !f.overload_ratio ? std::string("-")
                               : fmt::format("{:.2f}{}", *f.overload_ratio, f.overloaded ? "!" : ""),
             f.slo_attainment ? fmt::format(" {:>6.2f}%", *f.slo_attainment * 100) : std::string());
+    if (priced) {
+      table.insert(table.size() - 1, f.usd_per_million_tokens
+                                         ? fmt::format(" {:>9.3f}", *f.usd_per_million_tokens)
+                                         : fmt::format(" {:>9}", "-"));
+    }
     rows.push_back(std::move(row));
   }
   return rows;
@@ -217,7 +234,7 @@ nlohmann::json min_deployment_rows(const PlanRequest& request, const PlanSweep& 
     return serves(figures, request.slo_attainment);
   };
   nlohmann::json min_deployments = nlohmann::json::array();
-  if (show_deployments && request.kv_memories.empty()) {
+  if (show_deployments && request.kv_memories.empty() && !sweep.fleet_sweep) {
     std::string answers;
     std::vector<std::tuple<std::string, std::uint32_t, std::string>> groups;  // model, page, gpu
     for (const PlanCell& cell : cells) {
@@ -233,9 +250,7 @@ nlohmann::json min_deployment_rows(const PlanRequest& request, const PlanSweep& 
           members.push_back(&cell);
         }
       }
-      auto gpus_of = [&](const PlanCell* cell) {
-        return deployments[cell->deployment].tp * deployments[cell->deployment].pp;
-      };
+      auto gpus_of = [&](const PlanCell* cell) { return deployments[cell->deployment].gpus(); };
       std::sort(members.begin(), members.end(), [&](const PlanCell* a, const PlanCell* b) {
         return std::pair{gpus_of(a), deployments[a->deployment].tp} <
                std::pair{gpus_of(b), deployments[b->deployment].tp};
@@ -370,7 +385,11 @@ PlanOutput plan_output(const PlanRequest& request, const PlanSweep& sweep, bool 
                             fmt::join(parts, ", "));
   }
   nlohmann::json min_deployments = min_deployment_rows(request, sweep, slo_words, table);
-  if (show_deployments) plan["min_deployment"] = std::move(min_deployments);
+  if (sweep.fleet_sweep) {
+    plan["min_fleet"] = min_fleet_rows(request, sweep, slo_words, table);
+  } else if (show_deployments) {
+    plan["min_deployment"] = std::move(min_deployments);
+  }
   plan["min_kv_memory"] = min_kv_memory(request, sweep, slo_words, any_skipped, table);
   return out;
 }

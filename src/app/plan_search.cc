@@ -63,12 +63,13 @@ std::string shortfall_words(const CellFigures& f, double slo_attainment) {
 // Whether the pool of `blocks` held a simulation back: it preempted, skipped a
 // request for the pool's size, evicted a cached block, or filled (its peak use,
 // the watermark and one block of margin, for vLLM's null block, reach it).
-// When not, any larger pool runs the very same simulation.
+// When not, any larger pool runs the very same simulation. A fleet's pool is
+// each instance's: the fullest instance's peak decides.
 bool pool_mattered(const CellFigures& f, std::uint32_t blocks, double watermark) {
   const auto watermark_blocks =
       static_cast<std::uint64_t>(std::floor(watermark * static_cast<double>(blocks)));
   return f.preemptions > 0 || f.skipped_pool_too_small > 0 || f.evictions > 0 ||
-         f.peak_used + watermark_blocks + 1 >= blocks;
+         f.instance_peak_used + watermark_blocks + 1 >= blocks;
 }
 
 }  // namespace
@@ -212,7 +213,8 @@ std::string unmet_message(const MinSearch& search, const PoolSearchOutcome& outc
 // One search: its probes simulated, verified against the swept cells of its group.
 void run_search(const PlanRequest& request, const PlanSweep& sweep, MinSearch& search,
                 PlanSimulator& simulator, const SearchBounds& bounds) {
-  const SimOptions& sim_options = sweep.deployments[search.deployment].options;
+  const PlanDeployment& deployment = sweep.deployments[search.deployment];
+  const SimOptions& sim_options = deployment.options;
   auto probe = [&](std::uint32_t blocks) -> std::optional<PoolProbe> {
     if (request.fault_out_of_memory) throw std::bad_alloc();
     RunConfig config = search.config;
@@ -220,7 +222,7 @@ void run_search(const PlanRequest& request, const PlanSweep& sweep, MinSearch& s
     config.kv_memory.reset();
     ++search.probes;
     auto result = simulator.simulate(
-        config, sim_options, request.fault_kv_memory == "search" ? request.faults : SimFaults{});
+        config, deployment, request.fault_kv_memory == "search" ? request.faults : SimFaults{});
     if (!result) {
       search.error = result.error();
       return std::nullopt;
@@ -249,7 +251,9 @@ void run_search(const PlanRequest& request, const PlanSweep& sweep, MinSearch& s
     }
     return failing;
   };
-  PoolSearchOutcome outcome = search_smallest_pool(search.config.kv.pool_blocks, bounds.ceiling,
+  // A fleet's probe holds its pool once per instance.
+  const std::uint32_t ceiling = bounds.ceiling / deployment.fleet.instances();
+  PoolSearchOutcome outcome = search_smallest_pool(search.config.kv.pool_blocks, ceiling,
                                                    bounds.at_ceiling, probe, largest_failing_swept);
   search.blocks = outcome.blocks;
   search.raised_past = outcome.raised_past;

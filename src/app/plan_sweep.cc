@@ -95,13 +95,35 @@ std::string model_label(const RunConfig& config) {
   return fmt::format("{}x{}x{}", config.kv.layers, config.kv.kv_heads, config.kv.head_dim);
 }
 
-// How a row names its deployment: "h100-80gb x4 (tp 4)", "- x1" without a GPU.
+// How a row names its deployment: "h100-80gb x4 (tp 4)", "- x1" without a
+// GPU, "h100-80gb x8 (tp 2, 4 replicas, prefix-aware)", "h200 x4 (pd 1:3,
+// round-robin)": its GPUs in all, then what differs from one instance of one.
 std::string deployment_label(const PlanDeployment& d) {
-  std::string text = fmt::format("{} x{}", d.gpu.value_or("-"), d.tp * d.pp);
-  if (d.tp > 1 && d.pp > 1) return text + fmt::format(" (tp {}, pp {})", d.tp, d.pp);
-  if (d.tp > 1) return text + fmt::format(" (tp {})", d.tp);
-  if (d.pp > 1) return text + fmt::format(" (pp {})", d.pp);
+  std::vector<std::string> parts;
+  if (d.tp > 1) parts.push_back(fmt::format("tp {}", d.tp));
+  if (d.pp > 1) parts.push_back(fmt::format("pp {}", d.pp));
+  if (d.fleet.disaggregated()) {
+    parts.push_back(fmt::format("pd {}:{}", d.fleet.prefill_replicas, d.fleet.decode_replicas));
+  } else if (d.fleet.instances() > 1) {
+    parts.push_back(fmt::format("{} replicas", d.fleet.instances()));
+  }
+  if (d.fleet.routed()) parts.emplace_back(to_string(d.fleet.router.policy));
+  std::string text = fmt::format("{} x{}", d.gpu.value_or("-"), d.gpus());
+  if (!parts.empty()) text += fmt::format(" ({})", fmt::join(parts, ", "));
   return text;
+}
+
+nlohmann::json fleet_json(const FleetOptions& fleet) {
+  nlohmann::json out = {{"instances", fleet.instances()},
+                        {"replicas", fleet.disaggregated() ? 0 : fleet.instances()},
+                        {"prefill", fleet.prefill_replicas},
+                        {"decode", fleet.decode_replicas},
+                        {"router", std::string(to_string(fleet.router.policy))}};
+  if (fleet.disaggregated()) {
+    out["kv_transfer_gbps"] = fleet.kv_transfer_gbps;
+    out["kv_transfer_latency_us"] = fleet.kv_transfer_latency_us;
+  }
+  return out;
 }
 
 // Whether a simulation serves the trace: no preemption, nothing skipped for a
@@ -124,6 +146,14 @@ CellFigures CellFigures::read(const nlohmann::json& r, bool violated) {
   f.skipped = requests.at("skipped").get<std::uint64_t>();
   f.skipped_pool_too_small = requests.at("skipped_pool_too_small").get<std::uint64_t>();
   f.peak_used = r.at("blocks").at("peak_used").get<std::uint64_t>();
+  f.instance_peak_used = f.peak_used;
+  if (r.contains("instances")) {
+    f.instance_peak_used = 0;
+    for (const nlohmann::json& instance : r.at("instances")) {
+      f.instance_peak_used = std::max(f.instance_peak_used,
+                                      instance.at("blocks").at("peak_used").get<std::uint64_t>());
+    }
+  }
   f.peak_in_use = r.at("blocks").at("peak_in_use").get<std::uint64_t>();
   f.waste_ratio_mean = r.at("fragmentation").at("waste_ratio_mean").get<double>();
   f.waste_ratio_at_peak = r.at("fragmentation").at("waste_ratio_at_peak").get<double>();
@@ -152,6 +182,13 @@ CellFigures CellFigures::read(const nlohmann::json& r, bool violated) {
     }
   }
   f.cost = r.at("config").at("simulation").at("cost");
+  if (r.contains("cost_usd")) {
+    f.cost_usd = r.at("cost_usd");
+    f.usd_per_hour = f.cost_usd.at("usd_per_hour").get<double>();
+    const nlohmann::json& per_million = f.cost_usd.at("usd_per_million_output_tokens");
+    if (!per_million.is_null()) f.usd_per_million_tokens = per_million.get<double>();
+  }
+  if (r.contains("fleet")) f.fleet = r.at("fleet");
   f.violated = violated;
   return f;
 }
@@ -188,6 +225,7 @@ std::string sweep_fingerprint(const PlanRequest& request,
     options["check"] = d.options.check.name();
     options["cost"] = cost_options_json(d.options.cost);
     sweep["deployments"].push_back({{"label", deployment_label(d)}, {"options", options}});
+    if (request.fleet_sweep) sweep["deployments"].back()["fleet"] = fleet_json(d.fleet);
   }
   for (const PlanCell& cell : cells) {
     sweep["cells"].push_back({{"model", cell.model},
@@ -225,10 +263,14 @@ PlanSimulator::PlanSimulator(const PlanRequest& request, std::string trace_file,
       progress_(ProgressLine::for_stderr(!request.quiet, 1)) {}
 
 InputResult<SimulationResult> PlanSimulator::simulate(const RunConfig& config,
-                                                      const SimOptions& options,
+                                                      const PlanDeployment& deployment,
                                                       const SimFaults& faults) {
-  auto result = simulate_file(trace_file_, request_.format, config, options, nullptr, nullptr, {},
-                              faults, nullptr, request_.trace_path);
+  // A fleet of one is one instance (its report byte-identical to no fleet).
+  auto result = deployment.fleet.instances() > 1
+                    ? simulate_fleet_file(trace_file_, request_.format, config, deployment.options,
+                                          deployment.fleet, FleetOutputs{}, {}, request_.trace_path)
+                    : simulate_file(trace_file_, request_.format, config, deployment.options,
+                                    nullptr, nullptr, {}, faults, nullptr, request_.trace_path);
   // Progress: simulations finished, from whichever thread finishes one.
   if (progress_) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -253,11 +295,16 @@ std::optional<int> resolve_sweep(const PlanRequest& request, PlanSweep& sweep) {
   deployments = request.deployments;
   if (deployments.empty()) {
     deployments.push_back(PlanDeployment{request.overrides.gpu, request.overrides.tp.value_or(1),
-                                         request.overrides.pp.value_or(1), request.options});
+                                         request.overrides.pp.value_or(1), request.options,
+                                         FleetOptions{}});
   }
   // Deployment columns and answers when a GPU is named or more than one is swept.
+  sweep.fleet_sweep = request.fleet_sweep;
   sweep.show_deployments = deployments.size() > 1 || deployments[0].gpu.has_value() ||
-                           deployments[0].tp * deployments[0].pp > 1;
+                           deployments[0].gpus() > 1 || sweep.fleet_sweep;
+  for (const PlanDeployment& d : deployments) {
+    sweep.label_width = std::max(sweep.label_width, deployment_label(d).size());
+  }
 
   // The swept models: presets by name, then config.json files, each on every
   // swept deployment (--gpu x --tp x --pp).
@@ -356,15 +403,20 @@ std::optional<int> check_sweep_memory(const PlanSweep& sweep, unsigned jobs) {
     return kExitInput;
   }
   if (!run_cells.empty()) {
-    std::uint32_t largest = 0;
-    for (std::size_t i : run_cells) largest = std::max(largest, cells[i].config.kv.pool_blocks);
+    // A fleet's simulation holds every instance's pool.
+    std::uint64_t largest = 0;
+    for (std::size_t i : run_cells) {
+      largest = std::max(largest, std::uint64_t{cells[i].config.kv.pool_blocks} *
+                                      sweep.deployments[cells[i].deployment].fleet.instances());
+    }
     const std::uint64_t at_once = jobs_at_once(run_cells.size(), jobs);
     const std::uint64_t each = simulation_memory_bound(largest);
     if (auto problem = check_memory(
             mul_sat(at_once, each),
             fmt::format("running {} of the sweep's simulations at once", at_once),
-            fmt::format("{} x ({} + {} bytes a block x {} blocks, the largest swept pool)", at_once,
-                        memory_text(kSimulationBaseBytes), kSimulationBytesPerBlock, largest))) {
+            fmt::format("{} x ({} + {} bytes a block x {} blocks, the largest swept pool{})",
+                        at_once, memory_text(kSimulationBaseBytes), kSimulationBytesPerBlock,
+                        largest, sweep.fleet_sweep ? " or fleet (every instance's)" : ""))) {
       const std::uint64_t fitting = memory_limit().bytes / each;
       eprint("kvreplay plan: {}: {}\n", *problem,
              fitting == 0 ? std::string("sweep smaller pools (a larger --page-tokens, "
@@ -384,9 +436,8 @@ std::optional<int> simulate_cells(const PlanRequest& request, PlanSweep& sweep,
     const std::size_t i = run_cells[k];
     const bool planted =
         !request.fault_kv_memory.empty() && cells[i].kv_memory == request.fault_kv_memory;
-    auto result =
-        simulator.simulate(cells[i].config, sweep.deployments[cells[i].deployment].options,
-                           planted ? request.faults : SimFaults{});
+    auto result = simulator.simulate(cells[i].config, sweep.deployments[cells[i].deployment],
+                                     planted ? request.faults : SimFaults{});
     if (result) {
       cells[i].figures = CellFigures::read(result.value().report, result.value().violated);
       cells[i].result = std::move(result).value();

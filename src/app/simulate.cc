@@ -3,16 +3,49 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <optional>
+#include <system_error>
 
 #include "app/command.h"
 #include "app/exit_codes.h"
+#include "app/gpu_prices.h"
 #include "app/options.h"
 #include "app/terminal.h"
 #include "io/standard_output.h"
 #include "report/html.h"
 
 namespace kvreplay {
+
+namespace {
+
+// The fleet page's comparison: the trace on one instance whose pool holds
+// every instance's blocks (same engine, TP and options), its hit rate beside
+// the router's. Null when that pool is larger than kvreplay simulates or the
+// run fails (the page then has no such card).
+nlohmann::json single_pool_figures(const SimulateRequest& request, const RunConfig& config,
+                                   const nlohmann::json& fleet_report, ProgressLine* progress) {
+  // The trace is read again: only a file can be (not standard input, a pipe).
+  std::error_code error;
+  if (request.trace_path == "-" || !std::filesystem::is_regular_file(request.trace_path, error)) {
+    return nullptr;
+  }
+  const std::uint64_t blocks = std::uint64_t{config.kv.pool_blocks} * request.fleet.instances();
+  if (blocks > kMaxSupportedPoolBlocks) return nullptr;
+  RunConfig one = config;
+  one.kv.pool_blocks = static_cast<std::uint32_t>(blocks);
+  one.kv_memory.reset();
+  auto result = simulate_file(request.trace_path, request.format, one, request.options, nullptr,
+                              nullptr, SimulateTerminal{progress, false});
+  if (progress) progress->clear();
+  if (!result || result.value().violated ||
+      result.value().report["trace"]["sha256"] != fleet_report["trace"]["sha256"]) {
+    return nullptr;  // or the file changed since the fleet read it
+  }
+  return {{"hit_rate", result.value().report["prefix_cache"]["hit_rate"]}, {"pool_blocks", blocks}};
+}
+
+}  // namespace
 
 int run_simulate(const SimulateRequest& request) {
   auto config = resolve_sim_config(request.overrides);
@@ -90,7 +123,9 @@ int run_simulate(const SimulateRequest& request) {
   if (html_out != nullptr) {
     html_out->write(
         fleet
-            ? render_fleet_html(result.value().report, fleet_samplers, result.value().latency_cdf)
+            ? render_fleet_html(result.value().report, fleet_samplers, result.value().latency_cdf,
+                                single_pool_figures(request, config.value(), result.value().report,
+                                                    progress.get()))
             : render_run_html(result.value().report, *sampler, "step", result.value().latency_cdf));
   }
   if (!outputs.commit()) {
@@ -200,11 +235,7 @@ class SimulateCommand final : public Command {
                        "write one CSV row per routing decision here: the instance chosen, the "
                        "cached blocks seen on each and each one's cost (- for stdout)")
             ->group("Fleet"));
-    gpu_hour_ = app.add_option("--gpu-hour-usd", gpu_hour_usd_,
-                               "price of one GPU for an hour: the report's cost_usd ($/hour, $ per "
-                               "million output tokens within the SLOs)")
-                    ->check(CLI::Range(1e-9, 1e9))
-                    ->group("Fleet");
+    prices_.add_to(app, "Fleet");
     app.footer(
         "Examples:\n"
         "  kvreplay simulate traces/requests/mooncake_conv.jsonl --kv-memory 40GiB "
@@ -222,7 +253,13 @@ class SimulateCommand final : public Command {
     }
     set_activation_limits(request_.overrides, request_.options);
     if (auto problem = resolve_fleet()) return usage_error(*problem);
-    if (gpu_hour_->count() > 0) request_.options.gpu_hour_usd = gpu_hour_usd_;
+    if (auto problem = prices_.load()) {
+      eprint("kvreplay simulate: {}\n", *problem);
+      return kExitInput;
+    }
+    auto price = prices_.price(request_.overrides.gpu);
+    if (!price) return usage_error(price.error());
+    request_.options.gpu_hour_usd = price.value();
     return run_simulate(request_);
   }
 
@@ -246,16 +283,8 @@ class SimulateCommand final : public Command {
             "--replicas counts instances that prefill and decode; with --prefill-replicas and "
             "--decode-replicas give one or the other");
       }
-      const SimOptions& sim = request_.options;
-      if (sim.engine == EngineKind::kSglang) {
-        return std::string(
-            "--prefill-replicas: disaggregated serving runs the vllm and generic engines (the "
-            "sglang engine cannot receive KV yet)");
-      }
-      if (!sim.prefix_cache || sim.allocator != AllocatorKind::kPaged) {
-        return std::string(
-            "--prefill-replicas: the decode side receives KV into its prefix cache: it needs "
-            "--allocator paged and the prefix cache (drop --no-prefix-cache)");
+      if (auto problem = disaggregation_problem(request_.options, "--prefill-replicas")) {
+        return problem;
       }
     } else {
       for (const CLI::Option* option : transfer_options_) {
@@ -294,9 +323,8 @@ class SimulateCommand final : public Command {
   SimulateRequest request_;
   std::string router_ = "round-robin";
   std::string view_ = "precise";
-  double gpu_hour_usd_ = 0;
   CLI::Option* replicas_ = nullptr;
-  CLI::Option* gpu_hour_ = nullptr;
+  PriceOptions prices_;
   std::vector<CLI::Option*> router_options_, prefix_options_, approx_options_, pd_,
       transfer_options_;
   ConfigOptions config_;

@@ -82,7 +82,7 @@ struct FleetOutputs {
 InputResult<SimulationResult> simulate_fleet_file(
     const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
     const SimOptions& options, const FleetOptions& fleet_options, const FleetOutputs& outputs,
-    const SimulateTerminal& terminal = {});
+    const SimulateTerminal& terminal = {}, const std::string& shown_as = {});
 // The text summary of a fleet's report.
 std::string fleet_summary(const nlohmann::json& report, bool color);
 // --router-log's header: line, id, arrival, the instance chosen, then (for

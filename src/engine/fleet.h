@@ -63,6 +63,9 @@ struct FleetOptions {
   double kv_transfer_latency_us = 20.0;
   RouterOptions router;
   bool disaggregated() const { return prefill_replicas > 0 && decode_replicas > 0; }
+  // Whether the router has a choice to make: more than one instance takes
+  // the trace's requests (of one prefill instance, the router picks nothing).
+  bool routed() const { return disaggregated() ? prefill_replicas > 1 : instances() > 1; }
   std::uint32_t instances() const {
     return disaggregated() ? prefill_replicas + decode_replicas
                            : std::max<std::uint32_t>(replicas, 1);

@@ -401,7 +401,8 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
 
 std::string render_fleet_html(const nlohmann::json& report,
                               const std::vector<TimelineSampler>& timelines,
-                              const nlohmann::json& latency_cdf) {
+                              const nlohmann::json& latency_cdf,
+                              const nlohmann::json& single_pool) {
   const std::string path = value_text(at_path(report, {"trace", "path"}));
   const std::string title = fmt::format("kvreplay simulate: {}", path);
   const std::string status = value_text(at_path(report, {"status"}));
@@ -434,6 +435,13 @@ std::string render_fleet_html(const nlohmann::json& report,
                  at_path(ms, {"p50"}).is_number()
                      ? ms_text(ms["p50"].get<double>()) + " / " + ms_text(ms["p99"].get<double>())
                      : std::string("-"));
+  }
+  const nlohmann::json& fleet_hit = at_path(report, {"prefix_cache", "hit_rate"});
+  const nlohmann::json& pool_hit = at_path(single_pool, {"hit_rate"});
+  if (fleet_hit.is_number() && pool_hit.is_number()) {
+    body += card(fmt::format("hit rate: this router / one pool as large as the fleet ({} blocks)",
+                             value_text(at_path(single_pool, {"pool_blocks"}))),
+                 percent_text(fleet_hit) + " / " + percent_text(pool_hit));
   }
   const nlohmann::json& per_million =
       at_path(report, {"cost_usd", "usd_per_million_output_tokens"});
@@ -496,6 +504,51 @@ std::string render_fleet_html(const nlohmann::json& report,
                  {"tpot_ms", at_path(report, {"slo", "tpot_ms"})}};
   return page(title, subtitle, body, data);
 }
+
+namespace {
+
+// A fleet sweep's answers (plan.json's min_fleet): the fewest GPUs overall,
+// then each router's fewest.
+std::string fleet_answer_table(const nlohmann::json& answers, bool slo) {
+  if (!answers.is_array() || answers.empty()) return std::string();
+  std::string body = fmt::format(
+      "<h2>Fewest GPUs{} (then the lowest $)</h2>\n<table class=\"sweep\">\n"
+      "<tr><th>model</th><th>page</th><th>router</th><th>GPUs</th><th>deployment</th>"
+      "<th>$ an hour</th><th>$ per million output tokens</th><th>hit rate</th>"
+      "<th>verified</th></tr>\n",
+      slo ? " meeting the SLOs" : " with no preemption");
+  auto usd = [](const nlohmann::json& v) {
+    return v.is_number() ? fmt::format("${:.3f}", v.get<double>()) : std::string("-");
+  };
+  auto row = [&](const nlohmann::json& a, const nlohmann::json& m, const std::string& router,
+                 const std::string& verified) {
+    const bool found = at_path(m, {"deployment"}).is_object();
+    return fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td></tr>\n",
+        escape_html(value_text(at_path(a, {"model"}))),
+        escape_html(value_text(at_path(a, {"page_tokens"}))), escape_html(router),
+        escape_html(found ? value_text(at_path(m, {"gpus"})) : std::string("-")),
+        escape_html(found ? value_text(at_path(m, {"deployment", "label"}))
+                          : std::string("none of those swept")),
+        escape_html(usd(at_path(m, {"usd_per_hour"}))),
+        escape_html(usd(at_path(m, {"usd_per_million_output_tokens"}))),
+        escape_html(found ? percent_text(at_path(m, {"hit_rate"})) : std::string("-")),
+        escape_html(verified));
+  };
+  for (const nlohmann::json& a : answers) {
+    body += row(a, a, "best of all",
+                at_path(a, {"verified"}) == true ? "simulated again: same figures" : "-");
+    const nlohmann::json& by_router = at_path(a, {"by_router"});
+    if (!by_router.is_array()) continue;
+    for (const nlohmann::json& r : by_router) {
+      body += row(a, r, value_text(at_path(r, {"router"})), "");
+    }
+  }
+  return body + "</table>\n";
+}
+
+}  // namespace
 
 std::string render_plan_html(const nlohmann::json& plan) {
   const std::string path = value_text(at_path(plan, {"trace", "path"}));
@@ -602,6 +655,7 @@ std::string render_plan_html(const nlohmann::json& plan) {
     }
     body += "</table>\n";
   }
+  body += fleet_answer_table(at_path(plan, {"min_fleet"}), slo);
   body += "<h2>Simulation settings</h2>\n<div class=\"tables\">\n" +
           report_tables(nlohmann::json{{"simulation", at_path(plan, {"simulation"})}}) + "</div>\n";
 

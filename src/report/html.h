@@ -115,9 +115,13 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
 // virtual time with one line per instance (KV in use as a share of its pool,
 // requests waiting and running, preemptions), then the fleet's TTFT and
 // TPOT CDFs. `timelines[i]` is instance i's; `report` has instances[].
+// `single_pool`: {hit_rate, pool_blocks} of one instance holding the whole
+// fleet's memory on the same trace, set beside the fleet's hit rate (null:
+// no such card).
 std::string render_fleet_html(const nlohmann::json& report,
                               const std::vector<TimelineSampler>& timelines,
-                              const nlohmann::json& latency_cdf = nlohmann::json());
+                              const nlohmann::json& latency_cdf = nlohmann::json(),
+                              const nlohmann::json& single_pool = nlohmann::json());
 
 // A plan page: the sweep table and charts of preemptions, peak use, p99 TTFT
 // and TPOT (and SLO attainment) against KV memory, one line per model,

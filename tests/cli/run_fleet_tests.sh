@@ -48,6 +48,9 @@ check 'grep -q "\"kind\":\"fleet\"" "$work/f.html"' "--html: not a fleet page"
 check '[[ $(grep -o "\"name\":\"[0-9] mixed\"" "$work/f.html" | sort -u | wc -l) == 3 ]]' \
   "--html: not 3 instances in the page's data"
 check '[[ $(grep -c "^<tr><td>[0-9]</td><td>mixed</td>" "$work/f.html") == 3 ]]' "--html: not 3 instance rows"
+# Beside the router's hit rate, one pool of the fleet's memory (3 pools' blocks).
+check 'grep -q "one pool as large as the fleet ($(($(jq .config.pool_blocks "$work/f.json") * 3)) blocks)" "$work/f.html"' \
+  "--html: no card of one pool holding the fleet's blocks"
 check '[[ $(jq ".fleet.replicas, (.instances | length), .fleet.gpus" "$work/f.json" | tr "\n" " ") == "3 3 3 " ]]' \
   "fleet.replicas, instances and gpus are not 3"
 check '[[ $(jq ".fleet.router.policy" "$work/f.json") == "\"prefix-aware\"" ]]' "router policy"

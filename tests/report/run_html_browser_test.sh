@@ -127,4 +127,9 @@ check_page plan 4 "$kvreplay" plan "$work/requests.jsonl" --kv-memory 32MiB,64Mi
 check_page plan-gpus 3 "$kvreplay" plan "$work/requests.jsonl" --model llama-3.1-8b \
   --gpu h100-80gb,h200 --tp 1,2 --max-seq-tokens 4096 --slo-ttft-ms 200 --slo-tpot-ms 20 \
   --no-search -j 2
+# plan over fleets: the same against GPUs, a line per router, and $ per
+# million output tokens.
+check_page plan-fleet 4 "$kvreplay" plan "$work/requests.jsonl" --model llama-3.1-8b \
+  --gpu h100-80gb --replicas 1,2,4 --pd 2:2 --router round-robin,prefix-aware \
+  --max-seq-tokens 4096 --slo-ttft-ms 200 --slo-tpot-ms 20 --gpu-hour-usd 2.5 --no-search -j 2
 exit $failed

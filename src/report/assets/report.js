@@ -310,12 +310,27 @@
     if (data.deployments && !swept) {
       // Pools sized by the GPU: against GPUs, one line per model, GPU kind and
       // page size, a point per deployment.
-      var kinds = [], byKind = {};
+      // A fleet sweep: a line per router too (P/D apart), the fleets of one
+      // instance (or one prefill instance), which route nothing, on each.
+      var kinds = [], byKind = {}, routers = [];
+      function routed(f) { return f.instances > 1 && (f.prefill === 0 || f.prefill > 1); }
+      data.cells.forEach(function (c) {
+        var f = c.deployment && c.deployment.fleet;
+        if (f && routed(f) && routers.indexOf(f.router) < 0) routers.push(f.router);
+      });
       data.cells.forEach(function (c) {
         if (!c.deployment || c.deployment.gpu === null) return;
-        var key = (c.label || c.model) + ' on ' + c.deployment.gpu + ', page ' + c.page_tokens;
-        if (!(key in byKind)) { byKind[key] = kinds.length; kinds.push({name: key, cells: []}); }
-        kinds[byKind[key]].cells.push(c);
+        var base = (c.label || c.model) + ' on ' + c.deployment.gpu + ', page ' + c.page_tokens;
+        var f = c.deployment.fleet, keys = [base];
+        if (f) {
+          var shape = f.prefill > 0 ? ', P/D' : '';
+          var names = routed(f) || !routers.length ? [f.router] : routers;
+          keys = names.map(function (r) { return base + shape + ', ' + (routed(f) || routers.length ? r : 'one instance'); });
+        }
+        keys.forEach(function (key) {
+          if (!(key in byKind)) { byKind[key] = kinds.length; kinds.push({name: key, cells: []}); }
+          kinds[byKind[key]].cells.push(c);
+        });
       });
       kinds.forEach(function (k) { k.cells.sort(function (a, b) { return a.deployment.gpus - b.deployment.gpus || a.deployment.tp - b.deployment.tp; }); });
       function byGpus(id, title, yLabel, value, percent) {
@@ -332,6 +347,11 @@
         if (slo) byGpus('chart-gpus-slo', 'SLO attainment against GPUs', 'requests meeting the SLOs', attainment, true);
         else {
           byGpus('chart-gpus-tpot', 'p99 time per output token against GPUs (ms, log scale)', 'ms', p99('tpot_ms'), false);
+          specs[specs.length - 1].logY = true;
+        }
+        if (data.cells.some(function (c) { return c.cost_usd; })) {
+          byGpus('chart-gpus-usd', '$ per million output tokens within the SLOs against GPUs (log scale)', '$ / M tokens',
+                 function (c) { return c.cost_usd ? c.cost_usd.usd_per_million_output_tokens : null; }, false);
           specs[specs.length - 1].logY = true;
         }
       }

@@ -1,0 +1,111 @@
+#include "app/gpu_prices.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+
+#include "io/json_file.h"
+#include "model/gpu.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr std::uint64_t kMaxPricesBytes = 1 << 20;
+
+// The line of the first `"key"` in the file (a price file is small and has
+// read as JSON already); 0 when the file cannot be read again (a pipe).
+std::size_t line_of_key(const std::string& path, const std::string& key) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return 0;
+  std::string text;
+  text.resize(kMaxPricesBytes);
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  const std::size_t at = text.find(nlohmann::json(key).dump());
+  if (at == std::string::npos) return 0;
+  return 1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + at, '\n'));
+}
+
+}  // namespace
+
+Result<std::map<std::string, double>, std::string> read_gpu_prices(const std::string& path) {
+  auto json = read_json_file(path, kMaxPricesBytes, "not a price file");
+  if (!json) return Unexpected{json.error()};
+  if (!json.value().is_object()) {
+    return Unexpected{fmt::format(
+        "{}:1: --gpu-prices: not a JSON object of GPU presets and $ an hour (e.g. "
+        "{{\"h100-80gb\": 2.99}})",
+        path)};
+  }
+  auto where = [&](const std::string& key) {
+    const std::size_t line = line_of_key(path, key);
+    return line == 0 ? path : fmt::format("{}:{}", path, line);
+  };
+  std::map<std::string, double> prices;
+  for (auto it = json.value().begin(); it != json.value().end(); ++it) {
+    const GpuSpec* gpu = find_gpu_preset(it.key());
+    if (gpu == nullptr) {
+      return Unexpected{fmt::format("{}: --gpu-prices: '{}': unknown GPU (known: {})",
+                                    where(it.key()), it.key(), gpu_preset_list())};
+    }
+    if (!it.value().is_number() || !std::isfinite(it.value().get<double>()) ||
+        it.value().get<double>() <= 0) {
+      return Unexpected{fmt::format(
+          "{}: --gpu-prices: '{}': {} is not a price (a positive number of US dollars an hour)",
+          where(it.key()), it.key(), it.value().dump())};
+    }
+    if (!prices.emplace(gpu->name, it.value().get<double>()).second) {
+      return Unexpected{fmt::format("{}: --gpu-prices: '{}': {} is priced twice", where(it.key()),
+                                    it.key(), gpu->name)};
+    }
+  }
+  if (prices.empty()) {
+    return Unexpected{fmt::format("{}:1: --gpu-prices: prices no GPU", path)};
+  }
+  return prices;
+}
+
+void PriceOptions::add_to(CLI::App& app, const std::string& group) {
+  flat = app.add_option("--gpu-hour-usd", gpu_hour_usd,
+                        "price of one GPU for an hour: the report's cost_usd ($/hour, $ per "
+                        "million output tokens within the SLOs)")
+             ->check(CLI::Range(1e-9, 1e9))
+             ->group(group);
+  file = app.add_option("--gpu-prices", prices_path,
+                        "a JSON file of prices per GPU preset, $ an hour (e.g. "
+                        "{\"h100-80gb\": 2.99, \"h200\": 3.79}): --gpu-hour-usd of --gpu's kind")
+             ->group(group);
+  file->excludes(flat);
+}
+
+std::optional<std::string> PriceOptions::load() {
+  if (file->count() == 0) return std::nullopt;
+  auto read = read_gpu_prices(prices_path);
+  if (!read) return read.error();
+  prices = std::move(read).value();
+  return std::nullopt;
+}
+
+Result<std::optional<double>, std::string> PriceOptions::price(
+    const std::optional<std::string>& gpu) const {
+  if (flat->count() > 0) return std::optional<double>(gpu_hour_usd);
+  if (file->count() == 0) return std::optional<double>();
+  if (!gpu) {
+    return Unexpected{fmt::format("--gpu-prices: prices GPUs by kind: name the GPU with --gpu")};
+  }
+  const GpuSpec* spec = find_gpu_preset(*gpu);
+  auto it = spec != nullptr ? prices.find(spec->name) : prices.end();
+  if (it == prices.end()) {
+    std::string priced;
+    for (const auto& [name, usd] : prices) priced += (priced.empty() ? "" : ", ") + name;
+    return Unexpected{
+        fmt::format("--gpu-prices: {} has no price for {} (it prices {})", prices_path, *gpu,
+                    priced)};
+  }
+  return std::optional<double>(it->second);
+}
+
+}  // namespace kvreplay
