@@ -2,7 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
+#include <algorithm>
+#include <cstddef>
 #include <fstream>
 #include <iterator>
 
@@ -26,7 +27,8 @@ std::size_t line_of_key(const std::string& path, const std::string& key) {
   text.resize(static_cast<std::size_t>(in.gcount()));
   const std::size_t at = text.find(nlohmann::json(key).dump());
   if (at == std::string::npos) return 0;
-  return 1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + at, '\n'));
+  return 1 + static_cast<std::size_t>(
+                 std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
 }
 
 }  // namespace
@@ -35,11 +37,16 @@ Result<std::map<std::string, double>, std::string> read_gpu_prices(const std::st
   auto json = read_json_file(path, kMaxPricesBytes, "not a price file");
   if (!json) return Unexpected{json.error()};
   if (!json.value().is_object()) {
-    return Unexpected{fmt::format(
-        "{}:1: --gpu-prices: not a JSON object of GPU presets and $ an hour (e.g. "
-        "{{\"h100-80gb\": 2.99}})",
-        path)};
+    return Unexpected{
+        fmt::format("{}:1: --gpu-prices: not a JSON object of GPU presets and $ an hour (e.g. "
+                    "{{\"h100-80gb\": 2.99}})",
+                    path)};
   }
+  // A key as messages show it: JSON-quoted (control characters escaped), cut at 40 bytes.
+  auto shown = [](const std::string& key) {
+    return key.size() > 40 ? nlohmann::json(key.substr(0, 40)).dump() + "..."
+                           : nlohmann::json(key).dump();
+  };
   auto where = [&](const std::string& key) {
     const std::size_t line = line_of_key(path, key);
     return line == 0 ? path : fmt::format("{}:{}", path, line);
@@ -48,19 +55,19 @@ Result<std::map<std::string, double>, std::string> read_gpu_prices(const std::st
   for (auto it = json.value().begin(); it != json.value().end(); ++it) {
     const GpuSpec* gpu = find_gpu_preset(it.key());
     if (gpu == nullptr) {
-      return Unexpected{fmt::format("{}: --gpu-prices: '{}': unknown GPU (known: {})",
-                                    where(it.key()), it.key(), gpu_preset_list())};
+      return Unexpected{fmt::format("{}: --gpu-prices: {}: unknown GPU (known: {})",
+                                    where(it.key()), shown(it.key()), gpu_preset_list())};
     }
-    if (!it.value().is_number() || !std::isfinite(it.value().get<double>()) ||
-        it.value().get<double>() <= 0) {
+    // The range --gpu-hour-usd takes, so that a fleet's $ an hour stays finite.
+    if (!it.value().is_number() || !(it.value().get<double>() >= 1e-9) ||
+        !(it.value().get<double>() <= 1e9)) {
+      const std::string value = it.value().dump();
       return Unexpected{fmt::format(
-          "{}: --gpu-prices: '{}': {} is not a price (a positive number of US dollars an hour)",
-          where(it.key()), it.key(), it.value().dump())};
+          "{}: --gpu-prices: {}: {} is not a price (US dollars an hour, from 1e-9 to 1e9)",
+          where(it.key()), shown(it.key()),
+          value.size() > 40 ? value.substr(0, 40) + "..." : value)};
     }
-    if (!prices.emplace(gpu->name, it.value().get<double>()).second) {
-      return Unexpected{fmt::format("{}: --gpu-prices: '{}': {} is priced twice", where(it.key()),
-                                    it.key(), gpu->name)};
-    }
+    prices.emplace(gpu->name, it.value().get<double>());
   }
   if (prices.empty()) {
     return Unexpected{fmt::format("{}:1: --gpu-prices: prices no GPU", path)};
@@ -101,9 +108,8 @@ Result<std::optional<double>, std::string> PriceOptions::price(
   if (it == prices.end()) {
     std::string priced;
     for (const auto& [name, usd] : prices) priced += (priced.empty() ? "" : ", ") + name;
-    return Unexpected{
-        fmt::format("--gpu-prices: {} has no price for {} (it prices {})", prices_path, *gpu,
-                    priced)};
+    return Unexpected{fmt::format("--gpu-prices: {} has no price for {} (it prices {})",
+                                  prices_path, *gpu, priced)};
   }
   return std::optional<double>(it->second);
 }

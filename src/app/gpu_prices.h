@@ -12,10 +12,10 @@
 
 namespace kvreplay {
 
-// --gpu-prices FILE: one JSON object, a GPU preset's name (or alias) to its
-// price in US dollars for an hour, e.g. {"h100-80gb": 2.99, "h200": 3.79}.
-// Every key must name a preset and every price be a positive finite number;
-// an error names the file, the key's line and the key.
+// --gpu-prices FILE: one JSON object, a GPU preset's name to its price in US
+// dollars for an hour, e.g. {"h100-80gb": 2.99, "h200": 3.79}. Every key must
+// name a preset and every price be within --gpu-hour-usd's range (1e-9 to
+// 1e9); an error names the file, the key's line and the key.
 Result<std::map<std::string, double>, std::string> read_gpu_prices(const std::string& path);
 
 // The two price options of simulate and plan.

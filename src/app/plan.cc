@@ -306,12 +306,12 @@ class PlanCommand final : public Command {
   // options without --pd, a split the engine cannot serve.
   std::optional<std::string> fleet_problem(const std::vector<FleetOptions>& fleets,
                                            const SimOptions& options) const {
-    const bool routed = std::any_of(fleets.begin(), fleets.end(),
-                                    [](const FleetOptions& f) { return f.instances() > 1; });
+    const bool routed =
+        std::any_of(fleets.begin(), fleets.end(), [](const FleetOptions& f) { return f.routed(); });
     if (router_->count() > 0 && !routed) {
       return std::string(
-          "--router routes requests among replicas: sweep --replicas 2 or more, "
-          "or --pd");
+          "--router routes requests among replicas: sweep --replicas 2 or more, or --pd with 2 "
+          "or more prefill instances");
     }
     if (pd_->count() == 0) {
       for (const CLI::Option* option : transfer_) {
@@ -384,7 +384,7 @@ class PlanCommand final : public Command {
     if (!fleets) return usage_error(fleets.error());
     request_.fleet_sweep = replicas_->count() > 0 || pd_->count() > 0;
     if (auto problem = prices_.load()) {
-      eprint("kvreplay plan: {}\n", *problem);
+      eprint("kvreplay {}: {}\n", request_.parts.empty() ? "plan" : "plan-merge", *problem);
       return kExitInput;
     }
     std::vector<std::string> routers = routers_;

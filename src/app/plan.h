@@ -155,7 +155,10 @@ struct SearchCeiling {
   std::uint32_t blocks = 0;
   SearchUnmet at_ceiling = SearchUnmet::kBlockCeiling;
 };
-SearchCeiling search_ceiling(std::uint64_t memory_bytes, std::uint64_t at_once);
+// A fleet's search (`instances` above 1) probes pools of every instance at
+// once: its ceiling is each instance's, within the same memory.
+SearchCeiling search_ceiling(std::uint64_t memory_bytes, std::uint64_t at_once,
+                             std::uint64_t instances = 1);
 
 // Exit 1 when an invariant check fails in any simulation (the sweep point or
 // search probe is named on stderr, and no report is written).

@@ -52,12 +52,12 @@ std::optional<std::size_t> best_cell(const PlanRequest& request, const PlanSweep
 // What a re-simulation must reproduce of a cell: every figure the answer and
 // the table show.
 nlohmann::json answer_figures(const CellFigures& f) {
-  return {{"trace", f.trace_sha256},          {"requests", f.requests_total},
-          {"finished", f.finished},           {"skipped", f.skipped},
-          {"preemptions", f.preemptions},     {"peak_used", f.peak_used},
-          {"hit_rate", f.hit_rate},           {"output_tokens_per_second", f.output_tokens_per_second},
-          {"latency", f.latency},             {"slo", f.slo},
-          {"cost_usd", f.cost_usd},           {"virtual_seconds", f.virtual_seconds}};
+  return {{"trace", f.trace_sha256},      {"requests", f.requests_total},
+          {"finished", f.finished},       {"skipped", f.skipped},
+          {"preemptions", f.preemptions}, {"peak_used", f.peak_used},
+          {"hit_rate", f.hit_rate},       {"output_tokens_per_second", f.output_tokens_per_second},
+          {"latency", f.latency},         {"slo", f.slo},
+          {"cost_usd", f.cost_usd},       {"virtual_seconds", f.virtual_seconds}};
 }
 
 // `kvreplay simulate` options that pick out exactly this cell's fleet, with
@@ -77,10 +77,15 @@ std::string simulate_args(const PlanSweep& sweep, const PlanCell& cell, const Sl
     args += fmt::format(" --replicas {}", d.fleet.instances());
   }
   if (d.fleet.routed()) args += fmt::format(" --router {}", to_string(d.fleet.router.policy));
-  if (d.options.gpu_hour_usd) args += fmt::format(" --gpu-hour-usd {:g}", *d.options.gpu_hour_usd);
-  if (slo.ttft_ms) args += fmt::format(" --slo-ttft-ms {:g}", *slo.ttft_ms);
-  if (slo.tpot_ms) args += fmt::format(" --slo-tpot-ms {:g}", *slo.tpot_ms);
+  // Shortest round-trip decimals: the option parses back to the very value.
+  if (d.options.gpu_hour_usd) args += fmt::format(" --gpu-hour-usd {}", *d.options.gpu_hour_usd);
+  if (slo.ttft_ms) args += fmt::format(" --slo-ttft-ms {}", *slo.ttft_ms);
+  if (slo.tpot_ms) args += fmt::format(" --slo-tpot-ms {}", *slo.tpot_ms);
   return args;
+}
+
+std::string gpus_text(std::uint32_t gpus) {
+  return fmt::format("{} GPU{}", gpus, gpus == 1 ? "" : "s");
 }
 
 std::string usd_text(const std::optional<double>& usd) {
@@ -89,6 +94,47 @@ std::string usd_text(const std::optional<double>& usd) {
 
 nlohmann::json optional_json(const std::optional<double>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+// Simulates cell `i` again and requires the figures it has; an exit code when
+// not: 2 in a merge (a part altered, or of another build), else 1 (a defect).
+std::optional<int> verify_cell(const PlanRequest& request, const PlanSweep& sweep,
+                               PlanSimulator& simulator, std::size_t i) {
+  const PlanCell& cell = sweep.cells[i];
+  const std::string label = deployment_label(sweep.deployments[cell.deployment]);
+  if (sweep.merging && request.trace_path == "-") {
+    eprint(
+        "kvreplay plan-merge: the fleet answer is verified by simulating it again, which needs "
+        "the trace, but the shards read it from standard input: shard a trace file\n");
+    return kExitInput;
+  }
+  auto again = simulator.simulate(cell.config, sweep.deployments[cell.deployment], {});
+  simulator.clear_progress();
+  if (!again) {
+    eprint("{}\n", again.error().to_string());
+    return kExitInput;
+  }
+  const CellFigures figures = CellFigures::read(again.value().report, again.value().violated);
+  if (figures.trace_sha256 != cell.figures->trace_sha256) {
+    eprint("{}: not the trace the plan's cells simulated (its SHA-256 is {}, theirs {})\n",
+           request.trace_path, figures.trace_sha256, cell.figures->trace_sha256);
+    return kExitInput;
+  }
+  if (figures.violated || answer_figures(figures) != answer_figures(*cell.figures)) {
+    if (sweep.merging) {
+      eprint(
+          "kvreplay plan-merge: the parts' figures of {} are not what simulating it gives: a part "
+          "was altered, or written by another build\n",
+          label);
+      return kExitInput;
+    }
+    eprint(
+        "{}: the fleet answer {} did not verify: simulated again it gave other figures (a "
+        "defect: a simulation must be deterministic)\n",
+        request.trace_path, label);
+    return kExitCheckFailed;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -107,7 +153,9 @@ std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
         sweep.fleet_answers.begin(), sweep.fleet_answers.end(), [&](const FleetAnswer& a) {
           return a.model == cell.model && a.page_tokens == cell.page_tokens;
         });
-    if (!known) sweep.fleet_answers.push_back(FleetAnswer{cell.model, cell.page_tokens, std::nullopt, {}, false});
+    if (!known)
+      sweep.fleet_answers.push_back(
+          FleetAnswer{cell.model, cell.page_tokens, std::nullopt, {}, false});
   }
   for (FleetAnswer& answer : sweep.fleet_answers) {
     answer.cell = best_cell(request, sweep, answer, [](const PlanDeployment&) { return true; });
@@ -117,35 +165,19 @@ std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
              return !d.fleet.routed() || to_string(d.fleet.router.policy) == router;
            })});
     }
-    if (!answer.cell) continue;
-    // Verified: exactly that fleet, simulated again, gives the same figures.
-    const PlanCell& cell = sweep.cells[*answer.cell];
-    if (sweep.merging && request.trace_path == "-") {
-      eprint(
-          "kvreplay plan-merge: the fleet answer is verified by simulating it again, which needs "
-          "the trace, but the shards read it from standard input: shard a trace file\n");
-      return kExitInput;
+    // Verified: exactly that fleet, simulated again, gives the same figures;
+    // so does each router's fewest (a merge takes their figures from parts).
+    std::vector<std::size_t> chosen;
+    if (answer.cell) chosen.push_back(*answer.cell);
+    for (const FleetAnswer::RouterBest& best : answer.by_router) {
+      if (best.cell && std::find(chosen.begin(), chosen.end(), *best.cell) == chosen.end()) {
+        chosen.push_back(*best.cell);
+      }
     }
-    auto again = simulator.simulate(cell.config, sweep.deployments[cell.deployment], {});
-    simulator.clear_progress();
-    if (!again) {
-      eprint("{}\n", again.error().to_string());
-      return kExitInput;
+    for (std::size_t i : chosen) {
+      if (auto code = verify_cell(request, sweep, simulator, i)) return code;
     }
-    const CellFigures figures = CellFigures::read(again.value().report, again.value().violated);
-    if (figures.trace_sha256 != cell.figures->trace_sha256) {
-      eprint("{}: not the trace the plan's cells simulated (its SHA-256 is {}, theirs {})\n",
-             request.trace_path, figures.trace_sha256, cell.figures->trace_sha256);
-      return kExitInput;
-    }
-    if (figures.violated || answer_figures(figures) != answer_figures(*cell.figures)) {
-      eprint(
-          "{}: the fleet answer {} did not verify: simulated again it gave other figures (a "
-          "defect: a simulation must be deterministic)\n",
-          request.trace_path, deployment_label(sweep.deployments[cell.deployment]));
-      return kExitCheckFailed;
-    }
-    answer.verified = true;
+    answer.verified = answer.cell.has_value();
   }
   return std::nullopt;
 }
@@ -153,23 +185,25 @@ std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
 nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep,
                               const std::string& slo_words, std::string& table) {
   nlohmann::json rows = nlohmann::json::array();
+  const bool priced = std::any_of(sweep.deployments.begin(), sweep.deployments.end(),
+                                  [](const PlanDeployment& d) { return d.options.gpu_hour_usd; });
   table += fmt::format(
-      "\nfewest GPUs with no preemption{} (then the lowest $), verified by simulating that fleet "
-      "again:\n",
-      slo_words);
+      "\nfewest GPUs with no preemption{}{}, verified by simulating that fleet again:\n", slo_words,
+      priced ? " (then the lowest $)" : "");
   auto cell_json = [&](std::size_t i) {
     const PlanCell& cell = sweep.cells[i];
     const CellFigures& f = *cell.figures;
-    nlohmann::json out = {{"deployment", deployment_json(sweep, cell.deployment)},
-                          {"gpus", sweep.deployments[cell.deployment].gpus()},
-                          {"kv_memory", cell.kv_memory},
-                          {"pool_blocks", cell.config.kv.pool_blocks},
-                          {"hit_rate", f.hit_rate},
-                          {"p99_ttft_ms", f.p99_ttft_ms},
-                          {"p99_tpot_ms", f.p99_tpot_ms},
-                          {"slo_attainment", optional_json(f.slo_attainment)},
-                          {"usd_per_hour", optional_json(f.usd_per_hour)},
-                          {"usd_per_million_output_tokens", optional_json(f.usd_per_million_tokens)}};
+    nlohmann::json out = {
+        {"deployment", deployment_json(sweep, cell.deployment)},
+        {"gpus", sweep.deployments[cell.deployment].gpus()},
+        {"kv_memory", cell.kv_memory},
+        {"pool_blocks", cell.config.kv.pool_blocks},
+        {"hit_rate", f.hit_rate},
+        {"p99_ttft_ms", f.p99_ttft_ms},
+        {"p99_tpot_ms", f.p99_tpot_ms},
+        {"slo_attainment", optional_json(f.slo_attainment)},
+        {"usd_per_hour", optional_json(f.usd_per_hour)},
+        {"usd_per_million_output_tokens", optional_json(f.usd_per_million_tokens)}};
     return out;
   };
   for (const FleetAnswer& answer : sweep.fleet_answers) {
@@ -181,15 +215,17 @@ nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep
       row["label"] = model_label(cell.config);
       row["verified"] = answer.verified;
       row["simulate_args"] = simulate_args(sweep, cell, request.options.slo);
+      const std::string cost =
+          f.usd_per_hour ? fmt::format(", {} an hour, {} per million output tokens",
+                                       usd_text(f.usd_per_hour), usd_text(f.usd_per_million_tokens))
+                         : std::string();
       table += fmt::format(
-          "  {:<15} page {:>4}: {} GPUs: {}, {} an hour, {} per million output tokens, hit rate "
-          "{:.4f}, p99 TTFT {}, p99 TPOT {}\n    kvreplay simulate {} {} (and the plan's other "
-          "options)\n",
+          "  {:<15} page {:>4}: {}: {}{}, hit rate {:.4f}, p99 TTFT {}, p99 TPOT {}\n    kvreplay "
+          "simulate {} {} (and the plan's other options)\n",
           model_label(cell.config), answer.page_tokens,
-          sweep.deployments[cell.deployment].gpus(),
-          deployment_label(sweep.deployments[cell.deployment]), usd_text(f.usd_per_hour),
-          usd_text(f.usd_per_million_tokens), f.hit_rate, ms_text(f.p99_ttft_ms),
-          ms_text(f.p99_tpot_ms), request.trace_path,
+          gpus_text(sweep.deployments[cell.deployment].gpus()),
+          deployment_label(sweep.deployments[cell.deployment]), cost, f.hit_rate,
+          ms_text(f.p99_ttft_ms), ms_text(f.p99_tpot_ms), request.trace_path,
           simulate_args(sweep, cell, request.options.slo));
     } else {
       row["deployment"] = nullptr;

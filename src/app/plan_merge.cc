@@ -174,11 +174,64 @@ constexpr FigureRule kCellFigures[] = {
     {"config.simulation.cost", Figure::kObject},
 };
 
+// What is wrong with a fleet's figures in the report a part gives for a cell
+// of `deployment`: its instances (as many as the deployment's, each peak a
+// count), its fleet (there exactly for a fleet, of the deployment's GPUs)
+// and its cost (there exactly when the deployment is priced, at its price
+// and GPUs).
+std::optional<std::string> fleet_report_problem(const nlohmann::json& r, const std::string& field,
+                                                const PlanDeployment& deployment) {
+  const std::uint32_t instances = deployment.fleet.instances();
+  if (instances > 1) {
+    if (!r.contains("instances") || !r["instances"].is_array() ||
+        r["instances"].size() != instances) {
+      return fmt::format("{}.instances: {}, but the cell's fleet has {} instances", field,
+                         r.contains("instances") ? shown(r["instances"]) : "missing", instances);
+    }
+    for (std::size_t i = 0; i < instances; ++i) {
+      if (auto problem =
+              figure_problem(find_dotted(r["instances"][i], "blocks.peak_used"), Figure::kCount)) {
+        return fmt::format("{}.instances[{}].blocks.peak_used: {}", field, i, *problem);
+      }
+    }
+    if (auto problem = figure_problem(find_dotted(r, "fleet.gpus"), Figure::kCount)) {
+      return fmt::format("{}.fleet.gpus: {}", field, *problem);
+    }
+    if (r["fleet"]["gpus"] != deployment.gpus()) {
+      return fmt::format("{}.fleet.gpus: {}, but the cell's fleet has {} GPUs", field,
+                         shown(r["fleet"]["gpus"]), deployment.gpus());
+    }
+  } else if (r.contains("instances") || r.contains("fleet")) {
+    return fmt::format("{}.{}: present, but the cell is one instance", field,
+                       r.contains("instances") ? "instances" : "fleet");
+  }
+  const std::optional<double>& price = deployment.options.gpu_hour_usd;
+  if (r.contains("cost_usd") != price.has_value()) {
+    return fmt::format("{}.cost_usd: {}", field,
+                       price ? "missing, but the cell is priced" : "present, but no price given");
+  }
+  if (price) {
+    for (const char* path : {"cost_usd.usd_per_hour", "cost_usd.usd_per_million_output_tokens"}) {
+      if (auto problem = figure_problem(find_dotted(r, path), Figure::kAmountOrNull)) {
+        return fmt::format("{}.{}: {}", field, path, *problem);
+      }
+    }
+    // As cost_usd_json computes it: the price times the GPUs.
+    const double per_hour = *price * static_cast<double>(deployment.gpus());
+    if (r["cost_usd"]["usd_per_hour"] != per_hour) {
+      return fmt::format("{}.cost_usd.usd_per_hour: {}, but {} GPUs at ${} an hour cost {}", field,
+                         shown(r["cost_usd"]["usd_per_hour"]), deployment.gpus(), *price, per_hour);
+    }
+  }
+  return std::nullopt;
+}
+
 // What is wrong with the report a part gives for `cell`, as "FIELD: PROBLEM"
 // under `field` ("cells[3].report"), or nullopt. `trace_sha256`: the part's
 // trace; `slo`: whether the plan has SLOs (then every report has "slo").
 std::optional<std::string> cell_report_problem(const nlohmann::json& r, const std::string& field,
                                                const PlanCell& cell,
+                                               const PlanDeployment& deployment,
                                                const std::string& trace_sha256, bool slo) {
   if (!r.is_object()) return fmt::format("{}: {} is not an object", field, shown(r));
   for (const FigureRule& rule : kCellFigures) {
@@ -199,35 +252,7 @@ std::optional<std::string> cell_report_problem(const nlohmann::json& r, const st
       return fmt::format("{}.slo.attainment: {}", field, *problem);
     }
   }
-  // A fleet's instances, whose fullest peak the search reads, and its fleet object.
-  if (r.contains("instances")) {
-    if (!r["instances"].is_array() || r["instances"].empty()) {
-      return fmt::format("{}.instances: {} is not a list of instances", field,
-                         shown(r["instances"]));
-    }
-    for (std::size_t i = 0; i < r["instances"].size(); ++i) {
-      if (auto problem =
-              figure_problem(find_dotted(r["instances"][i], "blocks.peak_used"), Figure::kCount)) {
-        return fmt::format("{}.instances[{}].blocks.peak_used: {}", field, i, *problem);
-      }
-    }
-  }
-  if (r.contains("fleet")) {
-    if (auto problem = figure_problem(find_dotted(r, "fleet"), Figure::kObject)) {
-      return fmt::format("{}.fleet: {}", field, *problem);
-    }
-  }
-  // A priced cell's cost (--gpu-hour-usd, --gpu-prices), which the fleet answer orders by.
-  if (r.contains("cost_usd")) {
-    for (const char* path : {"cost_usd.usd_per_hour", "cost_usd.usd_per_million_output_tokens"}) {
-      if (auto problem = figure_problem(find_dotted(r, path), Figure::kAmountOrNull)) {
-        return fmt::format("{}.{}: {}", field, path, *problem);
-      }
-    }
-    if (r["cost_usd"]["usd_per_hour"].is_null()) {
-      return fmt::format("{}.cost_usd.usd_per_hour: null", field);
-    }
-  }
+  if (auto problem = fleet_report_problem(r, field, deployment)) return problem;
   if (r["trace"]["sha256"] != trace_sha256) {
     return fmt::format("{}.trace.sha256: {}, but the part's trace is {}", field,
                        shown(r["trace"]["sha256"]), trace_sha256);
@@ -253,7 +278,7 @@ std::optional<std::string> cell_report_problem(const nlohmann::json& r, const st
   }
   // A fleet's peak is its instances' peaks summed, each within its own pool.
   const auto peak_used = r["blocks"]["peak_used"].get<std::uint64_t>();
-  const std::uint64_t pools = r.contains("instances") ? r["instances"].size() : 1;
+  const std::uint64_t pools = deployment.fleet.instances();
   if (peak_used > pool * pools) {
     return pools == 1 ? fmt::format("{}.blocks.peak_used: {} blocks, more than the pool's {}",
                                     field, peak_used, pool)
@@ -285,6 +310,7 @@ struct MergedSweep {
   bool search_min = true;
   bool slo = false;
   const std::vector<std::size_t>& cell_group;  // each cell's search (its unit with the search)
+  const std::vector<PlanDeployment>& deployments;
 };
 
 // One part as fill_parts_into reads it, and what it filled so far.
@@ -337,8 +363,9 @@ std::optional<std::string> read_part_cell(PartReading& at, std::size_t k) {
     return at.refuse(fmt::format("{} and {} both hold cell {}", *cell_from[i], file, i));
   }
   cell_from[i] = &file;
-  if (auto problem = cell_report_problem(entry.contains("report") ? entry["report"] : nullptr,
-                                         field + ".report", cells[i], at.trace_sha256, sweep.slo)) {
+  if (auto problem = cell_report_problem(
+          entry.contains("report") ? entry["report"] : nullptr, field + ".report", cells[i],
+          sweep.deployments[cells[i].deployment], at.trace_sha256, sweep.slo)) {
     return fmt::format("{}: {}", file, *problem);
   }
   const nlohmann::json* warnings = find_dotted(entry, "warnings");
@@ -692,7 +719,8 @@ int merge_parts(const PlanMergeRequest& request) {
 
 std::optional<std::string> fill_from_parts(const std::vector<PlanPart>& parts, PlanSweep& sweep,
                                            bool search_min, bool slo) {
-  const MergedSweep merged{sweep.sweep_sha256, sweep.units, search_min, slo, sweep.cell_group};
+  const MergedSweep merged{sweep.sweep_sha256, sweep.units,      search_min, slo,
+                           sweep.cell_group,   sweep.deployments};
   return fill_parts_into(parts, merged, sweep.cells, sweep.searches);
 }
 

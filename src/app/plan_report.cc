@@ -196,6 +196,10 @@ nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std
                           {"invariant_checks", f.invariant_checks}};
     if (f.slo_attainment) row["slo"] = f.slo;
     if (!f.cost_usd.is_null()) row["cost_usd"] = f.cost_usd;
+    // A fleet's peaks are its instances' summed: beside them, every instance's pool.
+    const std::uint64_t pools = sweep.deployments[cell.deployment].fleet.instances();
+    const std::uint64_t blocks = std::uint64_t{cell.config.kv.pool_blocks} * pools;
+    if (sweep.fleet_sweep) row["fleet_pool_blocks"] = blocks;
     if (!f.fleet.is_null()) row["fleet"] = f.fleet;
     if (show_deployments) row["deployment"] = deployment_json(sweep, cell.deployment);
     table +=
@@ -203,10 +207,9 @@ nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std
         fmt::format(
             "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f} "
             "{:>10} {:>8} {:>6}{}\n",
-            model_label(cell.config), cell.page_tokens, cell.kv_memory, cell.config.kv.pool_blocks,
-            f.peak_used, f.peak_in_use, f.waste_ratio_mean * 100.0, f.preemptions, f.hit_rate,
-            f.finished, f.skipped, f.output_tokens_per_second, ms_text(f.p99_ttft_ms),
-            ms_text(f.p99_tpot_ms),
+            model_label(cell.config), cell.page_tokens, cell.kv_memory, blocks, f.peak_used,
+            f.peak_in_use, f.waste_ratio_mean * 100.0, f.preemptions, f.hit_rate, f.finished,
+            f.skipped, f.output_tokens_per_second, ms_text(f.p99_ttft_ms), ms_text(f.p99_tpot_ms),
             !f.overload_ratio ? std::string("-")
                               : fmt::format("{:.2f}{}", *f.overload_ratio, f.overloaded ? "!" : ""),
             f.slo_attainment ? fmt::format(" {:>6.2f}%", *f.slo_attainment * 100) : std::string());

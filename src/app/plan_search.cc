@@ -95,10 +95,13 @@ std::optional<SearchUnmet> parse_search_unmet(std::string_view text) {
   return std::nullopt;
 }
 
-SearchCeiling search_ceiling(std::uint64_t memory_bytes, std::uint64_t at_once) {
+SearchCeiling search_ceiling(std::uint64_t memory_bytes, std::uint64_t at_once,
+                             std::uint64_t instances) {
   const std::uint64_t share = memory_bytes / at_once;
+  const std::uint64_t fixed =
+      add_sat(kSimulationBaseBytes, mul_sat(instances - 1, kFleetInstanceBytes));
   const std::uint64_t fitting_blocks =
-      share <= kSimulationBaseBytes ? 0 : (share - kSimulationBaseBytes) / kSimulationBytesPerBlock;
+      share <= fixed ? 0 : (share - fixed) / kSimulationBytesPerBlock / instances;
   return SearchCeiling{
       static_cast<std::uint32_t>(std::min<std::uint64_t>(kMaxSupportedPoolBlocks, fitting_blocks)),
       fitting_blocks < kMaxSupportedPoolBlocks ? SearchUnmet::kMemoryLimit
@@ -252,9 +255,13 @@ void run_search(const PlanRequest& request, const PlanSweep& sweep, MinSearch& s
     return failing;
   };
   // A fleet's probe holds its pool once per instance.
-  const std::uint32_t ceiling = bounds.ceiling / deployment.fleet.instances();
-  PoolSearchOutcome outcome = search_smallest_pool(search.config.kv.pool_blocks, ceiling,
-                                                   bounds.at_ceiling, probe, largest_failing_swept);
+  const SearchCeiling ceiling =
+      deployment.fleet.instances() == 1
+          ? SearchCeiling{bounds.ceiling, bounds.at_ceiling}
+          : search_ceiling(bounds.limit.bytes, bounds.at_once, deployment.fleet.instances());
+  PoolSearchOutcome outcome =
+      search_smallest_pool(search.config.kv.pool_blocks, ceiling.blocks, ceiling.at_ceiling, probe,
+                           largest_failing_swept);
   search.blocks = outcome.blocks;
   search.raised_past = outcome.raised_past;
   if (outcome.stopped || !outcome.unmet) return;

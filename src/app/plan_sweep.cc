@@ -114,11 +114,14 @@ std::string deployment_label(const PlanDeployment& d) {
 }
 
 nlohmann::json fleet_json(const FleetOptions& fleet) {
-  nlohmann::json out = {{"instances", fleet.instances()},
-                        {"replicas", fleet.disaggregated() ? 0 : fleet.instances()},
-                        {"prefill", fleet.prefill_replicas},
-                        {"decode", fleet.decode_replicas},
-                        {"router", std::string(to_string(fleet.router.policy))}};
+  // A fleet that routes nothing (one instance, one prefill instance) has no router.
+  nlohmann::json out = {
+      {"instances", fleet.instances()},
+      {"replicas", fleet.disaggregated() ? 0 : fleet.instances()},
+      {"prefill", fleet.prefill_replicas},
+      {"decode", fleet.decode_replicas},
+      {"router", fleet.routed() ? nlohmann::json(std::string(to_string(fleet.router.policy)))
+                                : nlohmann::json(nullptr)}};
   if (fleet.disaggregated()) {
     out["kv_transfer_gbps"] = fleet.kv_transfer_gbps;
     out["kv_transfer_latency_us"] = fleet.kv_transfer_latency_us;
@@ -224,6 +227,8 @@ std::string sweep_fingerprint(const PlanRequest& request,
     nlohmann::json options = sim_options_json(d.options);
     options["check"] = d.options.check.name();
     options["cost"] = cost_options_json(d.options.cost);
+    // The price decides the fleet answer: parts priced otherwise do not merge.
+    if (d.options.gpu_hour_usd) options["gpu_hour_usd"] = *d.options.gpu_hour_usd;
     sweep["deployments"].push_back({{"label", deployment_label(d)}, {"options", options}});
     if (request.fleet_sweep) sweep["deployments"].back()["fleet"] = fleet_json(d.fleet);
   }
@@ -403,20 +408,26 @@ std::optional<int> check_sweep_memory(const PlanSweep& sweep, unsigned jobs) {
     return kExitInput;
   }
   if (!run_cells.empty()) {
-    // A fleet's simulation holds every instance's pool.
+    // A fleet's simulation holds every instance's pool, and each instance's own structures.
     std::uint64_t largest = 0;
+    std::uint64_t each = 0;
     for (std::size_t i : run_cells) {
-      largest = std::max(largest, std::uint64_t{cells[i].config.kv.pool_blocks} *
-                                      sweep.deployments[cells[i].deployment].fleet.instances());
+      const std::uint64_t instances = sweep.deployments[cells[i].deployment].fleet.instances();
+      largest = std::max(largest, std::uint64_t{cells[i].config.kv.pool_blocks} * instances);
+      each = std::max(each, fleet_memory_bytes(cells[i].config.kv.pool_blocks, instances));
     }
     const std::uint64_t at_once = jobs_at_once(run_cells.size(), jobs);
-    const std::uint64_t each = simulation_memory_bound(largest);
     if (auto problem = check_memory(
             mul_sat(at_once, each),
             fmt::format("running {} of the sweep's simulations at once", at_once),
             fmt::format("{} x ({} + {} bytes a block x {} blocks, the largest swept pool{})",
                         at_once, memory_text(kSimulationBaseBytes), kSimulationBytesPerBlock,
-                        largest, sweep.fleet_sweep ? " or fleet (every instance's)" : ""))) {
+                        largest,
+                        sweep.fleet_sweep
+                            ? fmt::format(" or fleet (every instance's), + {} KiB an instance "
+                                          "after the first",
+                                          kFleetInstanceBytes >> 10)
+                            : std::string()))) {
       const std::uint64_t fitting = memory_limit().bytes / each;
       eprint("kvreplay plan: {}: {}\n", *problem,
              fitting == 0 ? std::string("sweep smaller pools (a larger --page-tokens, "

@@ -12,6 +12,7 @@
 #include "app/gpu_prices.h"
 #include "app/options.h"
 #include "app/terminal.h"
+#include "core/memory_budget.h"
 #include "io/standard_output.h"
 #include "report/html.h"
 
@@ -53,6 +54,21 @@ int run_simulate(const SimulateRequest& request) {
     eprint("{}\n", config.error().to_string());
     return kExitInput;
   }
+  const bool fleet = request.fleet.instances() > 1;
+  if (fleet) {
+    // Every instance's pool at once (resolve_sim_config checked one).
+    const std::uint64_t n = request.fleet.instances();
+    if (auto problem = check_memory(
+            fleet_memory_bytes(config.value().kv.pool_blocks, n),
+            fmt::format("a fleet of {} instances of {} blocks", n, config.value().kv.pool_blocks),
+            fmt::format("{} MiB + {} bytes a block + {} KiB an instance after the first",
+                        kSimulationBaseBytes >> 20, kSimulationBytesPerBlock,
+                        kFleetInstanceBytes >> 10))) {
+      eprint("command line: {}: {}\n",
+             request.fleet.disaggregated() ? "--prefill-replicas" : "--replicas", *problem);
+      return kExitInput;
+    }
+  }
   // Opened before the run, so a path that cannot be written fails at once.
   OutputSet outputs;
   outputs.add_input("REQUESTS", request.trace_path);
@@ -64,7 +80,6 @@ int run_simulate(const SimulateRequest& request) {
   OutputFile* html_out = nullptr;
   OutputFile* requests_out = nullptr;
   OutputFile* router_log_out = nullptr;
-  const bool fleet = request.fleet.instances() > 1;
   if ((!request.report_path.empty() &&
        (report_out = outputs.open("the report", request.report_path, OutputFile::Flow::kWhole,
                                   "--report")) == nullptr) ||

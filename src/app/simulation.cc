@@ -215,6 +215,11 @@ std::uint64_t simulation_memory_bytes(std::uint64_t pool_blocks) {
   return add_sat(kSimulationBaseBytes, mul_sat(pool_blocks, kSimulationBytesPerBlock));
 }
 
+std::uint64_t fleet_memory_bytes(std::uint64_t pool_blocks, std::uint64_t instances) {
+  return add_sat(simulation_memory_bytes(mul_sat(pool_blocks, instances)),
+                 mul_sat(instances - 1, kFleetInstanceBytes));
+}
+
 namespace sim_detail {
 
 std::string_view timeline_csv_header() {

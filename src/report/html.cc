@@ -571,6 +571,9 @@ std::string render_plan_html(const nlohmann::json& plan) {
       "<th>mean waste</th><th>preemptions</th><th>hit rate</th><th>finished</th><th>skipped</th>"
       "<th>output tokens/s</th><th>p99 TTFT</th><th>p99 TPOT</th><th>time / arrivals</th>";
   if (slo) body += "<th>SLO attainment</th>";
+  const bool priced = std::any_of(cells.begin(), cells.end(),
+                                  [](const nlohmann::json& c) { return c.contains("cost_usd"); });
+  if (priced) body += "<th>$ per million output tokens</th>";
   body += "</tr>\n";
   auto latency = [](const nlohmann::json& c, const char* name) {
     const nlohmann::json& v = at_path(c, {"latency", name, "p99"});
@@ -589,7 +592,9 @@ std::string render_plan_html(const nlohmann::json& plan) {
         escape_html(value_text(at_path(c, {c.contains("label") ? "label" : "model"}))),
         escape_html(value_text(at_path(c, {"page_tokens"}))),
         escape_html(value_text(at_path(c, {"kv_memory"}))),
-        escape_html(value_text(at_path(c, {"pool_blocks"}))),
+        // A fleet's blocks: every instance's pool, as its peaks are summed.
+        escape_html(value_text(
+            at_path(c, {c.contains("fleet_pool_blocks") ? "fleet_pool_blocks" : "pool_blocks"}))),
         escape_html(value_text(at_path(c, {"peak_in_use"}))),
         escape_html(percent_text(at_path(c, {"waste_ratio_mean"}))),
         escape_html(value_text(at_path(c, {"preemptions"}))),
@@ -606,6 +611,11 @@ std::string render_plan_html(const nlohmann::json& plan) {
     if (slo)
       body +=
           fmt::format("<td>{}</td>", escape_html(percent_text(at_path(c, {"slo", "attainment"}))));
+    if (priced) {
+      const nlohmann::json& usd = at_path(c, {"cost_usd", "usd_per_million_output_tokens"});
+      body += fmt::format("<td>{}</td>", usd.is_number() ? fmt::format("${:.3f}", usd.get<double>())
+                                                         : std::string("-"));
+    }
     body += "</tr>\n";
   }
   body += "</table></div>\n";

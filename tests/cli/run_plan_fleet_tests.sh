@@ -74,6 +74,14 @@ run simulate "$trace" --model llama-3.1-8b --gpu h200 --prefill-replicas 2 --dec
   --router prefix-aware "${slo[@]:0:4}" --report "$work/pd.json" -q
 check '[[ $(jq "[.cells[] | select(.deployment.label == \"h200 x4 (pd 2:2, prefix-aware)\")][0].latency" "$work/plan.json") == $(jq .latency "$work/pd.json") ]]' \
   "the plan's P/D cell is not simulate's"
+# Prices and SLOs that take many digits reproduce too.
+run plan "$trace" --model llama-3.1-8b --gpu h100-80gb --replicas 4,8 --slo-ttft-ms 9876.54321 \
+  --slo-tpot-ms 300.123456789 --slo-attainment 0.5 --gpu-hour-usd 2.987654321 --no-search \
+  --report "$work/digits.json" -q
+read -r -a args <<<"$(jq -r '.min_fleet[0].simulate_args' "$work/digits.json")"
+run simulate "$trace" "${args[@]}" --report "$work/digits-sim.json" -q
+check '[[ $(jq .min_fleet[0].usd_per_million_output_tokens "$work/digits.json") == $(jq .cost_usd.usd_per_million_output_tokens "$work/digits-sim.json") ]]' \
+  "simulate_args lost digits: ${args[*]}"
 finish "the answer and a P/D cell reproduce with simulate"
 
 # 3. Shards merge byte-identical to the plan run whole (report and HTML).
@@ -85,6 +93,17 @@ run plan-merge "$work"/part{1,2,3}.json --report "$work/merged.json" --html "$wo
 check '[[ $rc -eq 0 ]]' "plan-merge: exit $rc: $(err_text)"
 check 'cmp -s "$work/plan.json" "$work/merged.json"' "the merged report differs"
 check 'cmp -s "$work/plan.html" "$work/merged.html"' "the merged HTML differs"
+# Shards priced otherwise are not one sweep; a part's forged cost is refused.
+run plan "$trace" "${sweep[@]}" --shard 1/2 --report "$work/p1.json"
+sed 's/"h200": 3.2/"h200": 3.3/' "$work/prices.json" >"$work/prices2.json"
+run plan "$trace" "${sweep[@]//$work\/prices.json/$work/prices2.json}" --shard 2/2 --report "$work/p2.json"
+run plan-merge "$work/p1.json" "$work/p2.json" --report "$work/mixed.json" -q
+check '[[ $rc -eq 2 && ! -e "$work/mixed.json" ]]' "shards priced otherwise merged: exit $rc: $(err_text)"
+jq -c '.cells[0].report.cost_usd.usd_per_hour += 1' \
+  "$work/part1.json" >"$work/forged1.json"
+run plan-merge "$work/forged1.json" "$work/part2.json" "$work/part3.json" --report "$work/forged.json" -q
+check '[[ $rc -eq 2 && ! -e "$work/forged.json" ]] && grep -q "cost_usd.usd_per_hour: .*, but .* GPUs at" "$work/err"' \
+  "a forged \$ an hour merged, or unclear: exit $rc: $(err_text)"
 finish "a fleet plan's shards merge byte-identical"
 
 # 4. With the search: a fleet's pool is each instance's.
@@ -102,6 +121,7 @@ finish "the smallest KV memory of a fleet serves"
 printf '{\n  "h100-80gb": 2.5,\n  "b300x": 1\n}\n' >"$work/unknown.json"
 printf '{\n  "h100-80gb": "cheap"\n}\n' >"$work/text.json"
 printf '{"h100-80gb": 2.5}\n' >"$work/h100.json"
+printf '{"h100-80gb": 1e10}\n' >"$work/dear.json"
 base=(plan "$trace" --model llama-3.1-8b --gpu h100-80gb --no-search -q)
 while IFS='|' read -r words expect; do
   read -r -a extra <<<"$words"
@@ -116,8 +136,10 @@ done <<EOF2
 --replicas 2 --kv-transfer-gbps 10|--kv-transfer-gbps is an option of --pd
 --pd 1:1 --engine sglang|--pd: disaggregated serving
 --replicas 0|--replicas
---replicas 2 --gpu-prices $work/unknown.json|unknown.json:3: --gpu-prices: 'b300x'
---replicas 2 --gpu-prices $work/text.json|text.json:2: --gpu-prices: 'h100-80gb'
+--replicas 2 --gpu-prices $work/unknown.json|unknown.json:3: --gpu-prices: "b300x": unknown GPU
+--replicas 2 --gpu-prices $work/text.json|text.json:2: --gpu-prices: "h100-80gb": "cheap" is not a price
+--replicas 2 --gpu-prices $work/dear.json|dear.json:1: --gpu-prices: "h100-80gb": 10000000000.0 is not a price
+--pd 1:1 --router prefix-aware|--router routes requests
 --replicas 2 --gpu h200 --gpu-prices $work/h100.json|has no price for h200
 --replicas 2 --gpu-prices $work/h100.json --gpu-hour-usd 2|excludes
 EOF2
@@ -131,6 +153,10 @@ check '[[ $rc -eq 0 && $(jq .cost_usd.gpu_hour_usd "$work/priced.json") == 3.2 ]
 run plan "$trace" --model llama-3.1-8b --gpu h100-80gb --no-search --report "$work/plain.json" -q
 check '[[ $rc -eq 0 && $(jq "has(\"min_fleet\")" "$work/plain.json") == false ]]' \
   "a plan with no fleet options has min_fleet"
+# A fleet's memory is every instance's: checked before the run.
+KVREPLAY_MEMORY_LIMIT=60MiB run simulate "$trace" --kv-memory 64MiB --replicas 4096 -q
+check '[[ $rc -eq 2 ]] && grep -q -- "--replicas: .*4096 instances" "$work/err"' \
+  "simulate --replicas 4096 under a 60 MiB limit: exit $rc: $(err_text)"
 finish "simulate --gpu-prices; no fleet answer without fleet options"
 
 echo "$passed passed, $failed failed"

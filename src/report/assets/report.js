@@ -298,7 +298,10 @@
     if (swept || !data.deployments) {
       sweep('chart-preemptions', 'Preemptions (dashed: smallest KV memory with none)', 'preemptions', function (c) { return c.preemptions; }, false, true);
       specs[specs.length - 1].integer = true;
-      sweep('chart-peak', 'Peak blocks in use (fraction of the pool)', 'in use / pool', function (c) { return c.pool_blocks ? c.peak_in_use / c.pool_blocks : null; }, true, false);
+      sweep('chart-peak', 'Peak blocks in use (fraction of the pool)', 'in use / pool', function (c) {
+        var pool = c.fleet_pool_blocks || c.pool_blocks;  // a fleet's: every instance's
+        return pool ? c.peak_in_use / pool : null;
+      }, true, false);
       sweep('chart-ttft', 'p99 time to first token (ms, log scale)', 'ms', p99('ttft_ms'), false, false);
       specs[specs.length - 1].logY = true;
       if (slo) sweep('chart-slo', 'SLO attainment', 'requests meeting the SLOs', attainment, true, false);
@@ -320,8 +323,11 @@
       });
       data.cells.forEach(function (c) {
         if (!c.deployment || c.deployment.gpu === null) return;
+        var f = c.deployment.fleet;
         var base = (c.label || c.model) + ' on ' + c.deployment.gpu + ', page ' + c.page_tokens;
-        var f = c.deployment.fleet, keys = [base];
+        if (f && c.deployment.tp > 1) base += ', tp ' + c.deployment.tp;  // a replica's
+        if (f && c.deployment.pp > 1) base += ', pp ' + c.deployment.pp;
+        var keys = [base];
         if (f) {
           var shape = f.prefill > 0 ? ', P/D' : '';
           var names = routed(f) || !routers.length ? [f.router] : routers;
