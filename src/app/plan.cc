@@ -100,7 +100,7 @@ int run_plan_steps(const PlanRequest& request) {
   }
   // A fleet sweep's answer, simulated again (a shard has no answer: its merge does).
   if (sweep.fleet_sweep && !request.shard) {
-    if (auto code = answer_fleets(request, sweep, simulator)) return *code;
+    if (auto code = answer_fleets(request, sweep, simulator, jobs)) return *code;
   }
   if (request.shard) {
     // The part: this shard's figures, and what plan-merge checks them by.

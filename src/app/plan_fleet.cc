@@ -13,6 +13,7 @@
 
 #include "app/exit_codes.h"
 #include "app/plan_internal.h"
+#include "core/memory_budget.h"
 #include "io/standard_output.h"
 #include "report/duration_text.h"
 
@@ -102,14 +103,7 @@ std::optional<int> verify_cell(const PlanRequest& request, const PlanSweep& swee
                                PlanSimulator& simulator, std::size_t i) {
   const PlanCell& cell = sweep.cells[i];
   const std::string label = deployment_label(sweep.deployments[cell.deployment]);
-  if (sweep.merging && request.trace_path == "-") {
-    eprint(
-        "kvreplay plan-merge: the fleet answer is verified by simulating it again, which needs "
-        "the trace, but the shards read it from standard input: shard a trace file\n");
-    return kExitInput;
-  }
   auto again = simulator.simulate(cell.config, sweep.deployments[cell.deployment], {});
-  simulator.clear_progress();
   if (!again) {
     eprint("{}\n", again.error().to_string());
     return kExitInput;
@@ -140,7 +134,7 @@ std::optional<int> verify_cell(const PlanRequest& request, const PlanSweep& swee
 }  // namespace
 
 std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
-                                 PlanSimulator& simulator) {
+                                 PlanSimulator& simulator, unsigned jobs) {
   std::vector<std::string> routers;
   for (const PlanDeployment& d : sweep.deployments) {
     const std::string name(to_string(d.fleet.router.policy));
@@ -165,20 +159,51 @@ std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
              return !d.fleet.routed() || to_string(d.fleet.router.policy) == router;
            })});
     }
-    // Verified: exactly that fleet, simulated again, gives the same figures;
-    // so does each router's fewest (a merge takes their figures from parts).
-    std::vector<std::size_t> chosen;
-    if (answer.cell) chosen.push_back(*answer.cell);
-    for (const FleetAnswer::RouterBest& best : answer.by_router) {
-      if (best.cell && std::find(chosen.begin(), chosen.end(), *best.cell) == chosen.end()) {
-        chosen.push_back(*best.cell);
-      }
-    }
-    for (std::size_t i : chosen) {
-      if (auto code = verify_cell(request, sweep, simulator, i)) return code;
-    }
-    answer.verified = answer.cell.has_value();
   }
+  // Verified: exactly that fleet, simulated again, gives the same figures;
+  // so does each router's fewest (a merge takes their figures from parts).
+  // The simulations run as the sweep's do, -j at once.
+  std::vector<std::size_t> chosen;
+  auto choose = [&chosen](const std::optional<std::size_t>& cell) {
+    if (cell && std::find(chosen.begin(), chosen.end(), *cell) == chosen.end()) {
+      chosen.push_back(*cell);
+    }
+  };
+  for (const FleetAnswer& answer : sweep.fleet_answers) {
+    choose(answer.cell);
+    for (const FleetAnswer::RouterBest& best : answer.by_router) choose(best.cell);
+  }
+  if (chosen.empty()) return std::nullopt;
+  if (sweep.merging && request.trace_path == "-") {
+    eprint(
+        "kvreplay plan-merge: the fleet answer is verified by simulating it again, which needs "
+        "the trace, but the shards read it from standard input: shard a trace file\n");
+    return kExitInput;
+  }
+  // As the sweep's own simulations (a merge ran none): those at once must fit.
+  std::uint64_t each = 0;
+  for (std::size_t i : chosen) {
+    each = std::max(
+        each, fleet_memory_bytes(sweep.cells[i].config.kv.pool_blocks,
+                                 sweep.deployments[sweep.cells[i].deployment].fleet.instances()));
+  }
+  const std::uint64_t at_once = jobs_at_once(chosen.size(), jobs);
+  if (auto problem = check_memory(
+          mul_sat(at_once, each),
+          fmt::format("verifying {} fleet answers, {} at once", chosen.size(), at_once),
+          fmt::format("{} x {}, the largest fleet's bound", at_once, memory_text(each)))) {
+    eprint("kvreplay plan: {}: give -j 1 or a larger memory limit\n", *problem);
+    return kExitInput;
+  }
+  std::vector<std::optional<int>> codes(chosen.size());
+  parallel_for(chosen.size(), jobs, [&](std::size_t k) {
+    codes[k] = verify_cell(request, sweep, simulator, chosen[k]);
+  });
+  simulator.clear_progress();
+  for (const std::optional<int>& code : codes) {
+    if (code) return code;
+  }
+  for (FleetAnswer& answer : sweep.fleet_answers) answer.verified = answer.cell.has_value();
   return std::nullopt;
 }
 

@@ -227,7 +227,7 @@ PlanOutput plan_output(const PlanRequest& request, const PlanSweep& sweep, bool 
 // again to verify it; an exit code when that fails. Then its rows of
 // plan.json (min_fleet) and of the table.
 std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
-                                 PlanSimulator& simulator);
+                                 PlanSimulator& simulator, unsigned jobs);
 nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep,
                               const std::string& slo_words, std::string& table);
 // plan.json's deployment (plan_report.cc).
