@@ -332,6 +332,11 @@ class PlanCommand final : public Command {
       if (!request_.html_path.empty()) {
         return usage_error("--html: not with --shard: plan-merge writes the page from the parts");
       }
+      if (request_.trace_path == "-" && (replicas_->count() > 0 || pd_->count() > 0)) {
+        return usage_error(
+            "--shard: plan-merge verifies a fleet plan's answer by simulating it again, which "
+            "needs the trace: shard a trace file, not standard input");
+      }
       request_.shard = shard.value();
       request_.command = arguments_after("plan");
     }

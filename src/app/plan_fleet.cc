@@ -254,8 +254,17 @@ nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep
           simulate_args(sweep, cell, request.options.slo));
     } else {
       row["deployment"] = nullptr;
-      table += fmt::format("  {:<15} page {:>4}: no swept fleet serves it\n", answer.model,
-                           answer.page_tokens);
+      // The searches for the smallest KV memory may have found fleets that do, with more.
+      const bool searched =
+          std::any_of(sweep.searches.begin(), sweep.searches.end(), [&](const MinSearch& search) {
+            return search.model == answer.model && search.page_tokens == answer.page_tokens &&
+                   search.blocks.has_value();
+          });
+      table += fmt::format("  {:<15} page {:>4}: no swept fleet serves it{}\n", answer.model,
+                           answer.page_tokens,
+                           searched ? " at its swept KV memory (the smallest KV memory below "
+                                      "names fleets that do, with more)"
+                                    : "");
     }
     nlohmann::json by_router = nlohmann::json::array();
     std::vector<std::string> words;

@@ -143,6 +143,11 @@ done <<EOF2
 --replicas 2 --gpu h200 --gpu-prices $work/h100.json|has no price for h200
 --replicas 2 --gpu-prices $work/h100.json --gpu-hour-usd 2|excludes
 EOF2
+# A fleet plan's shards read the trace from a file: the merge simulates the answer again.
+run_cmd bash -c '"$1" plan - --model llama-3.1-8b --gpu h100-80gb --replicas 2 --no-search \
+  --shard 1/2 --report "$2" <"$3"' _ "$kvreplay" "$work/stdin-part.json" "$trace"
+check '[[ $rc -eq 2 && ! -e "$work/stdin-part.json" ]] && grep -q "shard a trace file" "$work/err"' \
+  "a fleet plan sharded from standard input: exit $rc: $(err_text)"
 finish "misused fleet and price options are refused"
 
 # 6. simulate --gpu-prices: the price of --gpu's kind; without fleet flags, plan has no min_fleet.
