@@ -251,6 +251,23 @@ class SimulateCommand final : public Command {
                        "cached blocks seen on each and each one's cost (- for stdout)")
             ->group("Fleet"));
     prices_.add_to(app, "Fleet");
+    // Load generators (SPEC 3.5): the trace's requests at other times.
+    rate_ = app.add_option("--request-rate", request_rate_,
+                           "send the trace's requests, in order, at seeded Poisson times: R "
+                           "requests a second on average (the trace's times are ignored)")
+                ->check(CLI::Range(1e-9, 1e9))
+                ->group("Load");
+    concurrency_ =
+        app.add_option("--concurrency", concurrency_value_,
+                       "a closed loop of C clients: each sends the trace's next request "
+                       "when its previous one ends, as genai-perf --concurrency and vllm "
+                       "bench serve --max-concurrency (the trace's times are ignored)")
+            ->check(CLI::Range(1u, 1000000u))
+            ->group("Load");
+    concurrency_->excludes(rate_);
+    load_seed_ = app.add_option("--load-seed", load_seed_value_,
+                                "seed of --request-rate's draws (default 0)")
+                     ->group("Load");
     app.footer(
         "Examples:\n"
         "  kvreplay simulate traces/requests/mooncake_conv.jsonl --kv-memory 40GiB "
@@ -268,6 +285,7 @@ class SimulateCommand final : public Command {
     }
     set_activation_limits(request_.overrides, request_.options);
     if (auto problem = resolve_fleet()) return usage_error(*problem);
+    if (auto problem = resolve_load()) return usage_error(*problem);
     if (auto problem = prices_.load()) {
       eprint("kvreplay simulate: {}\n", *problem);
       return kExitInput;
@@ -279,6 +297,23 @@ class SimulateCommand final : public Command {
   }
 
  private:
+  // --request-rate or --concurrency: one instance only, for now; --load-seed
+  // only with --request-rate.
+  std::optional<std::string> resolve_load() {
+    LoadOptions& load = request_.options.load;
+    if (rate_->count() > 0) load.request_rate = request_rate_;
+    if (concurrency_->count() > 0) load.concurrency = concurrency_value_;
+    load.seed = load_seed_value_;
+    if (load_seed_->count() > 0 && rate_->count() == 0) {
+      return std::string("--load-seed seeds --request-rate's draws: give --request-rate");
+    }
+    if (load.any() && request_.fleet.instances() > 1) {
+      return fmt::format("{}: a load generator drives one instance (not a fleet yet)",
+                         rate_->count() > 0 ? "--request-rate" : "--concurrency");
+    }
+    return std::nullopt;
+  }
+
   // The fleet options: router options only with --replicas above 1, the
   // prefix-aware ones only with that router, the approximate view's with it.
   std::optional<std::string> resolve_fleet() {
@@ -340,6 +375,12 @@ class SimulateCommand final : public Command {
   std::string view_ = "precise";
   CLI::Option* replicas_ = nullptr;
   PriceOptions prices_;
+  double request_rate_ = 0;
+  std::uint32_t concurrency_value_ = 0;
+  std::uint64_t load_seed_value_ = 0;
+  CLI::Option* rate_ = nullptr;
+  CLI::Option* concurrency_ = nullptr;
+  CLI::Option* load_seed_ = nullptr;
   std::vector<CLI::Option*> router_options_, prefix_options_, approx_options_, pd_,
       transfer_options_;
   ConfigOptions config_;

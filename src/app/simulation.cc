@@ -1,5 +1,6 @@
 #include "app/simulation.h"
 
+#include "app/load_generator.h"
 #include "app/simulation_internal.h"
 
 #include <fmt/format.h>
@@ -109,6 +110,11 @@ nlohmann::json sim_options_json(const SimOptions& options) {
   }
   if (options.slo.ttft_ms) out["slo_ttft_ms"] = *options.slo.ttft_ms;
   if (options.slo.tpot_ms) out["slo_tpot_ms"] = *options.slo.tpot_ms;
+  if (options.load.request_rate) {
+    out["request_rate"] = *options.load.request_rate;
+    out["load_seed"] = options.load.seed;
+  }
+  if (options.load.concurrency) out["concurrency"] = *options.load.concurrency;
   return out;
 }
 
@@ -540,7 +546,9 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
 
   // The trace is read as the simulation goes, so memory is bounded by the
   // requests in flight and the cache, not by the trace's length; the readers
-  // refuse a request whose arrival goes backwards (naming its line).
+  // refuse a request whose arrival goes backwards (naming its line). A load
+  // generator (--request-rate, --concurrency) sets each arrival instead.
+  LoadGenerator load(options.load, sim);
   Request request;
   bool violated = false;
   for (;;) {
@@ -548,6 +556,10 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
     auto more = reader.next(request);
     if (!more) return Unexpected{more.error()};
     if (!more.value()) break;
+    if (!load.set_arrival(request)) {
+      violated = true;
+      break;
+    }
     if (!sim.run_until(request.arrival)) {
       violated = true;
       break;
@@ -585,11 +597,13 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   SimulationResult result;
   result.violated = violated;
   result.report = simulation_report(source, sim, options, figures, reader.skipped());
+  if (options.load.any()) result.report["load"] = load.figures();
   result.overload_warning = overload_warning(path, figures.load);
   result.latency_cdf = latency_cdf(sim.latencies());
   result.summary = simulation_summary(source, sim, options, figures, reader.skipped(),
                                       terminal.color, result.report);
   skip_warnings(path, sim, result);
+  if (options.load.any()) result.summary += load.summary_line();
   return result;
 }
 

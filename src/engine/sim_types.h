@@ -186,6 +186,18 @@ struct SglangOptions {
 // 160, else 16384).
 std::uint32_t sglang_chunked_prefill_default(double gpu_gib);
 
+// How requests arrive (SPEC 3.5): at the trace's own times (neither set),
+// at seeded Poisson times `request_rate` a second apart on average
+// (--request-rate), or from `concurrency` clients in a closed loop, each
+// sending its next request when its previous one ends (--concurrency). The
+// trace gives the requests, in its order, either way.
+struct LoadOptions {
+  std::optional<double> request_rate;
+  std::optional<std::uint32_t> concurrency;
+  std::uint64_t seed = 0;  // --load-seed: the Poisson draws
+  bool any() const { return request_rate.has_value() || concurrency.has_value(); }
+};
+
 struct SimOptions {
   std::uint32_t max_seqs = 256;
   std::uint32_t max_batched_tokens = 8192;
@@ -210,6 +222,7 @@ struct SimOptions {
   // --gpu-hour-usd: the price of one GPU for an hour, for the report's
   // "cost_usd" (none without it).
   std::optional<double> gpu_hour_usd;
+  LoadOptions load;  // the trace's own arrival times unless set
 };
 
 // What is wrong with running `options` on `config`, or nullopt: the KV-cache
