@@ -245,21 +245,7 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
     const char* help;
     double lo, hi;
   };
-  RooflineConstants& roofline = defaults.cost.roofline;
   LinearCost& linear = defaults.cost.linear;
-  const Constant roofline_constants[] = {
-      {"--compute-efficiency", &roofline.compute_efficiency,
-       "roofline: share of the GPU's dense peak FLOPs reached (default 0.6)", 1e-3, 1.0},
-      {"--bandwidth-efficiency", &roofline.bandwidth_efficiency,
-       "roofline: share of HBM bandwidth reached (default 0.8)", 1e-3, 1.0},
-      {"--link-efficiency", &roofline.link_efficiency,
-       "roofline: share of the GPU link's bandwidth an all-reduce reaches (default 0.7)", 1e-3,
-       1.0},
-      {"--allreduce-latency-us", &roofline.allreduce_latency_us,
-       "roofline: fixed cost of one tensor-parallel all-reduce (default 5)", 0.0, 1e6},
-      {"--step-overhead-ms", &roofline.step_overhead_ms,
-       "roofline: fixed ms per step (scheduler, sampling, launch; default 0.5)", 0.0, 1e6},
-  };
   const Constant linear_constants[] = {
       {"--step-ms", &linear.step_ms, "linear: fixed ms per step (default 5)", 0.0, 1e6},
       {"--prefill-token-ms", &linear.prefill_token_ms,
@@ -274,7 +260,26 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
         ->check(CLI::Range(c.lo, c.hi))
         ->group("Cost model");
   };
-  for (const Constant& c : roofline_constants) roofline_options.push_back(declare(c));
+  app_cost_profile =
+      app.add_option(
+             "--cost-profile", cost_profile_path,
+             "roofline: a JSON file of the constants per GPU kind and engine, each with its "
+             "source (default: the shipped profile, fitted to published measurements; "
+             "kvreplay calibrate writes one)")
+          ->group("Cost model");
+  for (const RooflineConstantInfo& info : roofline_constant_infos()) {
+    roofline_options.push_back(
+        app.add_option(info.option, defaults.cost.given.*info.field,
+                       fmt::format("{} (default: the cost profile's)", info.help))
+            ->check(CLI::Range(info.lo, info.hi))
+            ->group("Cost model"));
+  }
+  compute_efficiency = app.add_option("--compute-efficiency", compute_efficiency_value,
+                                      "roofline: --prefill-efficiency and --decode-efficiency "
+                                      "both")
+                           ->check(CLI::Range(1e-3, 1.0))
+                           ->group("Cost model");
+  for (std::size_t i : {0, 1}) compute_efficiency->excludes(roofline_options[i]);
   for (const Constant& c : linear_constants) linear_options.push_back(declare(c));
   slo_ttft = app.add_option("--slo-ttft-ms", slo_ttft_ms,
                             "SLO: time to first token, ms (SLO attainment and goodput)")
@@ -359,11 +364,26 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
                          option->get_name());
     }
   }
-  for (const CLI::Option* option : roofline_options) {
+  std::vector<const CLI::Option*> roofline_given(roofline_options.begin(), roofline_options.end());
+  roofline_given.push_back(compute_efficiency);
+  roofline_given.push_back(app_cost_profile);
+  for (const CLI::Option* option : roofline_given) {
     if (given(option) && out.cost.kind == CostKind::kLinear) {
       return fmt::format("{} is a constant of the roofline cost model, not of --cost-model linear",
                          option->get_name());
     }
+  }
+  for (std::size_t i = 0; i < roofline_options.size(); ++i) {
+    if (given(roofline_options[i])) out.cost.given_mask |= 1u << i;
+  }
+  if (given(compute_efficiency)) {
+    out.cost.given.prefill_efficiency = out.cost.given.decode_efficiency = compute_efficiency_value;
+    out.cost.given_mask |= 0b11u;
+  }
+  if (given(app_cost_profile)) {
+    auto profile = CostProfile::load(cost_profile_path);
+    if (!profile) return profile.error();
+    out.cost.profile = std::make_shared<const CostProfile>(std::move(profile).value());
   }
   if (given(slo_ttft)) out.slo.ttft_ms = slo_ttft_ms;
   if (given(slo_tpot)) out.slo.tpot_ms = slo_tpot_ms;

@@ -62,7 +62,11 @@ struct SimOptionsCli {
   CLI::Option* slo_ttft = nullptr;
   CLI::Option* slo_tpot = nullptr;
   std::vector<CLI::Option*> linear_options;    // --cost-model linear's constants
-  std::vector<CLI::Option*> roofline_options;  // the roofline's
+  std::vector<CLI::Option*> roofline_options;  // the roofline's, by roofline_constant_infos()
+  CLI::Option* compute_efficiency = nullptr;   // prefill and decode at once
+  double compute_efficiency_value = 0;
+  CLI::Option* app_cost_profile = nullptr;  // --cost-profile
+  std::string cost_profile_path;
   CLI::Option* gpu_class_option = nullptr;
   CLI::Option* watermark = nullptr;
   CLI::Option* engine_option = nullptr;

@@ -199,12 +199,16 @@ CellFigures CellFigures::read(const nlohmann::json& r, bool violated) {
 namespace {
 
 nlohmann::json cost_options_json(const CostModel& cost) {
-  const RooflineConstants& r = cost.roofline;
+  const RooflineConstants& r = cost.given;
   const LinearCost& l = cost.linear;
+  nlohmann::json given = nlohmann::json::array();
+  const auto& infos = roofline_constant_infos();
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    given.push_back(cost.given_mask & (1u << i) ? nlohmann::json(r.*infos[i].field) : nullptr);
+  }
   return {{"kind", std::string(to_string(cost.kind))},
-          {"roofline",
-           {r.compute_efficiency, r.bandwidth_efficiency, r.link_efficiency, r.allreduce_latency_us,
-            r.step_overhead_ms}},
+          {"roofline", given},
+          {"profile", cost.cost_profile().to_json()},
           {"linear", {l.step_ms, l.prefill_token_ms, l.decode_seq_ms, l.kv_bandwidth_gbps}}};
 }
 

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <charconv>
+
 #include <filesystem>
 #include <optional>
 #include <system_error>
@@ -267,6 +269,17 @@ class SimulateCommand final : public Command {
     concurrency_->excludes(rate_);
     load_seed_ = app.add_option("--load-seed", load_seed_value_,
                                 "seed of --request-rate's draws (default 0)")
+                     ->check(CLI::Validator(
+                         [](const std::string& text) {
+                           std::uint64_t value = 0;
+                           const auto [end, error] =
+                               std::from_chars(text.data(), text.data() + text.size(), value);
+                           return error == std::errc() && end == text.data() + text.size()
+                                      ? std::string()
+                                      : "'" + text.substr(0, 40) +
+                                            "' is not an integer from 0 to 18446744073709551615";
+                         },
+                         "UINT64"))
                      ->group("Load");
     app.footer(
         "Examples:\n"

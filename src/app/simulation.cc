@@ -121,13 +121,11 @@ nlohmann::json sim_options_json(const SimOptions& options) {
 nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& roofline) {
   if (roofline) {
     const RooflineConstants& c = roofline->constants();
-    return {{"model", "roofline"},
-            {"gpu", roofline->gpu()},
-            {"compute_efficiency", c.compute_efficiency},
-            {"bandwidth_efficiency", c.bandwidth_efficiency},
-            {"link_efficiency", c.link_efficiency},
-            {"allreduce_latency_us", c.allreduce_latency_us},
-            {"step_overhead_ms", c.step_overhead_ms}};
+    nlohmann::json out = {
+        {"model", "roofline"}, {"gpu", roofline->gpu()}, {"profile", cost.cost_profile().name()}};
+    for (const RooflineConstantInfo& info : roofline_constant_infos())
+      out[info.name] = c.*info.field;
+    return out;
   }
   return {{"model", "linear"},
           {"step_ms", cost.linear.step_ms},

@@ -38,6 +38,9 @@ constexpr kvreplay::CommandSpec kCommands[] = {
      "assemble the parts of a sharded plan (plan --shard I/N) into the plan's report, table and "
      "HTML",
      kvreplay::make_plan_merge_command},
+    {"calibrate",
+     "fit the cost model's constants to measured benchmark figures (TTFT, TPOT, throughput)",
+     kvreplay::make_calibrate_command},
     {"compare", "compare two reports of the same trace metric by metric (exit 1 on a regression)",
      kvreplay::make_compare_command},
     {"kernels",

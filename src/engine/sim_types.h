@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 #include "engine/prefix_cache.h"
 #include "engine/replayer.h"
 #include "formats/requests/request.h"
+#include "model/cost_profile.h"
 #include "model/kv_groups.h"
 #include "model/roofline.h"
 #include "model/run_config.h"
@@ -89,10 +91,17 @@ struct LinearCost {
   double step_ms_of(const StepWork& work, std::uint64_t bytes_per_token) const;
 };
 
+// The roofline's constants come from a cost profile (--cost-profile, else the
+// shipped one: model/cost_profile.h) for the run's GPU and engine, with the
+// constants given on the command line on top.
 struct CostModel {
   CostKind kind = CostKind::kAuto;
   LinearCost linear;
-  RooflineConstants roofline;
+  std::shared_ptr<const CostProfile> profile;  // null: CostProfile::shipped()
+  RooflineConstants given;                     // the command line's values...
+  std::uint32_t given_mask = 0;  // ...where bit i (roofline_constant_infos()[i]) is set
+  const CostProfile& cost_profile() const { return profile ? *profile : CostProfile::shipped(); }
+  RooflineConstants roofline_for(std::string_view gpu, EngineKind engine) const;
 };
 
 // Service-level objectives (--slo-ttft-ms, --slo-tpot-ms): a request meets

@@ -42,6 +42,15 @@ double LinearCost::step_ms_of(const StepWork& work, std::uint64_t bytes_per_toke
          work.context_read() * static_cast<double>(bytes_per_token) / (kv_bandwidth_gbps * 1e6);
 }
 
+RooflineConstants CostModel::roofline_for(std::string_view gpu, EngineKind engine) const {
+  RooflineConstants out = cost_profile().constants_for(gpu, to_string(engine));
+  const auto& infos = roofline_constant_infos();
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    if (given_mask & (1u << i)) out.*infos[i].field = given.*infos[i].field;
+  }
+  return out;
+}
+
 std::string_view to_string(CostKind kind) {
   return enum_name(kCostKindNames, kind);
 }
@@ -161,7 +170,7 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
                              std::max<std::uint32_t>(config.kv.layers, 1);
     if (gpu != nullptr) {
       auto made = Roofline::make(*config.model_spec, *gpu, config.tp, config.pp, per_layer,
-                                 options.cost.roofline);
+                                 options.cost.roofline_for(gpu->name, options.engine));
       if (made) roofline_ = std::move(made).value();
     }
   }

@@ -61,6 +61,8 @@ class Simulator {
     return shell_.first_skipped[static_cast<std::size_t>(reason)];
   }
   double now() const { return now_; }
+  // The work of the last step (what the cost model priced it by).
+  const StepWork& step_work() const { return shell_.work; }
   bool idle() const;
   // After the last step: blocks referenced by running requests, and cached
   // blocks no request holds (see SimTotals::peak_in_use).

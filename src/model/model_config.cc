@@ -347,14 +347,99 @@ InputResult<MlpShape> read_mlp(const ConfigFields& fields, std::uint64_t layers)
                   intermediate, moe_layers};
 }
 
+// How quantization_config stores the linear layers: 8-bit weights with 8-bit
+// activations (the GEMMs run at the GPU's fp8 rate), 8-bit weights with 16-bit
+// activations (weights dequantized: bf16 rate), or gpt-oss's mxfp4 experts.
+enum class QuantScheme { kW8A8, kW8A16, kMxfp4 };
+
+// The bits of one compressed-tensors quantization argument ("weights",
+// "input_activations"): 0 when null or absent.
+InputResult<std::uint64_t> quant_bits(const ConfigFields& fields, const nlohmann::json& group,
+                                      const std::string& key) {
+  auto it = group.find(key);
+  if (it == group.end() || it->is_null()) return std::uint64_t{0};
+  auto bits = it->is_object() ? it->find("num_bits") : it->end();
+  if (bits == it->end() || !bits->is_number_integer() || bits->get<std::int64_t>() < 0) {
+    return fields.fail("quantization_config.config_groups",
+                       fmt::format("{}.num_bits: expected an integer", key));
+  }
+  return bits->get<std::uint64_t>();
+}
+
+// Whether quantization_config stores the KV cache in fp8: ModelOpt's
+// kv_cache_quant_algo FP8, or compressed-tensors' kv_cache_scheme of 8-bit
+// floats (vLLM then serves an fp8 KV cache with the checkpoint's scales).
+bool fp8_kv_cache(const nlohmann::json& quantization) {
+  auto algo = quantization.find("kv_cache_quant_algo");
+  if (algo != quantization.end() && *algo == "FP8") return true;
+  auto scheme = quantization.find("kv_cache_scheme");
+  return scheme != quantization.end() && scheme->is_object() &&
+         scheme->value("num_bits", nlohmann::json()) == 8 &&
+         scheme->value("type", nlohmann::json()) == "float";
+}
+
+// Reads quantization_config's method (vLLM's quantization configs of the same
+// names: Fp8Config, ModelOptFp8Config, CompressedTensorsConfig, Mxfp4Config).
+InputResult<QuantScheme> read_quantization(const ConfigFields& fields,
+                                           const nlohmann::json& quantization) {
+  if (!quantization.is_object()) {
+    return fields.fail("quantization_config",
+                       fmt::format("expected an object, got {}", quantization.dump()));
+  }
+  auto text = [&](const char* key) {
+    auto it = quantization.find(key);
+    return it != quantization.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string method = text("quant_method");
+  if (method == "fp8") return QuantScheme::kW8A8;  // dynamic activation scales
+  if (method == "mxfp4") return QuantScheme::kMxfp4;
+  if (method == "modelopt") {
+    // NVIDIA's ModelOpt checkpoints: quant_algo FP8 is per-tensor W8A8.
+    const std::string algo = text("quant_algo");
+    if (algo == "FP8") return QuantScheme::kW8A8;
+    return fields.fail(
+        "quantization_config.quant_algo",
+        algo.empty() ? std::string("missing") : fmt::format("'{}' is not modelled (FP8)", algo));
+  }
+  if (method == "compressed-tensors") {
+    // Every group 8-bit weights; W8A8 when every group's inputs are 8-bit too.
+    auto groups = quantization.find("config_groups");
+    if (groups == quantization.end() || !groups->is_object() || groups->empty()) {
+      return fields.fail("quantization_config.config_groups", "missing or empty");
+    }
+    bool activations = true;
+    for (const auto& [name, group] : groups->items()) {
+      if (!group.is_object()) {
+        return fields.fail("quantization_config.config_groups", name + ": expected an object");
+      }
+      KVREPLAY_TRY(weights, quant_bits(fields, group, "weights"));
+      KVREPLAY_TRY(inputs, quant_bits(fields, group, "input_activations"));
+      if (weights != 8 || (inputs != 0 && inputs != 8)) {
+        return fields.fail(
+            "quantization_config.config_groups",
+            fmt::format("{}: {}-bit weights with {}-bit activations are not modelled (8-bit "
+                        "weights, 8- or 16-bit activations)",
+                        name, weights, inputs == 0 ? 16 : inputs));
+      }
+      activations = activations && inputs == 8;
+    }
+    return activations ? QuantScheme::kW8A8 : QuantScheme::kW8A16;
+  }
+  return fields.fail("quantization_config.quant_method",
+                     method.empty() ? std::string("missing")
+                                    : fmt::format("'{}' is not modelled (fp8, modelopt, "
+                                                  "compressed-tensors, mxfp4)",
+                                                  method));
+}
+
 }  // namespace
 
 std::string_view to_string(AttentionKind kind) {
   return enum_name(kAttentionNames, kind);
 }
 
-std::uint64_t ModelSpec::full_attention_bytes_per_token(Dtype kv_dtype) const {
-  return std::uint64_t{mla ? 1u : 2u} * layers * kv_heads * head_dim * dtype_bytes(kv_dtype);
+std::uint64_t ModelSpec::full_attention_bytes_per_token(Dtype cache_dtype) const {
+  return std::uint64_t{mla ? 1u : 2u} * layers * kv_heads * head_dim * dtype_bytes(cache_dtype);
 }
 
 std::vector<KvCacheGroup> ModelSpec::kv_cache_groups(std::uint32_t first_layer,
@@ -459,31 +544,24 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   Count routed_bytes = routed_all * element;
   spec.routed_experts = static_cast<std::uint32_t>(mlp.moe_layers > 0 ? mlp.experts : 0);
   spec.experts_per_token = static_cast<std::uint32_t>(mlp.moe_layers > 0 ? mlp.per_token : 0);
+  spec.kv_dtype = dtype;
   if (const nlohmann::json* quantization = fields.find("quantization_config", true)) {
-    if (!quantization->is_object()) {
-      return fields.fail("quantization_config",
-                         fmt::format("expected an object, got {}", quantization->dump()));
-    }
-    auto method = quantization->find("quant_method");
-    const std::string name =
-        method != quantization->end() && method->is_string() ? method->get<std::string>() : "";
-    if (name == "fp8") {
-      // Linear layers in 1 byte (block scales, 4 bytes per 128x128 block, left out);
-      // embeddings, lm_head and the router keep the checkpoint's dtype.
-      weights = (embedding + lm_head + router_all) * element + attention_all + dense_all +
-                routed_all + shared_all;
-      routed_bytes = routed_all;
-      spec.fp8_linear = true;
-    } else if (name == "mxfp4") {
+    KVREPLAY_TRY(scheme, read_quantization(fields, *quantization));
+    if (fp8_kv_cache(*quantization)) spec.kv_dtype = Dtype::kFp8;
+    if (scheme == QuantScheme::kMxfp4) {
       // Routed experts in 4-bit values with one 8-bit scale per 32 (17/32 byte each).
       weights =
           (embedding + lm_head + attention_all + dense_all + shared_all + router_all) * element +
           (routed_all * 17).divided_up(32);
       routed_bytes = (routed_all * 17).divided_up(32);
     } else {
-      return fields.fail("quantization_config.quant_method",
-                         name.empty() ? std::string("missing")
-                                      : fmt::format("'{}' is not modelled (fp8, mxfp4)", name));
+      // Linear layers in 1 byte (block or tensor scales left out); embeddings,
+      // lm_head and the router keep the checkpoint's dtype.
+      weights = (embedding + lm_head + router_all) * element + attention_all + dense_all +
+                routed_all + shared_all;
+      routed_bytes = routed_all;
+      spec.fp8_linear = true;
+      spec.fp8_activations = scheme == QuantScheme::kW8A8;
     }
   }
   if (weights.overflow()) {
@@ -491,6 +569,8 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   }
   spec.weight_bytes = weights.value();
   spec.routed_expert_bytes = routed_bytes.value();
+  // An untied input table is looked up, a row a token, never read whole.
+  spec.input_embedding_bytes = tied.value_or(true) ? 0 : (embedding * element).value();
   return spec;
 }
 

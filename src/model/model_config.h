@@ -29,8 +29,14 @@
 //   experts_per_token, moe_intermediate_size, n_shared_experts,
 //   shared_expert_intermediate_size, first_k_dense_replace, moe_layer_freq,
 //   decoder_sparse_step, mlp_only_layers   the parameter count
-//   quantization_config.quant_method       fp8 (linear layers 1 byte) or mxfp4 (routed
-//                                          experts 4.25 bits): the weights' bytes
+//   quantization_config.quant_method       fp8, modelopt (quant_algo FP8) or
+//                                          compressed-tensors (8-bit weights): linear
+//                                          layers 1 byte, run at the fp8 rate when the
+//                                          activations are 8-bit too; mxfp4 (routed
+//                                          experts 4.25 bits): the weights' bytes;
+//   quantization_config.kv_cache_quant_algo FP8 (ModelOpt) or kv_cache_scheme
+//                                          8-bit float (compressed-tensors): an fp8
+//                                          KV cache unless --dtype
 //
 // transformers leaves a field out of config.json when it equals the model
 // class's default; model_type_defaults.json holds those defaults for the model
@@ -39,8 +45,8 @@
 // value is needed, of the wrong type or out of range is an InputError naming
 // the file and the field ("config.json: text_config.num_hidden_layers:
 // missing"), as is a feature it cannot model (chunked attention, an attention
-// kind other than full and sliding, a quantization method other than fp8 and
-// mxfp4).
+// kind other than full and sliding, a quantization method other than those
+// above).
 //
 // Parameter count (matrices only; norms, biases and attention sinks are under
 // 0.1% of every preset and left out):
@@ -98,7 +104,10 @@ struct ModelSpec {
   bool mla = false;
   std::uint32_t kv_lora_rank = 0;      // MLA only
   std::uint32_t qk_rope_head_dim = 0;  // MLA only
-  Dtype dtype = Dtype::kBf16;          // the weights', and the KV cache's unless --dtype
+  Dtype dtype = Dtype::kBf16;          // the weights'
+  // The KV cache's (unless --dtype): the weights', or fp8 when
+  // quantization_config quantizes it (kv_cache_quant_algo FP8, kv_cache_scheme).
+  Dtype kv_dtype = Dtype::kBf16;
   std::uint32_t max_position_embeddings = 0;
   std::uint32_t hidden_size = 0;
   std::uint32_t vocab_size = 0;
@@ -117,11 +126,16 @@ struct ModelSpec {
   // the routed experts of each MoE layer and how many a token picks (0 for a
   // dense model), the bytes of every routed expert as stored (weights a step
   // reads only for the experts its tokens pick), and whether the linear layers
-  // are stored in fp8 (quant_method fp8: they run at the GPU's fp8 rate).
+  // are stored in 8 bits, and whether their activations are too (W8A8: they
+  // run at the GPU's fp8 rate; W8A16 dequantizes to bf16).
   std::uint32_t routed_experts = 0;
   std::uint32_t experts_per_token = 0;
   std::uint64_t routed_expert_bytes = 0;
   bool fp8_linear = false;
+  bool fp8_activations = false;
+  // The input embedding table's bytes when it is not the lm_head (untied): a
+  // step looks up a row a token and never reads it whole (0 when tied).
+  std::uint64_t input_embedding_bytes = 0;
 
   // KV bytes of one token in every layer of [first_layer, first_layer + count),
   // as if every layer were full attention (what a replay writes per token):

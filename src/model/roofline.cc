@@ -23,13 +23,19 @@ Result<Roofline, std::string> Roofline::make(const ModelSpec& model, const GpuSp
   r.tp_ = std::max<std::uint32_t>(tp, 1);
   const double bf16 = gpu.bf16_dense_tflops * 1e12;
   r.attention_peak_flops_ = bf16;
-  r.peak_flops_ = model.fp8_linear && gpu.fp8_dense_tflops ? *gpu.fp8_dense_tflops * 1e12 : bf16;
+  const bool fp8 = model.fp8_activations && gpu.fp8_dense_tflops;
+  r.peak_flops_ = fp8 ? *gpu.fp8_dense_tflops * 1e12 : bf16;
+  r.fp8_ = fp8;
   r.bandwidth_ = static_cast<double>(gpu.hbm_bandwidth_bytes_per_second);
   r.link_ = static_cast<double>(gpu.interconnect_bytes_per_second);
   r.lm_head_params_ = static_cast<double>(model.vocab_size) * model.hidden_size;
   r.linear_params_ =
       std::max(0.0, static_cast<double>(model.parameters.active) - r.lm_head_params_);
-  r.weight_bytes_ = static_cast<double>(model.weight_bytes);
+  r.weight_bytes_ =
+      static_cast<double>(model.weight_bytes) - static_cast<double>(model.input_embedding_bytes);
+  if (model.input_embedding_bytes > 0) {
+    r.embedding_row_bytes_ = static_cast<double>(model.input_embedding_bytes) / model.vocab_size;
+  }
   r.routed_bytes_ = static_cast<double>(model.routed_expert_bytes);
   r.routed_experts_ = model.routed_experts;
   r.experts_per_token_ = model.experts_per_token;
@@ -48,32 +54,43 @@ Result<Roofline, std::string> Roofline::make(const ModelSpec& model, const GpuSp
   return r;
 }
 
-StepCost Roofline::cost(const StepWork& work) const {
-  StepCost out;
-  out.overhead_ms = constants_.step_overhead_ms;
+StepTerms Roofline::terms(const StepWork& work) const {
+  StepTerms out;
+  out.fp8 = fp8_;
   if (work.tokens() == 0) return out;
   const double tp = tp_;
   const double tokens = static_cast<double>(work.tokens());
-  const double linear =
-      2 * linear_params_ * tokens + 2 * lm_head_params_ * static_cast<double>(work.requests());
-  const double attention = attention_flops_per_pair_ * (full_layers_ * work.full_pairs() +
-                                                        window_layers_ * work.window_pairs());
-  out.compute_ms = (linear / (peak_flops_ * constants_.compute_efficiency) +
-                    attention / (attention_peak_flops_ * constants_.compute_efficiency)) /
-                   tp * 1e3;
-  double weights = weight_bytes_;
+  // Prefill and decode apart: each token's linear FLOPs and its request's
+  // logits row, and the attention pairs of its chunk.
+  const double decode_requests = static_cast<double>(work.decode_requests());
+  const double prefill_tokens = static_cast<double>(work.prefill_tokens());
+  const double prefill_requests = static_cast<double>(work.requests()) - decode_requests;
+  const double decode_pairs =
+      full_layers_ * work.decode_full_pairs() + window_layers_ * work.decode_window_pairs();
+  const double all_pairs = full_layers_ * work.full_pairs() + window_layers_ * work.window_pairs();
+  auto linear_ms = [&](double tokens_in, double requests_in) {
+    return (2 * linear_params_ * tokens_in + 2 * lm_head_params_ * requests_in) / peak_flops_ / tp *
+           1e3;
+  };
+  auto attention_ms = [&](double pairs) {
+    return attention_flops_per_pair_ * pairs / attention_peak_flops_ / tp * 1e3;
+  };
+  out.prefill_linear_ms = linear_ms(prefill_tokens, prefill_requests);
+  out.prefill_attention_ms = attention_ms(all_pairs - decode_pairs);
+  out.decode_linear_ms = linear_ms(tokens - prefill_tokens, decode_requests);
+  out.decode_attention_ms = attention_ms(decode_pairs);
+  double weights = weight_bytes_ + embedding_row_bytes_ * tokens;
   if (routed_experts_ > 0 && routed_bytes_ > 0) {
     const double untouched = std::pow(1 - experts_per_token_ / routed_experts_, tokens);
     weights -= routed_bytes_ * untouched;
   }
   const double kv = kv_bytes_per_token_layer_ *
                     (full_layers_ * work.full_read() + window_layers_ * work.window_read());
-  out.memory_ms = (weights / tp + kv) / (bandwidth_ * constants_.bandwidth_efficiency) * 1e3;
+  out.memory_ms = (weights / tp + kv) / bandwidth_ * 1e3;
   if (tp_ > 1) {
     const double bytes = tokens * hidden_bytes_;
-    const double one = constants_.allreduce_latency_us * 1e-3 +
-                       2 * (tp - 1) / tp * bytes / (link_ * constants_.link_efficiency) * 1e3;
-    out.comm_ms = 2 * layers_ * one;
+    out.allreduces = 2 * layers_;
+    out.allreduce_transfer_ms = 2 * layers_ * 2 * (tp - 1) / tp * bytes / link_ * 1e3;
   }
   return out;
 }

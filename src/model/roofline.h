@@ -14,9 +14,10 @@
 //                    keys (min(q + 1, window) in a sliding layer); d_qk = d_v = head_dim,
 //                    MLA in its absorbed form d_qk = kv_lora_rank + qk_rope_head_dim,
 //                    d_v = kv_lora_rank
-//   weight bytes     weight_bytes, less the routed experts no token of the step picks:
-//                    a MoE layer's E experts, each token picking k, are all read with
-//                    probability 1 - (1 - k/E)^tokens each
+//   weight bytes     weight_bytes, less the routed experts no token of the step picks
+//                    (a MoE layer's E experts, each token picking k, are all read with
+//                    probability 1 - (1 - k/E)^tokens each), and less an untied input
+//                    embedding table, of which a step reads one row a token
 //   KV bytes         per layer, every chunk reads its context (the window's, in a
 //                    sliding layer) and writes its tokens, at the per-GPU bytes of a
 //                    token in one layer
@@ -24,16 +25,19 @@
 // and per GPU (tensor parallelism divides FLOPs, weights and KV heads; a KV head
 // replicated across ranks is read on each):
 //
-//   compute_ms  = FLOPs / tp / (peak_flops * compute_efficiency)
+//   compute_ms  = prefill FLOPs / tp / (peak * prefill_efficiency)
+//               + decode FLOPs / tp / (peak * decode_efficiency)
+//                 (a request's logits row goes with its chunk; peak is the linear
+//                 layers' peak times fp8_efficiency for W8A8, attention's bf16 peak)
 //   memory_ms   = (weight bytes / tp + KV bytes per GPU) / (hbm_bandwidth * bandwidth_efficiency)
 //   comm_ms     = tp > 1: 2 all-reduces a layer of tokens * hidden * dtype bytes, each
 //                 allreduce_latency_us + 2 (tp - 1) / tp * bytes / (link * link_efficiency)
 //   step_ms     = max(compute_ms, memory_ms) + comm_ms + step_overhead_ms
 //
-// peak_flops is the GPU's dense bf16 figure, or its fp8 one for a model whose
-// linear layers are stored in fp8 (attention stays at bf16). Activations and
-// the sampler are left out: a documented approximation, calibrated through the
-// constants (README: "Calibrating the cost model").
+// The linear layers' peak is the GPU's dense bf16 figure, or its fp8 one for a
+// W8A8 model (8-bit weights and activations; attention stays at bf16).
+// Activations and the sampler are left out: a documented approximation, fitted
+// through the constants (README: "Calibrating the cost model").
 #pragma once
 
 #include <algorithm>
@@ -46,16 +50,24 @@
 
 namespace kvreplay {
 
-// The efficiency constants, in one place. Defaults: a large prefill reaches
-// about 60% of a Hopper GPU's dense peak, a decode streams weights at about 80%
-// of HBM bandwidth, NCCL's all-reduce about 70% of the link; the fixed cost is
-// the scheduler, sampling and the launch of a CUDA-graph step.
+// The efficiency constants, in one place. These are the built-in values, from
+// first principles; a cost profile (model/cost_profile.h) replaces them, and
+// the shipped profile's fitted values are what a run uses unless told
+// otherwise. A prefill chunk's FLOPs run at prefill_efficiency of the dense
+// peak, a decode's at decode_efficiency; a W8A8 model's linear layers at the
+// GPU's fp8 peak times fp8_efficiency as well. Weights and KV stream at
+// bandwidth_efficiency of HBM bandwidth, NCCL's all-reduce at link_efficiency
+// of the link; the fixed cost is the scheduler, sampling and the launch of a
+// CUDA-graph step.
 struct RooflineConstants {
-  double compute_efficiency = 0.6;
+  double prefill_efficiency = 0.6;
+  double decode_efficiency = 0.6;
+  double fp8_efficiency = 1.0;
   double bandwidth_efficiency = 0.8;
   double link_efficiency = 0.7;
   double allreduce_latency_us = 5.0;
   double step_overhead_ms = 0.5;
+  bool operator==(const RooflineConstants&) const = default;
 };
 
 // The work of one step, summed over its scheduled chunks.
@@ -66,7 +78,7 @@ class StepWork {
 
   void clear() {
     tokens_ = requests_ = prefill_tokens_ = decode_requests_ = 0;
-    full_pairs_ = window_pairs_ = 0.0;
+    full_pairs_ = window_pairs_ = decode_full_pairs_ = decode_window_pairs_ = 0.0;
     full_read_ = window_read_ = context_read_ = 0.0;
   }
   // A request's chunk: `tokens` computed after `context` already cached;
@@ -82,13 +94,17 @@ class StepWork {
     } else {
       ++decode_requests_;
     }
-    full_pairs_ += attention_pairs(p, c, 0);
+    const double full = attention_pairs(p, c, 0);
+    full_pairs_ += full;
     full_read_ += p + c;
     context_read_ += p + c;
+    if (!prefill) decode_full_pairs_ += full;
     if (window_ > 0) {
       const double w = window_;
-      window_pairs_ += attention_pairs(p, c, w);
+      const double sliding = attention_pairs(p, c, w);
+      window_pairs_ += sliding;
       window_read_ += std::min(p, w - 1) + c;
+      if (!prefill) decode_window_pairs_ += sliding;
     }
   }
 
@@ -96,8 +112,10 @@ class StepWork {
   std::uint64_t requests() const { return requests_; }
   std::uint64_t prefill_tokens() const { return prefill_tokens_; }
   std::uint64_t decode_requests() const { return decode_requests_; }
-  double full_pairs() const { return full_pairs_; }      // per full-attention layer
-  double window_pairs() const { return window_pairs_; }  // per sliding layer
+  double full_pairs() const { return full_pairs_; }                // per full-attention layer
+  double window_pairs() const { return window_pairs_; }            // per sliding layer
+  double decode_full_pairs() const { return decode_full_pairs_; }  // the decodes' share
+  double decode_window_pairs() const { return decode_window_pairs_; }
   double full_read() const { return full_read_; }        // KV tokens read + written, per full layer
   double window_read() const { return window_read_; }    // per sliding layer
   double context_read() const { return context_read_; }  // context + tokens, the linear model's
@@ -117,6 +135,7 @@ class StepWork {
   std::uint32_t window_;
   std::uint64_t tokens_ = 0, requests_ = 0, prefill_tokens_ = 0, decode_requests_ = 0;
   double full_pairs_ = 0, window_pairs_ = 0, full_read_ = 0, window_read_ = 0, context_read_ = 0;
+  double decode_full_pairs_ = 0, decode_window_pairs_ = 0;
 };
 
 // A step's cost, by part.
@@ -128,6 +147,29 @@ struct StepCost {
   double total_ms() const { return std::max(compute_ms, memory_ms) + comm_ms + overhead_ms; }
 };
 
+// A step's cost before the constants: each part at efficiency 1 (ms), and the
+// all-reduces' count and transfer. at() prices it under any constants, which
+// is how Roofline::cost prices every step, and how calibrate re-prices a
+// recorded schedule.
+struct StepTerms {
+  double prefill_linear_ms = 0, prefill_attention_ms = 0;
+  double decode_linear_ms = 0, decode_attention_ms = 0;
+  double memory_ms = 0;
+  double allreduces = 0, allreduce_transfer_ms = 0;
+  bool fp8 = false;  // the linear layers at the fp8 peak (fp8_efficiency applies)
+  StepCost at(const RooflineConstants& c) const {
+    const double f = fp8 ? c.fp8_efficiency : 1.0;
+    StepCost out;
+    out.compute_ms = (prefill_linear_ms / f + prefill_attention_ms) / c.prefill_efficiency +
+                     (decode_linear_ms / f + decode_attention_ms) / c.decode_efficiency;
+    out.memory_ms = memory_ms / c.bandwidth_efficiency;
+    out.comm_ms =
+        allreduces * c.allreduce_latency_us * 1e-3 + allreduce_transfer_ms / c.link_efficiency;
+    out.overhead_ms = c.step_overhead_ms;
+    return out;
+  }
+};
+
 class Roofline {
  public:
   // `kv_bytes_per_token_layer`: KV bytes of one token in one layer on one GPU
@@ -137,10 +179,17 @@ class Roofline {
                                             double kv_bytes_per_token_layer,
                                             const RooflineConstants& constants);
 
-  StepCost cost(const StepWork& work) const;
+  StepTerms terms(const StepWork& work) const;
+  StepCost cost(const StepWork& work) const { return terms(work).at(constants_); }
   double step_ms(const StepWork& work) const { return cost(work).total_ms(); }
 
   const RooflineConstants& constants() const { return constants_; }
+  // The same model and GPU under other constants (what calibrate fits).
+  Roofline with_constants(const RooflineConstants& constants) const {
+    Roofline out = *this;
+    out.constants_ = constants;
+    return out;
+  }
   const std::string& gpu() const { return gpu_; }
   double peak_flops() const { return peak_flops_; }  // per GPU, the linear layers'
   std::uint32_t sliding_window() const { return window_; }
@@ -150,9 +199,11 @@ class Roofline {
   std::string gpu_;
   std::uint32_t tp_ = 1;
   double peak_flops_ = 0, attention_peak_flops_ = 0, bandwidth_ = 0, link_ = 0;
-  double linear_params_ = 0;   // active parameters less the lm_head
-  double lm_head_params_ = 0;  // vocab * hidden
-  double weight_bytes_ = 0, routed_bytes_ = 0;
+  double linear_params_ = 0;                    // active parameters less the lm_head
+  bool fp8_ = false;                            // W8A8 on a GPU with an fp8 rate
+  double lm_head_params_ = 0;                   // vocab * hidden
+  double weight_bytes_ = 0, routed_bytes_ = 0;  // weight_bytes_ less an untied input table
+  double embedding_row_bytes_ = 0;              // one row of the input table
   double routed_experts_ = 0, experts_per_token_ = 0;
   double full_layers_ = 0, window_layers_ = 0;
   double attention_flops_per_pair_ = 0;  // per layer

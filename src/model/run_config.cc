@@ -247,7 +247,7 @@ InputStatus take_gpu_share(const ModelGeometry& g, const ConfigOverrides& cli,
       }
     }
     run.weights_bytes_per_gpu = weights_bytes_per_gpu(*run.model_spec, run.tp, run.pp);
-    run.kv.dtype = run.model_spec->dtype;
+    run.kv.dtype = run.model_spec->kv_dtype;
   }
   return {};
 }

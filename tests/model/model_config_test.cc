@@ -254,9 +254,59 @@ TEST_CASE("model config: quantization_config sets the weights' bytes") {
         (2 * embedding + router + attention) * 2 + (experts * 17 + 31) / 32);
   config["quantization_config"] = {{"quant_method", "awq"}};
   CHECK(read_error(config) ==
-        "m.json: quantization_config.quant_method: 'awq' is not modelled (fp8, mxfp4)");
+        "m.json: quantization_config.quant_method: 'awq' is not modelled (fp8, modelopt, "
+        "compressed-tensors, mxfp4)");
   config["quantization_config"] = nlohmann::json::object();
   CHECK(read_error(config) == "m.json: quantization_config.quant_method: missing");
+}
+
+TEST_CASE("model config: ModelOpt and compressed-tensors FP8 checkpoints, W8A8 or W8A16") {
+  nlohmann::json config = llama_like();
+  const std::uint64_t fp8_bytes = read_ok([&] {
+                                    nlohmann::json c = config;
+                                    c["quantization_config"] = {{"quant_method", "fp8"}};
+                                    return c;
+                                  }())
+                                      .weight_bytes;
+  // NVIDIA's ModelOpt FP8 (nvidia/Llama-3.1-8B-Instruct-FP8): per-tensor W8A8.
+  config["quantization_config"] = {{"quant_method", "modelopt"}, {"quant_algo", "FP8"}};
+  ModelSpec m = read_ok(config);
+  CHECK(m.weight_bytes == fp8_bytes);
+  CHECK(m.fp8_linear);
+  CHECK(m.fp8_activations);
+  CHECK(m.kv_dtype == m.dtype);  // no kv_cache_quant_algo: the KV cache as the weights
+  config["quantization_config"]["kv_cache_quant_algo"] = "FP8";
+  CHECK(read_ok(config).kv_dtype == Dtype::kFp8);
+  config["quantization_config"].erase("kv_cache_quant_algo");
+  config["quantization_config"]["quant_algo"] = "NVFP4";
+  CHECK(read_error(config) ==
+        "m.json: quantization_config.quant_algo: 'NVFP4' is not modelled (FP8)");
+  config["quantization_config"].erase("quant_algo");
+  CHECK(read_error(config) == "m.json: quantization_config.quant_algo: missing");
+
+  // compressed-tensors: 8-bit float weights and inputs (W8A8), or weights only (W8A16).
+  nlohmann::json group = {{"targets", {"Linear"}},
+                          {"weights", {{"num_bits", 8}, {"type", "float"}}},
+                          {"input_activations", {{"num_bits", 8}, {"type", "float"}}}};
+  config["quantization_config"] = {{"quant_method", "compressed-tensors"},
+                                   {"config_groups", {{"group_0", group}}}};
+  m = read_ok(config);
+  CHECK(m.weight_bytes == fp8_bytes);
+  CHECK(m.fp8_activations);
+  config["quantization_config"]["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}};
+  CHECK(read_ok(config).kv_dtype == Dtype::kFp8);
+  config["quantization_config"].erase("kv_cache_scheme");
+  config["quantization_config"]["config_groups"]["group_0"]["input_activations"] = nullptr;
+  m = read_ok(config);
+  CHECK(m.weight_bytes == fp8_bytes);
+  CHECK(m.fp8_linear);
+  CHECK_FALSE(m.fp8_activations);
+  config["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 4;
+  CHECK(read_error(config) ==
+        "m.json: quantization_config.config_groups: group_0: 4-bit weights with 16-bit "
+        "activations are not modelled (8-bit weights, 8- or 16-bit activations)");
+  config["quantization_config"].erase("config_groups");
+  CHECK(read_error(config) == "m.json: quantization_config.config_groups: missing or empty");
 }
 
 TEST_CASE("model config: a model type's defaults fill what its config.json leaves out") {

@@ -34,10 +34,11 @@ constexpr std::uint64_t gqa_attention(std::uint64_t hidden, std::uint64_t heads,
 }
 
 TEST_CASE("presets: every preset is listed once, reads, and every alias names a preset") {
-  CHECK(model_presets().size() == 12u);
-  for (const char* name : {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-8b",
-                           "qwen3-32b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-20b",
-                           "gpt-oss-120b", "gemma-3-27b", "mistral-7b", "qwen2.5-7b"}) {
+  CHECK(model_presets().size() == 15u);
+  for (const char* name :
+       {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.1-8b-fp8", "llama-3.1-70b-fp8",
+        "llama-3.1-405b-fp8", "qwen3-8b", "qwen3-32b", "qwen3-235b-a22b", "deepseek-v3",
+        "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b", "mistral-7b", "qwen2.5-7b"}) {
     INFO(name);
     const ModelPreset* preset = find_model_preset(name);
     REQUIRE(preset != nullptr);
@@ -71,6 +72,25 @@ TEST_CASE("presets: llama-3.1-8b") {
   CHECK(within_1_percent(m.parameters.total, 8.03e9));  // model card: 8.03B
   CHECK(m.weight_bytes == 2 * total);
   CHECK(m.kv_cache_groups() == std::vector<KvCacheGroup>{{AttentionKind::kFull, 0, 32}});
+}
+
+TEST_CASE("presets: the ModelOpt FP8 Llamas: 1-byte linear layers, W8A8") {
+  for (const char* name : {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b"}) {
+    INFO(name);
+    const ModelSpec& bf16 = spec_of(name);
+    const ModelSpec& fp8 = spec_of((std::string(name) + "-fp8").c_str());
+    CHECK(fp8.parameters.total == bf16.parameters.total);
+    CHECK(fp8.full_attention_bytes_per_token(Dtype::kBf16) ==
+          bf16.full_attention_bytes_per_token(Dtype::kBf16));
+    // The embedding and the untied lm_head stay bf16; every other parameter is 1 byte.
+    const std::uint64_t tables = 2ull * bf16.vocab_size * bf16.hidden_size;
+    CHECK(fp8.weight_bytes == 2 * tables + (bf16.parameters.total - tables));
+    CHECK(fp8.fp8_linear);
+    CHECK(fp8.fp8_activations);
+    CHECK_FALSE(bf16.fp8_activations);
+    CHECK(fp8.kv_dtype == Dtype::kFp8);  // kv_cache_quant_algo FP8
+    CHECK(bf16.kv_dtype == Dtype::kBf16);
+  }
 }
 
 TEST_CASE("presets: llama-3.1-70b") {

@@ -30,7 +30,8 @@ const GpuSpec& gpu(const char* name) {
 // Every efficiency 1 and no fixed cost: the raw roofline.
 RooflineConstants ideal() {
   RooflineConstants c;
-  c.compute_efficiency = c.bandwidth_efficiency = c.link_efficiency = 1.0;
+  c.prefill_efficiency = c.decode_efficiency = c.fp8_efficiency = 1.0;
+  c.bandwidth_efficiency = c.link_efficiency = 1.0;
   c.allreduce_latency_us = 0;
   c.step_overhead_ms = 0;
   return c;
@@ -55,11 +56,16 @@ TEST_CASE("roofline: a lone decode of a dense model reads its weights once per t
   StepWork work;
   work.add(0, 1, false);  // the first decode: one token, no context
   const StepCost cost = r.cost(work);
-  // 8.03e9 parameters in bf16 over 3.35 TB/s, plus one token's K and V in 32 layers.
-  const double weights_ms = static_cast<double>(m.weight_bytes) / 3.35e12 * 1e3;
+  // 8.03e9 parameters in bf16 over 3.35 TB/s, less the untied input table
+  // (128256 x 4096, 1.05 GB) of which one row is read, plus one token's K and V
+  // in 32 layers.
+  const double table = 128256.0 * 4096 * 2;
+  REQUIRE(static_cast<double>(m.input_embedding_bytes) == table);
+  const double weights_ms =
+      (static_cast<double>(m.weight_bytes) - table + 4096 * 2) / 3.35e12 * 1e3;
   const double kv_ms = 32 * kv_layer_bytes(m, 1) / 3.35e12 * 1e3;
   CHECK(cost.memory_ms == Approx(weights_ms + kv_ms).epsilon(1e-9));
-  CHECK(weights_ms == Approx(4.79).epsilon(0.01));  // 16.06 GB / 3.35 TB/s
+  CHECK(weights_ms == Approx(4.48).epsilon(0.01));  // 15.01 GB / 3.35 TB/s
   CHECK(cost.compute_ms < cost.memory_ms / 100);    // memory-bound by far
   CHECK(cost.comm_ms == 0);
   CHECK(r.step_ms(work) == Approx(cost.memory_ms));
@@ -104,9 +110,12 @@ TEST_CASE("roofline: a decode batch reads weights once and every sequence's KV")
   one.add(4095, 1, false);
   for (int i = 0; i < 64; ++i) batch.add(4095, 1, false);
   const double kv_seq = 4096 * 32 * kv_layer_bytes(m, 1);  // 512 MiB... per 4096-token sequence
-  const double weights = static_cast<double>(m.weight_bytes);
-  CHECK(r.cost(one).memory_ms == Approx((weights + kv_seq) / 3.35e12 * 1e3).epsilon(1e-9));
-  CHECK(r.cost(batch).memory_ms == Approx((weights + 64 * kv_seq) / 3.35e12 * 1e3).epsilon(1e-9));
+  const double weights =
+      static_cast<double>(m.weight_bytes) - static_cast<double>(m.input_embedding_bytes);
+  const double row = 4096 * 2;  // the input table's row a token
+  CHECK(r.cost(one).memory_ms == Approx((weights + row + kv_seq) / 3.35e12 * 1e3).epsilon(1e-9));
+  CHECK(r.cost(batch).memory_ms ==
+        Approx((weights + 64 * (row + kv_seq)) / 3.35e12 * 1e3).epsilon(1e-9));
   // 64 decodes cost far less than 64 lone ones: the weights are read once.
   CHECK(r.step_ms(batch) < 4 * r.step_ms(one));
 }
@@ -140,15 +149,43 @@ TEST_CASE("roofline: a MoE decode reads the experts its tokens pick, a large bat
   StepWork one, many;
   one.add(0, 1, false);
   for (int i = 0; i < 1024; ++i) many.add(0, 1, false);
-  const double rest = static_cast<double>(m.weight_bytes - m.routed_expert_bytes);
+  // Less the untied input table, of which each token reads a row (4096 x bf16).
+  const double rest =
+      static_cast<double>(m.weight_bytes - m.routed_expert_bytes - m.input_embedding_bytes);
+  const double row = 4096.0 * 2;
   const double routed = static_cast<double>(m.routed_expert_bytes);
   const double kv1 = 94 * kv_layer_bytes(m, 8);
   // One token picks 8 of 128 experts a layer: 1/16 of the routed weights.
   CHECK(r.cost(one).memory_ms ==
-        Approx(((rest + routed * 8 / 128) / 8 + kv1) / 4.8e12 * 1e3).epsilon(1e-9));
+        Approx(((rest + row + routed * 8 / 128) / 8 + kv1) / 4.8e12 * 1e3).epsilon(1e-9));
   // 1024 tokens leave an expert unread with probability (120/128)^1024, about 1e-29.
   CHECK(r.cost(many).memory_ms ==
-        Approx(((rest + routed) / 8 + 1024 * kv1) / 4.8e12 * 1e3).epsilon(1e-6));
+        Approx(((rest + 1024 * row + routed) / 8 + 1024 * kv1) / 4.8e12 * 1e3).epsilon(1e-6));
+}
+
+TEST_CASE("roofline: prefill and decode FLOPs run at their own efficiencies") {
+  const ModelSpec& m = preset("llama-3.1-8b");
+  RooflineConstants c = ideal();
+  c.prefill_efficiency = 0.5;
+  c.decode_efficiency = 0.25;
+  const Roofline r = make(m, "h100-80gb", 1, c);
+  const Roofline raw = make(m, "h100-80gb");
+  StepWork prefill, decode, mixed;
+  prefill.add(0, 2048, true);
+  for (int i = 0; i < 256; ++i) decode.add(1000, 1, false);
+  mixed.add(0, 2048, true);
+  for (int i = 0; i < 256; ++i) mixed.add(1000, 1, false);
+  CHECK(r.cost(prefill).compute_ms == Approx(raw.cost(prefill).compute_ms / 0.5).epsilon(1e-12));
+  CHECK(r.cost(decode).compute_ms == Approx(raw.cost(decode).compute_ms / 0.25).epsilon(1e-12));
+  // A mixed step: each part at its own rate, summed.
+  CHECK(r.cost(mixed).compute_ms ==
+        Approx(raw.cost(prefill).compute_ms / 0.5 + raw.cost(decode).compute_ms / 0.25)
+            .epsilon(1e-12));
+  // The decodes' pairs are kept apart: 256 tokens seeing 1001 keys each.
+  CHECK(mixed.decode_full_pairs() == Approx(256.0 * 1001));
+  CHECK(mixed.full_pairs() == Approx(256.0 * 1001 + 2048.0 * 2049 / 2));
+  // with_constants changes the constants only.
+  CHECK(raw.with_constants(c).cost(mixed).compute_ms == Approx(r.cost(mixed).compute_ms));
 }
 
 TEST_CASE("roofline: an fp8 checkpoint's linear layers run at the GPU's fp8 rate") {
@@ -171,6 +208,14 @@ TEST_CASE("roofline: an fp8 checkpoint's linear layers run at the GPU's fp8 rate
   const double attention = 2.0 * 128 * (2 * 512 + 64) * (4096.0 * 4097 / 2) * 61;
   CHECK(h200.value().cost(work).compute_ms ==
         Approx((linear / 1979e12 + attention / 989.5e12) / 8 * 1e3).epsilon(1e-9));
+  // fp8_efficiency scales the linear layers' fp8 rate only, not attention's.
+  RooflineConstants c = ideal();
+  c.fp8_efficiency = 0.5;
+  CHECK(h200.value().with_constants(c).cost(work).compute_ms ==
+        Approx((linear / (0.5 * 1979e12) + attention / 989.5e12) / 8 * 1e3).epsilon(1e-9));
+  // On an A100 (no fp8 rate) it changes nothing.
+  CHECK(a100.value().with_constants(c).cost(work).compute_ms ==
+        Approx(a100.value().cost(work).compute_ms).epsilon(1e-12));
 }
 
 TEST_CASE("roofline: sliding layers attend to their window only") {

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# `kvreplay calibrate` and `--cost-profile` (SPEC 3.5) from the command line:
+# a fit lowers the error it reports, the profile it writes reproduces its
+# figures through --cost-profile, constants given on the command line are
+# held, and every bad row or profile key is exit 2 naming FILE:LINE and the
+# field, with nothing written.
+#
+# Usage: run_calibrate_tests.sh KVREPLAY_BINARY REPO_ROOT
+set -uo pipefail
+
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
+command -v jq >/dev/null || { echo "run_calibrate_tests.sh: 'jq' is required" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-calibrate.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+cd "$root" || exit 2
+run_timeout=300
+example=bench/accuracy/example.csv
+
+# 1. A fit: the error falls, the profile reproduces the fitted figures.
+run calibrate "$example" --report "$work/profile.json" --results "$work/fit.csv"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq -r ".kvreplay_cost_profile, .profiles[0].gpu, .profiles[0].engine" "$work/profile.json" | tr "\n" " ") == "1 h100-80gb vllm " ]]' \
+  "profile: $(head -c 300 "$work/profile.json")"
+check '[[ $(jq "[.profiles[0].constants[] | .source | length > 0] | all" "$work/profile.json") == true ]]' \
+  "a constant without its source"
+before=$(awk -F, 'NR > 1 { e = ($11 - $10) / $10; s += (e < 0 ? -e : e) } END { print s }' "$work/fit.csv")
+after=$(awk -F, 'NR > 1 { e = ($12 - $10) / $10; s += (e < 0 ? -e : e) } END { print s }' "$work/fit.csv")
+check 'awk -v b="$before" -v a="$after" "BEGIN { exit !(a < b) }"' "the fit did not lower the error: $before -> $after"
+grep -q "^median |error| after:" "$work/out"
+check '[[ $? -eq 0 ]] && grep -q "fewer rows (4) than constants" "$work/out"' \
+  "no medians, or no word of the constants left unfitted: $(tail -3 "$work/out")"
+# The profile through --cost-profile gives the fit's figures back.
+run calibrate "$example" --no-fit --cost-profile "$work/profile.json" --results "$work/again.csv" -q
+check '[[ $rc -eq 0 ]] && diff <(cut -d, -f1-10,12 "$work/fit.csv") <(cut -d, -f1-10,12 "$work/again.csv") >/dev/null' \
+  "--cost-profile does not reproduce the fit: $(diff "$work/fit.csv" "$work/again.csv" | head -4)"
+run simulate traces/requests/azure_conv.csv --model llama-3.1-8b-fp8 --gpu h100-80gb -q \
+  --cost-profile "$work/profile.json" --report "$work/report.json"
+check '[[ $rc -eq 0 && $(jq -r .config.simulation.cost.profile "$work/report.json") == "$work/profile.json" ]] &&
+       [[ $(jq ".config.simulation.cost.bandwidth_efficiency == $(jq .profiles[0].constants.bandwidth_efficiency.value "$work/profile.json")" "$work/report.json") == true ]]' \
+  "simulate does not run the profile's constants: $(jq -c .config.simulation.cost "$work/report.json")"
+finish "calibrate: a fit lowers the error and its profile reproduces it"
+
+# 2. Constants given on the command line are held; --set picks rows.
+run calibrate "$example" --step-overhead-ms 0.25 --report "$work/held.json" -q
+check '[[ $rc -eq 0 && $(jq .profiles[0].constants.step_overhead_ms.value "$work/held.json") == 0.25 ]]' \
+  "the held constant moved: $(jq -c .profiles[0].constants.step_overhead_ms "$work/held.json")"
+run calibrate "$example" --set fit --no-fit -q
+check '[[ $rc -eq 0 ]]' "--set fit: exit $rc: $(err_text)"
+run calibrate "$example" --set check --no-fit -q
+check '[[ $rc -eq 2 ]] && grep -qF "no row of set '"'"'check'"'"'" "$work/err"' "--set check: exit $rc: $(err_text)"
+run simulate traces/requests/azure_conv.csv --kv-memory 16GiB -q --report "$work/default.json"
+check '[[ $(jq -r .config.simulation.cost.profile "$work/default.json") == shipped ]]' \
+  "the default profile is not the shipped one: $(jq -c .config.simulation.cost "$work/default.json")"
+finish "calibrate: held constants and --set"
+
+# 3. Bad rows: FILE:LINE: FIELD, exit 2, nothing written.
+bad() {  # bad NAME ROW EXPECTED
+  local name=$1 want=$3
+  printf 'model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value\n%s\n%s\n' \
+    "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,7" "$2" >"$work/$1.csv"
+  run calibrate "$work/$name.csv" --report "$work/$name.json"
+  check '[[ $rc -eq 2 && ! -e $work/$name.json ]] && grep -qF -- "$work/$name.csv:3: $want" "$work/err"' \
+    "$name: exit $rc: $(err_text)"
+}
+bad metric "llama-3.1-8b,h100-80gb,1,128,128,1,2,itl_ms,7" "metric: 'itl_ms' is none of"
+bad value "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,-3" "value: '-3' is not a positive number"
+bad nan "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,nan" "value: 'nan' is not a positive number"
+bad tp "llama-3.1-8b,h100-80gb,0,128,128,1,2,tpot_ms,7" "tp: '0' is not an integer from 1 to 64"
+bad gpu "llama-3.1-8b,h1000,1,128,128,1,2,tpot_ms,7" "gpu: unknown GPU"
+bad model "llama-9,h100-80gb,1,128,128,1,2,tpot_ms,7" "model: 'llama-9' is neither a preset"
+bad short "llama-3.1-8b,h100-80gb,1,128" "row: 4 fields, expected at least 9"
+printf 'model,gpu,tp\n' >"$work/header.csv"
+run calibrate "$work/header.csv"
+check '[[ $rc -eq 2 ]] && grep -qF "$work/header.csv:1: header: expected model,gpu,tp," "$work/err"' \
+  "a bad header: exit $rc: $(err_text)"
+run calibrate "$example" --report "$example"
+check '[[ $rc -eq 2 ]] && grep -qF "never replaces an input" "$work/err"' "the input overwritten: exit $rc: $(err_text)"
+finish "calibrate: every bad row is FILE:LINE: FIELD, exit 2, nothing written"
+
+# 4. Bad profiles: FILE:LINE: the key, exit 2.
+bad_profile() {  # bad_profile NAME JSON EXPECTED
+  local name=$1 want=$3
+  printf '%s\n' "$2" >"$work/$name.json"
+  run simulate traces/requests/azure_conv.csv --kv-memory 16GiB -q --cost-profile "$work/$name.json"
+  check '[[ $rc -eq 2 ]] && grep -qF -- "$want" "$work/err"' "$name: exit $rc: $(err_text)"
+}
+bad_profile unknown '{"kvreplay_cost_profile": 1,
+ "profiles": [{"gpu": "*", "engine": "*",
+   "constants": {"bandwith_efficiency": {"value": 0.5, "source": "x"}}}]}' \
+  "$work/unknown.json:3: cost profile: bandwith_efficiency: unknown constant"
+bad_profile range '{"kvreplay_cost_profile": 1,
+ "profiles": [{"gpu": "*", "engine": "*",
+   "constants": {"bandwidth_efficiency": {"value": 1.5, "source": "x"}}}]}' \
+  "$work/range.json:3: cost profile: bandwidth_efficiency: 1.5 is outside --bandwidth-efficiency's range"
+bad_profile source '{"kvreplay_cost_profile": 1,
+ "profiles": [{"gpu": "*", "engine": "*", "constants": {"step_overhead_ms": {"value": 1}}}]}' \
+  "$work/source.json:2: cost profile: step_overhead_ms: expected {\"value\": NUMBER, \"source\""
+bad_profile gpu '{"kvreplay_cost_profile": 1, "profiles": [{"gpu": "h1000", "constants": {}}]}' \
+  "$work/gpu.json:1: cost profile: gpu: \"h1000\": unknown GPU"
+bad_profile version '{"profiles": []}' "$work/version.json:1: cost profile: kvreplay_cost_profile: missing"
+run simulate traces/requests/azure_conv.csv --kv-memory 16GiB -q --cost-model linear --cost-profile "$work/profile.json"
+check '[[ $rc -eq 2 ]] && grep -qF -- "--cost-profile is a constant of the roofline" "$work/err"' \
+  "--cost-profile with --cost-model linear: exit $rc: $(err_text)"
+finish "--cost-profile: every bad key is FILE:LINE, exit 2"
+
+echo "$passed passed, $failed failed"
+((failed == 0))
