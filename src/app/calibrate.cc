@@ -276,7 +276,9 @@ Result<Schedule, std::string> Schedule::record(const Workload& workload,
 }
 
 Figures Schedule::figures(const RooflineConstants& constants) const {
-  std::vector<double> ends(terms_.size());
+  // One buffer a thread, reused: a fit prices every schedule thousands of times.
+  thread_local std::vector<double> ends;
+  ends.resize(terms_.size());
   double now = 0;
   for (std::size_t i = 0; i < terms_.size(); ++i) {
     now += terms_[i].at(constants).total_ms() / 1000.0;

@@ -188,6 +188,9 @@ nlohmann::json profile_json(const std::map<std::string, GpuFit>& fits,
       const bool fitted =
           std::find(group.fit.fitted.begin(), group.fit.fitted.end(), i) != group.fit.fitted.end();
       std::string source = group.start_sources[i];
+      for (const auto& [kept, why] : group.fit.kept) {
+        if (kept == i) source += fmt::format(" (not fitted: {})", why);
+      }
       if (fitted) {
         source = fmt::format(
             "fitted by kvreplay calibrate to {}{} ({} rows: {}; median |error| {} before, {} "
@@ -320,6 +323,12 @@ class CalibrateCommand final : public Command {
         ->check(CLI::Range(1u, 1024u));
     app.add_flag("-q,--quiet", request_.quiet, "print no table");
     options_.add_to(app, "invariant checks (default end)");
+    // A calibration runs the roofline over its own closed loops: no trace to
+    // read, no SLOs to meet.
+    for (const char* name : {"--format", "--cost-model", "--slo-ttft-ms", "--slo-tpot-ms"}) {
+      app.remove_option(app.get_option(name));
+    }
+    options_.slo_ttft = options_.slo_tpot = nullptr;
     app.footer(
         "Each distinct workload is simulated once, closed-loop (simulate --concurrency); the "
         "constants given on the command line are held, the others fitted per GPU kind to the "

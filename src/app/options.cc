@@ -279,7 +279,8 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                                       "both")
                            ->check(CLI::Range(1e-3, 1.0))
                            ->group("Cost model");
-  for (std::size_t i : {0, 1}) compute_efficiency->excludes(roofline_options[i]);
+  compute_efficiency->excludes(roofline_options[0]);  // prefill_efficiency
+  compute_efficiency->excludes(roofline_options[1]);  // decode_efficiency
   for (const Constant& c : linear_constants) linear_options.push_back(declare(c));
   slo_ttft = app.add_option("--slo-ttft-ms", slo_ttft_ms,
                             "SLO: time to first token, ms (SLO attainment and goodput)")

@@ -187,7 +187,8 @@ TEST_CASE(
     Simulator sim(micro_config(64), options);
     std::vector<Request> requests;
     for (int i = 0; i < 200; ++i) {
-      requests.push_back(request(std::to_string(i), 8, 4, i * spacing, i + 1));
+      requests.push_back(
+          request(std::to_string(i), 8, 4, i * spacing, static_cast<std::uint64_t>(i) + 1));
     }
     run(sim, requests);
     return sim.overload();

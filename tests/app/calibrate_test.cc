@@ -1,0 +1,177 @@
+// kvreplay calibrate's machinery (app/calibrate.h, app/calibrate_fit.h) and
+// the cost profiles it writes (model/cost_profile.h): a recorded closed-loop
+// schedule priced under other constants gives what a full simulation under
+// them gives, a fit recovers constants that made the measurements, and a
+// profile's most specific entry wins.
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <vector>
+
+#include "app/calibrate.h"
+#include "app/calibrate_fit.h"
+#include "app/options.h"
+#include "app/simulation.h"
+#include "model/cost_profile.h"
+
+using namespace kvreplay;
+
+namespace {
+
+Workload make_workload(const char* model, std::uint32_t tp, std::uint32_t input,
+                       std::uint32_t output, std::uint32_t concurrency, std::uint32_t requests) {
+  Workload w;
+  w.model = model;
+  w.gpu = "h100-80gb";
+  w.tp = tp;
+  w.input_tokens = input;
+  w.output_tokens = output;
+  w.concurrency = concurrency;
+  w.requests = requests;
+  w.options.engine = EngineKind::kVllm;
+  w.options.watermark = 0;
+  ConfigOverrides overrides;
+  overrides.model = model;
+  overrides.gpu = w.gpu;
+  overrides.tp = tp;
+  overrides.context_default = overrides.kv_groups = true;
+  set_activation_limits(overrides, w.options);
+  auto config = resolve_sim_config(overrides);
+  REQUIRE(config.ok());
+  w.config = config.value();
+  return w;
+}
+
+RooflineConstants other_constants() {
+  RooflineConstants c;
+  c.prefill_efficiency = 0.45;
+  c.decode_efficiency = 0.3;
+  c.bandwidth_efficiency = 0.55;
+  c.step_overhead_ms = 1.25;
+  c.allreduce_latency_us = 20;
+  c.link_efficiency = 0.5;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "calibrate: a recorded schedule priced under other constants is the simulation under them") {
+  const RooflineConstants base;
+  const RooflineConstants other = other_constants();
+  for (const Workload& w : {make_workload("llama-3.1-8b", 1, 300, 40, 4, 12),
+                            make_workload("llama-3.1-70b-fp8", 2, 1000, 20, 16, 40)}) {
+    INFO(w.model);
+    auto recorded = Schedule::record(w, base);
+    REQUIRE(recorded.ok());
+    const Schedule& schedule = recorded.value();
+    CHECK(schedule.steps() > 0);
+    // Under its own constants: exactly the run's figures.
+    const Figures same = schedule.figures(base);
+    CHECK(same.ttft_ms == schedule.simulated().ttft_ms);
+    CHECK(same.tpot_ms == schedule.simulated().tpot_ms);
+    CHECK(same.output_tok_s == schedule.simulated().output_tok_s);
+    // Under others: what simulating again under them gives.
+    auto again = Schedule::record(w, other);
+    REQUIRE(again.ok());
+    const Figures priced = schedule.figures(other);
+    CHECK(priced.ttft_ms == Approx(again.value().simulated().ttft_ms).epsilon(1e-12));
+    CHECK(priced.tpot_ms == Approx(again.value().simulated().tpot_ms).epsilon(1e-12));
+    CHECK(priced.output_tok_s == Approx(again.value().simulated().output_tok_s).epsilon(1e-12));
+    // And they differ from the first: the constants matter.
+    CHECK(priced.tpot_ms > 1.2 * same.tpot_ms);
+  }
+}
+
+TEST_CASE("calibrate: the fit recovers the constants that made the measurements") {
+  // Measurements made by the roofline itself under known constants: the fit
+  // must bring the median error to (about) 0 from the built-in start.
+  RooflineConstants truth;
+  truth.bandwidth_efficiency = 0.55;
+  truth.decode_efficiency = 0.4;
+  truth.step_overhead_ms = 1.0;
+  std::vector<Workload> workloads = {make_workload("llama-3.1-8b", 1, 128, 64, 1, 4),
+                                     make_workload("llama-3.1-8b", 1, 128, 64, 64, 128),
+                                     make_workload("llama-3.1-8b", 1, 2000, 16, 8, 16),
+                                     make_workload("llama-3.1-8b", 1, 512, 256, 256, 512)};
+  std::vector<Schedule> schedules;
+  for (const Workload& w : workloads) {
+    auto s = Schedule::record(w, RooflineConstants{});
+    REQUIRE(s.ok());
+    schedules.push_back(std::move(s).value());
+  }
+  std::vector<MeasuredRow> rows;
+  for (std::size_t i = 0; i < workloads.size(); ++i) {
+    const Figures f = schedules[i].figures(truth);
+    for (auto metric : {CalibrationMetric::kTpotMs, CalibrationMetric::kOutputTokS}) {
+      MeasuredRow row;
+      row.line = rows.size() + 2;
+      row.metric = metric;
+      row.value = f.of(metric);
+      row.workload = i;
+      rows.push_back(row);
+    }
+  }
+  std::vector<FitPoint> points;
+  for (const MeasuredRow& row : rows) points.push_back({&row, &schedules[row.workload]});
+  // Only the three that made the difference are free; the rest held at truth.
+  const std::uint32_t held = 0b0110101;  // all but decode (1), bandwidth (3), overhead (6)
+  REQUIRE(roofline_constant_infos()[1].name == std::string("decode_efficiency"));
+  REQUIRE(roofline_constant_infos()[3].name == std::string("bandwidth_efficiency"));
+  REQUIRE(roofline_constant_infos()[6].name == std::string("step_overhead_ms"));
+  const FitResult fit = fit_constants(points, RooflineConstants{}, held);
+  CHECK(fit.median_before > 0.1);
+  CHECK(fit.median_after < 0.005);
+  CHECK(fit.fitted.size() == 3);
+  CHECK(fit.constants.bandwidth_efficiency == Approx(0.55).epsilon(0.02));
+  CHECK(fit.constants.step_overhead_ms == Approx(1.0).epsilon(0.05));
+  // Held constants stay where they were.
+  CHECK(fit.constants.prefill_efficiency == RooflineConstants{}.prefill_efficiency);
+}
+
+TEST_CASE("cost profile: the most specific entry wins, constant by constant") {
+  const char* text = R"({"kvreplay_cost_profile": 1, "profiles": [
+    {"gpu": "h200", "engine": "vllm", "constants": {"step_overhead_ms": {"value": 4, "source": "d"}}},
+    {"gpu": "*", "engine": "*", "constants": {"step_overhead_ms": {"value": 1, "source": "a"},
+                                              "bandwidth_efficiency": {"value": 0.5, "source": "a"}}},
+    {"gpu": "h200", "engine": "*", "constants": {"step_overhead_ms": {"value": 3, "source": "c"}}},
+    {"gpu": "*", "engine": "vllm", "constants": {"step_overhead_ms": {"value": 2, "source": "b"}}}]})";
+  auto profile = CostProfile::parse(nlohmann::json::parse(text), "p.json", text);
+  REQUIRE(profile.ok());
+  const CostProfile& p = profile.value();
+  CHECK(p.constants_for("h100-80gb", "sglang").step_overhead_ms == 1);
+  CHECK(p.constants_for("h100-80gb", "vllm").step_overhead_ms == 2);
+  CHECK(p.constants_for("h200", "sglang").step_overhead_ms == 3);
+  CHECK(p.constants_for("h200", "vllm").step_overhead_ms == 4);
+  CHECK(p.constants_for("h200", "vllm").bandwidth_efficiency == 0.5);  // from */*
+  CHECK(p.constants_for("h200", "vllm").decode_efficiency == RooflineConstants{}.decode_efficiency);
+  const auto sources = p.sources_for("h200", "vllm");
+  CHECK(sources[6] == "d");
+  CHECK(sources[3] == "a");
+  CHECK(sources[0] == "built-in");
+  // What to_json writes, parse reads back to the same constants.
+  const std::string again = p.to_json().dump();
+  auto reread = CostProfile::parse(nlohmann::json::parse(again), "q.json", again);
+  REQUIRE(reread.ok());
+  CHECK(reread.value().constants_for("h200", "vllm") == p.constants_for("h200", "vllm"));
+  // Two entries for one GPU and engine are refused, naming the line.
+  const char* twice = R"({"kvreplay_cost_profile": 1,
+ "profiles": [{"gpu": "*", "engine": "*"}, {"gpu": "*", "engine": "*"}]})";
+  auto refused = CostProfile::parse(nlohmann::json::parse(twice), "t.json", twice);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error() == "t.json:2: cost profile: profiles: profiles[1] repeats gpu * engine *");
+}
+
+TEST_CASE("cost profile: the shipped profile reads, and every constant says where it comes from") {
+  const CostProfile& shipped = CostProfile::shipped();
+  CHECK(shipped.name() == "shipped");
+  REQUIRE(shipped.entries().size() >= 2);
+  for (const char* gpu : {"h100-80gb", "h200", "a100-80gb", "b200"}) {
+    for (const std::string& source : shipped.sources_for(gpu, "vllm")) {
+      INFO(gpu << ": " << source);
+      const bool said = source.find("fitted by kvreplay calibrate") != std::string::npos ||
+                        source.find("(not fitted: ") != std::string::npos;
+      CHECK(said);
+    }
+  }
+}
