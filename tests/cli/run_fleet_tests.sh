@@ -19,7 +19,7 @@ command -v jq >/dev/null || { echo "run_fleet_tests.sh: 'jq' is required" >&2; e
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-fleet.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
-run_timeout=120
+run_timeout=600  # a sanitizer build runs the 3-replica page (two simulations) in minutes
 trace=traces/requests/mooncake_conv.jsonl
 common=(--kv-memory 16GiB --max-seq-tokens 131072 -q)
 
