@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 
+#include "app/load_generator.h"
 #include "app/simulation.h"
 #include "app/simulation_internal.h"
 #include "app/terminal.h"
@@ -524,6 +525,9 @@ InputResult<SimulationResult> simulate_fleet_file(
     return false;
   };
 
+  // A load generator (--request-rate, --concurrency) sets each arrival, as
+  // for one instance, over the fleet's requests as the user sent them.
+  LoadGenerator load_generator(options.load, fleet);
   Request request;
   bool violated = false;
   for (;;) {
@@ -531,6 +535,10 @@ InputResult<SimulationResult> simulate_fleet_file(
     auto more = reader.next(request);
     if (!more) return Unexpected{more.error()};
     if (!more.value()) break;
+    if (!load_generator.set_arrival(request)) {
+      violated = true;
+      break;
+    }
     if (!fleet.run_until(request.arrival)) {
       violated = true;
       break;
@@ -568,7 +576,9 @@ InputResult<SimulationResult> simulate_fleet_file(
   result.violated = violated;
   result.overload_warning = overload_warning(shown, load);
   result.latency_cdf = latency_cdf(collected.latencies);
+  if (options.load.any()) report["load"] = load_generator.figures();
   result.summary = fleet_summary(report, terminal.color);
+  if (options.load.any()) result.summary += load_generator.summary_line();
   result.report = std::move(report);
   return result;
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
@@ -417,6 +418,68 @@ std::optional<std::string> disaggregation_problem(const SimOptions& options,
         option);
   }
   return std::nullopt;
+}
+
+void LoadOptionsCli::add_to(CLI::App& app, const std::string& group) {
+  rate_option = app.add_option("--request-rate", request_rate,
+                               "send the trace's requests, in order, at seeded Poisson times: R "
+                               "requests a second on average (the trace's times are ignored)")
+                    ->check(CLI::Range(1e-9, 1e9))
+                    ->group(group);
+  concurrency_option =
+      app.add_option("--concurrency", concurrency,
+                     "a closed loop of C clients: each sends the trace's next request "
+                     "when its previous one ends, as genai-perf --concurrency and vllm "
+                     "bench serve --max-concurrency (the trace's times are ignored)")
+          ->check(CLI::Range(1u, 1000000u))
+          ->group(group);
+  concurrency_option->excludes(rate_option);
+  // A 64-bit value: CLI11's own conversion wraps an overflow.
+  const CLI::Validator uint64_text(
+      [](const std::string& text) {
+        std::uint64_t value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        return error == std::errc() && end == text.data() + text.size()
+                   ? std::string()
+                   : "'" + text.substr(0, 40) +
+                         "' is not an integer from 0 to 18446744073709551615";
+      },
+      "UINT64");
+  seed_option = app.add_option("--load-seed", seed, "seed of --request-rate's draws (default 0)")
+                    ->check(uint64_text)
+                    ->group(group);
+  warmup_option = app.add_option("--warmup-requests", warmup,
+                                 "send the trace's first N requests as a warm-up, wait until "
+                                 "they all end, then measure the rest (genai-perf "
+                                 "--warmup-request-count); needs --concurrency or --request-rate")
+                      ->check(uint64_text)
+                      ->group(group);
+}
+
+std::optional<std::string> LoadOptionsCli::resolve(LoadOptions& out) const {
+  if (rate_option->count() > 0) out.request_rate = request_rate;
+  if (concurrency_option->count() > 0) out.concurrency = concurrency;
+  out.seed = seed;
+  out.warmup = warmup;
+  if (seed_option->count() > 0 && rate_option->count() == 0) {
+    return std::string("--load-seed seeds --request-rate's draws: give --request-rate");
+  }
+  if (warmup_option->count() > 0 && !out.any()) {
+    return std::string(
+        "--warmup-requests warms up a load generator: give --concurrency or --request-rate "
+        "(the trace's own times have no warm-up)");
+  }
+  return std::nullopt;
+}
+
+std::string load_args(const LoadOptions& load) {
+  std::string out;
+  if (load.concurrency) out += fmt::format(" --concurrency {}", *load.concurrency);
+  if (load.request_rate) {
+    out += fmt::format(" --request-rate {} --load-seed {}", *load.request_rate, load.seed);
+  }
+  if (load.warmup > 0) out += fmt::format(" --warmup-requests {}", load.warmup);
+  return out;
 }
 
 }  // namespace kvreplay

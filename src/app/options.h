@@ -88,6 +88,28 @@ struct SimOptionsCli {
                                      const std::optional<std::string>& gpu = std::nullopt) const;
 };
 
+// The load generators' options (SPEC 3.5), of simulate and plan:
+// --request-rate, --concurrency, --load-seed, --warmup-requests.
+struct LoadOptionsCli {
+  double request_rate = 0;
+  std::uint32_t concurrency = 0;
+  std::uint64_t seed = 0;
+  std::uint64_t warmup = 0;
+  CLI::Option* rate_option = nullptr;
+  CLI::Option* concurrency_option = nullptr;
+  CLI::Option* seed_option = nullptr;
+  CLI::Option* warmup_option = nullptr;
+
+  void add_to(CLI::App& app, const std::string& group);
+  // Fills `out` from the options given; a problem for a pair that does not go
+  // together (--load-seed without --request-rate, --warmup-requests without
+  // a generator).
+  std::optional<std::string> resolve(LoadOptions& out) const;
+};
+// The same load as simulate's options (" --concurrency 8 ..."; empty for
+// the trace's own times), for a command line printed to reproduce a run.
+std::string load_args(const LoadOptions& load);
+
 // Why `options` cannot run disaggregated prefill and decode (`option`, the
 // flag that asked for it, leads the message), or nullopt: the decode side
 // receives KV into its prefix cache, so it needs the paged allocator, the

@@ -264,6 +264,8 @@ class PlanCommand final : public Command {
                             ->check(CLI::Range(0.0, 1e9))
                             ->group("Fleet"));
     prices_.add_to(app, "Fleet");
+    // Load generators (SPEC 3.5): every cell runs the trace's requests so.
+    load_.add_to(app, "Load");
   }
 
   // The fleets swept: each --replicas, then each --pd split; one instance
@@ -399,6 +401,7 @@ class PlanCommand final : public Command {
       if (auto problem = options_.resolve(options, request_.format, gpu)) {
         return usage_error(*problem);
       }
+      if (auto problem = load_.resolve(options.load)) return usage_error(*problem);
       if (auto problem = fleet_problem(fleets.value(), options)) return usage_error(*problem);
       auto price = prices_.price(gpu);
       if (!price) return usage_error(price.error());
@@ -437,6 +440,7 @@ class PlanCommand final : public Command {
   CLI::Option* router_ = nullptr;
   std::vector<CLI::Option*> transfer_;
   PriceOptions prices_;
+  LoadOptionsCli load_;
 };
 
 }  // namespace

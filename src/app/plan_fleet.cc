@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "app/exit_codes.h"
+#include "app/options.h"
 #include "app/plan_internal.h"
 #include "core/memory_budget.h"
 #include "io/standard_output.h"
@@ -82,7 +83,7 @@ std::string simulate_args(const PlanSweep& sweep, const PlanCell& cell, const Sl
   if (d.options.gpu_hour_usd) args += fmt::format(" --gpu-hour-usd {}", *d.options.gpu_hour_usd);
   if (slo.ttft_ms) args += fmt::format(" --slo-ttft-ms {}", *slo.ttft_ms);
   if (slo.tpot_ms) args += fmt::format(" --slo-tpot-ms {}", *slo.tpot_ms);
-  return args;
+  return args + load_args(d.options.load);
 }
 
 std::string gpus_text(std::uint32_t gpus) {

@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include <charconv>
-
 #include <filesystem>
 #include <optional>
 #include <system_error>
@@ -254,33 +252,7 @@ class SimulateCommand final : public Command {
             ->group("Fleet"));
     prices_.add_to(app, "Fleet");
     // Load generators (SPEC 3.5): the trace's requests at other times.
-    rate_ = app.add_option("--request-rate", request_rate_,
-                           "send the trace's requests, in order, at seeded Poisson times: R "
-                           "requests a second on average (the trace's times are ignored)")
-                ->check(CLI::Range(1e-9, 1e9))
-                ->group("Load");
-    concurrency_ =
-        app.add_option("--concurrency", concurrency_value_,
-                       "a closed loop of C clients: each sends the trace's next request "
-                       "when its previous one ends, as genai-perf --concurrency and vllm "
-                       "bench serve --max-concurrency (the trace's times are ignored)")
-            ->check(CLI::Range(1u, 1000000u))
-            ->group("Load");
-    concurrency_->excludes(rate_);
-    load_seed_ = app.add_option("--load-seed", load_seed_value_,
-                                "seed of --request-rate's draws (default 0)")
-                     ->check(CLI::Validator(
-                         [](const std::string& text) {
-                           std::uint64_t value = 0;
-                           const auto [end, error] =
-                               std::from_chars(text.data(), text.data() + text.size(), value);
-                           return error == std::errc() && end == text.data() + text.size()
-                                      ? std::string()
-                                      : "'" + text.substr(0, 40) +
-                                            "' is not an integer from 0 to 18446744073709551615";
-                         },
-                         "UINT64"))
-                     ->group("Load");
+    load_.add_to(app, "Load");
     app.footer(
         "Examples:\n"
         "  kvreplay simulate traces/requests/mooncake_conv.jsonl --kv-memory 40GiB "
@@ -310,22 +282,7 @@ class SimulateCommand final : public Command {
   }
 
  private:
-  // --request-rate or --concurrency: one instance only, for now; --load-seed
-  // only with --request-rate.
-  std::optional<std::string> resolve_load() {
-    LoadOptions& load = request_.options.load;
-    if (rate_->count() > 0) load.request_rate = request_rate_;
-    if (concurrency_->count() > 0) load.concurrency = concurrency_value_;
-    load.seed = load_seed_value_;
-    if (load_seed_->count() > 0 && rate_->count() == 0) {
-      return std::string("--load-seed seeds --request-rate's draws: give --request-rate");
-    }
-    if (load.any() && request_.fleet.instances() > 1) {
-      return fmt::format("{}: a load generator drives one instance (not a fleet yet)",
-                         rate_->count() > 0 ? "--request-rate" : "--concurrency");
-    }
-    return std::nullopt;
-  }
+  std::optional<std::string> resolve_load() { return load_.resolve(request_.options.load); }
 
   // The fleet options: router options only with --replicas above 1, the
   // prefix-aware ones only with that router, the approximate view's with it.
@@ -388,12 +345,7 @@ class SimulateCommand final : public Command {
   std::string view_ = "precise";
   CLI::Option* replicas_ = nullptr;
   PriceOptions prices_;
-  double request_rate_ = 0;
-  std::uint32_t concurrency_value_ = 0;
-  std::uint64_t load_seed_value_ = 0;
-  CLI::Option* rate_ = nullptr;
-  CLI::Option* concurrency_ = nullptr;
-  CLI::Option* load_seed_ = nullptr;
+  LoadOptionsCli load_;
   std::vector<CLI::Option*> router_options_, prefix_options_, approx_options_, pd_,
       transfer_options_;
   ConfigOptions config_;

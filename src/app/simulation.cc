@@ -115,6 +115,7 @@ nlohmann::json sim_options_json(const SimOptions& options) {
     out["load_seed"] = options.load.seed;
   }
   if (options.load.concurrency) out["concurrency"] = *options.load.concurrency;
+  if (options.load.warmup > 0) out["warmup_requests"] = options.load.warmup;
   return out;
 }
 

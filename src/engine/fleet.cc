@@ -64,11 +64,30 @@ Fleet::Fleet(const RunConfig& config, const SimOptions& options, const FleetOpti
     const InstanceRole role = roles_.back();
     sim.on_request_end = [this, i, role](const RequestTimes& times) {
       views_[i].active_blocks -= blocks_of(times.prompt, page_tokens_);
-      if (role == InstanceRole::kPrefill) {
+      // The end as the user sees it: the last token, or now when given up on.
+      const double end =
+          times.skipped || times.finished < 0 ? instances_[i]->now() : times.finished;
+      if (role == InstanceRole::kMixed) {
+        if (on_request_end) on_request_end(times, end);
+      } else if (role == InstanceRole::kPrefill) {
+        // Only a prompt given up on ends the user's request here.
+        if (times.skipped && on_request_end && in_flight_.contains(times.tag)) {
+          RequestTimes user = times;
+          user.output = in_flight_.at(times.tag).request.output;
+          user.n = in_flight_.at(times.tag).request.n;
+          on_request_end(user, end);
+        }
         prefill_done(times);
-      } else if (role == InstanceRole::kDecode) {
+      } else {
         auto it = in_flight_.find(times.tag);
         if (it == in_flight_.end()) return;
+        if (on_request_end) {
+          RequestTimes user = times;
+          user.arrival = it->second.request.arrival;
+          user.output = it->second.request.output;
+          user.n = it->second.request.n;
+          on_request_end(user, end);
+        }
         instances_[i]->release_received(it->second.held);
         in_flight_.erase(it);
       }
@@ -299,6 +318,15 @@ double Fleet::now() const {
   double end = 0;
   for (const auto& sim : instances_) end = std::max(end, sim->now());
   return end;
+}
+
+double Fleet::frontier() const {
+  double at = std::numeric_limits<double>::infinity();
+  for (const auto& sim : instances_) {
+    if (!sim->idle()) at = std::min(at, sim->now());
+  }
+  if (!pending_.empty()) at = std::min(at, pending_.top().time);
+  return at;
 }
 
 std::optional<double> Fleet::user_arrival(std::uint64_t tag) const {

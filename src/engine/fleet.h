@@ -108,6 +108,12 @@ class Fleet {
   const std::vector<Routed>& routed() const { return routed_; }
   // The virtual time the fleet ends: the last instance's.
   double now() const;
+  // The earliest time at which a request in flight can still end or move:
+  // the clock of the instances with work, and the next transfer event; +inf
+  // when nothing is in flight. A request end at or before it is final: no
+  // step still to run can end before it (a closed loop's clients, app/
+  // load_generator.h).
+  double frontier() const;
 
   // Disaggregated: the KV moved from prefill to decode instances.
   struct Transfers {
@@ -133,6 +139,12 @@ class Fleet {
   // Called for every routing decision, before the request is submitted
   // (disaggregated: the prefill side's).
   std::function<void(const Request&, const RouteChoice&)> on_route;
+  // Called when a request as the user sent it ends: finished (its last
+  // token, on a decode instance when disaggregated) or given up on, anywhere
+  // in the fleet. Times as the user sees them: its own arrival, output and
+  // samples; `finished` < 0 unless it finished. `end`: its last token's
+  // time, or the clock of the instance that gave up on it.
+  std::function<void(const RequestTimes&, double end)> on_request_end;
 
  private:
   struct Pending {

@@ -199,11 +199,15 @@ std::uint32_t sglang_chunked_prefill_default(double gpu_gib);
 // at seeded Poisson times `request_rate` a second apart on average
 // (--request-rate), or from `concurrency` clients in a closed loop, each
 // sending its next request when its previous one ends (--concurrency). The
-// trace gives the requests, in its order, either way.
+// trace gives the requests, in its order, either way. With `warmup` above 0
+// (--warmup-requests), the first `warmup` requests are sent the same way
+// and every one of them ends before the measured requests start
+// (app/load_generator.h).
 struct LoadOptions {
   std::optional<double> request_rate;
   std::optional<std::uint32_t> concurrency;
-  std::uint64_t seed = 0;  // --load-seed: the Poisson draws
+  std::uint64_t seed = 0;    // --load-seed: the Poisson draws
+  std::uint64_t warmup = 0;  // --warmup-requests
   bool any() const { return request_rate.has_value() || concurrency.has_value(); }
 };
 

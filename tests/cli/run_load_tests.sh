@@ -4,7 +4,10 @@
 # and has C at the start, one client sends each request when its previous
 # one ends, Poisson arrivals are seeded (the same seed the same run, another
 # seed another) with the mean gap 1/R, the report's load section counts
-# every request and its throughput is over its window; every misuse is exit 2.
+# every request and its throughput is over its window; --warmup-requests
+# sends its requests first and measures only the rest; a fleet's clients
+# span its instances; plan runs every cell under the generator; every misuse
+# is exit 2.
 #
 # Usage: run_load_tests.sh KVREPLAY_BINARY REPO_ROOT
 set -uo pipefail
@@ -82,9 +85,84 @@ done <<EOF2
 --concurrency 0|--concurrency
 --request-rate 0|--request-rate
 --request-rate nan|--request-rate
---concurrency 2 --replicas 2|--concurrency: a load generator drives one instance
+--warmup-requests 2|--warmup-requests warms up a load generator
+--concurrency 2 --warmup-requests -1|--warmup-requests
+--concurrency 2 --warmup-requests 99999999999999999999999|not an integer
 EOF2
 finish "misused load options are refused"
+
+# Synthetic traces: 40 requests alike in length, each prompt its own
+# ("alike"); 12 requests whose prompts share seven of eight hash blocks
+# ("shared").
+for i in $(seq 0 39); do
+  printf '{"timestamp": 0, "input_length": 1024, "output_length": 128, "hash_ids": [%d, %d]}\n' $((1000 + 2 * i)) $((1001 + 2 * i))
+done >"$work/alike.jsonl"
+for i in $(seq 0 11); do
+  printf '{"timestamp": 0, "input_length": 4096, "output_length": 64, "hash_ids": [1, 2, 3, 4, 5, 6, 7, %d]}\n' $((100 + i))
+done >"$work/shared.jsonl"
+small=(--kv-memory 16GiB -q)
+
+# 6. Warm-up: its requests first, all ended before the measured ones start;
+# the window and the means are the measured requests'.
+run simulate "$work/shared.jsonl" "${small[@]}" --concurrency 2 --warmup-requests 3 \
+  --report "$work/w.json" --requests "$work/w.csv"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq -r ".load.warmup.requests, .load.sent, .load.finished, .config.simulation.warmup_requests" "$work/w.json" | tr "\n" " ") == "3 9 9 3 " ]]' \
+  "load: not 3 warm-up and 9 measured: $(jq -c .load "$work/w.json")"
+end_s=$(jq .load.warmup.end_s "$work/w.json")
+check '[[ $(jq ".load.window_start_s == .load.warmup.end_s and .load.warmup.end_s > 0" "$work/w.json") == true ]]' \
+  "the window does not start at the warm-up's end: $(jq -c .load "$work/w.json")"
+# Arrivals and ends from --requests: 3 requests arrive before the warm-up
+# ends and all end by then; the other 9 arrive at it or later.
+check '[[ $(awk -F, -v e="$end_s" "NR > 1 && \$6 + 1e-6 < e { n++; if (\$6 + \$12 / 1000 > e + 1e-6) late++ } END { print n + 0, late + 0 }" "$work/w.csv") == "3 0" ]]' \
+  "warm-up requests: not 3 arriving and ending before $end_s s"
+# The first request misses the shared prefix; every later one hits it: the
+# measured mean TTFT is below the whole run's.
+check '[[ $(jq ".load.ttft_ms_mean < .latency.ttft_ms.mean" "$work/w.json") == true ]]' \
+  "measured TTFT mean $(jq .load.ttft_ms_mean "$work/w.json") not below the run's $(jq .latency.ttft_ms.mean "$work/w.json")"
+check '[[ $(jq "(.load.output_tokens_per_second * .load.window_s - .load.output_tokens) | fabs < 1e-6" "$work/w.json") == true ]]' \
+  "output_tokens_per_second is not output_tokens / window_s"
+run simulate "$work/shared.jsonl" "${small[@]}" --concurrency 2 --warmup-requests 12 --report "$work/wall.json"
+check '[[ $rc -eq 0 && $(jq -c "[.load.sent, .load.output_tokens_per_second]" "$work/wall.json") == "[0,null]" ]]' \
+  "all warm-up: exit $rc, $(jq -c .load "$work/wall.json")"
+run simulate "$work/shared.jsonl" --kv-memory 16GiB --request-rate 5 --warmup-requests 4 --report "$work/wp.json"
+check '[[ $rc -eq 0 && $(jq ".load.sent == 8 and .load.window_start_s == .load.warmup.end_s" "$work/wp.json") == true ]] && grep -q "after 4 warm-up requests" "$work/out"' \
+  "Poisson warm-up: exit $rc, $(jq -c .load "$work/wp.json")"
+finish "--warmup-requests: sent first, ended before the window, left out of its figures"
+
+# 7. A fleet's clients: 2 replicas, round-robin, 2 clients on requests alike
+# serve each client on its own instance: twice one instance's throughput
+# with one client over half the requests, exactly; never more than 2 in
+# flight across the fleet.
+head -n 20 "$work/alike.jsonl" >"$work/alike20.jsonl"
+run simulate "$work/alike20.jsonl" "${small[@]}" --concurrency 1 --report "$work/one.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+run simulate "$work/alike.jsonl" "${small[@]}" --concurrency 2 --replicas 2 --report "$work/two.json" \
+  --requests "$work/two.csv"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq -n --slurpfile a "$work/one.json" --slurpfile b "$work/two.json" "(\$b[0].load.output_tokens_per_second / \$a[0].load.output_tokens_per_second - 2) | fabs < 1e-9") == true ]]' \
+  "2 replicas x 1 client each: $(jq .load.output_tokens_per_second "$work/two.json") tok/s, not twice $(jq .load.output_tokens_per_second "$work/one.json")"
+check '[[ $(in_flight "$work/two.csv") == 2 ]]' "fleet: in flight at most $(in_flight "$work/two.csv"), not 2"
+run simulate "$work/alike.jsonl" "${small[@]}" --concurrency 3 --prefill-replicas 1 --decode-replicas 2 \
+  --warmup-requests 3 --report "$work/pd.json" --requests "$work/pd.csv"
+check '[[ $rc -eq 0 && $(jq ".load.sent == 37 and .load.finished == 37" "$work/pd.json") == true ]]' \
+  "--pd 1:2 closed loop: exit $rc, $(jq -c .load "$work/pd.json")"
+check '[[ $(in_flight "$work/pd.csv") -le 3 ]]' "--pd 1:2: in flight at most $(in_flight "$work/pd.csv"), above 3"
+finish "--concurrency over a fleet: the clients span the instances"
+
+# 8. plan runs every cell under the generator: a cell's figures are
+# simulate's with the same options, and not those of the trace's times.
+run plan "$work/alike.jsonl" --model llama-3.1-8b --kv-memory 4GiB --concurrency 4 --no-search -q --report "$work/pl.json"
+check '[[ $rc -eq 0 && $(jq .simulation.concurrency "$work/pl.json") == 4 ]]' "plan --concurrency: exit $rc: $(err_text)"
+run simulate "$work/alike.jsonl" --model llama-3.1-8b --kv-memory 4GiB --concurrency 4 -q --report "$work/pls.json"
+check '[[ $(jq -n --slurpfile p "$work/pl.json" --slurpfile s "$work/pls.json" "\$p[0].cells[0].output_tokens_per_second == \$s[0].scheduler.output_tokens_per_second") == true ]]' \
+  "plan's cell is not simulate --concurrency 4's"
+run plan "$work/alike.jsonl" --model llama-3.1-8b --kv-memory 4GiB --no-search -q --report "$work/pl0.json"
+check '[[ $(jq -n --slurpfile p "$work/pl.json" --slurpfile q "$work/pl0.json" "\$p[0].cells[0].output_tokens_per_second != \$q[0].cells[0].output_tokens_per_second") == true ]]' \
+  "plan --concurrency 4 gave the trace's own times' figures"
+run plan "$work/alike.jsonl" --model llama-3.1-8b --kv-memory 4GiB --warmup-requests 2 -q
+check '[[ $rc -eq 2 ]] && grep -qF -- "--warmup-requests warms up" "$work/err"' "plan --warmup-requests alone: exit $rc: $(err_text)"
+finish "plan --concurrency: every cell closed-loop"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
