@@ -89,7 +89,9 @@ StepTerms Roofline::terms(const StepWork& work) const {
   out.memory_ms = (weights / tp + kv) / bandwidth_ * 1e3;
   if (tp_ > 1) {
     const double bytes = tokens * hidden_bytes_;
-    out.allreduces = 2 * layers_;
+    // Each all-reduce's fixed cost grows with the rounds it takes: log2(tp)
+    // for recursive doubling or a tree (NCCL's small-message algorithms).
+    out.allreduces = 2 * layers_ * std::log2(tp);
     out.allreduce_transfer_ms = 2 * layers_ * 2 * (tp - 1) / tp * bytes / link_ * 1e3;
   }
   return out;

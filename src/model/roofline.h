@@ -31,7 +31,10 @@
 //                 layers' peak times fp8_efficiency for W8A8, attention's bf16 peak)
 //   memory_ms   = (weight bytes / tp + KV bytes per GPU) / (hbm_bandwidth * bandwidth_efficiency)
 //   comm_ms     = tp > 1: 2 all-reduces a layer of tokens * hidden * dtype bytes, each
-//                 allreduce_latency_us + 2 (tp - 1) / tp * bytes / (link * link_efficiency)
+//                 log2(tp) * allreduce_latency_us
+//                 + 2 (tp - 1) / tp * bytes / (link * link_efficiency)
+//                 (the latency is a 2-GPU all-reduce's, one round; recursive
+//                 doubling and trees take log2(tp) rounds)
 //   step_ms     = max(compute_ms, memory_ms) + comm_ms + step_overhead_ms
 //
 // The linear layers' peak is the GPU's dense bf16 figure, or its fp8 one for a
@@ -155,7 +158,7 @@ struct StepTerms {
   double prefill_linear_ms = 0, prefill_attention_ms = 0;
   double decode_linear_ms = 0, decode_attention_ms = 0;
   double memory_ms = 0;
-  double allreduces = 0, allreduce_transfer_ms = 0;
+  double allreduces = 0, allreduce_transfer_ms = 0;  // allreduces: in rounds
   bool fp8 = false;  // the linear layers at the fp8 peak (fp8_efficiency applies)
   StepCost at(const RooflineConstants& c) const {
     const double f = fp8 ? c.fp8_efficiency : 1.0;

@@ -132,9 +132,13 @@ TEST_CASE("roofline: tensor parallelism divides the work and adds two all-reduce
   CHECK(four.compute_ms == Approx(one.compute_ms / 4).epsilon(1e-9));
   CHECK(one.comm_ms == 0);
   // 80 layers, 2 all-reduces each of 2048 tokens * 8192 * 2 bytes, ring: 2 * 3/4 of it over
-  // 450 GB/s, plus 5 us.
+  // 450 GB/s, plus 5 us for each of log2(4) = 2 rounds.
   const double bytes = 2048.0 * 8192 * 2;
-  CHECK(four.comm_ms == Approx(2 * 80 * (5e-3 + 1.5 * bytes / 450e9 * 1e3)).epsilon(1e-9));
+  CHECK(four.comm_ms == Approx(2 * 80 * (2 * 5e-3 + 1.5 * bytes / 450e9 * 1e3)).epsilon(1e-9));
+  // At TP 2 the latency is the constant's: one round.
+  const Roofline tp2 = make(m, "h100-80gb", 2, c);
+  CHECK(tp2.cost(work).comm_ms ==
+        Approx(2 * 80 * (5e-3 + 1.0 * bytes / 450e9 * 1e3)).epsilon(1e-9));
   // Over PCIe (L40S, 32 GB/s each way) the same all-reduces take 14x as long.
   const Roofline l40s = make(m, "l40s", 4, c);
   CHECK(l40s.cost(work).comm_ms > 10 * four.comm_ms);
