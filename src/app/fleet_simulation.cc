@@ -387,6 +387,7 @@ nlohmann::json fleet_totals(const Fleet& fleet, const std::vector<nlohmann::json
     load.waiting_at_last_arrival += o.waiting_at_last_arrival;
   }
   load.service_p99_s = collected.latencies.service_s.quantile(0.99);
+  load.closed_loop = options.load.concurrency.has_value();
   slo_met = collected.slo_met;
   report["requests"]["finished"] = finished;
   report["scheduler"]["output_tokens"] = output_tokens;

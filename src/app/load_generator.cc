@@ -35,8 +35,10 @@ LoadGenerator::LoadGenerator(const LoadOptions& options, Simulator& sim)
   std::function<void(const RequestTimes&)> previous = std::move(sim.on_request_end);
   sim.on_request_end = [this, &sim, previous = std::move(previous)](const RequestTimes& times) {
     if (previous) previous(times);
-    // A request given up on ends when the engine gives up on it: now.
-    ended(times, times.skipped || times.finished < 0 ? sim.now() : times.finished);
+    // A request given up on ends when the engine gives up on it: now, or its
+    // arrival when refused as it is submitted to an idle engine.
+    ended(times, times.skipped || times.finished < 0 ? std::max(sim.now(), times.arrival)
+                                                     : times.finished);
   };
 }
 
@@ -134,7 +136,7 @@ nlohmann::json LoadGenerator::figures() const {
   }
   out["warmup"] = {{"requests", warmup_sent_}, {"end_s", warmup_end_}};
   out["sent"] = sent_;
-  out["window_start_s"] = sent_ == 0 ? 0.0 : first_arrival_;
+  out["window_start_s"] = sent_ == 0 ? warmup_end_ : first_arrival_;
   out["window_s"] = window;
   out["finished"] = finished_;
   out["output_tokens"] = output_tokens_;

@@ -64,9 +64,11 @@ Fleet::Fleet(const RunConfig& config, const SimOptions& options, const FleetOpti
     const InstanceRole role = roles_.back();
     sim.on_request_end = [this, i, role](const RequestTimes& times) {
       views_[i].active_blocks -= blocks_of(times.prompt, page_tokens_);
-      // The end as the user sees it: the last token, or now when given up on.
-      const double end =
-          times.skipped || times.finished < 0 ? instances_[i]->now() : times.finished;
+      // The end as the user sees it: the last token, or when the instance
+      // gave up on it (a decode instance refuses it as the KV lands).
+      const double end = times.skipped || times.finished < 0
+                             ? std::max(instances_[i]->now(), times.arrival)
+                             : times.finished;
       if (role == InstanceRole::kMixed) {
         if (on_request_end) on_request_end(times, end);
       } else if (role == InstanceRole::kPrefill) {

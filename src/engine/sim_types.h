@@ -151,7 +151,9 @@ RequestTimes request_times(const Request& request);
 // grows with the trace. Overloaded: the run's end lies more than
 // kOverloadRatio - 1 of the arrival span past the last arrival, and more than
 // twice the p99 service time, with requests waiting at the last arrival. A
-// trace whose requests all arrive at once is a batch, never overloaded.
+// trace whose requests all arrive at once is a batch, never overloaded; nor
+// is a closed loop (--concurrency), whose clients send only as requests end:
+// its queue holds at most its clients.
 inline constexpr double kOverloadRatio = 1.1;
 struct OverloadFigures {
   double first_arrival = 0;
@@ -160,6 +162,7 @@ struct OverloadFigures {
   std::uint64_t waiting_at_last_arrival = 0;
   std::uint64_t peak_waiting = 0;
   double service_p99_s = 0;  // p99 of e2e - queueing, finished requests
+  bool closed_loop = false;
   double arrival_span() const { return last_arrival - first_arrival; }
   double drain() const { return end - last_arrival; }
   std::optional<double> ratio() const {
@@ -167,6 +170,7 @@ struct OverloadFigures {
     return (end - first_arrival) / arrival_span();
   }
   bool overloaded() const {
+    if (closed_loop) return false;
     auto r = ratio();
     return r && *r > kOverloadRatio && drain() > 2 * service_p99_s && waiting_at_last_arrival > 0;
   }

@@ -211,6 +211,7 @@ void Simulator::submit(Request request) {
 OverloadFigures Simulator::overload() const {
   OverloadFigures out = overload_;
   out.service_p99_s = latencies_.service_s.quantile(0.99);
+  out.closed_loop = options_.load.concurrency.has_value();
   return out;
 }
 

@@ -130,6 +130,13 @@ check '[[ $rc -eq 0 && $(jq ".load.sent == 8 and .load.window_start_s == .load.w
   "Poisson warm-up: exit $rc, $(jq -c .load "$work/wp.json")"
 finish "--warmup-requests: sent first, ended before the window, left out of its figures"
 
+# A closed loop is never overloaded: 16 clients on 2 sequences at a time
+# queue 14, and the run drains them after the last arrival, by design.
+run simulate "$work/alike.jsonl" --kv-memory 16GiB --concurrency 16 --max-seqs 2 --report "$work/ov.json"
+check '[[ $rc -eq 0 && $(jq ".overload.overloaded" "$work/ov.json") == false && $(jq ".overload.ratio > 1.1" "$work/ov.json") == true ]] && ! grep -q overloaded "$work/err"' \
+  "closed loop called overloaded: exit $rc, $(jq -c .overload "$work/ov.json"), $(err_text)"
+finish "a closed loop is never overloaded"
+
 # 7. A fleet's clients: 2 replicas, round-robin, 2 clients on requests alike
 # serve each client on its own instance: twice one instance's throughput
 # with one client over half the requests, exactly; never more than 2 in
@@ -148,6 +155,19 @@ run simulate "$work/alike.jsonl" "${small[@]}" --concurrency 3 --prefill-replica
 check '[[ $rc -eq 0 && $(jq ".load.sent == 37 and .load.finished == 37" "$work/pd.json") == true ]]' \
   "--pd 1:2 closed loop: exit $rc, $(jq -c .load "$work/pd.json")"
 check '[[ $(in_flight "$work/pd.csv") -le 3 ]]' "--pd 1:2: in flight at most $(in_flight "$work/pd.csv"), above 3"
+# One client, disaggregated, a prompt the prefill instance computes and the
+# decode instance refuses (more blocks than its pool): the client is free
+# when it is refused, after its prefill, so no request queues behind it.
+{
+  printf '{"timestamp": 0, "input_length": 1024, "output_length": 32, "hash_ids": [1, 2]}\n'
+  printf '{"timestamp": 0, "input_length": 32000, "output_length": 2000, "hash_ids": [%s]}\n' "$(seq -s, 100 162)"
+  printf '{"timestamp": 0, "input_length": 1024, "output_length": 32, "hash_ids": [3, 4]}\n'
+} >"$work/refused.jsonl"
+run simulate "$work/refused.jsonl" --model llama-3.1-8b --kv-memory 4GiB --max-seq-tokens 131072 -q \
+  --concurrency 1 --prefill-replicas 1 --decode-replicas 1 --report "$work/refused.json" --requests "$work/refused.csv"
+check '[[ $rc -eq 0 && $(jq ".requests.skipped" "$work/refused.json") == 1 ]]' "refused: exit $rc, $(jq -c .requests "$work/refused.json")"
+check '[[ $(awk -F, "NR > 1 && \$7 == \"finished\" && \$9 > 100" "$work/refused.csv" | wc -l) == 0 ]]' \
+  "one client: a request queued behind the refused one's prefill: $(cat "$work/refused.csv")"
 finish "--concurrency over a fleet: the clients span the instances"
 
 # 8. plan runs every cell under the generator: a cell's figures are
