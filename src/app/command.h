@@ -46,6 +46,7 @@ std::unique_ptr<Command> make_simulate_command();
 std::unique_ptr<Command> make_plan_command();
 std::unique_ptr<Command> make_plan_merge_command();
 std::unique_ptr<Command> make_compare_command();
+std::unique_ptr<Command> make_events_command();
 std::unique_ptr<Command> make_kernels_command();
 std::unique_ptr<Command> make_calibrate_command();
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 
+#include "app/kv_events.h"
 #include "app/load_generator.h"
 #include "app/simulation.h"
 #include "app/simulation_internal.h"
@@ -34,6 +35,42 @@ Combine combine_of(const std::string& key) {
   if (key == "first_arrival_s") return Combine::kMin;
   if (mean_keys.count(key) != 0) return Combine::kMean;
   return Combine::kSum;
+}
+
+// The fleet's offload section, from the instances' sums: each tier's link and
+// the block size as one instance has them; load_ms's count summed, its mean
+// weighted by the counts, its quantiles and max the largest instance's (an
+// upper bound); hit_rate_with_tiers over the fleet's prompt tokens.
+void fleet_offload(nlohmann::json& report, const std::vector<nlohmann::json>& reports) {
+  nlohmann::json& offload = report["offload"];
+  const nlohmann::json& one = reports.front()["offload"];
+  offload["block_bytes"] = one["block_bytes"];
+  for (auto& [name, tier] : offload["tiers"].items()) {
+    tier["gbps"] = one["tiers"][name]["gbps"];
+    tier["latency_us"] = one["tiers"][name]["latency_us"];
+    double weighted = 0;
+    std::uint64_t count = 0;
+    nlohmann::json& load = tier["load_ms"];
+    for (const char* q : {"p50", "p99", "max"}) load[q] = 0.0;
+    for (const nlohmann::json& r : reports) {
+      const nlohmann::json& l = r["offload"]["tiers"][name]["load_ms"];
+      count += l["count"].get<std::uint64_t>();
+      weighted += l["mean"].get<double>() * l["count"].get<double>();
+      for (const char* q : {"p50", "p99", "max"})
+        load[q] = std::max(load[q].get<double>(), l[q].get<double>());
+    }
+    load["mean"] = count == 0 ? 0.0 : weighted / static_cast<double>(count);
+  }
+  nlohmann::json& cache = report["prefix_cache"];
+  if (!cache.contains("hits_by_tier")) return;
+  std::uint64_t hits = 0;
+  for (const auto& [name, value] : cache["hits_by_tier"].items()) {
+    (void)name;
+    hits += value.get<std::uint64_t>();
+  }
+  const auto query = cache["query_tokens"].get<std::uint64_t>();
+  cache["hit_rate_with_tiers"] =
+      query == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(query);
 }
 
 // The instances' values of one key, combined: numbers by combine_of (a
@@ -209,6 +246,12 @@ void attach_fleet_observers(Fleet& fleet, const SimOptions& options, const Fleet
         collected.slo_output_tokens += std::uint64_t{t.output} * t.n;
       }
     };
+    if (outputs.kv_events != nullptr) {
+      sim.on_kv_events = [out = outputs.kv_events, pt = sim.config().kv.page_tokens, i](
+                             double ts, const KvEventLog& log) {
+        out->write(kv_event_batch_line(ts, log, pt, i));
+      };
+    }
     if (outputs.timeline != nullptr) {
       sim.on_step = [timeline = outputs.timeline, i](const Simulator& s) {
         timeline->write(fmt::format("{},", i) + timeline_csv_row(s));
@@ -396,6 +439,7 @@ nlohmann::json fleet_totals(const Fleet& fleet, const std::vector<nlohmann::json
       query_tokens == 0 ? 0.0 : static_cast<double>(hit_tokens) / static_cast<double>(query_tokens);
   report["prefix_cache"]["hit_rate_per_request"] =
       hit_rate_requests == 0 ? 0.0 : hit_rate_sum / static_cast<double>(hit_rate_requests);
+  if (report.contains("offload")) fleet_offload(report, reports);
   report["scheduler"]["virtual_seconds"] = seconds;
   report["scheduler"]["output_tokens_per_second"] =
       seconds > 0 ? static_cast<double>(output_tokens) / seconds : 0.0;
@@ -453,7 +497,7 @@ void add_fleet_sections(nlohmann::json& report, const Fleet& fleet,
                              {"prompt_tokens", routed.prompt_tokens},
                              {"output_tokens", routed.output_tokens}}}};
     for (const char* key : {"status", "requests", "blocks", "prefix_cache", "scheduler", "latency",
-                            "slo", "overload", "invariants", "sglang", "cost_usd"}) {
+                            "slo", "overload", "invariants", "sglang", "cost_usd", "offload"}) {
       if (reports[i].contains(key)) item[key] = reports[i][key];
     }
     instances.push_back(std::move(item));
@@ -520,7 +564,8 @@ InputResult<SimulationResult> simulate_fleet_file(
   FleetCollector collected;
   attach_fleet_observers(fleet, options, outputs, terminal, collected);
   auto outputs_failed = [&outputs] {
-    for (OutputFile* out : {outputs.timeline, outputs.requests, outputs.router_log}) {
+    for (OutputFile* out :
+         {outputs.timeline, outputs.requests, outputs.router_log, outputs.kv_events}) {
       if (out != nullptr && out->failed()) return true;
     }
     return false;

@@ -292,6 +292,122 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
           ->check(CLI::Range(0.0, 1e12))
           ->group("Latency");
   app.add_option("--check", check, check_help)->check(kCheckValidator);
+  add_offload_to(app);
+}
+
+void SimOptionsCli::add_offload_to(CLI::App& app) {
+  app.add_option("--offload", offload,
+                 "vllm: KV offload tiers per GPU, cpu then disk, as vLLM's native offloading "
+                 "keeps them: cpu:SIZE[,disk:SIZE] (sizes as --kv-memory)")
+      ->group("Offload");
+  offload_options.push_back(
+      app.add_option("--offload-policy", offload_policy, "tier eviction: lru (default) or arc")
+          ->check(CLI::IsMember(std::vector<std::string>{"lru", "arc"}))
+          ->group("Offload"));
+  const struct {
+    const char* name;
+    double* value;
+    const char* help;
+    double lo;
+  } links[] = {
+      {"--offload-cpu-gbps", &offload_cpu_gbps,
+       "GB/s each way between a GPU and host memory (default: its PCIe, 64 Gen5, 32 Gen4)", 1e-3},
+      {"--offload-cpu-latency-us", &offload_cpu_latency_us,
+       "fixed cost of one host transfer, us (default 10)", 0.0},
+      {"--offload-disk-gbps", &offload_disk_gbps, "GB/s each way to the disk tier (default 7)",
+       1e-3},
+      {"--offload-disk-latency-us", &offload_disk_latency_us,
+       "fixed cost of one disk transfer, us (default 80)", 0.0},
+  };
+  for (const auto& link : links) {
+    offload_options.push_back(app.add_option(link.name, *link.value, link.help)
+                                  ->check(CLI::Range(link.lo, 1e9))
+                                  ->group("Offload"));
+  }
+}
+
+namespace {
+
+// --offload's value: cpu:SIZE[,disk:SIZE], each medium at most once.
+std::optional<std::string> parse_offload(const std::string& text, OffloadOptions& out) {
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    start = comma + 1;
+    const std::size_t colon = item.find(':');
+    if (colon == std::string::npos) {
+      return fmt::format("--offload: '{}' is not TIER:SIZE (cpu:64GiB, disk:1TiB)", item);
+    }
+    const std::string medium = item.substr(0, colon);
+    OffloadTierOptions tier;
+    if (medium == "cpu") {
+      tier.medium = OffloadMedium::kCpu;
+    } else if (medium == "disk") {
+      tier.medium = OffloadMedium::kDisk;
+    } else {
+      return fmt::format("--offload: unknown tier '{}' (cpu, disk)", medium);
+    }
+    for (const OffloadTierOptions& seen : out.tiers) {
+      if (seen.medium == tier.medium)
+        return fmt::format("--offload: the {} tier given twice", medium);
+    }
+    auto bytes = parse_memory_size(item.substr(colon + 1));
+    if (!bytes) return fmt::format("--offload: {}: {}", medium, bytes.error());
+    if (bytes.value() == 0) return fmt::format("--offload: {}: the size must be above 0", medium);
+    tier.bytes = bytes.value();
+    out.tiers.push_back(tier);
+    if (comma == text.size()) break;
+  }
+  // Looked up cpu first: the faster tier first.
+  std::stable_sort(
+      out.tiers.begin(), out.tiers.end(),
+      [](const OffloadTierOptions& a, const OffloadTierOptions& b) { return a.medium < b.medium; });
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> SimOptionsCli::resolve_offload(
+    SimOptions& out, const std::optional<std::string>& gpu) const {
+  auto given = [](const CLI::Option* option) { return option != nullptr && option->count() > 0; };
+  if (offload.empty()) {
+    for (const CLI::Option* option : offload_options) {
+      if (given(option)) return fmt::format("{} needs --offload", option->get_name());
+    }
+    return std::nullopt;
+  }
+  if (auto problem = parse_offload(offload, out.offload)) return problem;
+  out.offload.policy = *parse_offload_policy(offload_policy);
+  for (OffloadTierOptions& tier : out.offload.tiers) {
+    const bool cpu = tier.medium == OffloadMedium::kCpu;
+    const CLI::Option* gbps = offload_options[cpu ? 1 : 3];
+    const CLI::Option* latency = offload_options[cpu ? 2 : 4];
+    tier.gbps = given(gbps) ? (cpu ? offload_cpu_gbps : offload_disk_gbps)
+                            : default_offload_gbps(tier.medium, gpu.value_or(""));
+    tier.latency_us = given(latency) ? (cpu ? offload_cpu_latency_us : offload_disk_latency_us)
+                                     : default_offload_latency_us(tier.medium);
+  }
+  for (std::size_t i = 1; i < offload_options.size(); ++i) {
+    const bool cpu = i <= 2;
+    const bool has = std::any_of(
+        out.offload.tiers.begin(), out.offload.tiers.end(), [&](const OffloadTierOptions& t) {
+          return t.medium == (cpu ? OffloadMedium::kCpu : OffloadMedium::kDisk);
+        });
+    if (given(offload_options[i]) && !has) {
+      return fmt::format("{}: --offload has no {} tier", offload_options[i]->get_name(),
+                         cpu ? "cpu" : "disk");
+    }
+  }
+  if (out.engine != EngineKind::kVllm) {
+    return fmt::format(
+        "--offload needs --engine vllm (the {} engine has no offloading connector "
+        "yet)",
+        to_string(out.engine));
+  }
+  if (!out.prefix_cache)
+    return std::string("--offload needs the prefix cache (drop --no-prefix-cache)");
+  return std::nullopt;
 }
 std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
                                                   std::optional<RequestFormat>& out_format,
@@ -394,6 +510,7 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
     return fmt::format("--evict {}: the sglang engine's radix tree evicts lru only", evict);
   }
   out.prefix_cache = !no_prefix_cache;
+  if (auto problem = resolve_offload(out, gpu)) return problem;
   out.check = *CheckPolicy::parse(check);
   if (!format.empty()) {
     out_format = parse_request_format(format);

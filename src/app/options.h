@@ -77,15 +77,25 @@ struct SimOptionsCli {
   std::vector<CLI::Option*> sglang_options;  // refused under another engine
   CLI::Option* chunked_prefill = nullptr;
   bool no_prefix_cache = false;
+  // --offload TIER:SIZE[,TIER:SIZE], --offload-policy and each tier's link.
+  std::string offload, offload_policy = "lru";
+  double offload_cpu_gbps = 0, offload_cpu_latency_us = 0, offload_disk_gbps = 0,
+         offload_disk_latency_us = 0;
+  std::vector<CLI::Option*> offload_options;  // all but --offload: refused without it
   SimOptions defaults;
 
   // `check_help`: what --check checks in this command.
   void add_to(CLI::App& app, const std::string& check_help);
+  // add_to's share: --offload, --offload-policy and the tiers' links.
+  void add_offload_to(CLI::App& app);
 
   // Fills `out`; returns a problem for a bad value. `gpu`: the --gpu preset,
   // whose vLLM GPU class applies unless --gpu-class is given.
   std::optional<std::string> resolve(SimOptions& out, std::optional<RequestFormat>& out_format,
                                      const std::optional<std::string>& gpu = std::nullopt) const;
+  // resolve's share for --offload and its options.
+  std::optional<std::string> resolve_offload(SimOptions& out,
+                                             const std::optional<std::string>& gpu) const;
 };
 
 // The load generators' options (SPEC 3.5), of simulate and plan:

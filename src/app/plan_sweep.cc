@@ -275,11 +275,12 @@ InputResult<SimulationResult> PlanSimulator::simulate(const RunConfig& config,
                                                       const PlanDeployment& deployment,
                                                       const SimFaults& faults) {
   // A fleet of one is one instance (its report byte-identical to no fleet).
-  auto result = deployment.fleet.instances() > 1
-                    ? simulate_fleet_file(trace_file_, request_.format, config, deployment.options,
-                                          deployment.fleet, FleetOutputs{}, {}, request_.trace_path)
-                    : simulate_file(trace_file_, request_.format, config, deployment.options,
-                                    nullptr, nullptr, {}, faults, nullptr, request_.trace_path);
+  auto result =
+      deployment.fleet.instances() > 1
+          ? simulate_fleet_file(trace_file_, request_.format, config, deployment.options,
+                                deployment.fleet, FleetOutputs{}, {}, request_.trace_path)
+          : simulate_file(trace_file_, request_.format, config, deployment.options, nullptr,
+                          nullptr, {}, faults, nullptr, nullptr, request_.trace_path);
   // Progress: simulations finished, from whichever thread finishes one.
   if (progress_) {
     std::lock_guard<std::mutex> lock(mutex_);

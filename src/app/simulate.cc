@@ -80,6 +80,7 @@ int run_simulate(const SimulateRequest& request) {
   OutputFile* html_out = nullptr;
   OutputFile* requests_out = nullptr;
   OutputFile* router_log_out = nullptr;
+  OutputFile* kv_events_out = nullptr;
   if ((!request.report_path.empty() &&
        (report_out = outputs.open("the report", request.report_path, OutputFile::Flow::kWhole,
                                   "--report")) == nullptr) ||
@@ -94,7 +95,10 @@ int run_simulate(const SimulateRequest& request) {
                                     OutputFile::Flow::kStream, "--requests")) == nullptr) ||
       (!request.router_log_path.empty() &&
        (router_log_out = outputs.open("the router log", request.router_log_path,
-                                      OutputFile::Flow::kStream, "--router-log")) == nullptr)) {
+                                      OutputFile::Flow::kStream, "--router-log")) == nullptr) ||
+      (!request.kv_events_path.empty() &&
+       (kv_events_out = outputs.open("the KV events", request.kv_events_path,
+                                     OutputFile::Flow::kStream, "--kv-events")) == nullptr)) {
     eprint("{}\n", outputs.error());
     return kExitInput;
   }
@@ -108,14 +112,15 @@ int run_simulate(const SimulateRequest& request) {
   auto progress = ProgressLine::for_stderr(!request.quiet, 16, request.trace_path);
   const SimulateTerminal terminal{progress.get(), color_enabled(summary_stream)};
   auto result =
-      fleet ? simulate_fleet_file(request.trace_path, request.format, config.value(),
-                                  request.options, request.fleet,
-                                  FleetOutputs{timeline_out, requests_out, router_log_out,
-                                               html_out != nullptr ? &fleet_samplers : nullptr},
-                                  terminal)
-            : simulate_file(request.trace_path, request.format, config.value(), request.options,
-                            timeline_out, sampler ? &*sampler : nullptr, terminal, SimFaults{},
-                            requests_out);
+      fleet
+          ? simulate_fleet_file(
+                request.trace_path, request.format, config.value(), request.options, request.fleet,
+                FleetOutputs{timeline_out, requests_out, router_log_out,
+                             html_out != nullptr ? &fleet_samplers : nullptr, kv_events_out},
+                terminal)
+          : simulate_file(request.trace_path, request.format, config.value(), request.options,
+                          timeline_out, sampler ? &*sampler : nullptr, terminal, SimFaults{},
+                          requests_out, kv_events_out);
   if (progress) progress->clear();
   if (!result) {
     eprint("{}\n", result.error().to_string());
@@ -176,6 +181,9 @@ class SimulateCommand final : public Command {
     app.add_option("--requests", request_.requests_path,
                    "write one CSV row per request here (times in ms: queueing, TTFT, TPOT, "
                    "end-to-end; - for stdout)");
+    app.add_option("--kv-events", request_.kv_events_path,
+                   "vllm: write the caches' changes here as vLLM's KV events, one KVEventBatch "
+                   "JSON line per step (- for stdout; kvreplay events checks them)");
     app.add_flag("-q,--quiet", request_.quiet, "print no summary");
     // A fleet (SPEC 3.6): replicas behind a router.
     replicas_ = app.add_option("--replicas", request_.fleet.replicas,
@@ -269,6 +277,7 @@ class SimulateCommand final : public Command {
       return usage_error(*problem);
     }
     set_activation_limits(request_.overrides, request_.options);
+    request_.options.kv_events = !request_.kv_events_path.empty();
     if (auto problem = resolve_fleet()) return usage_error(*problem);
     if (auto problem = resolve_load()) return usage_error(*problem);
     if (auto problem = prices_.load()) {

@@ -22,6 +22,7 @@ struct SimulateRequest {
   bool quiet = false;           // no summary (table), no progress line on stderr
   FleetOptions fleet;           // --replicas, --router...: a fleet when replicas > 1
   std::string router_log_path;  // --router-log: one CSV row per routing decision
+  std::string kv_events_path;   // --kv-events: one KVEventBatch JSON line per step
 };
 
 int run_simulate(const SimulateRequest& request);

@@ -1,4 +1,5 @@
 #include "app/simulation.h"
+#include "app/kv_events.h"
 
 #include "app/load_generator.h"
 #include "app/simulation_internal.h"
@@ -116,6 +117,14 @@ nlohmann::json sim_options_json(const SimOptions& options) {
   }
   if (options.load.concurrency) out["concurrency"] = *options.load.concurrency;
   if (options.load.warmup > 0) out["warmup_requests"] = options.load.warmup;
+  if (options.offload.any()) {
+    nlohmann::json tiers = nlohmann::json::object();
+    for (const OffloadTierOptions& tier : options.offload.tiers) {
+      tiers[std::string(to_string(tier.medium))] = {
+          {"bytes", tier.bytes}, {"gbps", tier.gbps}, {"latency_us", tier.latency_us}};
+    }
+    out["offload"] = {{"policy", std::string(to_string(options.offload.policy))}, {"tiers", tiers}};
+  }
   return out;
 }
 
@@ -528,7 +537,7 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
                                             OutputFile* timeline, TimelineSampler* sampler,
                                             const SimulateTerminal& terminal,
                                             const SimFaults& faults, OutputFile* requests,
-                                            const std::string& shown_as) {
+                                            OutputFile* kv_events, const std::string& shown_as) {
   auto start = std::chrono::steady_clock::now();
   auto opened = RequestReader::open(path, format, shown_as);
   if (!opened) return Unexpected{opened.error()};
@@ -538,9 +547,15 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
   }
   Simulator sim(config, options);
   attach_observers(sim, timeline, sampler, terminal, faults, requests);
-  auto timeline_failed = [timeline, requests] {
+  if (kv_events != nullptr) {
+    sim.on_kv_events = [kv_events, pt = config.kv.page_tokens](double ts, const KvEventLog& log) {
+      kv_events->write(kv_event_batch_line(ts, log, pt, std::nullopt));
+    };
+  }
+  auto timeline_failed = [timeline, requests, kv_events] {
     return (timeline != nullptr && timeline->failed()) ||
-           (requests != nullptr && requests->failed());
+           (requests != nullptr && requests->failed()) ||
+           (kv_events != nullptr && kv_events->failed());
   };
 
   // The trace is read as the simulation goes, so memory is bounded by the

@@ -63,7 +63,8 @@ InputResult<SimulationResult> simulate_file(
     const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
     const SimOptions& options, OutputFile* timeline, TimelineSampler* sampler = nullptr,
     const SimulateTerminal& terminal = {}, const SimFaults& faults = {},
-    OutputFile* requests = nullptr, const std::string& shown_as = {});
+    OutputFile* requests = nullptr, OutputFile* kv_events = nullptr,
+    const std::string& shown_as = {});
 
 // `simulate --replicas N` (N > 1): a fleet of N instances behind a router
 // (engine/fleet.h). The report keeps the fleet's totals at the top level
@@ -78,6 +79,8 @@ struct FleetOutputs {
   // --html: one sampler per instance, made here (TimelineSampler::kFleetBuckets
   // each), filled by the run.
   std::vector<TimelineSampler>* samplers = nullptr;
+  // --kv-events: each instance's batches, with an `instance` key.
+  OutputFile* kv_events = nullptr;
 };
 InputResult<SimulationResult> simulate_fleet_file(
     const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,

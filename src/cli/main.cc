@@ -43,6 +43,8 @@ constexpr kvreplay::CommandSpec kCommands[] = {
      kvreplay::make_calibrate_command},
     {"compare", "compare two reports of the same trace metric by metric (exit 1 on a regression)",
      kvreplay::make_compare_command},
+    {"events", "check and summarize a KV-event stream (vLLM's KVEventBatch JSON Lines)",
+     kvreplay::make_events_command},
     {"kernels",
      "time the data-plane kernels against the device copy roof, on paged and identity tables",
      kvreplay::make_kernels_command},

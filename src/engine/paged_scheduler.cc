@@ -66,6 +66,9 @@ std::optional<Scheduler::ReceivedKv> PagedScheduler::receive_kv(const Request& r
       b = out.front();
     }
     pool_.set_filled(b, pt);  // a whole page of KV arrives
+    if (shell_.options.kv_events) {
+      cache_.log_parent(page == 0 ? std::nullopt : request_page_key(request, page - 1));
+    }
     if (auto cached = cache_.insert(*key, b, pool_, tick_); !cached || !cached.value()) {
       (void)pool_.release(b);
       break;
@@ -114,6 +117,7 @@ PagedScheduler::PagedScheduler(EngineShell& shell)
     groups_.push_back(KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, config_.kv.layers});
   }
   hybrid_ = groups_.size() > 1 || groups_[0].attention == KvCacheGroupSpec::kSliding;
+  if (options_.kv_events) cache_.log_changes(&shell_.events.gpu);
 }
 
 PagedScheduler::~PagedScheduler() = default;
@@ -250,7 +254,15 @@ bool PagedScheduler::check() {
   table_refs_.clear();
   holds_.clear();
   std::deque<std::string> labels;
-  for (const auto& flight : running_) {
+  // Running requests, those loading their KV from an offload tier, and those
+  // whose KV landed, waiting to run (every other waiting request holds no table).
+  std::vector<const Flight*> holders;
+  for (const auto& flight : running_) holders.push_back(flight.get());
+  for (const auto& flight : loading_) holders.push_back(flight.get());
+  for (const auto& flight : waiting_) {
+    if (!flight->samples.empty()) holders.push_back(flight.get());
+  }
+  for (const Flight* flight : holders) {
     for (std::size_t k = 0; k < flight->samples.size(); ++k) {
       if (flight->samples[k].done) continue;
       labels.push_back(fmt::format("request {} sample {}", flight->request.id, k));
@@ -267,6 +279,7 @@ bool PagedScheduler::check() {
   cache_.holds(holds_);
   if (null_block_) holds_.push_back(*null_block_);
   for (const auto& [b, count] : received_) holds_.insert(holds_.end(), count, b);
+  for (const auto& [b, count] : pinned_) holds_.insert(holds_.end(), count, b);
   ++totals_.checks;
   auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_, holds_);
   if (!found && options_.prefix_cache) found = cache_.check(pool_);

@@ -7,6 +7,7 @@
 // design (a radix tree, say) derives from Scheduler directly.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -30,7 +31,8 @@ class PagedScheduler : public Scheduler {
   explicit PagedScheduler(EngineShell& shell);
   ~PagedScheduler() override;
 
-  std::size_t num_waiting() const override { return waiting_.size(); }
+  // Waiting requests, those waiting for their KV from an offload tier included.
+  std::size_t num_waiting() const override { return waiting_.size() + loading_.size(); }
   std::size_t num_running() const override { return running_.size(); }
   void record() override;
   bool check() override;
@@ -86,6 +88,14 @@ class PagedScheduler : public Scheduler {
     std::uint64_t uid = 0;
     std::uint64_t prompt_uid = 0;
     std::shared_ptr<std::uint32_t> siblings_left;  // children of the request not finished
+    // --offload (engine/vllm_offload.cc): the block keys of its full pages so
+    // far, the pages each tier was asked to store (vLLM's
+    // next_stored_block_idx), its loads in flight, and whether its KV landed
+    // from the tiers (it is admitted then without a new lookup).
+    std::vector<std::uint64_t> offload_keys;
+    std::array<std::uint32_t, kMaxOffloadTiers> offload_stored{};
+    std::uint32_t loads_in_flight = 0;
+    bool kv_loaded = false;
   };
 
   bool paged() const { return shell_.options.allocator == AllocatorKind::kPaged; }
@@ -147,6 +157,14 @@ class PagedScheduler : public Scheduler {
   WaitingHits hits_;
   InvariantChecker checker_;
   std::deque<std::unique_ptr<Flight>> waiting_;
+  // Requests whose KV is being loaded from an offload tier (vLLM's
+  // WAITING_FOR_REMOTE_KVS), in the order their loads were issued: they hold
+  // their tables (the hits and the blocks the loads fill) and run nothing.
+  std::vector<std::unique_ptr<Flight>> loading_;
+  // GPU blocks read by offload stores in flight, each with its pins: held
+  // (a pool reference each) until the store lands, as vLLM delays freeing a
+  // finished request's blocks until its stores are done.
+  std::unordered_map<BlockId, std::uint32_t> pinned_;
   std::vector<std::unique_ptr<Flight>> running_;
   std::map<std::string, std::uint64_t> prefix_ids_;
   std::uint64_t running_samples_ = 0;

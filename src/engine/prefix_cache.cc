@@ -123,6 +123,11 @@ inline void PrefixCache::index_erase(BlockId b) {
   while (*link != b) link = &entries_[*link].dup_next;
   *link = entry.dup_next;
   --size_;
+  if (change_log_ != nullptr &&
+      first_of(node.heads[place_of(entry.offset).pos], entry.offset) == kInvalidBlock) {
+    change_log_->push_back(
+        KeyChange{PageKey{node.chain, entry.offset, node.group}, std::nullopt, false});
+  }
   if (--node.live == 0) remove_node(n);
 }
 
@@ -157,11 +162,19 @@ CoreStatus PrefixCache::insert_run(const PageKey& first, std::uint32_t step,
   PageKey key = first;
   std::uint32_t n = kNoNode;
   std::uint32_t run = 0;
+  // The key before this one in the run, for the change log.
+  std::optional<PageKey> parent = change_log_ != nullptr ? log_parent_ : std::nullopt;
+  log_parent_.reset();
   for (; done.handled < blocks.size(); ++done.handled, key.offset += step) {
     const BlockId b = blocks[done.handled];
     if (b == kInvalidBlock) break;
     // A block the pool cannot hold has no entry either: retain's error.
     if (b >= pool_blocks_) return Unexpected{CoreError::kBlockOutOfRange};
+    bool fresh = false;  // the key's first block: logged once cached
+    if (change_log_ != nullptr) {
+      if (done.handled > 0) parent = PageKey{key.chain, key.offset - step, key.group};
+      fresh = !entry_of(b).cached && !find(key);
+    }
     if (entry_of(b).cached) continue;
     const Place at = place(key);
     if (n == kNoNode || at.run != run) {
@@ -179,6 +192,7 @@ CoreStatus PrefixCache::insert_run(const PageKey& first, std::uint32_t step,
     }
     link_cached(n, at.pos, b, key.offset, tick);
     ++done.cached;
+    if (fresh) change_log_->push_back(KeyChange{key, parent, true});
   }
   return {};
 }
@@ -403,6 +417,18 @@ std::uint32_t PrefixCache::watched_count() const {
 void PrefixCache::holds(std::vector<BlockId>& out) const {
   for (BlockId b = 0; b < entries_.size(); ++b) {
     if (entries_[b].cached) out.push_back(b);
+  }
+}
+
+void PrefixCache::cached_keys(std::vector<PageKey>& out) const {
+  for (BlockId b = 0; b < entries_.size(); ++b) {
+    const Entry& entry = entries_[b];
+    if (!entry.cached) continue;
+    const Node& node = nodes_[entry.node];
+    // Once per key: the first block listed under it.
+    if (first_of(node.heads[place_of(entry.offset).pos], entry.offset) == b) {
+      out.push_back(PageKey{node.chain, entry.offset, node.group});
+    }
   }
 }
 

@@ -221,6 +221,24 @@ class PrefixCache {
   static constexpr std::size_t kCandidateSlack = 64;
   // Every block the cache holds a reference on (for the invariant checker).
   void holds(std::vector<BlockId>& out) const;
+  // The keys cached now, each once (KV events' tests compare them with the
+  // events' set), in no particular order.
+  void cached_keys(std::vector<PageKey>& out) const;
+  // The set of keys cached, as KV events report it (--kv-events): while a
+  // log is set, a key that gains its first cached block is appended as stored,
+  // with its parent (the key of the page before it, nullopt for a chain's
+  // first page), and a key that loses its last is appended as removed, in the
+  // order they happen. The parent of the first block an insert or insert_run
+  // caches is the one given to log_parent before the call (nullopt when none
+  // was: the caller knows the chain); a run's later blocks have the page
+  // before them in the run.
+  struct KeyChange {
+    PageKey key;
+    std::optional<PageKey> parent;
+    bool stored = false;
+  };
+  void log_changes(std::vector<KeyChange>* log) { change_log_ = log; }
+  void log_parent(std::optional<PageKey> parent) { log_parent_ = parent; }
   // Verifies C1-C7 (see the top of this file) against `pool`, the pool whose
   // blocks the cache holds; the first violation found, or nullopt. Linear in
   // the blocks ever cached, the index's slots and the candidates.
@@ -468,6 +486,8 @@ class PrefixCache {
   std::uint64_t evictions_ = 0;
   std::vector<BlockId> eviction_log_;  // evictions [log_base_, evictions_)
   std::uint64_t log_base_ = 0;
+  std::vector<KeyChange>* change_log_ = nullptr;  // see log_changes
+  std::optional<PageKey> log_parent_;
 };
 
 inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,

@@ -33,6 +33,24 @@
 
 namespace kvreplay {
 
+// --kv-events (SPEC 3.8): what changed in an engine's caches during a step,
+// which the shell publishes as one KVEventBatch (Simulator::on_kv_events):
+// the GPU prefix cache's keys as they became cached or stopped being, and
+// the offload tiers' events, each in the order it happened.
+struct KvEventLog {
+  struct TierChange {
+    OffloadMedium medium = OffloadMedium::kCpu;
+    OffloadEvent event;
+  };
+  std::vector<PrefixCache::KeyChange> gpu;
+  std::vector<TierChange> tiers;
+  bool empty() const { return gpu.empty() && tiers.empty(); }
+  void clear() {
+    gpu.clear();
+    tiers.clear();
+  }
+};
+
 // The shell's side of the seam, owned by the Simulator.
 class EngineShell {
  public:
@@ -51,6 +69,7 @@ class EngineShell {
   double step_start = 0.0;
   StepWork work;
   std::uint64_t tick = 0;  // steps begun: the cache's clock
+  KvEventLog events;       // filled only under options.kv_events
 
   // A request's chunk of `tokens` after `context` tokens of KV, for the cost
   // model; the first chunk ever scheduled for `times` stamps its scheduling time.
@@ -148,6 +167,10 @@ class Scheduler {
     (void)request;
     return std::nullopt;
   }
+  // When a transfer the engine waits for lands (a KV load from an offload
+  // tier), or nullopt: after a step that ran nothing, the shell moves its
+  // clock on to then (or to the next arrival) instead of pricing an empty step.
+  virtual std::optional<double> wake_at() const { return std::nullopt; }
   // The transfer is done: the held blocks become ordinary cached blocks.
   virtual void release_received(std::span<const BlockId> blocks) { (void)blocks; }
 };

@@ -14,6 +14,7 @@
 
 #include "core/invariants.h"
 #include "engine/latency.h"
+#include "engine/offload_tier.h"
 #include "engine/prefix_cache.h"
 #include "engine/replayer.h"
 #include "formats/requests/request.h"
@@ -215,6 +216,33 @@ struct LoadOptions {
   bool any() const { return request_rate.has_value() || concurrency.has_value(); }
 };
 
+// KV offload tiers (SPEC 3.7): blocks kept beyond the GPU as vLLM's native
+// offloading keeps them (engine/offload_connector.h), per GPU. Each tier has
+// its own capacity (bytes per GPU, floored to whole GPU blocks) and link: a
+// transfer of n blocks takes latency_us + n * block bytes / (gbps * 1e9).
+enum class OffloadMedium : std::uint8_t { kCpu, kDisk };
+std::string_view to_string(OffloadMedium medium);
+// The medium's name in vLLM's KV events: "CPU", "DISK".
+std::string_view event_medium(OffloadMedium medium);
+struct OffloadTierOptions {
+  OffloadMedium medium = OffloadMedium::kCpu;
+  std::uint64_t bytes = 0;
+  double gbps = 0;        // GB/s each way
+  double latency_us = 0;  // per transfer
+};
+inline constexpr std::size_t kMaxOffloadTiers = 2;  // one of each medium
+struct OffloadOptions {
+  std::vector<OffloadTierOptions> tiers;  // in lookup order: cpu, then disk
+  OffloadPolicy policy = OffloadPolicy::kLru;
+  bool any() const { return !tiers.empty(); }
+};
+// The tiers' default links: host memory over the GPU's PCIe (Gen5 x16, 64
+// GB/s each way, for H100, H200, B200 and MI300X; Gen4 x16, 32 GB/s, for
+// the others), 10 us a transfer; a disk as one NVMe Gen4 drive, 7 GB/s and
+// 80 us. `gpu` is the --gpu preset's name (empty: the cost model's default).
+double default_offload_gbps(OffloadMedium medium, std::string_view gpu);
+double default_offload_latency_us(OffloadMedium medium);
+
 struct SimOptions {
   std::uint32_t max_seqs = 256;
   std::uint32_t max_batched_tokens = 8192;
@@ -239,7 +267,11 @@ struct SimOptions {
   // --gpu-hour-usd: the price of one GPU for an hour, for the report's
   // "cost_usd" (none without it).
   std::optional<double> gpu_hour_usd;
-  LoadOptions load;  // the trace's own arrival times unless set
+  LoadOptions load;        // the trace's own arrival times unless set
+  OffloadOptions offload;  // --offload: none unless set
+  // --kv-events: the engine logs its caches' changes (EngineShell::events);
+  // the vllm engine's only, for now.
+  bool kv_events = false;
 };
 
 // What is wrong with running `options` on `config`, or nullopt: the KV-cache

@@ -113,6 +113,39 @@ std::optional<std::string> sim_options_error(const RunConfig& config, const SimO
         "hybrid KV-cache groups (several groups, or a sliding window) need the vllm engine "
         "and the paged allocator");
   }
+  if (options.offload.any()) {
+    // The offloading connector is vLLM's (OffloadingConnector): it stores and
+    // loads whole blocks of a prefix-cached paged pool of one attention type.
+    if (options.engine != EngineKind::kVllm) {
+      return fmt::format(
+          "--offload needs --engine vllm (the {} engine has no offloading "
+          "connector yet)",
+          to_string(options.engine));
+    }
+    if (options.allocator != AllocatorKind::kPaged || !options.prefix_cache) {
+      return std::string("--offload needs the paged allocator and the prefix cache");
+    }
+    if (hybrid) {
+      return std::string(
+          "--offload is not supported with hybrid KV-cache groups (several groups, or a sliding "
+          "window)");
+    }
+    for (const OffloadTierOptions& tier : options.offload.tiers) {
+      if (!(tier.gbps > 0) || !std::isfinite(tier.gbps) || !(tier.latency_us >= 0) ||
+          !std::isfinite(tier.latency_us)) {
+        return fmt::format(
+            "--offload: the {} tier's link needs a bandwidth above 0 and a "
+            "latency of at least 0",
+            to_string(tier.medium));
+      }
+    }
+  }
+  if (options.kv_events &&
+      (options.engine != EngineKind::kVllm || options.allocator != AllocatorKind::kPaged ||
+       !options.prefix_cache || hybrid)) {
+    return std::string(
+        "--kv-events needs --engine vllm with the prefix cache, without hybrid KV-cache groups");
+  }
   if (options.cost.kind == CostKind::kRoofline) {
     if (!config.model_spec) {
       return std::string(
@@ -124,6 +157,28 @@ std::optional<std::string> sim_options_error(const RunConfig& config, const SimO
     }
   }
   return std::nullopt;
+}
+
+std::string_view to_string(OffloadMedium medium) {
+  return medium == OffloadMedium::kCpu ? "cpu" : "disk";
+}
+
+std::string_view event_medium(OffloadMedium medium) {
+  return medium == OffloadMedium::kCpu ? "CPU" : "DISK";
+}
+
+double default_offload_gbps(OffloadMedium medium, std::string_view gpu) {
+  if (medium == OffloadMedium::kDisk) return 7.0;  // one NVMe Gen4 x4 drive, sequential
+  if (gpu.empty()) gpu = kDefaultCostGpu;
+  // PCIe Gen5 x16 on the Hopper and Blackwell boards and MI300X; Gen4 x16 on the others.
+  for (std::string_view gen5 : {"h100", "h200", "b200", "mi300x"}) {
+    if (gpu.starts_with(gen5)) return 64.0;
+  }
+  return 32.0;
+}
+
+double default_offload_latency_us(OffloadMedium medium) {
+  return medium == OffloadMedium::kDisk ? 80.0 : 10.0;
 }
 
 RequestTimes request_times(const Request& request) {
@@ -242,14 +297,25 @@ bool Simulator::run_until(double horizon) {
       continue;
     }
     if (now_ >= horizon) return true;
-    if (!step()) return false;
+    if (!step(horizon)) return false;
   }
 }
 
-bool Simulator::step() {
+bool Simulator::step(double horizon) {
   shell_.step_start = now_;
   shell_.work.clear();
   if (!scheduler_->step()) return false;
+  if (shell_.work.tokens() == 0 && shell_.step_done.empty() && shell_.step_first_tokens.empty()) {
+    if (auto wake = scheduler_->wake_at(); wake && *wake > now_) {
+      // Nothing ran: the requests wait for transfers (KV loads from an
+      // offload tier). The clock moves on to the first landing, the next
+      // arrival or the horizon, whichever comes first, without a step.
+      double next = std::min(*wake, horizon);
+      if (!arriving_.empty()) next = std::min(next, arriving_.front().arrival);
+      now_ = std::max(now_, next);
+      return true;
+    }
+  }
   return end_step();
 }
 
@@ -284,6 +350,10 @@ bool Simulator::end_step() {
       std::max<std::uint64_t>(overload_.peak_waiting, scheduler_->num_waiting());
   ++shell_.sim.steps;
   shell_.sim.virtual_seconds = now_;
+  if (!shell_.events.empty()) {
+    if (on_kv_events) on_kv_events(now_, shell_.events);
+    shell_.events.clear();
+  }
   scheduler_->record();
   bool due = options_.check.mode == CheckPolicy::Mode::kEvery ||
              (options_.check.mode == CheckPolicy::Mode::kEveryN &&

@@ -91,6 +91,9 @@ class Simulator {
   // Called when a request finishes (its last sample's last token) or is
   // skipped as never fitting (--requests).
   std::function<void(const RequestTimes&)> on_request;
+  // --kv-events (options().kv_events): called after every step that changed
+  // the engine's caches, with the step's end and the changes, in order.
+  std::function<void(double ts, const KvEventLog& events)> on_kv_events;
   // Called after on_request for the same requests (those the engine gives
   // up on mid-run too): the fleet's own bookkeeping (engine/fleet.h), apart
   // from the observers the caller sets.
@@ -139,7 +142,7 @@ class Simulator {
   void release_received(std::span<const BlockId> blocks) { scheduler_->release_received(blocks); }
 
  private:
-  bool step();
+  bool step(double horizon);
   // The end of every step: virtual time by the cost model, the figures, the
   // checks the policy asks for, on_step. False when a check failed.
   bool end_step();

@@ -38,7 +38,12 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
 VllmScheduler::VllmScheduler(EngineShell& shell)
     : PagedScheduler(shell),
       coordinator_(groups_, KvCacheContext{config_.kv.page_tokens, pool_, cache_, tick_, state_,
-                                           sim_, violation_, request_entries_, null_block_}) {}
+                                           sim_, violation_, request_entries_, null_block_}) {
+  if (options_.offload.any()) {
+    offload_ =
+        std::make_unique<OffloadConnector>(options_.offload, kv_block_bytes(config_.kv, groups_));
+  }
+}
 
 std::optional<SkipReason> VllmScheduler::never_fits(const Request& request,
                                                     std::uint64_t& need) const {
@@ -152,6 +157,10 @@ bool VllmScheduler::cache_new_full_blocks(Flight& flight, std::uint32_t full_pag
           static_cast<std::uint32_t>(std::min<std::uint64_t>(walk.pages_in_block(), last - page));
       assert(walk.key_after(pages - 1) == vllm_key(flight, page + pages - 1));
       PrefixCache::RunInserted done;
+      if (options_.kv_events) {
+        cache_.log_parent(page == 0 ? std::nullopt
+                                    : std::optional<PageKey>(vllm_key(flight, page - 1)));
+      }
       auto inserted =
           cache_.insert_run(walk.key(), pt, entries.subspan(page, pages), pool_, tick_, done);
       state_.table_entries += done.cached;
@@ -166,6 +175,10 @@ bool VllmScheduler::cache_new_full_blocks(Flight& flight, std::uint32_t full_pag
     assert(key == vllm_key(flight, page));
     if (!hybrid_) {
       // One full-attention group: the page's block, never the null block.
+      if (options_.kv_events) {
+        cache_.log_parent(page == 0 ? std::nullopt
+                                    : std::optional<PageKey>(vllm_key(flight, page - 1)));
+      }
       auto inserted = cache_.insert(key, entries[page], pool_, tick_);
       if (!inserted) return caching_failed(flight, page, inserted.error());
       state_.table_entries += inserted.value() ? 1 : 0;
@@ -214,6 +227,7 @@ void VllmScheduler::preempt(std::unique_ptr<Flight> victim) {
   victim->computed = 0;
   victim->cached_pages = 0;
   victim->prefilling = true;  // it re-prefills prompt + generated tokens
+  victim->kv_loaded = false;
   ++victim->preemptions;
   ++sim_.preemptions;
   waiting_.push_front(std::move(victim));
@@ -279,6 +293,12 @@ bool VllmScheduler::schedule_waiting(std::uint32_t& budget, Scheduled& scheduled
       continue;
     }
     Flight& flight = *waiting_.front();
+    if (flight.kv_loaded) {
+      bool stop = false;
+      if (!admit_loaded(budget, scheduled, stop)) return false;
+      if (stop) break;
+      continue;
+    }
     const std::uint32_t num_tokens = flight.request.prompt + flight.generated;
     // KVCacheManager.get_computed_blocks: the longest chain of cached full
     // blocks, at most num_tokens - 1 tokens (the last one is computed for its logits).
@@ -308,10 +328,23 @@ bool VllmScheduler::schedule_waiting(std::uint32_t& budget, Scheduled& scheduled
         flight.hits.blocks.push_back(*block);
       }
     }
+    if (offload_) {
+      // The connector's get_num_new_matched_tokens: the prefix continues in
+      // the offload tiers; a hit there is loaded before the request runs.
+      bool failed = false;
+      const TierHit tier_hit = load_from_tiers(flight, num_tokens, failed);
+      if (failed) return false;
+      if (tier_hit == TierHit::kLoading) continue;
+      if (tier_hit == TierHit::kNoRoom && running_.empty() && give_back_loaded()) continue;
+      if (tier_hit != TierHit::kNone) break;
+    }
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
     const std::uint32_t tokens = std::min(num_tokens - hit_tokens, budget);
     const std::uint64_t needed = ceil_div(std::uint64_t{hit_tokens} + tokens, pt) - hits.size();
-    if (!room_beside_hits(flight, needed)) break;  // allocate_slots returned None
+    if (!room_beside_hits(flight, needed)) {  // allocate_slots returned None
+      if (offload_ && running_.empty() && give_back_loaded()) continue;
+      break;
+    }
 
     std::unique_ptr<Flight> owned = std::move(waiting_.front());
     waiting_.pop_front();
@@ -415,6 +448,7 @@ void VllmScheduler::skipped_stalled(const RequestTimes& times) {
 
 bool VllmScheduler::step() {
   ++tick_;
+  if (offload_ && !offload_step_start()) return false;
   std::uint32_t budget = options_.max_batched_tokens;
   Scheduled& scheduled = scheduled_;
   scheduled.clear();
@@ -423,6 +457,7 @@ bool VllmScheduler::step() {
   // Scheduler.schedule: no waiting request is scheduled in a step that preempted.
   if (!preempted && !schedule_waiting(budget, scheduled)) return false;
   sim_.max_running = std::max<std::uint64_t>(sim_.max_running, running_.size());
+  if (offload_ && !queue_stores(scheduled)) return false;
 
   // The model runs; Scheduler.update_from_output: a request whose computed
   // tokens catch up with its tokens samples one more; check_stop

@@ -16,7 +16,11 @@ namespace kvreplay {
 
 inline void run_to_end(Simulator& sim, std::vector<Request> requests) {
   for (Request& r : requests) {
-    REQUIRE(sim.run_until(r.arrival));
+    if (!sim.run_until(r.arrival)) {
+      FAIL_CHECK((sim.violation() ? sim.violation()->invariant + ": " + sim.violation()->message
+                                  : std::string("run_until failed")));
+      REQUIRE(false);
+    }
     sim.submit(std::move(r));
   }
   REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));

@@ -1,0 +1,157 @@
+// kvreplay events FILE: checks and sums up a KV-event stream, the JSON Lines
+// form of vLLM's KV events (vllm/distributed/kv_events.py: KVEventBatch,
+// BlockStored, BlockRemoved, AllBlocksCleared) that `simulate --kv-events`
+// writes (app/kv_events.h). The checks and figures: app/events_check.h.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "app/command.h"
+#include "app/events_check.h"
+#include "app/exit_codes.h"
+#include "io/byte_source.h"
+#include "io/input_error.h"
+#include "io/output.h"
+#include "io/standard_output.h"
+
+namespace kvreplay {
+
+namespace {
+
+// A longer line is refused rather than held (memory stays bounded).
+constexpr std::size_t kMaxLine = std::size_t{64} << 20;
+
+struct EventsRequest {
+  std::string path;
+  std::string json;  // --json: empty for none
+  bool duplicates = false;
+  bool quiet = false;
+};
+
+// The next line of `in`, without its newline, into `line`: false at the end of
+// input. Error: why the input cannot be read, or the line is too long.
+Result<bool, std::string> next_line(ByteSource& in, std::string& line) {
+  line.clear();
+  bool any = false;
+  for (;;) {
+    const char* begin = in.begin();
+    const char* end = in.end();
+    if (begin != end) {
+      any = true;
+      const auto* newline =
+          static_cast<const char*>(std::memchr(begin, '\n', static_cast<std::size_t>(end - begin)));
+      const char* stop = newline != nullptr ? newline : end;
+      if (line.size() + static_cast<std::size_t>(stop - begin) > kMaxLine) {
+        return Unexpected{fmt::format("line longer than {} MiB", kMaxLine >> 20)};
+      }
+      line.append(begin, stop);
+      if (newline != nullptr) {
+        in.advance_to(newline + 1);
+        return true;
+      }
+      in.advance_to(end);
+    }
+    if (!in.refill()) {
+      if (!in.error().empty()) return Unexpected{in.error()};
+      return any;
+    }
+  }
+}
+
+int run_events(const EventsRequest& request) {
+  const std::string name = request.path == "-" ? "<stdin>" : request.path;
+  // Opened first, as every command opens its outputs before reading; nothing
+  // appears at the path unless the whole stream passed.
+  OutputSet outputs;
+  OutputFile* json = nullptr;
+  if (!request.json.empty()) {
+    outputs.add_input("FILE", request.path);
+    json = outputs.open("the summary", request.json, OutputFile::Flow::kWhole, "--json");
+    if (json == nullptr) {
+      eprint("{}\n", outputs.error());
+      return kExitInput;
+    }
+  }
+  auto source = ByteSource::open(request.path);
+  if (!source) {
+    eprint("{}\n", InputError{name, 0, "file", "cannot open: " + source.error()}.to_string());
+    return kExitInput;
+  }
+  EventsChecker checker(name, EventsOptions{request.duplicates});
+  std::string line;
+  for (std::uint64_t number = 1;; ++number) {
+    auto more = next_line(*source.value(), line);
+    if (!more) {
+      const bool long_line = source.value()->error().empty();
+      eprint("{}\n",
+             InputError{name, number, long_line ? "json" : "file", more.error()}.to_string());
+      return kExitInput;
+    }
+    if (!more.value()) break;
+    if (auto status = checker.add_line(line, number); !status) {
+      eprint("{}\n", status.error().to_string());
+      return kExitInput;
+    }
+  }
+  const EventsSummary summary = checker.summary();
+  if (json != nullptr) json->write(events_summary_json(summary, name).dump(2) + "\n");
+  std::FILE* summary_stream = outputs.writes_stdout() ? stderr : stdout;  // asked before commit
+  if (!outputs.commit()) {
+    eprint("{}\n", outputs.error());
+    return kExitInput;
+  }
+  if (!request.quiet) put_text(summary_stream, events_summary_text(summary, name));
+  return kExitOk;
+}
+
+class EventsCommand final : public Command {
+ public:
+  void declare(CLI::App& app) override {
+    app.add_option("FILE", request_.path,
+                   "KV-event stream, JSON Lines (gzip too; - for stdin), e.g. simulate --kv-events")
+        ->required();
+    app.add_option("--json", request_.json,
+                   "also write the summary as JSON here (- for stdout; the text then goes to "
+                   "stderr); written only when the whole stream passed");
+    app.add_flag("--duplicates", request_.duplicates,
+                 "let a medium cache one hash several times (vLLM's BlockPool may): a store counts "
+                 "it up, a removal down");
+    app.add_flag("-q,--quiet", request_.quiet, "print no summary");
+    app.footer(
+        "Form: one batch a line (vLLM's KVEventBatch), {\"ts\": T, \"events\": [...], "
+        "\"instance\": I}\n"
+        "or [T, [...], data_parallel_rank]; events as {\"type\": \"BlockStored\", ...} or tag "
+        "first,\n"
+        "[\"BlockStored\", block_hashes, parent_block_hash, token_ids, block_size, lora_id, "
+        "medium],\n"
+        "[\"BlockRemoved\", block_hashes, medium], [\"AllBlocksCleared\"]; a hash is an integer "
+        "up to 2^64-1\n"
+        "or a string; medium null = GPU. Checks, per instance and medium: ts never goes back; a "
+        "stored\n"
+        "block's parent was stored there before; no hash is stored while cached (unless "
+        "--duplicates);\n"
+        "a removed hash is cached. AllBlocksCleared empties the instance. The first problem is "
+        "one line,\n"
+        "FILE:LINE: FIELD: problem, and exit 2. Summary: events, blocks stored, removed and "
+        "cached (peak),\n"
+        "cached over time, churn, and re-stores (LRU stack distance, time since the removal).\n"
+        "Examples:\n"
+        "  kvreplay events tests/cli/events/vllm_recorded.jsonl\n"
+        "  kvreplay events tests/cli/events/summary.jsonl --json summary.json");
+  }
+  int run() override { return run_events(request_); }
+
+ private:
+  EventsRequest request_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_events_command() {
+  return std::make_unique<EventsCommand>();
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,106 @@
+#include "engine/offload_connector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace kvreplay {
+
+namespace {
+
+// SplitMix64's finalizer: a bijection of 64-bit words that spreads every bit.
+std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::uint64_t block_key(const PageKey& key) {
+  return mix64(mix64(key.chain) ^ (std::uint64_t{key.group} << 32 | key.offset));
+}
+
+OffloadConnector::OffloadConnector(const OffloadOptions& options, std::uint64_t block_bytes)
+    : block_bytes_(std::max<std::uint64_t>(block_bytes, 1)) {
+  for (const OffloadTierOptions& t : options.tiers) {
+    const std::uint64_t blocks =
+        std::min<std::uint64_t>(t.bytes / block_bytes_, std::numeric_limits<std::uint32_t>::max());
+    tiers_.push_back(
+        Tier{t, OffloadTier(options.policy, static_cast<std::uint32_t>(blocks)), {}, 0, 0});
+  }
+}
+
+double OffloadConnector::transfer_s(const Tier& tier, std::size_t blocks) const {
+  const double bytes = static_cast<double>(blocks) * static_cast<double>(block_bytes_);
+  return tier.options.latency_us * 1e-6 + bytes / (tier.options.gbps * 1e9);
+}
+
+void OffloadConnector::issue_load(std::size_t t, std::vector<std::uint64_t> keys, const void* owner,
+                                  double now) {
+  Tier& tier = tiers_[t];
+  const double start = std::max(now, tier.in_free);
+  const double done = start + transfer_s(tier, keys.size());
+  tier.in_free = done;
+  tier.figures.bytes_out += keys.size() * block_bytes_;
+  for (std::uint64_t key : keys) ++loading_keys_[key];
+  jobs_.push_back(Job{t, true, std::move(keys), {}, owner, now, done});
+}
+
+void OffloadConnector::queue_store(std::size_t t, std::vector<std::uint64_t> keys,
+                                   std::vector<BlockId> blocks) {
+  jobs_.push_back(Job{t, false, std::move(keys), std::move(blocks), nullptr, 0, -1});
+}
+
+void OffloadConnector::start_queued(double now) {
+  for (Job& job : jobs_) {
+    if (job.load || job.done >= 0) continue;
+    Tier& tier = tiers_[job.tier];
+    job.issued = now;
+    job.done = std::max(now, tier.out_free) + transfer_s(tier, job.keys.size());
+    tier.out_free = job.done;
+    tier.figures.bytes_in += job.keys.size() * block_bytes_;
+  }
+}
+
+std::vector<OffloadConnector::Job> OffloadConnector::take_landed(double now) {
+  std::vector<Job> landed;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < jobs_.size(); ++i) {
+    Job& job = jobs_[i];
+    if (job.done >= 0 && job.done <= now) {
+      landed.push_back(std::move(job));
+      continue;
+    }
+    if (kept != i) jobs_[kept] = std::move(job);
+    ++kept;
+  }
+  jobs_.resize(kept);
+  // In the order they land (a stable sort keeps the issue order of ties).
+  std::stable_sort(landed.begin(), landed.end(),
+                   [](const Job& a, const Job& b) { return a.done < b.done; });
+  for (const Job& job : landed) {
+    if (!job.load) continue;
+    for (std::uint64_t key : job.keys) {
+      auto it = loading_keys_.find(key);
+      if (it != loading_keys_.end() && --it->second == 0) loading_keys_.erase(it);
+    }
+  }
+  return landed;
+}
+
+std::optional<double> OffloadConnector::next_landing() const {
+  std::optional<double> next;
+  for (const Job& job : jobs_) {
+    if (job.done >= 0 && (!next || job.done < *next)) next = job.done;
+  }
+  return next;
+}
+
+bool OffloadConnector::being_loaded(std::uint64_t key) const {
+  return loading_keys_.contains(key);
+}
+
+}  // namespace kvreplay

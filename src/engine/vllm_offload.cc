@@ -1,0 +1,356 @@
+// The vllm engine's KV offloading (--offload, SPEC 3.7): vLLM's
+// OffloadingConnector over the tiers of engine/offload_connector.h. Each rule
+// names the vLLM function it comes from
+// (vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py:
+// OffloadingConnectorScheduler; vllm/v1/core/sched/scheduler.py: Scheduler).
+//
+// kvreplay's choices where vLLM's versions differ or the model is coarser:
+//   - a tier block is one GPU block (vLLM's offloaded_block_size = block_size);
+//   - a store's blocks become loadable when its copy lands (per-job store
+//     completion); the GPU blocks it reads stay held until then;
+//   - several tiers (cpu, then disk) are each written through, in turn, and
+//     a prefix continues from the GPU into whichever tier holds each next
+//     page, cpu first; the loads from each tier run on their own link at once;
+//   - a tier hit stops one page short of the prompt's end (the GPU hit's own
+//     cap, num_tokens - 1 tokens): where vLLM loads the last block and
+//     recomputes its last token, kvreplay computes that page;
+//   - a request whose tier hit another request is loading waits at the head
+//     of the queue (vLLM skips it for the step and goes on with the next).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "engine/vllm_scheduler.h"
+
+namespace kvreplay {
+
+std::uint64_t VllmScheduler::offload_key(Flight& flight, std::uint32_t page) {
+  std::vector<std::uint64_t>& keys = flight.offload_keys;
+  while (keys.size() <= page) {
+    keys.push_back(block_key(vllm_key(flight, static_cast<std::uint32_t>(keys.size()))));
+  }
+  return keys[page];
+}
+
+void VllmScheduler::unpin(BlockId b) {
+  auto it = pinned_.find(b);
+  if (it == pinned_.end()) return;
+  if (--it->second == 0) pinned_.erase(it);
+  (void)pool_.release(b);  // the store's own reference: the block stays live otherwise
+  cache_.released(b, pool_, tick_);
+}
+
+bool VllmScheduler::offload_step_start() {
+  // The worker starts the stores queued last step (start_kv_transfers), and
+  // reports what finished (get_finished); update_connector_output completes
+  // them: complete_store, complete_load.
+  const double now = shell_.step_start;
+  offload_->start_queued(now);
+  landed_.clear();
+  for (OffloadConnector::Job& job : offload_->take_landed(now)) {
+    OffloadTier& tier = offload_->tier(job.tier);
+    OffloadTierFigures& figures = offload_->figures(job.tier);
+    if (!job.load) {
+      figures.stored += tier.complete_store(job.keys);
+      for (BlockId b : job.blocks) unpin(b);
+      continue;
+    }
+    if (auto done = tier.complete_load(job.keys); !done) {
+      violation_ = Violation{sim_.steps + 1, 0, "T3",
+                             fmt::format("an offload load of {} blocks completed twice: {}",
+                                         job.keys.size(), done.error())};
+      return false;
+    }
+    figures.loaded += job.keys.size();
+    figures.load_ms.add((job.done - job.issued) * 1e3);
+    auto it = std::find_if(loading_.begin(), loading_.end(),
+                           [&](const auto& f) { return f.get() == job.owner; });
+    if (it == loading_.end() || --(*it)->loads_in_flight > 0) continue;
+    // Scheduler._update_waiting_for_remote_kv: the loaded blocks are cached
+    // now (cache_blocks), and the request is scheduled as a waiting one.
+    std::unique_ptr<Flight> flight = std::move(*it);
+    loading_.erase(it);
+    flight->computed = flight->samples[0].length;
+    flight->kv_loaded = true;
+    if (!cache_full_blocks(*flight)) return false;
+    landed_.push_back(std::move(flight));
+  }
+  // Back at the front of the waiting queue, in the order they landed.
+  for (auto it = landed_.rbegin(); it != landed_.rend(); ++it) waiting_.push_front(std::move(*it));
+  take_tier_events();
+  return true;
+}
+
+void VllmScheduler::take_tier_events() {
+  // OffloadingConnectorScheduler.take_events: the manager's events, in order;
+  // dropped without --kv-events, so that they do not pile up.
+  for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
+    for (OffloadEvent& event : offload_->tier(t).take_events()) {
+      if (!options_.kv_events) continue;
+      shell_.events.tiers.push_back({offload_->tier_options(t).medium, std::move(event)});
+    }
+  }
+}
+
+VllmScheduler::TierHit VllmScheduler::load_from_tiers(Flight& flight, std::uint32_t num_tokens,
+                                                      bool& failed) {
+  // get_num_new_matched_tokens: every full block of the request is touched in
+  // the tiers, then the run of blocks held ready continues the GPU hit.
+  const std::uint32_t pt = config_.kv.page_tokens;
+  const std::uint32_t full = num_tokens / pt;
+  if (full == 0) return TierHit::kNone;
+  (void)offload_key(flight, full - 1);
+  const std::span<const std::uint64_t> keys(flight.offload_keys.data(), full);
+  for (std::size_t t = 0; t < offload_->num_tiers(); ++t) offload_->tier(t).touch(keys);
+  const auto gpu_pages = static_cast<std::uint32_t>(flight.hits.blocks.size());
+  const std::uint32_t cap = (num_tokens - 1) / pt;
+  tier_of_.clear();
+  bool deferred = false;
+  for (std::uint32_t page = gpu_pages; page < cap; ++page) {
+    std::size_t t = 0;
+    while (t < offload_->num_tiers() && !offload_->tier(t).ready(keys[page])) ++t;
+    if (t == offload_->num_tiers()) break;
+    deferred = deferred || offload_->being_loaded(keys[page]);
+    tier_of_.push_back(t);
+  }
+  if (tier_of_.empty()) return TierHit::kNone;
+  // Another request loads some of these blocks now: retried later, when they
+  // are GPU hits.
+  if (deferred) return TierHit::kDeferred;
+  const auto pages = static_cast<std::uint32_t>(tier_of_.size());
+  // allocate_slots(num_external_computed_tokens, delay_cache_blocks=True):
+  // blocks for the loaded pages, beside the GPU hits.
+  if (!room_beside_hits(flight, pages)) return TierHit::kNoRoom;
+
+  std::unique_ptr<Flight> owned = std::move(waiting_.front());
+  waiting_.pop_front();
+  const std::vector<BlockId> hits = owned->hits.blocks;
+  const std::uint32_t hit_tokens = gpu_pages * pt;
+  count_admission(*owned, num_tokens, hits.size(), hit_tokens, owned->preemptions > 0);
+  if (owned->times && owned->preemptions == 0) {
+    owned->times->cached_tokens = std::max(owned->times->cached_tokens, (gpu_pages + pages) * pt);
+  }
+  if (!install_hits(*owned, hits, hit_tokens)) {
+    failed = true;
+    return TierHit::kNone;
+  }
+  owned->computed = hit_tokens;
+  owned->cached_pages = gpu_pages;
+  hits_.forget(owned->hits, cache_);
+  Sample& sample = owned->samples[0];
+  if (!coordinator_.allocate_new_blocks(tables(sample), pages * pt, owned->request)) {
+    failed = true;
+    return TierHit::kNone;
+  }
+  sample.length += pages * pt;
+  totals_.tokens_appended += pages * pt;
+  state_.logical_tokens += pages * pt;
+  // update_state_after_alloc: prepare_load per tier, the load issued.
+  for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
+    std::vector<std::uint64_t> tier_keys;
+    for (std::uint32_t i = 0; i < pages; ++i) {
+      if (tier_of_[i] == t) tier_keys.push_back(keys[gpu_pages + i]);
+    }
+    if (tier_keys.empty()) continue;
+    if (auto prepared = offload_->tier(t).prepare_load(tier_keys); !prepared) {
+      violation_ =
+          Violation{sim_.steps + 1, owned->request.line, "T3",
+                    fmt::format("request {}: a block found ready in the {} tier could "
+                                "not be loaded: {}",
+                                owned->request.id, to_string(offload_->tier_options(t).medium),
+                                prepared.error())};
+      failed = true;
+      return TierHit::kNone;
+    }
+    if (owned->preemptions == 0) offload_->figures(t).hit_tokens += tier_keys.size() * pt;
+    offload_->issue_load(t, std::move(tier_keys), owned.get(), shell_.step_start);
+    ++owned->loads_in_flight;
+  }
+  loading_.push_back(std::move(owned));
+  return TierHit::kLoading;
+}
+
+bool VllmScheduler::admit_loaded(std::uint32_t& budget, Scheduled& scheduled, bool& stop) {
+  // A request whose num_computed_tokens the load set: no prefix lookup, its
+  // blocks are its own (Scheduler.schedule skips get_computed_blocks).
+  Flight& flight = *waiting_.front();
+  const std::uint32_t pt = config_.kv.page_tokens;
+  const std::uint32_t num_tokens = flight.request.prompt + flight.generated;
+  const std::uint32_t tokens = std::min(num_tokens - flight.computed, budget);
+  const std::uint64_t held = (std::uint64_t{flight.computed} + pt - 1) / pt;
+  const std::uint64_t needed = (std::uint64_t{flight.computed} + tokens + pt - 1) / pt - held;
+  if (!room_beside_hits(flight, needed)) {
+    if (running_.empty() && give_back_loaded()) return true;  // tried again
+    stop = true;
+    return true;
+  }
+  std::unique_ptr<Flight> owned = std::move(waiting_.front());
+  waiting_.pop_front();
+  owned->kv_loaded = false;
+  running_.push_back(std::move(owned));
+  Flight& admitted = *running_.back();
+  if (!allocate(admitted, tokens)) return false;
+  scheduled.emplace_back(&admitted, tokens);
+  budget -= tokens;
+  return true;
+}
+
+bool VllmScheduler::give_back_loaded() {
+  // Nothing runs, so no block will be freed but by the requests that hold
+  // loaded KV while they wait behind the head: the last of them gives its
+  // blocks back, as a preempted request does (its loaded pages stay cached,
+  // evictable, and it looks its prefix up again when its turn comes).
+  // Without this, two such requests could each hold what the other needs.
+  for (auto it = waiting_.end(); it != waiting_.begin() + 1;) {
+    --it;
+    Flight& flight = **it;
+    if (!flight.kv_loaded) continue;
+    release_sample(flight.samples[0]);
+    flight.samples.clear();
+    flight.computed = 0;
+    flight.cached_pages = 0;
+    flight.prefilling = true;
+    flight.kv_loaded = false;
+    return true;
+  }
+  return false;
+}
+
+bool VllmScheduler::queue_stores(const Scheduled& scheduled) {
+  // _get_reqs_to_store: the blocks full once this step's tokens are computed,
+  // from next_stored_block_idx on, go to prepare_store; a refusal leaves the
+  // index for the next step; a store touches the request's whole prefix.
+  const std::uint32_t pt = config_.kv.page_tokens;
+  for (auto [flight, tokens] : scheduled) {
+    const std::uint32_t full = flight->samples[0].length / pt;
+    if (full == 0) continue;
+    (void)offload_key(*flight, full - 1);
+    const std::span<const std::uint64_t> keys(flight->offload_keys.data(), full);
+    const std::span<const BlockId> entries = flight->samples[0].table.entries();
+    for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
+      std::uint32_t& next = flight->offload_stored[t];
+      if (next >= full) continue;
+      OffloadTier& tier = offload_->tier(t);
+      auto plan = tier.prepare_store(keys.subspan(next, full - next));
+      if (!plan) {
+        ++offload_->figures(t).store_refused;
+        continue;
+      }
+      offload_->figures(t).evicted += plan->evicted.size();
+      const std::uint32_t first = next;
+      next = full;
+      if (plan->stored.empty()) continue;
+      tier.touch(keys);
+      std::vector<BlockId> blocks;
+      blocks.reserve(plan->stored.size());
+      std::size_t j = 0;
+      for (std::uint32_t page = first; page < full && j < plan->stored.size(); ++page) {
+        if (keys[page] != plan->stored[j]) continue;
+        ++j;
+        const BlockId b = entries[page];
+        if (auto held = pool_.retain(b); !held) {
+          violation_ = Violation{sim_.steps + 1, flight->request.line, "I1",
+                                 fmt::format("request {}: holding page {} for its offload store "
+                                             "failed: {}",
+                                             flight->request.id, page, held.error())};
+          for (BlockId pinned : blocks) unpin(pinned);
+          return false;
+        }
+        ++pinned_[b];
+        blocks.push_back(b);
+      }
+      offload_->queue_store(t, std::move(plan->stored), std::move(blocks));
+    }
+  }
+  take_tier_events();  // the evictions of this step's stores
+  return true;
+}
+
+std::optional<double> VllmScheduler::wake_at() const {
+  if (!offload_) return std::nullopt;
+  return offload_->next_landing();
+}
+
+bool VllmScheduler::check() {
+  if (!PagedScheduler::check()) return false;
+  if (!offload_) return true;
+  auto fail = [&](std::string invariant, std::string message) {
+    violation_ = Violation{sim_.steps, 0, std::move(invariant), std::move(message)};
+    return false;
+  };
+  for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
+    if (auto found = offload_->tier(t).check()) {
+      return fail(found->invariant,
+                  fmt::format("the {} tier: {}", to_string(offload_->tier_options(t).medium),
+                              found->message));
+    }
+  }
+  // A block being loaded stays in its tier; the GPU blocks a store reads are
+  // held once per store (the holds I1 counted above).
+  std::unordered_map<BlockId, std::uint32_t> pins;
+  for (const OffloadConnector::Job& job : offload_->jobs()) {
+    for (BlockId b : job.blocks) ++pins[b];
+    if (!job.load) continue;
+    for (std::uint64_t key : job.keys) {
+      if (!offload_->tier(job.tier).ready(key)) {
+        return fail("T3", fmt::format("block {:016x} is being loaded from the {} tier but is not "
+                                      "there",
+                                      key, to_string(offload_->tier_options(job.tier).medium)));
+      }
+    }
+  }
+  if (pins != pinned_) {
+    return fail("I1", fmt::format("{} GPU blocks are held for offload stores, the stores in "
+                                  "flight read {}",
+                                  pinned_.size(), pins.size()));
+  }
+  return true;
+}
+
+void VllmScheduler::add_figures(nlohmann::json& report) const {
+  if (!offload_) return;
+  nlohmann::json tiers = nlohmann::json::object();
+  nlohmann::json by_tier = {{"gpu", sim_.hit_tokens}};
+  std::uint64_t tier_hits = 0;
+  for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
+    const OffloadTierOptions& options = offload_->tier_options(t);
+    const OffloadTierFigures& f = offload_->figures(t);
+    const OffloadTier& tier = offload_->tier(t);
+    const LatencySummary load = f.load_ms.summary();
+    const std::string name(to_string(options.medium));
+    tiers[name] = {{"capacity_blocks", tier.capacity()},
+                   {"capacity_bytes", std::uint64_t{tier.capacity()} * offload_->block_bytes()},
+                   {"gbps", options.gbps},
+                   {"latency_us", options.latency_us},
+                   {"stored", f.stored},
+                   {"loaded", f.loaded},
+                   {"evicted", f.evicted},
+                   {"hit_tokens", f.hit_tokens},
+                   {"bytes_in", f.bytes_in},
+                   {"bytes_out", f.bytes_out},
+                   {"store_refused", f.store_refused},
+                   {"resident_blocks", tier.used()},
+                   {"load_ms",
+                    {{"count", load.count},
+                     {"mean", load.mean},
+                     {"p50", load.p50},
+                     {"p99", load.p99},
+                     {"max", load.max}}}};
+    by_tier[name] = f.hit_tokens;
+    tier_hits += f.hit_tokens;
+  }
+  report["offload"] = {{"policy", std::string(to_string(offload_->tier(0).policy()))},
+                       {"block_bytes", offload_->block_bytes()},
+                       {"tiers", tiers}};
+  if (report.contains("prefix_cache")) {
+    nlohmann::json& cache = report["prefix_cache"];
+    cache["hits_by_tier"] = by_tier;
+    cache["hit_rate_with_tiers"] = sim_.query_tokens == 0
+                                       ? 0.0
+                                       : static_cast<double>(sim_.hit_tokens + tier_hits) /
+                                             static_cast<double>(sim_.query_tokens);
+  }
+}
+
+}  // namespace kvreplay

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# `kvreplay events` from the command line (a KV-event stream, vLLM's KVEventBatch
+# JSON Lines: vllm/distributed/kv_events.py):
+#   - every file of tests/cli/events/bad/ fails with exit 2 and exactly the
+#     stderr line of expected.txt (FILE:LINE: FIELD: problem), and its --json
+#     path is never written (nothing left in the folder);
+#   - vLLM's recorded shape passes; the hand-worked stream's figures in the
+#     JSON; the same bytes on every run, from gzip and standard input too;
+#   - --duplicates, an empty file, a missing file, a truncated gzip, --json -
+#     and through a symlink, --json onto the input, unknown options, --help.
+# Usage: run_events_tests.sh KVREPLAY_BINARY REPO_ROOT
+set -uo pipefail
+
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
+for tool in jq gzip cmp; do
+  command -v "$tool" >/dev/null || { echo "run_events_tests.sh: '$tool' is required" >&2; exit 2; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-events.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+events=$root/tests/cli/events
+
+# --- every check: one bad stream each, the exact line, no output left behind
+cd "$events/bad" || exit 2
+while IFS=$'\t' read -r file expected; do
+  [[ -z $file || $file == \#* ]] && continue
+  rm -rf "$work/bad" && mkdir -p "$work/bad"
+  run events "$file" --json "$work/bad/summary.json"
+  check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
+  check '[[ $(cat "$work/err") == "$expected" ]]' \
+    "stderr: got '$(err_text)', expected '$expected'"
+  check '[[ $(wc -l <"$work/err") -eq 1 ]]' "$(wc -l <"$work/err") lines on stderr, expected 1"
+  check '[[ ! -s $work/out ]]' "wrote to stdout: $(head -c 200 "$work/out")"
+  check '[[ -z $(ls -A "$work/bad") ]]' "left $(ls -A "$work/bad") behind"
+  finish "bad stream $file"
+done <expected.txt
+for file in *.jsonl; do
+  check 'grep -q "^$file"$'"'"'\t'"'"' expected.txt' "not in expected.txt"
+  finish "bad stream $file has an expectation"
+done
+cd "$root" || exit 2
+
+# --- vLLM's own recorded shape: positional batches, tag-first events, CPU events
+# with parent null, token_ids [] and block_size 0, hashes up to 2^64-1
+run events "$events/vllm_recorded.jsonl" --json "$work/vllm.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check 'grep -q "7 batches, 9 events" "$work/out"' "summary: $(head -c 300 "$work/out")"
+check '[[ $(jq -c "[.media[] | [.medium, .stored, .removed, .cleared, .reuse.count]]" \
+  "$work/vllm.json") == "[[\"GPU\",4,1,3,1],[\"CPU\",3,2,1,1]]" ]]' \
+  "figures: $(jq -c .media "$work/vllm.json")"
+finish "vLLM's recorded shape passes"
+
+# --- the hand-worked stream (tests/app/events_check_test.cc works it out)
+run events "$events/summary.jsonl" --json "$work/a.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+gpu='.media[] | select(.medium == "GPU" and .instance == 0)'
+check '[[ $(jq -c "[.batches, .events.BlockStored, .events.BlockRemoved, .events.AllBlocksCleared]" \
+  "$work/a.json") == "[8,9,3,1]" ]]' "counts: $(jq -c .events "$work/a.json")"
+check '[[ $(jq -c "$gpu | [.stored, .removed, .cleared, .cached, .peak.cached, .peak.ts]" \
+  "$work/a.json") == "[12,4,7,1,7,5]" ]]' "GPU: $(jq -c "$gpu" "$work/a.json")"
+check '[[ $(jq -c "$gpu | .reuse" "$work/a.json") == \
+  "{\"count\":5,\"distance\":{\"max\":6,\"p50\":5,\"p90\":6,\"p99\":6},\"time_s\":{\"p50\":1,\"p99\":2}}" ]]' \
+  "reuse: $(jq -c "$gpu | .reuse" "$work/a.json")"
+check '[[ $(jq -c "$gpu | [.churn_per_s, .samples]" "$work/a.json") == "[1.6,[3,4,5,3,3,7,7,7,7,1]]" ]]' \
+  "churn and samples: $(jq -c "$gpu | [.churn_per_s, .samples]" "$work/a.json")"
+check '[[ $(jq -c "[.ts.first, .ts.last, .ts.span, (.sample_ts | length)]" "$work/a.json") == "[0,10,10,10]" ]]' \
+  "ts: $(jq -c .ts "$work/a.json")"
+finish "the hand-worked stream's figures"
+
+run events "$events/summary.jsonl" --json "$work/b.json"
+check 'cmp -s "$work/a.json" "$work/b.json"' "two runs differ"
+finish "the JSON summary is the same bytes every run"
+
+gzip -c "$events/summary.jsonl" >"$work/summary.jsonl.gz"
+run events "$work/summary.jsonl.gz" --json "$work/gz.json"
+check '[[ $rc -eq 0 ]]' "gzip: exit $rc: $(err_text)"
+check 'cmp -s <(jq "del(.input)" "$work/a.json") <(jq "del(.input)" "$work/gz.json")' \
+  "gzip: another summary"
+run_cmd bash -c '"$0" events - --json - <"$1"' "$kvreplay" "$work/summary.jsonl.gz"
+check '[[ $rc -eq 0 ]]' "stdin: exit $rc: $(err_text)"
+check '[[ $(jq -r .input "$work/out") == "<stdin>" ]]' "stdin: --json - is not the JSON on stdout"
+check 'cmp -s <(jq "del(.input)" "$work/a.json") <(jq "del(.input)" "$work/out")' \
+  "stdin: another summary"
+check 'grep -q "^<stdin>: 8 batches" "$work/err"' "stdin: the text summary is not on stderr"
+finish "gzip and standard input give the same summary; --json - is stdout"
+
+# --- --duplicates: a medium is a multiset; removing an absent hash still fails
+run events "$events/bad/double_store.jsonl" --duplicates --json "$work/dup.json"
+check '[[ $rc -eq 0 ]]' "double store with --duplicates: exit $rc: $(err_text)"
+check '[[ $(jq -c "[.duplicates, (.media[0] | .cached, .peak.cached)]" "$work/dup.json") == "[true,5,5]" ]]' \
+  "figures: $(jq -c . "$work/dup.json")"
+run events "$events/bad/removed_absent.jsonl" --duplicates
+check '[[ $rc -eq 2 && $(cat "$work/err") == "$events/bad/removed_absent.jsonl:3: events[0].block_hashes[1]: 1 is not cached in instance 0'"'"'s GPU" ]]' \
+  "absent removal with --duplicates: exit $rc, $(err_text)"
+finish "--duplicates"
+
+# --- an empty file: no batches, a summary of nothing
+: >"$work/empty.jsonl"
+run events "$work/empty.jsonl" --json "$work/empty.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq -c "[.batches, .media, .sample_ts, .ts.first]" "$work/empty.json") == "[0,[],[],null]" ]]' \
+  "$(jq -c . "$work/empty.json")"
+check 'grep -q "0 batches, 0 events" "$work/out"' "text: $(head -c 200 "$work/out")"
+finish "an empty file"
+
+# --- a missing file, a truncated gzip: exit 2, one line naming the file
+run events "$work/nope.jsonl" --json "$work/nope.json"
+check '[[ $rc -eq 2 && $(cat "$work/err") == "$work/nope.jsonl: file: cannot open: No such file or directory" ]]' \
+  "exit $rc, $(err_text)"
+check '[[ ! -e $work/nope.json ]]' "wrote the summary"
+finish "a missing file"
+head -c 60 "$work/summary.jsonl.gz" >"$work/cut.gz"
+run events "$work/cut.gz"
+check '[[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 ]] && grep -q "^$work/cut.gz:1: file: " "$work/err"' \
+  "exit $rc, $(err_text)"
+finish "a truncated gzip"
+
+# --- outputs: a symlink is followed, an existing file stays until the run passes,
+# the input is never the output
+mkdir -p "$work/links"
+echo old >"$work/links/target.json"
+ln -s target.json "$work/links/link.json"
+run events "$events/summary.jsonl" --json "$work/links/link.json"
+check '[[ $rc -eq 0 && -L $work/links/link.json ]]' "exit $rc; the link is gone"
+check 'cmp -s "$work/links/target.json" "$work/a.json"' "the target is not the summary"
+echo old >"$work/links/target.json"
+run events "$events/bad/double_store.jsonl" --json "$work/links/link.json"
+check '[[ $rc -eq 2 && $(cat "$work/links/target.json") == old ]]' "a failed run touched the target"
+check '[[ $(ls -A "$work/links" | wc -l) -eq 2 ]]' "left $(ls -A "$work/links") behind"
+cp "$events/summary.jsonl" "$work/in.jsonl"
+run events "$work/in.jsonl" --json "$work/in.jsonl"
+check '[[ $rc -eq 2 ]] && cmp -s "$work/in.jsonl" "$events/summary.jsonl"' \
+  "--json onto the input: exit $rc, $(err_text)"
+finish "--json through a symlink; a failed run writes nothing; never onto the input"
+
+# --- usage
+run events "$events/summary.jsonl" --no-such-option
+check '[[ $rc -eq 2 ]]' "unknown option: exit $rc"
+run events
+check '[[ $rc -eq 2 ]]' "no FILE: exit $rc"
+run events --help
+check '[[ $rc -eq 0 ]]' "--help: exit $rc"
+check 'grep -q "KVEventBatch" "$work/out" && grep -q "Checks" "$work/out" &&
+  grep -q "FILE:LINE: FIELD: problem" "$work/out" && grep -q -- "--duplicates" "$work/out"' \
+  "--help explains neither the form nor the checks"
+run --help
+check 'grep -q "^  events " "$work/out"' "kvreplay --help does not list events"
+finish "usage: unknown options, --help"
+
+echo "$passed passed, $failed failed"
+((failed == 0))

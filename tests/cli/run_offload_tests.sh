@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# `kvreplay simulate --offload` (SPEC 3.7) from the command line: a CPU tier
+# adds hits the GPU cache lost, reported per tier and in
+# prefix_cache.hits_by_tier; a disk tier behind it and the arc policy run;
+# the invariant checks hold; the run is deterministic; the options are recorded in
+# config.simulation.offload; every misuse is exit 2 with one line.
+#
+# Usage: run_offload_tests.sh KVREPLAY_BINARY REPO_ROOT
+set -uo pipefail
+
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_args kvreplay root -- "$@"
+command -v jq >/dev/null || { echo "run_offload_tests.sh: 'jq' is required" >&2; exit 2; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-offload.XXXXXX") || exit 2
+trap 'rm -rf "$work"' EXIT
+cd "$root" || exit 2
+run_timeout=300
+# The first 150 requests of the Mooncake sample: enough for the GPU cache of
+# 2 GiB to lose prefixes the tiers keep, short enough for a sanitizer build.
+trace=$work/short.jsonl
+head -n 150 traces/requests/mooncake_conv.jsonl >"$trace"
+common=(--model llama-3.1-8b --tp 4 --gpu h100-80gb --kv-memory 2GiB --max-seq-tokens 131072 -q)
+
+# 1. No tier, then a CPU tier: the tier's hits add to the GPU's.
+run simulate "$trace" "${common[@]}" --report "$work/none.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+run simulate "$trace" "${common[@]}" --offload cpu:64GiB --report "$work/cpu.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq ".offload.tiers.cpu.hit_tokens > 0 and .offload.tiers.cpu.loaded > 0" "$work/cpu.json") == true ]]' \
+  "no CPU tier hit: $(jq -c .offload "$work/cpu.json")"
+check '[[ $(jq ".prefix_cache.hits_by_tier.cpu == .offload.tiers.cpu.hit_tokens" "$work/cpu.json") == true ]]' \
+  "hits_by_tier.cpu is not the tier's hit_tokens"
+check '[[ $(jq ".prefix_cache.hit_rate_with_tiers > .prefix_cache.hit_rate" "$work/cpu.json") == true ]]' \
+  "the tiers add nothing to the hit rate"
+check '[[ $(jq ".prefix_cache.hits_by_tier.gpu == .prefix_cache.hit_tokens" "$work/cpu.json") == true ]]' \
+  "hits_by_tier.gpu is not prefix_cache.hit_tokens"
+check '[[ $(jq ".offload.tiers.cpu.bytes_out == .offload.tiers.cpu.loaded * .offload.block_bytes" "$work/cpu.json") == true ]]' \
+  "bytes_out is not loaded blocks x block_bytes"
+check '[[ $(jq ".offload.tiers.cpu.capacity_blocks == (68719476736 / .offload.block_bytes | floor)" "$work/cpu.json") == true ]]' \
+  "capacity_blocks is not 64 GiB / block_bytes"
+check '[[ $(jq -c ".config.simulation.offload" "$work/cpu.json") == "{\"policy\":\"lru\",\"tiers\":{\"cpu\":{\"bytes\":68719476736,\"gbps\":64,\"latency_us\":10}}}" ]]' \
+  "config.simulation.offload: $(jq -c .config.simulation.offload "$work/cpu.json")"
+check '[[ $(jq ".scheduler.prompt_tokens_computed" "$work/cpu.json") -lt $(jq ".scheduler.prompt_tokens_computed" "$work/none.json") ]]' \
+  "the CPU tier saved no prompt computation"
+check '[[ $(jq "has(\"offload\")" "$work/none.json") == false ]]' "a run without --offload has an offload section"
+finish "--offload cpu:64GiB: the tier's hits add to the GPU's"
+
+# 2. The same run again gives the same figures.
+run simulate "$trace" "${common[@]}" --offload cpu:64GiB --report "$work/cpu2.json"
+check '[[ $(jq -S "{offload, prefix_cache, latency, scheduler}" "$work/cpu.json") == $(jq -S "{offload, prefix_cache, latency, scheduler}" "$work/cpu2.json") ]]' \
+  "two runs differ"
+finish "--offload: deterministic"
+
+# 3. A small CPU tier under arc with a disk tier behind it, the invariants
+#    checked every 50 steps (a check walks every tier: every step would take
+#    minutes here; the engine tests check every step on small traces).
+run simulate "$work/short.jsonl" "${common[@]}" --offload cpu:2GiB,disk:64GiB --offload-policy arc \
+  --check 50 --report "$work/arc.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq -r ".offload.policy" "$work/arc.json") == arc ]]' "policy is not arc"
+check '[[ $(jq ".offload.tiers.cpu.evicted > 0" "$work/arc.json") == true ]]' "the 4 GiB CPU tier evicted nothing"
+check '[[ $(jq ".offload.tiers.disk.hit_tokens > 0" "$work/arc.json") == true ]]' \
+  "no disk hit: $(jq -c .offload.tiers.disk "$work/arc.json")"
+check '[[ $(jq ".offload.tiers.cpu.resident_blocks <= .offload.tiers.cpu.capacity_blocks" "$work/arc.json") == true ]]' \
+  "the CPU tier holds more than its capacity"
+check '[[ $(jq ".offload.tiers.disk.gbps, .offload.tiers.disk.latency_us" "$work/arc.json" | tr "\n" " ") == "7 80 " ]]' \
+  "the disk tier's link is not the default 7 GB/s, 80 us"
+finish "--offload cpu,disk with arc under --check 50"
+
+# 4. A slower link makes the loads longer, nothing else: the same hits.
+run simulate "$work/short.jsonl" "${common[@]}" --offload cpu:64GiB --report "$work/fast.json"
+run simulate "$work/short.jsonl" "${common[@]}" --offload cpu:64GiB --offload-cpu-gbps 1 \
+  --offload-cpu-latency-us 500 --report "$work/slow.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq ".offload.tiers.cpu.load_ms.mean" "$work/slow.json" | cut -d. -f1) -gt $(jq ".offload.tiers.cpu.load_ms.mean" "$work/fast.json" | cut -d. -f1) ]]' \
+  "a 1 GB/s link loads no slower than 64 GB/s"
+check '[[ $(jq ".offload.tiers.cpu.gbps" "$work/slow.json") == 1 ]]' "--offload-cpu-gbps not recorded"
+finish "--offload-cpu-gbps and --offload-cpu-latency-us time the loads"
+
+# 5. --kv-events: vLLM's KV-event stream, which `kvreplay events` accepts
+#    (every stored parent known, no unknown removal, no double store), alone
+#    and from a fleet (each batch naming its instance).
+run simulate "$trace" "${common[@]}" --offload cpu:2GiB --kv-events "$work/events.jsonl"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq -c "[.events[].medium] | unique" "$work/events.jsonl" | jq -s -c "add | unique") == "[\"CPU\",\"GPU\"]" ]]' \
+  "the stream's media are not CPU and GPU"
+check '[[ $(jq -c "[.events[].type] | unique" "$work/events.jsonl" | jq -s -c "add | unique") == "[\"BlockRemoved\",\"BlockStored\"]" ]]' \
+  "the stream's event types are not BlockRemoved and BlockStored"
+run events "$work/events.jsonl" --json "$work/events.json"
+check '[[ $rc -eq 0 ]]' "kvreplay events: exit $rc: $(err_text)"
+run simulate "$trace" "${common[@]}" --replicas 2 --offload cpu:2GiB --kv-events "$work/fleet.jsonl"
+check '[[ $rc -eq 0 ]]' "fleet: exit $rc: $(err_text)"
+check '[[ $(jq -s -c "map(.instance) | unique" "$work/fleet.jsonl") == "[0,1]" ]]' "the fleet's batches do not name instances 0 and 1"
+run events "$work/fleet.jsonl"
+check '[[ $rc -eq 0 ]]' "kvreplay events on the fleet's stream: exit $rc: $(err_text)"
+finish "--kv-events: a stream kvreplay events accepts, alone and in a fleet"
+
+# 6. Misuse: exit 2, one line naming the problem.
+bad() {  # bad WHAT PATTERN ARGS...: the run exits 2 with one line matching PATTERN
+  local what=$1 pattern=$2
+  shift 2
+  run simulate "$work/short.jsonl" "${common[@]}" "$@"
+  check '[[ $rc -eq 2 ]]' "$what: exit $rc, not 2"
+  check '[[ $(wc -l <"$work/err") -eq 1 ]]' "$what: not one line: $(err_text)"
+  check 'grep -q -- "$pattern" "$work/err"' "$what: no '$pattern' in: $(err_text)"
+}
+bad "no size" "not TIER:SIZE" --offload cpu
+bad "unknown tier" "unknown tier 'gpu'" --offload gpu:1GiB
+bad "size 0" "above 0" --offload cpu:0
+bad "bad size" "--offload: cpu" --offload cpu:lots
+bad "tier twice" "given twice" --offload cpu:1GiB,cpu:2GiB
+bad "empty item" "not TIER:SIZE" --offload cpu:1GiB,
+bad "policy alone" "needs --offload" --offload-policy arc
+bad "link alone" "needs --offload" --offload-cpu-gbps 10
+bad "disk link, no disk" "no disk tier" --offload cpu:1GiB --offload-disk-gbps 10
+bad "sglang" "needs --engine vllm" --engine sglang --offload cpu:1GiB
+bad "no prefix cache" "prefix cache" --no-prefix-cache --offload cpu:1GiB
+bad "bad policy" "offload-policy" --offload cpu:1GiB --offload-policy mru
+bad "nan link" "offload-cpu-gbps" --offload cpu:1GiB --offload-cpu-gbps nan
+bad "events under sglang" "kv-events needs --engine vllm" --engine sglang --kv-events "$work/x.jsonl"
+finish "--offload misuse: exit 2, one line"
+
+echo "$passed passed, $failed failed"
+((failed == 0))

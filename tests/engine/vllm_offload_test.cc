@@ -1,0 +1,248 @@
+// The vllm engine's KV offloading (--offload, engine/vllm_offload.cc) on
+// micro-traces worked by hand: 4-token pages of 128 bytes (a K and a V of 4
+// fp32 values a token), links slow enough that a transfer's time shows (1 MB/s
+// and 1 ms a transfer: 128 us a block).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/micro_config.h"
+#include "engine/run_to_end.h"
+#include "engine/simulator.h"
+#include "engine/vllm_scheduler.h"
+
+namespace kvreplay {
+namespace {
+
+constexpr double kLatencyS = 1e-3;
+constexpr double kBlockBytes = 128;
+constexpr double kBlockS = kBlockBytes / 1e6;  // at 1 MB/s
+
+SimOptions offload_options(std::uint64_t cpu_blocks, std::uint64_t disk_blocks = 0,
+                           OffloadPolicy policy = OffloadPolicy::kLru) {
+  SimOptions options;
+  options.engine = EngineKind::kVllm;
+  options.watermark = 0.0;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
+  options.offload.policy = policy;
+  if (cpu_blocks > 0) {
+    options.offload.tiers.push_back({OffloadMedium::kCpu, cpu_blocks * 128, 1e-3, 1000});
+  }
+  if (disk_blocks > 0) {
+    options.offload.tiers.push_back({OffloadMedium::kDisk, disk_blocks * 128, 1e-3, 1000});
+  }
+  return options;
+}
+
+Request hashed(std::string id, std::uint32_t prompt, std::uint32_t output,
+               std::vector<std::uint64_t> ids, double arrival) {
+  Request r;
+  r.id = std::move(id);
+  r.prompt = prompt;
+  r.output = output;
+  r.hash_ids = std::move(ids);
+  r.hash_block_tokens = 4;
+  r.arrival = arrival;
+  return r;
+}
+
+struct Run {
+  std::map<std::string, RequestTimes> times;
+  nlohmann::json figures;
+};
+
+Run run(Simulator& sim, std::vector<Request> requests) {
+  Run out;
+  sim.on_request = [&out](const RequestTimes& t) { out.times[t.id] = t; };
+  run_to_end(sim, std::move(requests));
+  out.figures = {{"prefix_cache", nlohmann::json::object()}};
+  sim.scheduler().add_figures(out.figures);
+  return out;
+}
+
+// a's four prompt pages are stored to the CPU tier as its prefill fills them;
+// b (other content) then takes every GPU block, evicting a's cached pages; c
+// repeats a's prompt: no GPU hit, its prefix continues in the CPU tier.
+std::vector<Request> evicted_then_repeated() {
+  return {hashed("a", 16, 2, {1, 2, 3, 4}, 0.0), hashed("b", 16, 2, {9, 10, 11, 12}, 1.0),
+          hashed("c", 16, 2, {1, 2, 3, 4}, 2.0)};
+}
+
+TEST_CASE("vllm offload: a prefix evicted from the GPU is loaded back from the CPU tier",
+          "[offload]") {
+  // Pool 6: the null block and 5, one request's 5 pages (16 + 2 - 1 tokens).
+  Simulator sim(micro_config(6), offload_options(100));
+  const Run with = run(sim, evicted_then_repeated());
+  const nlohmann::json& cpu = with.figures["offload"]["tiers"]["cpu"];
+  // c's hit stops one page short of the prompt's end (num_tokens - 1): 3 pages.
+  CHECK(cpu["hit_tokens"] == 12);
+  CHECK(cpu["loaded"] == 3);
+  CHECK(cpu["bytes_out"] == 3 * 128);
+  CHECK(with.figures["prefix_cache"]["hits_by_tier"]["gpu"] == 0);
+  CHECK(with.figures["prefix_cache"]["hits_by_tier"]["cpu"] == 12);
+  // Stored: a's and b's four full prompt pages each; c's are there already.
+  CHECK(cpu["stored"] == 8);
+  CHECK(cpu["evicted"] == 0);
+  // c waits for its load, issued at its arrival: 1 ms + 3 blocks at 1 MB/s;
+  // it is scheduled at the step that starts when the load lands.
+  const RequestTimes& c = with.times.at("c");
+  CHECK(c.scheduled == Approx(2.0 + kLatencyS + 3 * kBlockS).epsilon(1e-12));
+  CHECK(c.cached_tokens == 12);
+  CHECK(cpu["load_ms"]["count"] == 1);
+  CHECK(cpu["load_ms"]["max"].get<double>() ==
+        Approx((kLatencyS + 3 * kBlockS) * 1e3).epsilon(1e-9));
+  // c computes its last page only: 4 of its 16 prompt tokens.
+  CHECK(sim.sim_totals().prompt_tokens_computed == 16 + 16 + 4);
+
+  // Without the tier, c recomputes its whole prompt.
+  SimOptions none = offload_options(100);
+  none.offload.tiers.clear();
+  Simulator plain(micro_config(6), none);
+  const Run without = run(plain, evicted_then_repeated());
+  CHECK(plain.sim_totals().prompt_tokens_computed == 16 + 16 + 16);
+  CHECK(without.times.at("c").scheduled == 2.0);
+  CHECK_FALSE(without.figures.contains("offload"));
+}
+
+TEST_CASE("vllm offload: a request whose tier hit another request is loading waits for it",
+          "[offload]") {
+  // c and d repeat a's prompt at once: c loads the 3 pages, d waits at the
+  // head of the queue, and finds them in the GPU once c's load landed.
+  Simulator sim(micro_config(11), offload_options(100));
+  std::vector<Request> requests = evicted_then_repeated();
+  // b fills the GPU with 10 pages this time: two prompts of other content.
+  requests[1] = hashed("b", 16, 2, {9, 10, 11, 12}, 1.0);
+  requests.insert(requests.begin() + 2, hashed("b2", 16, 2, {13, 14, 15, 16}, 1.0));
+  requests.push_back(hashed("d", 16, 2, {1, 2, 3, 4}, 2.0));
+  const Run out = run(sim, requests);
+  const nlohmann::json& cpu = out.figures["offload"]["tiers"]["cpu"];
+  CHECK(cpu["loaded"] == 3);  // once, not twice
+  CHECK(cpu["hit_tokens"] == 12);
+  CHECK(out.times.at("d").cached_tokens == 12);  // c's loaded pages, as GPU hits
+  CHECK(out.times.at("d").scheduled >= out.times.at("c").scheduled);
+}
+
+TEST_CASE("vllm offload: the disk tier continues a prefix the CPU tier lost", "[offload]") {
+  // A CPU tier of 4 blocks keeps only b's pages once b is stored (lru,
+  // evicting a's 4); the disk tier keeps both prompts: c's prefix is loaded
+  // from the disk, and c's store to the CPU tier evicts b's 4 in turn.
+  Simulator sim(micro_config(6), offload_options(4, 100));
+  const Run out = run(sim, evicted_then_repeated());
+  const nlohmann::json& tiers = out.figures["offload"]["tiers"];
+  CHECK(tiers["cpu"]["evicted"] == 8);
+  CHECK(tiers["cpu"]["hit_tokens"] == 0);
+  CHECK(tiers["disk"]["hit_tokens"] == 12);
+  CHECK(tiers["disk"]["loaded"] == 3);
+  CHECK(out.figures["prefix_cache"]["hits_by_tier"]["disk"] == 12);
+}
+
+TEST_CASE("vllm offload: random traces keep every invariant under --check every", "[offload]") {
+  // Prompts drawn from a few shared prefixes, a pool that forces GPU
+  // evictions and preemptions, tiers that force tier evictions; both
+  // policies, one and two tiers. run_to_end requires no violation.
+  for (OffloadPolicy policy : {OffloadPolicy::kLru, OffloadPolicy::kArc}) {
+    for (std::uint64_t disk : {0ull, 24ull}) {
+      std::mt19937_64 rng(7 + disk + static_cast<std::uint64_t>(policy));
+      std::vector<Request> requests;
+      double t = 0;
+      for (int i = 0; i < 120; ++i) {
+        t += std::uniform_real_distribution<double>(0.0, 0.01)(rng);
+        const std::uint64_t family = rng() % 5;
+        const auto pages = static_cast<std::uint32_t>(1 + rng() % 6);
+        std::vector<std::uint64_t> ids;
+        for (std::uint32_t p = 0; p < pages; ++p) ids.push_back(family * 100 + p + 1);
+        const auto extra = static_cast<std::uint32_t>(rng() % 4);
+        requests.push_back(hashed(std::to_string(i), pages * 4 + extra,
+                                  static_cast<std::uint32_t>(1 + rng() % 6), ids, t));
+      }
+      Simulator sim(micro_config(14), offload_options(10, disk, policy));
+      const Run out = run(sim, requests);
+      INFO("policy " << to_string(policy) << ", disk " << disk);
+      CHECK(sim.sim_totals().finished == 120);
+      const nlohmann::json& cpu = out.figures["offload"]["tiers"]["cpu"];
+      CHECK(cpu["resident_blocks"].get<std::uint64_t>() <= 10);
+      CHECK(cpu["hit_tokens"].get<std::uint64_t>() > 0);
+      CHECK(cpu["evicted"].get<std::uint64_t>() > 0);
+    }
+  }
+}
+
+TEST_CASE("vllm kv events: replayed in order, the events are the caches' key sets at every step",
+          "[offload][events]") {
+  // Every batch applied in order to one set per medium: a store of a key
+  // already there, or a removal of one that is not, fails; after every step
+  // the sets are the GPU prefix cache's keys and each tier's readable keys.
+  for (std::uint64_t disk : {0ull, 24ull}) {
+    std::mt19937_64 rng(11 + disk);
+    std::vector<Request> requests;
+    double t = 0;
+    for (int i = 0; i < 150; ++i) {
+      t += std::uniform_real_distribution<double>(0.0, 0.01)(rng);
+      const std::uint64_t family = rng() % 6;
+      const auto pages = static_cast<std::uint32_t>(1 + rng() % 6);
+      std::vector<std::uint64_t> ids;
+      for (std::uint32_t p = 0; p < pages; ++p) ids.push_back(family * 100 + p + 1);
+      requests.push_back(hashed(std::to_string(i),
+                                pages * 4 + static_cast<std::uint32_t>(rng() % 4),
+                                static_cast<std::uint32_t>(1 + rng() % 9), ids, t));
+    }
+    SimOptions options = offload_options(10, disk, OffloadPolicy::kArc);
+    options.kv_events = true;
+    Simulator sim(micro_config(14), options);
+    std::map<std::string, std::set<std::uint64_t>> sets;  // by medium
+    std::uint64_t batches = 0, events = 0, mismatches = 0;
+    std::string first_problem;
+    auto problem = [&](std::string what) {
+      if (first_problem.empty()) first_problem = std::move(what);
+    };
+    auto apply = [&](const std::string& medium, std::uint64_t key, bool stored) {
+      ++events;
+      std::set<std::uint64_t>& set = sets[medium];
+      if (stored && !set.insert(key).second) problem(medium + ": a key stored twice");
+      if (!stored && set.erase(key) == 0) problem(medium + ": an unknown key removed");
+    };
+    sim.on_kv_events = [&](double, const KvEventLog& log) {
+      ++batches;
+      for (const auto& change : log.gpu) apply("GPU", block_key(change.key), change.stored);
+      for (const auto& change : log.tiers) {
+        for (std::uint64_t key : change.event.keys) {
+          apply(std::string(event_medium(change.medium)), key, !change.event.removed);
+        }
+      }
+    };
+    sim.on_step = [&](const Simulator& s) {
+      const auto& engine = dynamic_cast<const VllmScheduler&>(s.scheduler());
+      std::vector<PageKey> keys;
+      engine.prefix_cache().cached_keys(keys);
+      std::set<std::uint64_t> gpu;
+      for (const PageKey& key : keys) gpu.insert(block_key(key));
+      if (gpu != sets["GPU"]) ++mismatches;
+      const OffloadConnector& offload = *engine.offload();
+      for (std::size_t i = 0; i < offload.num_tiers(); ++i) {
+        const std::vector<std::uint64_t> ready = offload.tier(i).ready_keys();
+        const std::set<std::uint64_t> tier(ready.begin(), ready.end());
+        if (tier != sets[std::string(event_medium(offload.tier_options(i).medium))]) ++mismatches;
+      }
+    };
+    run_to_end(sim, requests);
+    INFO("disk " << disk << ": " << first_problem);
+    CHECK(first_problem.empty());
+    CHECK(mismatches == 0);
+    CHECK(batches > 0);
+    CHECK(sets["GPU"].size() > 0);
+    CHECK(sets["CPU"].size() > 0);
+    CHECK(events > sets["GPU"].size() + sets["CPU"].size());  // removals happened too
+  }
+}
+
+}  // namespace
+}  // namespace kvreplay
