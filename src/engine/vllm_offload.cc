@@ -116,8 +116,11 @@ VllmScheduler::TierHit VllmScheduler::load_from_tiers(Flight& flight, std::uint3
   }
   if (tier_of_.empty()) return TierHit::kNone;
   // Another request loads some of these blocks now: retried later, when they
-  // are GPU hits.
-  if (deferred) return TierHit::kDeferred;
+  // are GPU hits. Its GPU hits are tracked, as those of any head that waits.
+  if (deferred) {
+    hits_.track(flight.hits, cache_);
+    return TierHit::kDeferred;
+  }
   const auto pages = static_cast<std::uint32_t>(tier_of_.size());
   // allocate_slots(num_external_computed_tokens, delay_cache_blocks=True):
   // blocks for the loaded pages, beside the GPU hits.
@@ -180,7 +183,8 @@ bool VllmScheduler::admit_loaded(std::uint32_t& budget, Scheduled& scheduled, bo
   const std::uint32_t tokens = std::min(num_tokens - flight.computed, budget);
   const std::uint64_t held = (std::uint64_t{flight.computed} + pt - 1) / pt;
   const std::uint64_t needed = (std::uint64_t{flight.computed} + tokens + pt - 1) / pt - held;
-  if (!room_beside_hits(flight, needed)) {
+  // Its blocks are its own table's (no hits to count twice).
+  if (std::uint64_t{pool_.free_count()} + cache_.evictable() < needed + watermark_blocks_) {
     if (running_.empty() && give_back_loaded()) return true;  // tried again
     stop = true;
     return true;
