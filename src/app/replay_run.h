@@ -13,6 +13,7 @@
 #include "app/exit_codes.h"
 #include "app/replay.h"
 #include "app/terminal.h"
+#include "dataplane/arena.h"
 #include "dataplane/data_plane.h"
 #include "engine/replayer.h"
 #include "formats/kvtrace_reader.h"
@@ -74,8 +75,10 @@ InputResult<ReplayRun> replay_trace(const std::string& path, const ConfigOverrid
           InputError{"command line", 0, "--backend",
                      fmt::format("{}: {}", to_string(dataplane.backend), backend.error())}};
     }
-    run.dataplane = std::make_unique<DataPlane>(std::move(backend).value(), dataplane.options,
-                                                dataplane.faults);
+    DataPlaneOptions options = dataplane.options;
+    options.tier_limit_bytes = dataplane.arena_limit.value_or(kDefaultArenaLimit);
+    run.dataplane =
+        std::make_unique<DataPlane>(std::move(backend).value(), options, dataplane.faults);
     run.replayer->set_observer(run.dataplane.get());
   }
   Event event;

@@ -74,6 +74,12 @@ class KvBackend {
   // [batch][kv_heads * group][head_dim]. REQUIRES: every start is 0.
   virtual void attention(const PagedBatch& batch, std::uint32_t layer, std::uint32_t group,
                          std::span<const float> q, std::span<float> out) = 0;
+  // Offload tiers: one block's bytes, every layer, to host memory and back.
+  // block_bytes: [layers][page_tokens][kv_tensors][kv_heads][head_dim], that is
+  // shape().layers * shape().layer_block_bytes() bytes. Both are done on return
+  // (the host buffer may be reused) and are counted as tier_store / tier_load.
+  virtual void read_block(std::uint32_t block, std::span<std::uint8_t> block_bytes) = 0;
+  virtual void write_block(std::uint32_t block, std::span<const std::uint8_t> block_bytes) = 0;
   // The whole arena, for differential tests. out: shape().bytes() bytes.
   virtual void read_arena(std::span<std::uint8_t> out) = 0;
   // Waits for every launch and resolves pending timing samples.

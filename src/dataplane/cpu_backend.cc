@@ -71,6 +71,31 @@ void CpuBackend::attention(const PagedBatch& batch, std::uint32_t layer, std::ui
   stats_.record(kKernelAttention, micros, attention_bytes(shape_, batch, group));
 }
 
+void CpuBackend::read_block(std::uint32_t block, std::span<std::uint8_t> block_bytes) {
+  const std::uint64_t part = shape_.layer_block_bytes();
+  assert(block < shape_.pool_blocks && block_bytes.size() == part * shape_.layers);
+  double micros = timed_micros([&] {
+    for (std::uint32_t layer = 0; layer < shape_.layers; ++layer) {
+      std::memcpy(block_bytes.data() + layer * part,
+                  arena_.data() + shape_.offset(layer, std::uint64_t{block} * shape_.page_tokens),
+                  part);
+    }
+  });
+  stats_.record(kKernelTierStore, micros, 2 * block_bytes.size());
+}
+
+void CpuBackend::write_block(std::uint32_t block, std::span<const std::uint8_t> block_bytes) {
+  const std::uint64_t part = shape_.layer_block_bytes();
+  assert(block < shape_.pool_blocks && block_bytes.size() == part * shape_.layers);
+  double micros = timed_micros([&] {
+    for (std::uint32_t layer = 0; layer < shape_.layers; ++layer) {
+      std::memcpy(arena_.data() + shape_.offset(layer, std::uint64_t{block} * shape_.page_tokens),
+                  block_bytes.data() + layer * part, part);
+    }
+  });
+  stats_.record(kKernelTierLoad, micros, 2 * block_bytes.size());
+}
+
 void CpuBackend::read_arena(std::span<std::uint8_t> out) {
   assert(out.size() == shape_.bytes());
   std::memcpy(out.data(), arena_.data(), out.size());

@@ -23,6 +23,8 @@ class CpuBackend final : public KvBackend {
   void read_gathered(std::span<std::uint8_t> out) override;
   void attention(const PagedBatch& batch, std::uint32_t layer, std::uint32_t group,
                  std::span<const float> q, std::span<float> out) override;
+  void read_block(std::uint32_t block, std::span<std::uint8_t> block_bytes) override;
+  void write_block(std::uint32_t block, std::span<const std::uint8_t> block_bytes) override;
   void read_arena(std::span<std::uint8_t> out) override;
   void synchronize() override {}
   double measure_copy_roof(std::uint64_t bytes, int iterations) override;

@@ -32,7 +32,11 @@ std::string hex_bits(const std::uint8_t* element, std::uint32_t bytes) {
 
 DataPlane::DataPlane(std::unique_ptr<KvBackend> backend, DataPlaneOptions options,
                      DataPlaneFaults faults)
-    : backend_(std::move(backend)), shape_(backend_->shape()), options_(options), faults_(faults) {}
+    : backend_(std::move(backend)),
+      shape_(backend_->shape()),
+      options_(options),
+      faults_(faults),
+      block_bytes_(shape_.layer_block_bytes() * shape_.layers) {}
 
 std::string DataPlane::label_of(const TableKey& key) {
   return key.kind == TableKey::Kind::kSequence ? fmt::format("seq {}", key.seq)
@@ -57,7 +61,6 @@ std::string DataPlane::writer_text(std::uint32_t writer) const {
 void DataPlane::on_create(const TableKey& key, const TableKey* source,
                           const SequenceBlockTable& table, const Event& event) {
   (void)table;
-  const auto writer = static_cast<std::uint32_t>(writers_.size() + 1);
   std::string how;
   switch (event.op) {
     case Op::kPrefix: how = "prefix"; break;
@@ -67,7 +70,7 @@ void DataPlane::on_create(const TableKey& key, const TableKey* source,
     case Op::kFork: how = fmt::format("fork of {}", source ? label_of(*source) : "?"); break;
     default: how = std::string(to_string(event.op)); break;
   }
-  writers_.push_back({label_of(key), std::move(how), event.index, event.line});
+  const std::uint32_t writer = new_writer(key, std::move(how), event);
   const Lineage* parent = source != nullptr ? find(*source) : nullptr;
   assert(source == nullptr || parent != nullptr);
   Lineage lineage =
@@ -77,6 +80,175 @@ void DataPlane::on_create(const TableKey& key, const TableKey* source,
   } else {
     prefixes_.insert_or_assign(std::string(key.prefix), std::move(lineage));
   }
+}
+
+std::uint32_t DataPlane::new_writer(const TableKey& key, std::string how, const Event& event) {
+  writers_.push_back({label_of(key), std::move(how), event.index, event.line});
+  return static_cast<std::uint32_t>(writers_.size());
+}
+
+void DataPlane::on_create_on_hits(const TableKey& key, std::span<const std::uint64_t> hits,
+                                  const SequenceBlockTable& table, const Event& event) {
+  (void)table;
+  const std::uint32_t writer =
+      new_writer(key, fmt::format("admit on {} cached pages", hits.size()), event);
+  Lineage lineage(writer);
+  for (std::uint64_t name : hits) {
+    auto it = cached_.find(name);
+    assert(it != cached_.end());
+    lineage.adopt(it->second.runs);
+  }
+  sequences_.insert_or_assign(key.seq, std::move(lineage));
+}
+
+void DataPlane::on_cache(std::uint64_t name, const TableKey& key, std::uint32_t page, BlockId block,
+                         const Event& event) {
+  (void)event;
+  const Lineage* lineage = find(key);
+  assert(lineage != nullptr);
+  const std::uint32_t begin = page * shape_.page_tokens;
+  cached_.insert_or_assign(
+      name, CachedBlock{block, page, lineage->runs_between(begin, begin + shape_.page_tokens)});
+}
+
+void DataPlane::on_uncache(std::uint64_t name, const Event& event) {
+  (void)event;
+  cached_.erase(name);
+}
+
+void DataPlane::on_store(std::uint8_t tier_index, std::uint64_t copy, const TableKey& key,
+                         std::uint32_t page, BlockId block, const Event& event) {
+  (void)event;
+  flush();  // the page's bytes are all written before they are read
+  HostTier& tier = tiers_[tier_index];
+  if (tier.free_slots.empty()) {
+    const std::uint64_t held = tier.chunks.size() * kSlotsPerChunk * block_bytes_;
+    if (held + kSlotsPerChunk * block_bytes_ > options_.tier_limit_bytes) {
+      throw BackendError(fmt::format(
+          "the {} tier would take more than {} of host memory ({} copies held; --arena-limit "
+          "bounds each tier)",
+          trace_tier_name(tier_index), size_text(options_.tier_limit_bytes), tier.copies.size()));
+    }
+    const auto first = static_cast<std::uint32_t>(tier.chunks.size() * kSlotsPerChunk);
+    tier.chunks.push_back(std::make_unique<std::uint8_t[]>(kSlotsPerChunk * block_bytes_));
+    for (std::uint32_t i = kSlotsPerChunk; i > 0; --i) tier.free_slots.push_back(first + i - 1);
+  }
+  const std::uint32_t slot = tier.free_slots.back();
+  tier.free_slots.pop_back();
+  std::uint8_t* data = slot_data(tier, slot);
+  backend_->read_block(block, std::span<std::uint8_t>(data, block_bytes_));
+  if (++stores_seen_ == faults_.corrupt_store) data[0] ^= 0xFF;
+  const Lineage* lineage = find(key);
+  assert(lineage != nullptr);
+  const std::uint32_t begin = page * shape_.page_tokens;
+  tier.copies.insert_or_assign(
+      copy, TierCopy{slot, page, lineage->runs_between(begin, begin + shape_.page_tokens)});
+}
+
+void DataPlane::on_load(std::uint8_t tier_index, std::uint64_t copy, std::uint64_t name,
+                        BlockId block, const Event& event) {
+  (void)event;
+  HostTier& tier = tiers_[tier_index];
+  auto it = tier.copies.find(copy);
+  assert(it != tier.copies.end());
+  if (++loads_seen_ != faults_.skip_load) {
+    backend_->write_block(
+        block, std::span<const std::uint8_t>(slot_data(tier, it->second.slot), block_bytes_));
+  }
+  cached_.insert_or_assign(name, CachedBlock{block, it->second.page, it->second.runs});
+}
+
+void DataPlane::on_drop(std::uint8_t tier_index, std::uint64_t copy, const Event& event) {
+  (void)event;
+  HostTier& tier = tiers_[tier_index];
+  auto it = tier.copies.find(copy);
+  if (it == tier.copies.end()) return;
+  tier.free_slots.push_back(it->second.slot);
+  tier.copies.erase(it);
+}
+
+std::optional<std::string> DataPlane::compare_block(const std::uint8_t* bytes,
+                                                    std::uint64_t layer_stride,
+                                                    std::uint64_t row_stride, std::uint32_t page,
+                                                    std::span<const WriterRun> runs,
+                                                    std::string_view what) {
+  const std::uint64_t token_bytes = shape_.token_bytes();
+  expected_.resize(token_bytes);
+  for (const WriterRun& run : runs) {
+    for (std::uint32_t position = run.begin; position < run.end; ++position) {
+      const std::uint32_t t = position - page * shape_.page_tokens;
+      for (std::uint32_t layer = 0; layer < shape_.layers; ++layer) {
+        const std::uint8_t* read = bytes + layer * layer_stride + t * row_stride;
+        content::fill_token_row(expected_.data(), shape_.dtype, run.writer, position, layer,
+                                shape_.kv_heads, shape_.head_dim, shape_.kv_tensors);
+        if (std::memcmp(read, expected_.data(), token_bytes) == 0) continue;
+        std::uint64_t byte = 0;
+        while (byte < token_bytes && read[byte] == expected_[byte]) ++byte;
+        return fmt::format(
+            "{} (page {}) position {}: layer {} byte {} reads {}, expected {}, the "
+            "token of {}",
+            what, page, position, layer, byte, hex_bits(read + byte, 1),
+            hex_bits(expected_.data() + byte, 1), writer_text(run.writer));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> DataPlane::verify_cached() {
+  if (cached_.empty()) return std::nullopt;
+  std::vector<std::uint64_t> names;
+  names.reserve(cached_.size());
+  for (const auto& [name, cached] : cached_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  const std::uint64_t token_bytes = shape_.token_bytes();
+  const std::uint64_t per_gather = std::max<std::uint64_t>(
+      1, options_.verify_chunk_bytes / (token_bytes * shape_.layers * shape_.page_tokens));
+  for (std::size_t first = 0; first < names.size(); first += per_gather) {
+    const std::size_t last = std::min<std::size_t>(names.size(), first + per_gather);
+    verify_batch_.clear();
+    for (std::size_t i = first; i < last; ++i) {
+      const CachedBlock& cached = cached_.at(names[i]);
+      verify_batch_.add(std::span<const BlockId>(&cached.block, 1), shape_.page_tokens, 0,
+                        shape_.page_tokens);
+    }
+    const std::uint64_t rows = verify_batch_.rows();
+    backend_->gather(verify_batch_);
+    gathered_.resize(rows * token_bytes * shape_.layers);
+    backend_->read_gathered(gathered_);
+    verify_batch_.clear();
+    for (std::size_t i = first; i < last; ++i) {
+      const CachedBlock& cached = cached_.at(names[i]);
+      ++summary_.cached;
+      const std::uint8_t* base = gathered_.data() + (i - first) * shape_.page_tokens * token_bytes;
+      if (auto found =
+              compare_block(base, rows * token_bytes, token_bytes, cached.page, cached.runs,
+                            fmt::format("cached block {} (block {})", names[i], cached.block))) {
+        return found;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> DataPlane::verify_copies() {
+  for (std::uint8_t t = 0; t < kTraceTiers; ++t) {
+    HostTier& tier = tiers_[t];
+    std::vector<std::uint64_t> keys;
+    keys.reserve(tier.copies.size());
+    for (const auto& [key, copy] : tier.copies) keys.push_back(key);
+    std::sort(keys.begin(), keys.end());
+    for (std::uint64_t key : keys) {
+      const TierCopy& copy = tier.copies.at(key);
+      ++summary_.copies;
+      if (auto found = compare_block(slot_data(tier, copy.slot), shape_.layer_block_bytes(),
+                                     shape_.token_bytes(), copy.page, copy.runs,
+                                     fmt::format("{} tier copy {}", trace_tier_name(t), key))) {
+        return found;
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 void DataPlane::on_write(const TableKey& key, const SequenceBlockTable& table,
@@ -226,6 +398,8 @@ std::optional<Violation> DataPlane::on_checkpoint(std::span<const LiveTable> liv
     }
   }
   if (auto found = verify_batch(tables, table_of_item)) return violation(std::move(*found));
+  if (auto found = verify_cached()) return violation(std::move(*found));
+  if (auto found = verify_copies()) return violation(std::move(*found));
   return std::nullopt;
 }
 
@@ -330,6 +504,10 @@ std::string DataPlane::summary_text() {
     line("verified",
          fmt::format("{} checkpoints: {} tables, {} tokens, {} compared", summary_.checkpoints,
                      summary_.tables, summary_.tokens, size_text(summary_.bytes)));
+    if (summary_.cached + summary_.copies > 0) {
+      line("verified (cache, tiers)",
+           fmt::format("{} cached pages, {} tier copies", summary_.cached, summary_.copies));
+    }
   } else {
     line("verified", "no (--verify not given)");
   }

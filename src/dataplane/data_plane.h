@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,6 +45,8 @@ struct DataPlaneOptions {
   std::uint32_t attention_group = 4;  // query heads per KV head
   std::uint64_t staging_bytes = 16ull << 20;       // pending writes before a flush
   std::uint64_t verify_chunk_bytes = 32ull << 20;  // dense bytes per verification gather
+  // Host memory each offload tier may take (its copies, whole blocks).
+  std::uint64_t tier_limit_bytes = 4ull << 30;
 };
 
 // Faults planted by tests to prove verification catches them. 1-based counts
@@ -54,6 +57,10 @@ struct DataPlaneFaults {
   // Copy-on-write is skipped altogether: no copy, and the writes meant for the
   // destination land in the still-shared source block (a missing COW).
   std::uint64_t write_shared = 0;
+  // Over the tier stores: the copy's first byte is flipped after the store.
+  std::uint64_t corrupt_store = 0;
+  // Over the tier loads: the fresh block is not written (it keeps old bytes).
+  std::uint64_t skip_load = 0;
 };
 
 struct VerifySummary {
@@ -61,6 +68,8 @@ struct VerifySummary {
   std::uint64_t tables = 0;  // tables compared, summed over checkpoints
   std::uint64_t tokens = 0;  // positions compared
   std::uint64_t bytes = 0;   // bytes compared
+  std::uint64_t cached = 0;  // cached pages compared (outside tables too)
+  std::uint64_t copies = 0;  // offload-tier copies compared
 };
 
 class DataPlane final : public ReplayObserver {
@@ -74,6 +83,16 @@ class DataPlane final : public ReplayObserver {
                 std::span<const CopyOnWrite> copies, const Event& event) override;
   void on_release(const TableKey& key, const Event& event) override;
   void on_event_end(const Event& event) override;
+  void on_cache(std::uint64_t name, const TableKey& key, std::uint32_t page, BlockId block,
+                const Event& event) override;
+  void on_uncache(std::uint64_t name, const Event& event) override;
+  void on_create_on_hits(const TableKey& key, std::span<const std::uint64_t> hits,
+                         const SequenceBlockTable& table, const Event& event) override;
+  void on_store(std::uint8_t tier, std::uint64_t copy, const TableKey& key, std::uint32_t page,
+                BlockId block, const Event& event) override;
+  void on_load(std::uint8_t tier, std::uint64_t copy, std::uint64_t name, BlockId block,
+               const Event& event) override;
+  void on_drop(std::uint8_t tier, std::uint64_t copy, const Event& event) override;
   std::optional<Violation> on_checkpoint(std::span<const LiveTable> live,
                                          const Event* event) override;
 
@@ -106,6 +125,17 @@ class DataPlane final : public ReplayObserver {
   Lineage* find(const TableKey& key);
   static std::string label_of(const TableKey& key);
   std::string writer_text(std::uint32_t writer) const;
+  // A new writer for table `key`, created by `how` at `event`.
+  std::uint32_t new_writer(const TableKey& key, std::string how, const Event& event);
+  // Checkpoint checks of the cached pages (read back from the arena) and of
+  // the tier copies (in host memory): the first difference, if any.
+  std::optional<std::string> verify_cached();
+  std::optional<std::string> verify_copies();
+  // The first difference between `bytes` (a block, [layers][page_tokens]
+  // [token]) and what `runs` (positions of page `page`) say it holds.
+  std::optional<std::string> compare_block(const std::uint8_t* bytes, std::uint64_t layer_stride,
+                                           std::uint64_t row_stride, std::uint32_t page,
+                                           std::span<const WriterRun> runs, std::string_view what);
   void flush();
   void run_attention();
   // Gathers and compares the pending verification batch, then empties it.
@@ -122,6 +152,34 @@ class DataPlane final : public ReplayObserver {
   std::unordered_map<std::uint64_t, Lineage> sequences_;
   PrefixMap prefixes_;
   std::vector<WriterInfo> writers_;  // writer w at [w - 1]
+
+  // The prefix cache's pages and the offload tiers' copies, with the writers
+  // of their positions.
+  struct CachedBlock {
+    BlockId block = kInvalidBlock;
+    std::uint32_t page = 0;
+    std::vector<WriterRun> runs;
+  };
+  std::unordered_map<std::uint64_t, CachedBlock> cached_;
+  // A tier: whole blocks in host memory, kSlotsPerChunk slots per allocation,
+  // freed slots reused.
+  static constexpr std::uint32_t kSlotsPerChunk = 16;
+  struct TierCopy {
+    std::uint32_t slot = 0;
+    std::uint32_t page = 0;
+    std::vector<WriterRun> runs;
+  };
+  struct HostTier {
+    std::vector<std::unique_ptr<std::uint8_t[]>> chunks;
+    std::vector<std::uint32_t> free_slots;
+    std::unordered_map<std::uint64_t, TierCopy> copies;
+  };
+  std::array<HostTier, kTraceTiers> tiers_;
+  std::uint64_t block_bytes_ = 0;  // one block, every layer
+  std::uint64_t stores_seen_ = 0, loads_seen_ = 0;
+  std::uint8_t* slot_data(HostTier& tier, std::uint32_t slot) const {
+    return tier.chunks[slot / kSlotsPerChunk].get() + (slot % kSlotsPerChunk) * block_bytes_;
+  }
 
   // Work of the current event, run by flush().
   std::vector<std::uint32_t> pending_copies_;  // [n][2] (source, destination)

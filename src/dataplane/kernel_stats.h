@@ -18,6 +18,9 @@ inline constexpr std::string_view kKernelAppend = "append";
 inline constexpr std::string_view kKernelCopyBlocks = "copy_blocks";
 inline constexpr std::string_view kKernelGather = "gather";
 inline constexpr std::string_view kKernelAttention = "attention";
+// Offload-tier transfers of whole blocks (every layer), device to host and back.
+inline constexpr std::string_view kKernelTierStore = "tier_store";
+inline constexpr std::string_view kKernelTierLoad = "tier_load";
 
 struct KernelTiming {
   std::uint64_t launches = 0;

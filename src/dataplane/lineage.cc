@@ -24,6 +24,28 @@ void Lineage::append(std::uint32_t tokens) {
   }
 }
 
+void Lineage::adopt(std::span<const WriterRun> runs) {
+  for (const WriterRun& run : runs) {
+    assert(run.begin == length() && run.end > run.begin);
+    if (!runs_.empty() && runs_.back().writer == run.writer) {
+      runs_.back().end = run.end;
+    } else {
+      runs_.push_back(run);
+    }
+  }
+}
+
+std::vector<WriterRun> Lineage::runs_between(std::uint32_t begin, std::uint32_t end) const {
+  assert(begin < end && end <= length());
+  std::vector<WriterRun> out;
+  auto it = std::upper_bound(runs_.begin(), runs_.end(), begin,
+                             [](std::uint32_t p, const WriterRun& run) { return p < run.end; });
+  for (; it != runs_.end() && it->begin < end; ++it) {
+    out.push_back({std::max(it->begin, begin), std::min(it->end, end), it->writer});
+  }
+  return out;
+}
+
 std::uint32_t Lineage::writer_at(std::uint32_t position) const {
   assert(position < length());
   auto it = std::upper_bound(runs_.begin(), runs_.end(), position,

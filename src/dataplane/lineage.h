@@ -35,6 +35,13 @@ class Lineage {
 
   // Positions [length(), length() + tokens) are written by own_writer().
   void append(std::uint32_t tokens);
+  // Positions [length(), ...) hold what `runs` say (a page taken from the
+  // prefix cache). REQUIRES: runs are contiguous, non-empty, and the first
+  // begins at length().
+  void adopt(std::span<const WriterRun> runs);
+  // The runs of positions [begin, end), cut at both ends. REQUIRES: begin <
+  // end <= length().
+  std::vector<WriterRun> runs_between(std::uint32_t begin, std::uint32_t end) const;
 
   std::uint32_t own_writer() const { return writer_; }
   std::uint32_t length() const { return runs_.empty() ? 0 : runs_.back().end; }

@@ -70,6 +70,35 @@ class ReplayObserver {
                         const Event& event) = 0;
   virtual void on_release(const TableKey& key, const Event& event) = 0;
   virtual void on_event_end(const Event& event) = 0;
+  // The prefix cache and the offload tiers (cache, uncache, store, load, drop,
+  // an admit's hits). An observer that keeps no bytes may ignore them.
+  // on_cache: the cache took a reference on block `block`, page `page` of
+  // `key`'s table, naming it `name`; on_uncache: it dropped it.
+  virtual void on_cache(std::uint64_t name, const TableKey& key, std::uint32_t page, BlockId block,
+                        const Event& event) {
+    (void)name, (void)key, (void)page, (void)block, (void)event;
+  }
+  virtual void on_uncache(std::uint64_t name, const Event& event) { (void)name, (void)event; }
+  // An admit on cached pages (instead of on_create): the table's first pages
+  // are the cached pages `hits`, in order; its on_write follows.
+  virtual void on_create_on_hits(const TableKey& key, std::span<const std::uint64_t> hits,
+                                 const SequenceBlockTable& table, const Event& event) {
+    (void)key, (void)hits, (void)table, (void)event;
+  }
+  // Tier `tier` keeps a copy of block `block`, page `page` of `key`'s table,
+  // under `copy`.
+  virtual void on_store(std::uint8_t tier, std::uint64_t copy, const TableKey& key,
+                        std::uint32_t page, BlockId block, const Event& event) {
+    (void)tier, (void)copy, (void)key, (void)page, (void)block, (void)event;
+  }
+  // Fresh block `block` takes tier's copy `copy`; the cache names it `name`.
+  virtual void on_load(std::uint8_t tier, std::uint64_t copy, std::uint64_t name, BlockId block,
+                       const Event& event) {
+    (void)tier, (void)copy, (void)name, (void)block, (void)event;
+  }
+  virtual void on_drop(std::uint8_t tier, std::uint64_t copy, const Event& event) {
+    (void)tier, (void)copy, (void)event;
+  }
   // `event` is nullptr at the end of the trace.
   virtual std::optional<Violation> on_checkpoint(std::span<const LiveTable> live,
                                                  const Event* event) = 0;

@@ -101,6 +101,15 @@ InputResult<Replayer::Step> Replayer::on_admit(const Event& event, const std::st
     return bad(event, file, "prompt",
                fmt::format("{} exceeds max_seq_tokens {}", event.prompt, max_tokens));
   }
+  if (!event.hits.empty()) {
+    auto live = check_hits(event, file);
+    if (!live) return Unexpected{live.error()};
+    if (!live.value()) {
+      skipped_sequences_.insert(event.seq);
+      ++totals_.skipped_events;
+      return Step::kDone;
+    }
+  }
   if (event.has_prefix) {
     auto it = prefixes_.find(event.id);
     if (it == prefixes_.end()) {
@@ -218,6 +227,11 @@ InputResult<Replayer::Step> Replayer::handle(const Event& event, const std::stri
     case Op::kFork: return on_fork(event, file);
     case Op::kFree: return on_free(event, file);
     case Op::kCheck: return Step::kDone;  // only the checks apply() runs after every event
+    case Op::kCache: return on_cache(event, file);
+    case Op::kUncache: return on_uncache(event, file);
+    case Op::kStore: return on_store(event, file);
+    case Op::kLoad: return on_load(event, file);
+    case Op::kDrop: return on_drop(event, file);
   }
   return Step::kDone;
 }
@@ -243,6 +257,161 @@ InputResult<Replayer::Outcome> Replayer::apply(const Event& event, const std::st
     return Outcome::kViolation;
   }
   return step == Step::kOom ? Outcome::kOom : Outcome::kApplied;
+}
+
+// The prefix cache's names and the offload tiers (SPEC 2.1). A name or copy
+// whose cache/store/load was skipped (an OOM, or a skipped sequence) is
+// remembered, so that the events naming it later are skipped too.
+
+InputResult<bool> Replayer::check_hits(const Event& event, const std::string& file) const {
+  if (event.hits.size() * std::uint64_t{config_.kv.page_tokens} > event.prompt) {
+    return bad(event, file, "hits",
+               fmt::format("{} pages of {} tokens are more than the prompt of {} tokens",
+                           event.hits.size(), config_.kv.page_tokens, event.prompt));
+  }
+  bool live = true;
+  for (std::size_t i = 0; i < event.hits.size(); ++i) {
+    const std::uint64_t name = event.hits[i];
+    auto it = cached_.find(name);
+    if (it == cached_.end()) {
+      if (skipped_cached_.contains(name)) {
+        live = false;
+        continue;
+      }
+      return bad(event, file, "hits", fmt::format("block {} is not cached", name));
+    }
+    if (it->second.page != i) {
+      return bad(event, file, "hits",
+                 fmt::format("block {} holds page {}, not page {}", name, it->second.page, i));
+    }
+  }
+  return live;
+}
+
+InputResult<const Replayer::Sequence*> Replayer::full_page(const Event& event,
+                                                           const std::string& file) const {
+  auto it = sequences_.find(event.seq);
+  if (it == sequences_.end()) {
+    if (skipped_sequences_.contains(event.seq)) return nullptr;
+    return bad(event, file, "seq", fmt::format("{} is not admitted", event.seq));
+  }
+  const SequenceBlockTable& table = it->second.table;
+  if (std::uint64_t{event.page + 1} * config_.kv.page_tokens > table.length()) {
+    return bad(event, file, "page",
+               fmt::format("page {} of seq {} is not full ({} tokens, {} per page)", event.page,
+                           event.seq, table.length(), config_.kv.page_tokens));
+  }
+  return &it->second;
+}
+
+InputResult<Replayer::Step> Replayer::on_cache(const Event& event, const std::string& file) {
+  if (cached_.contains(event.block) || skipped_cached_.contains(event.block)) {
+    return bad(event, file, "block", fmt::format("{} is already cached", event.block));
+  }
+  auto sequence = full_page(event, file);
+  if (!sequence) return Unexpected{sequence.error()};
+  if (sequence.value() == nullptr) {
+    skipped_cached_.insert(event.block);
+    ++totals_.skipped_events;
+    return Step::kDone;
+  }
+  const BlockId b = sequence.value()->table.entries()[event.page];
+  if (auto retained = pool_.retain(b); !retained) {
+    return core_failure(event, retained.error(), "cache");
+  }
+  cached_.emplace(event.block, CachedPage{b, event.page});
+  ++totals_.cache_holds;
+  totals_.peak_cached = std::max<std::uint64_t>(totals_.peak_cached, cached_.size());
+  if (observer_) {
+    observer_->on_cache(event.block, TableKey::sequence(event.seq), event.page, b, event);
+  }
+  return Step::kDone;
+}
+
+InputResult<Replayer::Step> Replayer::on_uncache(const Event& event, const std::string& file) {
+  auto it = cached_.find(event.block);
+  if (it == cached_.end()) {
+    if (skipped_cached_.erase(event.block) > 0) {
+      ++totals_.skipped_events;
+      return Step::kDone;
+    }
+    return bad(event, file, "block", fmt::format("{} is not cached", event.block));
+  }
+  if (auto released = pool_.release(it->second.block); !released) {
+    return core_failure(event, released.error(), "uncache");
+  }
+  cached_.erase(it);
+  ++totals_.cache_drops;
+  if (observer_) observer_->on_uncache(event.block, event);
+  return Step::kDone;
+}
+
+InputResult<Replayer::Step> Replayer::on_store(const Event& event, const std::string& file) {
+  auto& tier = tiers_[event.tier];
+  auto& skipped = skipped_copies_[event.tier];
+  if (tier.contains(event.key) || skipped.contains(event.key)) {
+    return bad(event, file, "key",
+               fmt::format("{} is already in the {} tier", event.key, trace_tier_name(event.tier)));
+  }
+  auto sequence = full_page(event, file);
+  if (!sequence) return Unexpected{sequence.error()};
+  if (sequence.value() == nullptr) {
+    skipped.insert(event.key);
+    ++totals_.skipped_events;
+    return Step::kDone;
+  }
+  tier.emplace(event.key, event.page);
+  ++totals_.tier_stores[event.tier];
+  totals_.tier_peak[event.tier] =
+      std::max<std::uint64_t>(totals_.tier_peak[event.tier], tier.size());
+  if (observer_) {
+    observer_->on_store(event.tier, event.key, TableKey::sequence(event.seq), event.page,
+                        sequence.value()->table.entries()[event.page], event);
+  }
+  return Step::kDone;
+}
+
+InputResult<Replayer::Step> Replayer::on_load(const Event& event, const std::string& file) {
+  if (cached_.contains(event.block) || skipped_cached_.contains(event.block)) {
+    return bad(event, file, "block", fmt::format("{} is already cached", event.block));
+  }
+  auto& tier = tiers_[event.tier];
+  auto it = tier.find(event.key);
+  if (it == tier.end()) {
+    if (!skipped_copies_[event.tier].contains(event.key)) {
+      return bad(event, file, "key",
+                 fmt::format("{} is not in the {} tier", event.key, trace_tier_name(event.tier)));
+    }
+    skipped_cached_.insert(event.block);
+    ++totals_.skipped_events;
+    return Step::kDone;
+  }
+  if (pool_.free_count() == 0) {
+    skipped_cached_.insert(event.block);
+    return oom(event);
+  }
+  std::vector<BlockId> fresh;
+  pool_.take_free_filled(1, config_.kv.page_tokens, config_.kv.page_tokens, fresh);
+  cached_.emplace(event.block, CachedPage{fresh[0], it->second});
+  ++totals_.tier_loads[event.tier];
+  totals_.peak_cached = std::max<std::uint64_t>(totals_.peak_cached, cached_.size());
+  if (observer_) observer_->on_load(event.tier, event.key, event.block, fresh[0], event);
+  return Step::kDone;
+}
+
+InputResult<Replayer::Step> Replayer::on_drop(const Event& event, const std::string& file) {
+  auto& tier = tiers_[event.tier];
+  if (tier.erase(event.key) == 0) {
+    if (skipped_copies_[event.tier].erase(event.key) > 0) {
+      ++totals_.skipped_events;
+      return Step::kDone;
+    }
+    return bad(event, file, "key",
+               fmt::format("{} is not in the {} tier", event.key, trace_tier_name(event.tier)));
+  }
+  ++totals_.tier_drops[event.tier];
+  if (observer_) observer_->on_drop(event.tier, event.key, event);
+  return Step::kDone;
 }
 
 Replayer::Step Replayer::prefix(const Event& event) {
@@ -278,6 +447,14 @@ Replayer::Step Replayer::admit(const Event& event) {
         record.table.install_shared_prefix(shared.table.entries(), shared_tokens, pool_);
     if (!installed) return core_failure(event, installed.error(), "install_shared_prefix");
   }
+  if (!event.hits.empty()) {
+    std::vector<BlockId> pages;
+    pages.reserve(event.hits.size());
+    for (std::uint64_t name : event.hits) pages.push_back(cached_.at(name).block);
+    shared_tokens = static_cast<std::uint32_t>(pages.size()) * config_.kv.page_tokens;
+    auto installed = record.table.install_shared_prefix(pages, shared_tokens, pool_);
+    if (!installed) return core_failure(event, installed.error(), "install_shared_prefix");
+  }
   std::uint32_t fresh = event.prompt - shared_tokens;
   auto appended = record.table.append(fresh, pool_);
   if (!appended) {
@@ -295,6 +472,7 @@ Replayer::Step Replayer::admit(const Event& event) {
     ++totals_.prefix_installs;
     totals_.shared_pages_installed += prefixes_.at(event.id).table.entries().size();
   }
+  totals_.hit_pages += event.hits.size();
   totals_.tokens_appended += fresh;
   state_.logical_tokens += event.prompt;
   state_.table_entries += record.table.entries().size();
@@ -330,7 +508,11 @@ Replayer::Step Replayer::admit(const Event& event) {
   if (observer_) {
     const TableKey key = TableKey::sequence(event.seq);
     const TableKey source = TableKey::prefix_of(event.id);
-    observer_->on_create(key, event.has_prefix ? &source : nullptr, it->second.table, event);
+    if (event.hits.empty()) {
+      observer_->on_create(key, event.has_prefix ? &source : nullptr, it->second.table, event);
+    } else {
+      observer_->on_create_on_hits(key, event.hits, it->second.table, event);
+    }
     observer_->on_write(key, it->second.table, shared_tokens, appended.value().copies, event);
   }
   return Step::kDone;
@@ -488,9 +670,10 @@ bool Replayer::run_check(const Event* event) {
     table_refs_.push_back({&sequence.table, sequence.label});
   for (const auto& [id, shared] : prefixes_) table_refs_.push_back({&shared.table, shared.label});
   ++totals_.checks;
-  std::span<const BlockId> holds;
-  if (null_block_) holds = std::span<const BlockId>(&*null_block_, 1);
-  auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_, holds);
+  cache_holds_.clear();
+  if (null_block_) cache_holds_.push_back(*null_block_);
+  for (const auto& [name, cached] : cached_) cache_holds_.push_back(cached.block);
+  auto found = checker_.check(pool_, config_.kv.page_tokens, table_refs_, cache_holds_);
   if (!found) return true;
   violation_ = Violation{event ? event->index : 0, event ? event->line : 0, found->invariant,
                          found->message};

@@ -17,6 +17,7 @@
 //     finds is a violation like any other. Without one nothing else changes.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -106,6 +107,19 @@ struct ReplayTotals {
   std::uint64_t continued_events = 0;  // events with a page that has a predecessor
   double runs_per_seq_at_peak = 0.0;
   double continued_share_at_peak = 0.0;
+  // The prefix cache and the offload tiers (cache, uncache, store, load, drop,
+  // admit's hits): operations applied, per tier for the tier operations.
+  std::uint64_t cache_holds = 0;
+  std::uint64_t cache_drops = 0;
+  std::uint64_t hit_pages = 0;  // pages admits took from the cache
+  std::uint64_t peak_cached = 0;
+  std::array<std::uint64_t, kTraceTiers> tier_stores{};
+  std::array<std::uint64_t, kTraceTiers> tier_loads{};
+  std::array<std::uint64_t, kTraceTiers> tier_drops{};
+  std::array<std::uint64_t, kTraceTiers> tier_peak{};  // most copies held at once
+  bool used_cache_ops() const {
+    return cache_holds + hit_pages > 0 || tier_stores[0] + tier_stores[1] > 0;
+  }
 
   double runs_per_seq_mean() const {
     return runs_events == 0 ? 0.0 : runs_per_seq_sum / static_cast<double>(runs_events);
@@ -136,6 +150,8 @@ class Replayer {
   // The end-of-trace check (unless the policy is off), then the observer's
   // checkpoint. Returns kViolation on failure.
   Outcome finish();
+  // Blocks the cache holds (cache, load, not yet uncache).
+  std::size_t cached_pages() const { return cached_.size(); }
   // The observer of every successful operation (nullptr: none). Not owned; it
   // must outlive the Replayer's use of it. Set it before the first event.
   void set_observer(ReplayObserver* observer) { observer_ = observer; }
@@ -173,6 +189,17 @@ class Replayer {
   InputResult<Step> on_decode(const Event& event, const std::string& file);
   InputResult<Step> on_fork(const Event& event, const std::string& file);
   InputResult<Step> on_free(const Event& event, const std::string& file);
+  InputResult<Step> on_cache(const Event& event, const std::string& file);
+  InputResult<Step> on_uncache(const Event& event, const std::string& file);
+  InputResult<Step> on_store(const Event& event, const std::string& file);
+  InputResult<Step> on_load(const Event& event, const std::string& file);
+  InputResult<Step> on_drop(const Event& event, const std::string& file);
+  // Validates an admit's hits (live cached names, each at its page). Returns
+  // false when one of them was skipped (the admit is skipped too).
+  InputResult<bool> check_hits(const Event& event, const std::string& file) const;
+  // A seq's page that the cache or a tier may take: a full page of a live
+  // sequence. nullptr, nothing wrong, when the sequence was skipped.
+  InputResult<const Sequence*> full_page(const Event& event, const std::string& file) const;
 
   Step admit(const Event& event);
   Step append_to(Sequence& sequence, std::uint32_t tokens, const Event& event);
@@ -199,6 +226,18 @@ class Replayer {
   std::unordered_map<std::string, Prefix> prefixes_;
   std::unordered_set<std::uint64_t> skipped_sequences_;
   std::unordered_set<std::string> skipped_prefixes_;
+  // The prefix cache's named pages (cache, load): the block it holds a
+  // reference on and the page index the block holds.
+  struct CachedPage {
+    BlockId block = kInvalidBlock;
+    std::uint32_t page = 0;
+  };
+  std::unordered_map<std::uint64_t, CachedPage> cached_;
+  std::unordered_set<std::uint64_t> skipped_cached_;
+  // The offload tiers' copies: key -> the page index the copy holds.
+  std::array<std::unordered_map<std::uint64_t, std::uint32_t>, kTraceTiers> tiers_;
+  std::array<std::unordered_set<std::uint64_t>, kTraceTiers> skipped_copies_;
+  std::vector<BlockId> cache_holds_;  // scratch for checks: the cache's references
   ReplayState state_;
   ReplayTotals totals_;
   std::optional<Violation> violation_;

@@ -37,21 +37,37 @@ enum FieldBit : std::uint32_t {
   kFieldId = 1u << 6,
   kFieldPrefix = 1u << 7,
   kFieldSeqs = 1u << 8,
+  kFieldPage = 1u << 9,
+  kFieldBlock = 1u << 10,
+  kFieldTier = 1u << 11,
+  kFieldKey = 1u << 12,
+  kFieldHits = 1u << 13,
 };
 
-constexpr std::array<OpInfo, 8> kOps{{
+constexpr std::array<OpInfo, 13> kOps{{
     {"prefix", Op::kPrefix, kFieldId | kFieldTokens, kFieldId | kFieldTokens},
     {"drop_prefix", Op::kDropPrefix, kFieldId, kFieldId},
-    {"admit", Op::kAdmit, kFieldSeq | kFieldPrompt, kFieldSeq | kFieldPrompt | kFieldPrefix},
+    {"admit", Op::kAdmit, kFieldSeq | kFieldPrompt,
+     kFieldSeq | kFieldPrompt | kFieldPrefix | kFieldHits},
     {"append", Op::kAppend, kFieldSeq | kFieldTokens, kFieldSeq | kFieldTokens},
     {"decode", Op::kDecode, kFieldSeqs, kFieldSeqs | kFieldTokens},
     {"fork", Op::kFork, kFieldSeq | kFieldChild, kFieldSeq | kFieldChild},
     {"free", Op::kFree, kFieldSeq, kFieldSeq},
     {"check", Op::kCheck, 0, 0},
+    {"cache", Op::kCache, kFieldSeq | kFieldPage | kFieldBlock,
+     kFieldSeq | kFieldPage | kFieldBlock},
+    {"uncache", Op::kUncache, kFieldBlock, kFieldBlock},
+    {"store", Op::kStore, kFieldSeq | kFieldPage | kFieldTier | kFieldKey,
+     kFieldSeq | kFieldPage | kFieldTier | kFieldKey},
+    {"load", Op::kLoad, kFieldTier | kFieldKey | kFieldBlock, kFieldTier | kFieldKey | kFieldBlock},
+    {"drop", Op::kDrop, kFieldTier | kFieldKey, kFieldTier | kFieldKey},
 }};
 
-constexpr std::array<std::string_view, 9> kFieldNames{"op",     "t",  "seq",    "child", "prompt",
-                                                      "tokens", "id", "prefix", "seqs"};
+constexpr std::array<std::string_view, 14> kFieldNames{
+    "op",     "t",    "seq",  "child", "prompt", "tokens", "id",
+    "prefix", "seqs", "page", "block", "tier",   "key",    "hits"};
+
+constexpr std::array<std::string_view, kTraceTiers> kTierNames{"cpu", "disk"};
 
 std::uint32_t field_bit(std::string_view key) {
   return kvreplay::field_bit(kFieldNames, key);
@@ -100,6 +116,10 @@ std::string request_trace_problem(std::string_view format) {
 }
 
 }  // namespace
+
+std::string_view trace_tier_name(std::uint8_t tier) {
+  return tier < kTierNames.size() ? kTierNames[tier] : "?";
+}
 
 std::string_view to_string(Op op) {
   for (const OpInfo& info : kOps) {
@@ -385,6 +405,51 @@ InputResult<std::uint64_t> KvTraceReader::read_uint(std::string_view field, std:
                                       : error(field, problem.message)};
 }
 
+InputStatus KvTraceReader::read_ids(std::vector<std::uint64_t>& out, bool non_empty) {
+  const std::string field = key_;
+  if (cursor_.peek() != '[') {
+    return Unexpected{
+        error(field, fmt::format("expected an array, got {}", describe_value(cursor_)))};
+  }
+  cursor_.skip();
+  if (cursor_.peek() == ']') {
+    if (non_empty) return Unexpected{error(field, "must not be empty")};
+    cursor_.skip();
+    return {};
+  }
+  for (;;) {
+    auto value = read_uint(field, 0, std::numeric_limits<std::int64_t>::max());
+    if (!value) return Unexpected{value.error()};
+    if (out.size() >= kMaxBatch) {
+      return Unexpected{error(field, fmt::format("more than {} entries", kMaxBatch))};
+    }
+    out.push_back(value.value());
+    int sep = cursor_.peek();
+    if (sep < 0) return Unexpected{cursor_error(field, "unexpected end of input")};
+    if (sep != ',' && sep != ']') {
+      return Unexpected{
+          error(field, fmt::format("expected ',' or ']', got {}", cursor_.describe_next()))};
+    }
+    cursor_.skip();
+    if (sep == ']') return {};
+  }
+}
+
+InputStatus KvTraceReader::read_tier(Event& event) {
+  if (cursor_.peek() != '"') {
+    return Unexpected{
+        error("tier", fmt::format("expected a string, got {}", describe_value(cursor_)))};
+  }
+  if (auto r = cursor_.read_string(scalar_); !r) return Unexpected{cursor_error("tier", r.error())};
+  auto named = std::find(kTierNames.begin(), kTierNames.end(), scalar_);
+  if (named == kTierNames.end()) {
+    return Unexpected{
+        error("tier", fmt::format("unknown tier '{}' (expected cpu or disk)", scalar_))};
+  }
+  event.tier = static_cast<std::uint8_t>(named - kTierNames.begin());
+  return {};
+}
+
 InputStatus KvTraceReader::read_event(Event& event) {
   const std::uint64_t line = cursor_.line();
   if (cursor_.peek() != '{') {
@@ -398,6 +463,7 @@ InputStatus KvTraceReader::read_event(Event& event) {
   event.has_prefix = false;
   event.tokens = 1;
   event.seqs.clear();
+  event.hits.clear();
   std::uint32_t seen = 0;
   const OpInfo* info = nullptr;
   JsonMembers members(cursor_, key_, "an event", "the event");
@@ -420,7 +486,8 @@ InputStatus KvTraceReader::read_event(Event& event) {
         if (info == nullptr) {
           return Unexpected{
               error("op", fmt::format("unknown op '{}' (expected prefix, drop_prefix, "
-                                      "admit, append, decode, fork, free, check)",
+                                      "admit, append, decode, fork, free, check, cache, "
+                                      "uncache, store, load, drop)",
                                       scalar_))};
         }
         break;
@@ -469,29 +536,27 @@ InputStatus KvTraceReader::read_event(Event& event) {
         event.has_prefix = bit == kFieldPrefix;
         break;
       }
-      case kFieldSeqs: {
-        if (cursor_.peek() != '[') {
-          return Unexpected{
-              error("seqs", fmt::format("expected an array, got {}", describe_value(cursor_)))};
-        }
-        cursor_.skip();
-        if (cursor_.peek() == ']') return Unexpected{error("seqs", "must not be empty")};
-        for (;;) {
-          auto value = read_uint("seqs", 0, std::numeric_limits<std::int64_t>::max());
-          if (!value) return Unexpected{value.error()};
-          if (event.seqs.size() >= kMaxBatch) {
-            return Unexpected{error("seqs", fmt::format("more than {} entries", kMaxBatch))};
-          }
-          event.seqs.push_back(value.value());
-          int sep = cursor_.peek();
-          if (sep < 0) return Unexpected{cursor_error("seqs", "unexpected end of input")};
-          if (sep != ',' && sep != ']') {
-            return Unexpected{
-                error("seqs", fmt::format("expected ',' or ']', got {}", cursor_.describe_next()))};
-          }
-          cursor_.skip();
-          if (sep == ']') break;
-        }
+      case kFieldSeqs:
+      case kFieldHits: {
+        auto& out = bit == kFieldSeqs ? event.seqs : event.hits;
+        if (auto status = read_ids(out, bit == kFieldSeqs); !status) return status;
+        break;
+      }
+      case kFieldPage: {
+        auto value = read_uint(key_, 0, kMaxCount);
+        if (!value) return Unexpected{value.error()};
+        event.page = static_cast<std::uint32_t>(value.value());
+        break;
+      }
+      case kFieldBlock:
+      case kFieldKey: {
+        auto value = read_uint(key_, 0, std::numeric_limits<std::int64_t>::max());
+        if (!value) return Unexpected{value.error()};
+        (bit == kFieldBlock ? event.block : event.key) = value.value();
+        break;
+      }
+      case kFieldTier: {
+        if (auto status = read_tier(event); !status) return status;
         break;
       }
       default: break;
@@ -513,6 +578,9 @@ InputStatus KvTraceReader::read_event(Event& event) {
     return Unexpected{
         error_at(line, std::string(first_field(kFieldNames, missing)),
                  fmt::format("missing ({} needs {})", info->name, fields_of(info->required)))};
+  }
+  if ((seen & kFieldHits) && (seen & kFieldPrefix)) {
+    return Unexpected{error_at(line, "hits", "an admit takes a prefix or hits, not both")};
   }
   if (event.has_t) {
     if (has_last_t_ && event.t < last_t_) {

@@ -18,6 +18,15 @@
 //   fork        seq, child
 //   free        seq
 //   check       -
+//   cache       seq, page (int >= 0), block (int >= 0): the prefix cache holds
+//               the page under the name `block`
+//   uncache     block
+//   store       seq, page, tier ("cpu" or "disk"), key (int >= 0): the tier
+//               keeps a copy of the page's bytes under `key`
+//   load        tier, key, block: a fresh page takes the tier's copy and the
+//               prefix cache holds it under the name `block`
+//   drop        tier, key
+// admit may carry hits (array of cached block names; not with prefix).
 // Every event may carry "t" (seconds, never smaller than the previous t).
 // Unknown fields, fields that do not belong to the op, duplicate fields and
 // counts outside [1, 2^32-1] are errors. Memory is bounded per event: strings are
@@ -47,8 +56,17 @@ enum class Op : std::uint8_t {
   kDecode,
   kFork,
   kFree,
-  kCheck
+  kCheck,
+  kCache,
+  kUncache,
+  kStore,
+  kLoad,
+  kDrop
 };
+
+// The offload tiers a kvtrace names (store, load, drop).
+inline constexpr std::size_t kTraceTiers = 2;
+std::string_view trace_tier_name(std::uint8_t tier);  // "cpu", "disk"
 
 std::string_view to_string(Op op);
 
@@ -65,6 +83,11 @@ struct Event {
   bool has_prefix = false;          // admit
   std::string id;                   // prefix, drop_prefix: the prefix id; admit: its prefix
   std::vector<std::uint64_t> seqs;  // decode
+  std::uint32_t page = 0;           // cache, store: the page of seq
+  std::uint64_t block = 0;          // cache, uncache, load: the cached block's name
+  std::uint8_t tier = 0;            // store, load, drop: 0 cpu, 1 disk
+  std::uint64_t key = 0;            // store, load, drop: the tier's name of the copy
+  std::vector<std::uint64_t> hits;  // admit: cached block names of its first pages
 };
 
 struct TraceHeader {
@@ -99,6 +122,10 @@ class KvTraceReader {
   KvTraceReader(std::unique_ptr<ByteSource> source, std::string name);
   InputStatus read_header();
   InputStatus read_event(Event& event);
+  // An array of ids (seqs, hits) into `out`; `non_empty`: [] is an error.
+  InputStatus read_ids(std::vector<std::uint64_t>& out, bool non_empty);
+  // A tier name ("cpu", "disk") into event.tier.
+  InputStatus read_tier(Event& event);
   InputStatus read_document_tail();
   InputError error(std::string_view field, std::string problem) const;
   InputError error_at(std::uint64_t line, std::string_view field, std::string problem) const;

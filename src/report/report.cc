@@ -72,6 +72,22 @@ nlohmann::json base_report(const ReportSource& source) {
                        {"shared_pages_installed", totals.shared_pages_installed},
                        {"saved_blocks_at_peak", totals.saved_blocks_at_peak}};
   report["cow"] = {{"copies", totals.cow_copies}, {"bytes", totals.cow_bytes}};
+  if (totals.used_cache_ops()) {
+    // A kvtrace with the prefix cache's and the offload tiers' ops (cache,
+    // uncache, store, load, drop, hits): absent otherwise.
+    nlohmann::json tiers = nlohmann::json::object();
+    for (std::uint8_t t = 0; t < kTraceTiers; ++t) {
+      tiers[std::string(trace_tier_name(t))] = {{"stores", totals.tier_stores[t]},
+                                                {"loads", totals.tier_loads[t]},
+                                                {"drops", totals.tier_drops[t]},
+                                                {"peak_copies", totals.tier_peak[t]}};
+    }
+    report["cache_ops"] = {{"holds", totals.cache_holds},
+                           {"drops", totals.cache_drops},
+                           {"hit_pages", totals.hit_pages},
+                           {"peak_cached", totals.peak_cached},
+                           {"tiers", std::move(tiers)}};
+  }
   nlohmann::json violations = nlohmann::json::array();
   if (const auto& v = *source.violation) {
     violations.push_back(
@@ -185,6 +201,15 @@ std::string base_summary(const ReportSource& input, bool color) {
   line("prefix installs (pages)",
        fmt::format("{} ({})", totals.prefix_installs, totals.shared_pages_installed));
   line("blocks saved at peak", std::to_string(totals.saved_blocks_at_peak));
+  if (totals.used_cache_ops()) {
+    line("cache holds / hit pages", fmt::format("{} / {} (at most {} cached)", totals.cache_holds,
+                                                totals.hit_pages, totals.peak_cached));
+    for (std::uint8_t t = 0; t < kTraceTiers; ++t) {
+      line(fmt::format("{} tier stores / loads", trace_tier_name(t)),
+           fmt::format("{} / {} (at most {} copies)", totals.tier_stores[t], totals.tier_loads[t],
+                       totals.tier_peak[t]));
+    }
+  }
   out += paint.bold("copy-on-write") + "\n";
   line("copies", fmt::format("{} ({})", totals.cow_copies, bytes_text(totals.cow_bytes)));
   out += paint.bold("invariants") + "\n";

@@ -248,16 +248,18 @@ cp -r "$work/base" "$work/base_first"
 gate --update --baselines "$work/base"
 check 'diff -r "$work/base_first" "$work/base" >/dev/null' "baselines differ between two updates"
 gate --baselines "$work/base"
-check '[[ $rc -eq 0 ]] && out_has "gate: 8 cases: 8 passed, 0 regressed, 0 errors"' \
+check '[[ $rc -eq 0 ]] && out_has "gate: 9 cases: 9 passed, 0 regressed, 0 errors"' \
   "gate: exit $rc, $(tail -n 1 "$work/out")"
 gate --baselines "$work/base" --replay-args "--alloc-order lowest" --quiet
 check '[[ $rc -eq 0 ]]' "gate, another alloc order: exit $rc"
 check '[[ $(wc -l <"$work/out") -eq 1 ]]' "--quiet printed more than the last line"
 # An allocator change is visible: baselines under fifo, then the default lifo
-# regresses churn's layout (and nothing else).
+# regresses the layout of churn and of offload_tiers (whose loaded blocks land
+# elsewhere), and nothing else.
 gate --update --baselines "$work/fifo_base" --replay-args "--alloc-order fifo"
 gate --baselines "$work/fifo_base"
-check '[[ $rc -eq 1 ]] && out_has "REGRESSED churn" && out_has "1 regressed" &&
+check '[[ $rc -eq 1 ]] && out_has "REGRESSED churn" && out_has "REGRESSED offload_tiers" &&
+       out_has "2 regressed" &&
        err_has "layout.runs_per_seq_mean"' \
   "lifo against fifo baselines: exit $rc, $(tail -n 1 "$work/out")"
 jq '.blocks.peak_used -= 5' "$work/base/quickstart.json" >"$work/q.json" &&

@@ -33,7 +33,7 @@ strip_timing() {
 
 # --- Verified replays of every example trace --------------------------------
 for trace in traces/fork_cow.jsonl traces/prefix_partial.jsonl traces/prefix_drop.jsonl \
-  traces/quickstart.jsonl traces/document.json; do
+  traces/quickstart.jsonl traces/document.json traces/offload_tiers.jsonl; do
   run_cmd "$kvreplay" replay "$trace" --check every --report "$work/none.json"
   check '[[ $rc -eq 0 ]]' "metadata-only replay: exit $rc: $(err_text 1500)"
   run_cmd "$kvreplay" replay "$trace" --check every --backend cpu --verify --report "$work/cpu.json"
@@ -45,6 +45,27 @@ for trace in traces/fork_cow.jsonl traces/prefix_partial.jsonl traces/prefix_dro
     "timing.kernels lacks append/gather: $(jq -c .timing.kernels "$work/cpu.json" 2>&1 | head -c 300)"
   finish "replay $trace --backend cpu --verify"
 done
+
+# --- The prefix cache and the offload tiers: the worked figures of
+# traces/README.md, and the tiers' bytes verified and timed -------------------
+run_cmd "$kvreplay" replay traces/offload_tiers.jsonl --backend cpu --verify --report "$work/tiers.json"
+check '[[ $rc -eq 0 ]]' "exit $rc, expected 0: $(err_text 1500)"
+check 'jq -e ".blocks.peak_used == 4 and .cache_ops.hit_pages == 4 and .cache_ops.peak_cached == 2
+  and .cache_ops.tiers.cpu == {\"stores\": 2, \"loads\": 1, \"drops\": 1, \"peak_copies\": 2}
+  and .cache_ops.tiers.disk == {\"stores\": 1, \"loads\": 1, \"drops\": 0, \"peak_copies\": 1}
+  and .timing.kernels.tier_store.launches == 3 and .timing.kernels.tier_load.launches == 2" \
+  "$work/tiers.json" >/dev/null' "cache_ops/kernels differ: $(jq -c '[.cache_ops, .timing.kernels]' "$work/tiers.json" 2>&1 | head -c 600)"
+check 'grep -q "verified (cache, tiers) *6 cached pages, 7 tier copies" "$work/out"' \
+  "no cache/tier verification line: $(grep verified "$work/out")"
+finish "replay offload_tiers.jsonl: cache_ops, tier kernels, verified copies"
+
+printf '%s\n' '{"kvtrace": 1, "config": {"layers": 1, "kv_heads": 1, "head_dim": 2, "page_tokens": 4, "pool_blocks": 4}}' \
+  '{"op": "admit", "seq": 0, "prompt": 6}' '{"op": "store", "seq": 0, "page": 1, "tier": "cpu", "key": 1}' >"$work/bad_tier.jsonl"
+run_cmd "$kvreplay" replay "$work/bad_tier.jsonl" --backend cpu --verify --report "$work/bad_tier.json"
+check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
+check 'grep -q "bad_tier.jsonl:3: page: page 1 of seq 0 is not full (6 tokens, 4 per page)" "$work/err"' "message: $(err_text 300)"
+check '[[ ! -e "$work/bad_tier.json" ]]' "a report was written for bad input"
+finish "replay: a store of a page that is not full is bad input (exit 2, no report)"
 
 run_cmd "$kvreplay" replay traces/oom.jsonl --on-oom skip --backend cpu --verify --attention -q
 check '[[ $rc -eq 0 ]]' "exit $rc, expected 0: $(err_text 1500)"

@@ -49,7 +49,8 @@ const ExampleTrace kTraces[] = {{"fork_cow.jsonl", {}},
                                 {"prefix_drop.jsonl", {}},
                                 {"oom.jsonl", {}},
                                 {"quickstart.jsonl", test::small_geometry(64)},
-                                {"document.json", test::small_geometry(8)}};
+                                {"document.json", test::small_geometry(8)},
+                                {"offload_tiers.jsonl", {}}};
 
 }  // namespace
 

@@ -217,8 +217,8 @@ TEST_CASE("CUDA attention matches the CPU and fp64 within dtype tolerance", "[gp
 }
 
 TEST_CASE("replays verify on the device, and a planted missing copy is caught", "[gpu]") {
-  for (const char* name :
-       {"fork_cow.jsonl", "prefix_partial.jsonl", "quickstart.jsonl", "document.json"}) {
+  for (const char* name : {"fork_cow.jsonl", "prefix_partial.jsonl", "quickstart.jsonl",
+                           "document.json", "offload_tiers.jsonl"}) {
     CAPTURE(name);
     std::ifstream in(std::string(KVREPLAY_SOURCE_DIR) + "/traces/" + name, std::ios::binary);
     REQUIRE(in);
@@ -234,6 +234,13 @@ TEST_CASE("replays verify on the device, and a planted missing copy is caught", 
     if (clean.totals.cow_copies > 0) {
       DataPlaneFaults faults;
       faults.skip_copy = 1;
+      CHECK(test::replay_text(text.str(), BackendKind::kCuda, options, faults).violated);
+    }
+    if (clean.totals.tier_loads[0] > 0) {
+      // The tiers' copies pass through host memory: a corrupted one is caught.
+      CHECK(clean.verify.copies > 0);
+      DataPlaneFaults faults;
+      faults.corrupt_store = 1;
       CHECK(test::replay_text(text.str(), BackendKind::kCuda, options, faults).violated);
     }
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -291,6 +292,109 @@ inline std::string random_trace(std::uint64_t seed, std::uint32_t events,
       }
       out += "{\"op\": \"decode\", \"seqs\": [" + seqs +
              "], \"tokens\": " + std::to_string(tokens) + "}\n";
+    }
+  }
+  return out;
+}
+
+// A random but valid kvtrace of the prefix cache and the offload tiers:
+// admits on cached pages (hits), appends, frees, cache/uncache of full pages,
+// stores to the cpu and disk tiers, loads back under new names, drops. The
+// pool (`pool_blocks` in `config`) must hold what it keeps live: at most 6
+// sequences of at most `max_tokens` tokens and at most 40 cached pages, so
+// that no operation runs out of blocks and every length is exact.
+inline std::string random_cache_trace(std::uint64_t seed, std::uint32_t events,
+                                      const std::string& config, std::uint32_t page_tokens,
+                                      std::uint32_t max_tokens) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](std::uint64_t n) { return n == 0 ? 0 : rng() % n; };
+  std::string out = "{\"kvtrace\": 1, \"config\": " + config + "}\n";
+  struct Seq {
+    std::uint64_t id;
+    std::uint32_t length;
+  };
+  std::vector<Seq> live;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> cached;                // name, page
+  std::array<std::vector<std::pair<std::uint64_t, std::uint32_t>>, 2> tiers;  // key, page
+  std::uint64_t next_seq = 0, next_name = 0, next_key = 1000;
+  const char* tier_names[] = {"cpu", "disk"};
+  for (std::uint32_t i = 0; i < events; ++i) {
+    const std::uint64_t roll = pick(100);
+    if ((roll < 15 || live.empty()) && live.size() < 6) {
+      // Hits: a cached page for page 0, 1, ... while one is found.
+      std::string hits;
+      std::uint32_t pages = 0;
+      for (;; ++pages) {
+        std::vector<std::uint64_t> candidates;
+        for (const auto& [name, page] : cached) {
+          if (page == pages) candidates.push_back(name);
+        }
+        if (candidates.empty() || pick(4) == 0) break;
+        hits += (hits.empty() ? "" : ", ") + std::to_string(candidates[pick(candidates.size())]);
+      }
+      const std::uint32_t prompt = pages * page_tokens + static_cast<std::uint32_t>(pick(30));
+      if (prompt > max_tokens) continue;
+      out += "{\"op\": \"admit\", \"seq\": " + std::to_string(next_seq) +
+             ", \"prompt\": " + std::to_string(prompt) +
+             (pages > 0 ? ", \"hits\": [" + hits + "]" : "") + "}\n";
+      live.push_back({next_seq++, prompt});
+    } else if (roll < 25 && !live.empty()) {
+      Seq& seq = live[pick(live.size())];
+      const auto tokens = static_cast<std::uint32_t>(1 + pick(9));
+      if (seq.length + tokens > max_tokens) continue;
+      out += "{\"op\": \"append\", \"seq\": " + std::to_string(seq.id) +
+             ", \"tokens\": " + std::to_string(tokens) + "}\n";
+      seq.length += tokens;
+    } else if (roll < 33 && !live.empty()) {
+      const std::size_t k = pick(live.size());
+      out += "{\"op\": \"free\", \"seq\": " + std::to_string(live[k].id) + "}\n";
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    } else if (roll < 48 && !live.empty() && cached.size() < 40) {
+      const Seq& seq = live[pick(live.size())];
+      if (seq.length < page_tokens) continue;
+      const auto page = static_cast<std::uint32_t>(pick(seq.length / page_tokens));
+      out += "{\"op\": \"cache\", \"seq\": " + std::to_string(seq.id) +
+             ", \"page\": " + std::to_string(page) + ", \"block\": " + std::to_string(next_name) +
+             "}\n";
+      cached.push_back({next_name++, page});
+    } else if (roll < 56 && !cached.empty()) {
+      const std::size_t k = pick(cached.size());
+      out += "{\"op\": \"uncache\", \"block\": " + std::to_string(cached[k].first) + "}\n";
+      cached.erase(cached.begin() + static_cast<std::ptrdiff_t>(k));
+    } else if (roll < 70 && !live.empty()) {
+      const Seq& seq = live[pick(live.size())];
+      if (seq.length < page_tokens) continue;
+      const std::size_t t = pick(2);
+      const auto page = static_cast<std::uint32_t>(pick(seq.length / page_tokens));
+      out += "{\"op\": \"store\", \"seq\": " + std::to_string(seq.id) +
+             ", \"page\": " + std::to_string(page) + ", \"tier\": \"" + tier_names[t] +
+             "\", \"key\": " + std::to_string(next_key) + "}\n";
+      tiers[t].push_back({next_key++, page});
+    } else if (roll < 80 && cached.size() < 40) {
+      const std::size_t t = pick(2);
+      if (tiers[t].empty()) continue;
+      const auto& [key, page] = tiers[t][pick(tiers[t].size())];
+      out += "{\"op\": \"load\", \"tier\": \"" + std::string(tier_names[t]) +
+             "\", \"key\": " + std::to_string(key) + ", \"block\": " + std::to_string(next_name) +
+             "}\n";
+      cached.push_back({next_name++, page});
+    } else if (roll < 88) {
+      const std::size_t t = pick(2);
+      if (tiers[t].empty()) continue;
+      const std::size_t k = pick(tiers[t].size());
+      out += "{\"op\": \"drop\", \"tier\": \"" + std::string(tier_names[t]) +
+             "\", \"key\": " + std::to_string(tiers[t][k].first) + "}\n";
+      tiers[t].erase(tiers[t].begin() + static_cast<std::ptrdiff_t>(k));
+    } else if (roll < 92) {
+      out += "{\"op\": \"check\"}\n";
+    } else if (!live.empty()) {
+      std::string seqs;
+      for (Seq& seq : live) {
+        if (seq.length + 1 > max_tokens) continue;
+        seqs += (seqs.empty() ? "" : ", ") + std::to_string(seq.id);
+        ++seq.length;
+      }
+      if (!seqs.empty()) out += "{\"op\": \"decode\", \"seqs\": [" + seqs + "]}\n";
     }
   }
   return out;

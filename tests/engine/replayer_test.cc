@@ -107,6 +107,49 @@ Event drop_prefix(std::string id) {
 Event check() {
   return Event{};  // op defaults to check
 }
+Event admit_on(std::uint64_t seq, std::uint32_t prompt, std::vector<std::uint64_t> hits) {
+  Event e = admit(seq, prompt);
+  e.hits = std::move(hits);
+  return e;
+}
+Event cache(std::uint64_t seq, std::uint32_t page, std::uint64_t name) {
+  Event e;
+  e.op = Op::kCache;
+  e.seq = seq;
+  e.page = page;
+  e.block = name;
+  return e;
+}
+Event uncache(std::uint64_t name) {
+  Event e;
+  e.op = Op::kUncache;
+  e.block = name;
+  return e;
+}
+Event store(std::uint64_t seq, std::uint32_t page, std::uint8_t tier, std::uint64_t key) {
+  Event e;
+  e.op = Op::kStore;
+  e.seq = seq;
+  e.page = page;
+  e.tier = tier;
+  e.key = key;
+  return e;
+}
+Event load(std::uint8_t tier, std::uint64_t key, std::uint64_t name) {
+  Event e;
+  e.op = Op::kLoad;
+  e.tier = tier;
+  e.key = key;
+  e.block = name;
+  return e;
+}
+Event drop(std::uint8_t tier, std::uint64_t key) {
+  Event e;
+  e.op = Op::kDrop;
+  e.tier = tier;
+  e.key = key;
+  return e;
+}
 
 TEST_CASE("replayer admit: takes ceil(prompt / page) blocks, refuses duplicates and long prompts") {
   Driver d(16);
@@ -335,4 +378,88 @@ TEST_CASE("replayer layout: runs and continued pages of the sequence tables, per
 }
 
 }  // namespace
+TEST_CASE("replayer cache: holds a full page by name, a hit shares it, uncache lets it go") {
+  Driver d(16);
+  d.ok(admit(1, 9));  // pages 0, 1 full, page 2 holds one token
+  d.ok(cache(1, 0, 100));
+  d.ok(cache(1, 1, 101));
+  CHECK(d.replayer.cached_pages() == 2);
+  d.ok(free_seq(1));
+  CHECK(d.replayer.state().used == 2);  // the cache still holds pages 0 and 1
+  d.ok(admit_on(2, 10, {100, 101}));    // 8 tokens shared, 2 written
+  CHECK(d.replayer.state().used == 3);
+  CHECK(d.replayer.totals().hit_pages == 2);
+  d.ok(uncache(100));
+  d.ok(uncache(101));
+  CHECK(d.replayer.state().used == 3);  // seq 2 holds them
+  d.ok(free_seq(2));
+  CHECK(d.replayer.state().used == 0);
+  d.ok(check());  // I1 counts the cache's holds: no violation at any step
+  CHECK_FALSE(d.replayer.violation());
+}
+
+TEST_CASE("replayer cache: refuses pages that are not full, unknown names and misplaced hits") {
+  Driver d(16);
+  d.ok(admit(1, 9));
+  CHECK(d.refused(cache(1, 2, 5)) ==
+        "t.jsonl:3: page: page 2 of seq 1 is not full (9 tokens, 4 per page)");
+  CHECK(d.refused(cache(7, 0, 5)) == "t.jsonl:4: seq: 7 is not admitted");
+  d.ok(cache(1, 1, 5));
+  CHECK(d.refused(cache(1, 0, 5)) == "t.jsonl:6: block: 5 is already cached");
+  CHECK(d.refused(uncache(6)) == "t.jsonl:7: block: 6 is not cached");
+  CHECK(d.refused(admit_on(2, 8, {9})) == "t.jsonl:8: hits: block 9 is not cached");
+  CHECK(d.refused(admit_on(2, 8, {5})) == "t.jsonl:9: hits: block 5 holds page 1, not page 0");
+  CHECK(d.refused(admit_on(2, 3, {5})) ==
+        "t.jsonl:10: hits: 1 pages of 4 tokens are more than the prompt of 3 tokens");
+}
+
+TEST_CASE("replayer tiers: store, load back into a fresh cached block, drop") {
+  Driver d(16);
+  d.ok(admit(1, 8));
+  d.ok(store(1, 0, 0, 70));
+  d.ok(store(1, 1, 1, 71));
+  CHECK(d.refused(store(1, 0, 0, 70)) == "t.jsonl:5: key: 70 is already in the cpu tier");
+  CHECK(d.refused(load(0, 71, 3)) == "t.jsonl:6: key: 71 is not in the cpu tier");
+  d.ok(free_seq(1));
+  CHECK(d.replayer.state().used == 0);  // a copy holds no block of the pool
+  d.ok(load(0, 70, 3));
+  d.ok(load(1, 71, 4));
+  CHECK(d.replayer.state().used == 2);
+  CHECK(d.replayer.state().physical_tokens == 8);  // loaded pages are full
+  d.ok(admit_on(2, 9, {3, 4}));
+  CHECK(d.replayer.state().used == 3);
+  d.ok(drop(0, 70));
+  CHECK(d.refused(drop(0, 70)) == "t.jsonl:12: key: 70 is not in the cpu tier");
+  d.ok(check());
+  CHECK_FALSE(d.replayer.violation());
+  CHECK(d.replayer.totals().tier_stores == std::array<std::uint64_t, kTraceTiers>{1, 1});
+  CHECK(d.replayer.totals().tier_loads == std::array<std::uint64_t, kTraceTiers>{1, 1});
+  CHECK(d.replayer.totals().tier_drops == std::array<std::uint64_t, kTraceTiers>{1, 0});
+}
+
+TEST_CASE(
+    "replayer tiers: a load that finds no free block has no effect, and its name is skipped") {
+  Driver d(3);
+  d.ok(admit(1, 8));
+  d.ok(store(1, 0, 0, 9));
+  d.ok(admit(2, 4));  // every block used
+  const std::uint32_t used = d.replayer.state().used;
+  CHECK(d.ok(load(0, 9, 1)) == Replayer::Outcome::kOom);
+  CHECK(d.replayer.state().used == used);
+  CHECK(d.replayer.cached_pages() == 0);
+  CHECK(d.replayer.totals().oom_events == 1);
+  // An admit on the skipped name is skipped, and so is the uncache.
+  CHECK(d.ok(admit_on(3, 4, {1})) == Replayer::Outcome::kApplied);
+  CHECK(d.ok(uncache(1)) == Replayer::Outcome::kApplied);
+  CHECK(d.replayer.totals().skipped_events == 2);
+  CHECK(d.refused(uncache(1)) == "t.jsonl:8: block: 1 is not cached");
+  // The failed admit on a hit undoes its install: nothing leaks.
+  d.ok(free_seq(2));
+  d.ok(cache(1, 0, 50));
+  d.ok(free_seq(1));
+  CHECK(d.ok(admit_on(4, 16, {50})) == Replayer::Outcome::kOom);  // needs 3 fresh of 2 free
+  CHECK(d.replayer.state().used == 1);
+  CHECK(d.ok(check()) == Replayer::Outcome::kApplied);
+}
+
 }  // namespace kvreplay

@@ -196,14 +196,14 @@ TEST_CASE("kvtrace reader: per-event field errors name the field") {
   CHECK(event_error(R"({"seq": 1})") == "t.kvtrace:2: op: missing");
   CHECK(event_error(R"({"op": "evict"})") ==
         "t.kvtrace:2: op: unknown op 'evict' (expected prefix, drop_prefix, admit, append, "
-        "decode, fork, free, check)");
+        "decode, fork, free, check, cache, uncache, store, load, drop)");
   CHECK(event_error(R"({"op": 1})") == "t.kvtrace:2: op: expected a string, got a number");
   CHECK(event_error(R"({"op": "free", "seq": 1, "priority": 2})") ==
         "t.kvtrace:2: priority: unknown field");
   CHECK(event_error(R"({"op": "free", "seq": 1, "seq": 2})") ==
         "t.kvtrace:2: seq: duplicate field");
   CHECK(event_error(R"({"op": "admit", "seq": 1, "prompt": 4, "child": 2})") ==
-        "t.kvtrace:2: child: not a field of admit (it takes seq, prompt, prefix)");
+        "t.kvtrace:2: child: not a field of admit (it takes seq, prompt, prefix, hits)");
   CHECK(event_error(R"({"op": "check", "seq": 1})") ==
         "t.kvtrace:2: seq: not a field of check (it takes no fields)");
   CHECK(event_error(R"({"op": "admit", "seq": 1})") ==
@@ -244,6 +244,47 @@ TEST_CASE("kvtrace reader: per-event field errors name the field") {
   CHECK(event_error(R"({"op": "check"} {"op": "check"})") ==
         "t.kvtrace:2: json: expected end of line after the event, got '{'");
   CHECK(event_error("[1]") == "t.kvtrace:2: json: expected an event object, got '['");
+}
+
+TEST_CASE("kvtrace reader: the prefix cache's and the offload tiers' ops") {
+  auto events = read_all(std::string(kHeader) + "\n" +
+                         R"({"op": "cache", "seq": 3, "page": 2, "block": 9})"
+                         "\n"
+                         R"({"op": "uncache", "block": 9})"
+                         "\n"
+                         R"({"op": "store", "seq": 3, "page": 0, "tier": "disk", "key": 77})"
+                         "\n"
+                         R"({"op": "load", "tier": "cpu", "key": 5, "block": 8})"
+                         "\n"
+                         R"({"op": "drop", "tier": "disk", "key": 77})"
+                         "\n"
+                         R"({"op": "admit", "seq": 4, "prompt": 40, "hits": [8, 1]})"
+                         "\n"
+                         R"({"op": "admit", "seq": 5, "prompt": 4, "hits": []})"
+                         "\n");
+  REQUIRE(events.size() == 7);
+  CHECK(events[0].op == Op::kCache);
+  CHECK((events[0].seq == 3 && events[0].page == 2 && events[0].block == 9));
+  CHECK(events[1].op == Op::kUncache);
+  CHECK(events[2].op == Op::kStore);
+  CHECK((events[2].tier == 1 && events[2].key == 77 && events[2].page == 0));
+  CHECK(events[3].op == Op::kLoad);
+  CHECK((events[3].tier == 0 && events[3].key == 5 && events[3].block == 8));
+  CHECK(events[4].op == Op::kDrop);
+  CHECK(events[5].hits == std::vector<std::uint64_t>{8, 1});
+  CHECK(events[6].hits.empty());  // the previous event's hits do not leak
+  CHECK(event_error(R"({"op": "store", "seq": 0, "page": 0, "tier": "gpu", "key": 1})") ==
+        "t.kvtrace:2: tier: unknown tier 'gpu' (expected cpu or disk)");
+  CHECK(event_error(R"({"op": "load", "tier": "cpu", "key": 1})") ==
+        "t.kvtrace:2: block: missing (load needs block, tier, key)");
+  CHECK(event_error(R"({"op": "admit", "seq": 0, "prompt": 8, "prefix": "p", "hits": [1]})") ==
+        "t.kvtrace:2: hits: an admit takes a prefix or hits, not both");
+  CHECK(event_error(R"({"op": "admit", "seq": 0, "prompt": 8, "hits": [1, -2]})") ==
+        "t.kvtrace:2: hits: -2 is negative (must be >= 0)");
+  CHECK(event_error(R"({"op": "cache", "seq": 0, "page": 4294967296, "block": 1})") ==
+        "t.kvtrace:2: page: 4294967296 is too large (at most 4294967295)");
+  CHECK(event_error(R"({"op": "drop", "tier": "cpu", "key": 1, "seq": 2})") ==
+        "t.kvtrace:2: seq: not a field of drop (it takes tier, key)");
 }
 
 TEST_CASE("kvtrace_reader: the hash covers events it never read") {

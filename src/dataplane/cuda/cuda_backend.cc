@@ -175,6 +175,39 @@ class CudaBackend final : public KvBackend {
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
+  // One 2D copy per block: a row per layer, layer_bytes() apart in the arena.
+  void read_block(std::uint32_t block, std::span<std::uint8_t> block_bytes) override {
+    const std::uint64_t part = shape_.layer_block_bytes();
+    assert(block < shape_.pool_blocks && block_bytes.size() == part * shape_.layers);
+    const std::uint8_t* source =
+        shape_.data + shape_.offset(0, std::uint64_t{block} * shape_.page_tokens);
+    timed(
+        kKernelTierStore, 2 * block_bytes.size(),
+        [&] {
+          return cudaMemcpy2DAsync(block_bytes.data(), part, source, shape_.layer_bytes(), part,
+                                   shape_.layers, cudaMemcpyDeviceToHost, stream_);
+        },
+        "cudaMemcpy2DAsync (block to an offload tier)");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  void write_block(std::uint32_t block, std::span<const std::uint8_t> block_bytes) override {
+    const std::uint64_t part = shape_.layer_block_bytes();
+    assert(block < shape_.pool_blocks && block_bytes.size() == part * shape_.layers);
+    std::uint8_t* target =
+        shape_.data + shape_.offset(0, std::uint64_t{block} * shape_.page_tokens);
+    timed(
+        kKernelTierLoad, 2 * block_bytes.size(),
+        [&] {
+          return cudaMemcpy2DAsync(target, shape_.layer_bytes(), block_bytes.data(), part, part,
+                                   shape_.layers, cudaMemcpyHostToDevice, stream_);
+        },
+        "cudaMemcpy2DAsync (block from an offload tier)");
+    // Pageable host memory: the copy is staged, but the caller may reuse the
+    // buffer at once only after the copy has read it.
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
   void read_arena(std::span<std::uint8_t> out) override {
     assert(out.size() == shape_.bytes());
     check(cudaMemcpyAsync(out.data(), shape_.data, out.size(), cudaMemcpyDeviceToHost, stream_),
