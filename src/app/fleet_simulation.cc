@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <limits>
 #include <set>
 
@@ -13,6 +14,7 @@
 #include "app/simulation_internal.h"
 #include "app/terminal.h"
 #include "engine/fleet.h"
+#include "engine/trace_emitter.h"
 #include "formats/requests/request_reader.h"
 #include "report/paint.h"
 
@@ -559,13 +561,37 @@ InputResult<SimulationResult> simulate_fleet_file(
                      "sliding-window or hybrid groups cannot receive KV yet"}};
     }
   }
+  if (outputs.trace != nullptr && fleet_options.disaggregated()) {
+    return Unexpected{InputError{
+        "command line", 0, "--emit-trace",
+        "disaggregated serving moves KV between instances' pools, which one kvtrace cannot "
+        "express yet; emit the trace of a fleet of --replicas"}};
+  }
   Fleet fleet(config, options, fleet_options);
   const auto n = static_cast<std::uint32_t>(fleet.size());
   FleetCollector collected;
   attach_fleet_observers(fleet, options, outputs, terminal, collected);
+  // --emit-trace: one trace of the instances' schedules side by side (their
+  // sequences, names and keys disjoint) over the sum of their pools.
+  std::optional<TraceSink> trace_sink;
+  std::deque<TraceEmitter> emitters;
+  if (outputs.trace != nullptr) {
+    trace_sink.emplace([out = outputs.trace](std::string_view line) { out->write(line); });
+    std::uint64_t blocks = 0;
+    for (std::uint32_t i = 0; i < n; ++i) blocks += fleet.instance(i).usable_blocks();
+    if (auto problem = trace_sink->header(config.kv, blocks); !problem.empty()) {
+      return Unexpected{InputError{"command line", 0, "--emit-trace", problem}};
+    }
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (!fleet.instance(i).emit_trace(emitters.emplace_back(*trace_sink, i))) {
+        return Unexpected{InputError{"command line", 0, "--emit-trace",
+                                     "this engine's schedule cannot be written as a kvtrace"}};
+      }
+    }
+  }
   auto outputs_failed = [&outputs] {
-    for (OutputFile* out :
-         {outputs.timeline, outputs.requests, outputs.router_log, outputs.kv_events}) {
+    for (OutputFile* out : {outputs.timeline, outputs.requests, outputs.router_log,
+                            outputs.kv_events, outputs.trace}) {
       if (out != nullptr && out->failed()) return true;
     }
     return false;

@@ -280,7 +280,7 @@ InputResult<SimulationResult> PlanSimulator::simulate(const RunConfig& config,
           ? simulate_fleet_file(trace_file_, request_.format, config, deployment.options,
                                 deployment.fleet, FleetOutputs{}, {}, request_.trace_path)
           : simulate_file(trace_file_, request_.format, config, deployment.options, nullptr,
-                          nullptr, {}, faults, nullptr, nullptr, request_.trace_path);
+                          nullptr, {}, faults, nullptr, nullptr, nullptr, request_.trace_path);
   // Progress: simulations finished, from whichever thread finishes one.
   if (progress_) {
     std::lock_guard<std::mutex> lock(mutex_);

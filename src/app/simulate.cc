@@ -81,6 +81,7 @@ int run_simulate(const SimulateRequest& request) {
   OutputFile* requests_out = nullptr;
   OutputFile* router_log_out = nullptr;
   OutputFile* kv_events_out = nullptr;
+  OutputFile* trace_out = nullptr;
   if ((!request.report_path.empty() &&
        (report_out = outputs.open("the report", request.report_path, OutputFile::Flow::kWhole,
                                   "--report")) == nullptr) ||
@@ -98,7 +99,10 @@ int run_simulate(const SimulateRequest& request) {
                                       OutputFile::Flow::kStream, "--router-log")) == nullptr) ||
       (!request.kv_events_path.empty() &&
        (kv_events_out = outputs.open("the KV events", request.kv_events_path,
-                                     OutputFile::Flow::kStream, "--kv-events")) == nullptr)) {
+                                     OutputFile::Flow::kStream, "--kv-events")) == nullptr) ||
+      (!request.emit_trace_path.empty() &&
+       (trace_out = outputs.open("the emitted trace", request.emit_trace_path,
+                                 OutputFile::Flow::kStream, "--emit-trace")) == nullptr)) {
     eprint("{}\n", outputs.error());
     return kExitInput;
   }
@@ -112,15 +116,15 @@ int run_simulate(const SimulateRequest& request) {
   auto progress = ProgressLine::for_stderr(!request.quiet, 16, request.trace_path);
   const SimulateTerminal terminal{progress.get(), color_enabled(summary_stream)};
   auto result =
-      fleet
-          ? simulate_fleet_file(
-                request.trace_path, request.format, config.value(), request.options, request.fleet,
-                FleetOutputs{timeline_out, requests_out, router_log_out,
-                             html_out != nullptr ? &fleet_samplers : nullptr, kv_events_out},
-                terminal)
-          : simulate_file(request.trace_path, request.format, config.value(), request.options,
-                          timeline_out, sampler ? &*sampler : nullptr, terminal, SimFaults{},
-                          requests_out, kv_events_out);
+      fleet ? simulate_fleet_file(request.trace_path, request.format, config.value(),
+                                  request.options, request.fleet,
+                                  FleetOutputs{timeline_out, requests_out, router_log_out,
+                                               html_out != nullptr ? &fleet_samplers : nullptr,
+                                               kv_events_out, trace_out},
+                                  terminal)
+            : simulate_file(request.trace_path, request.format, config.value(), request.options,
+                            timeline_out, sampler ? &*sampler : nullptr, terminal, SimFaults{},
+                            requests_out, kv_events_out, trace_out);
   if (progress) progress->clear();
   if (!result) {
     eprint("{}\n", result.error().to_string());
@@ -184,6 +188,10 @@ class SimulateCommand final : public Command {
     app.add_option("--kv-events", request_.kv_events_path,
                    "vllm: write the caches' changes here as vLLM's KV events, one KVEventBatch "
                    "JSON line per step (- for stdout; kvreplay events checks them)");
+    app.add_option("--emit-trace", request_.emit_trace_path,
+                   "paged vllm or generic engine: write the schedule the run made as a kvtrace "
+                   "here (admits, appends, frees, the prefix cache's and the offload tiers' ops), "
+                   "for kvreplay replay --backend cpu --verify (- for stdout)");
     app.add_flag("-q,--quiet", request_.quiet, "print no summary");
     // A fleet (SPEC 3.6): replicas behind a router.
     replicas_ = app.add_option("--replicas", request_.fleet.replicas,
@@ -278,6 +286,7 @@ class SimulateCommand final : public Command {
     }
     set_activation_limits(request_.overrides, request_.options);
     request_.options.kv_events = !request_.kv_events_path.empty();
+    request_.options.emit_trace = !request_.emit_trace_path.empty();
     if (auto problem = resolve_fleet()) return usage_error(*problem);
     if (auto problem = resolve_load()) return usage_error(*problem);
     if (auto problem = prices_.load()) {

@@ -23,6 +23,7 @@ struct SimulateRequest {
   FleetOptions fleet;           // --replicas, --router...: a fleet when replicas > 1
   std::string router_log_path;  // --router-log: one CSV row per routing decision
   std::string kv_events_path;   // --kv-events: one KVEventBatch JSON line per step
+  std::string emit_trace_path;  // --emit-trace: the run as a kvtrace (engine/trace_emitter.h)
 };
 
 int run_simulate(const SimulateRequest& request);

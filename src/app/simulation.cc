@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "core/memory_budget.h"
+#include "engine/trace_emitter.h"
 #include "formats/requests/request_reader.h"
 #include "io/byte_source.h"
 #include "report/report.h"
@@ -531,13 +532,11 @@ std::string simulation_summary(const ReportSource& source, const Simulator& sim,
 
 }  // namespace sim_detail
 
-InputResult<SimulationResult> simulate_file(const std::string& path,
-                                            std::optional<RequestFormat> format,
-                                            const RunConfig& config, const SimOptions& options,
-                                            OutputFile* timeline, TimelineSampler* sampler,
-                                            const SimulateTerminal& terminal,
-                                            const SimFaults& faults, OutputFile* requests,
-                                            OutputFile* kv_events, const std::string& shown_as) {
+InputResult<SimulationResult> simulate_file(
+    const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
+    const SimOptions& options, OutputFile* timeline, TimelineSampler* sampler,
+    const SimulateTerminal& terminal, const SimFaults& faults, OutputFile* requests,
+    OutputFile* kv_events, OutputFile* trace, const std::string& shown_as) {
   auto start = std::chrono::steady_clock::now();
   auto opened = RequestReader::open(path, format, shown_as);
   if (!opened) return Unexpected{opened.error()};
@@ -552,10 +551,25 @@ InputResult<SimulationResult> simulate_file(const std::string& path,
       kv_events->write(kv_event_batch_line(ts, log, pt, std::nullopt));
     };
   }
-  auto timeline_failed = [timeline, requests, kv_events] {
+  // --emit-trace: the header first (the pool the run's blocks come from),
+  // then the engine's events as it runs.
+  std::optional<TraceSink> trace_sink;
+  std::optional<TraceEmitter> emitter;
+  if (trace != nullptr) {
+    trace_sink.emplace([trace](std::string_view line) { trace->write(line); });
+    if (auto problem = trace_sink->header(config.kv, sim.usable_blocks()); !problem.empty()) {
+      return Unexpected{InputError{"command line", 0, "--emit-trace", problem}};
+    }
+    emitter.emplace(*trace_sink, 0);
+    if (!sim.emit_trace(*emitter)) {
+      return Unexpected{InputError{"command line", 0, "--emit-trace",
+                                   "this engine's schedule cannot be written as a kvtrace"}};
+    }
+  }
+  auto timeline_failed = [timeline, requests, kv_events, trace] {
     return (timeline != nullptr && timeline->failed()) ||
            (requests != nullptr && requests->failed()) ||
-           (kv_events != nullptr && kv_events->failed());
+           (kv_events != nullptr && kv_events->failed()) || (trace != nullptr && trace->failed());
   };
 
   // The trace is read as the simulation goes, so memory is bounded by the

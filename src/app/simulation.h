@@ -63,7 +63,7 @@ InputResult<SimulationResult> simulate_file(
     const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,
     const SimOptions& options, OutputFile* timeline, TimelineSampler* sampler = nullptr,
     const SimulateTerminal& terminal = {}, const SimFaults& faults = {},
-    OutputFile* requests = nullptr, OutputFile* kv_events = nullptr,
+    OutputFile* requests = nullptr, OutputFile* kv_events = nullptr, OutputFile* trace = nullptr,
     const std::string& shown_as = {});
 
 // `simulate --replicas N` (N > 1): a fleet of N instances behind a router
@@ -81,6 +81,8 @@ struct FleetOutputs {
   std::vector<TimelineSampler>* samplers = nullptr;
   // --kv-events: each instance's batches, with an `instance` key.
   OutputFile* kv_events = nullptr;
+  // --emit-trace: the instances' schedules as one kvtrace (engine/trace_emitter.h).
+  OutputFile* trace = nullptr;
 };
 InputResult<SimulationResult> simulate_fleet_file(
     const std::string& path, std::optional<RequestFormat> format, const RunConfig& config,

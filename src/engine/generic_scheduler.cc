@@ -193,6 +193,7 @@ bool GenericScheduler::run_flight(Flight& flight, std::uint32_t& budget, std::si
           return false;
         }
         ++totals_.forks;
+        if (trace_ != nullptr) child.trace_seq = trace_->fork(flight.samples[0].trace_seq);
         state_.logical_tokens += child.table.length();
         state_.table_entries += child.table.entries().size();
         request_entries_ += child.table.entries().size();
@@ -276,6 +277,7 @@ bool GenericScheduler::append(Flight& flight, Sample& sample, std::uint32_t toke
   state_.logical_tokens += tokens;
   state_.table_entries += sample.table.entries().size() - pages_before;
   request_entries_ += sample.table.entries().size() - pages_before;
+  trace_grew(sample, tokens, flight.cached_pages);
   return true;
 }
 
@@ -347,6 +349,7 @@ void GenericScheduler::offer_to_cache(Flight& flight) {
     walk.skip(pages - 1);             // the loop's next() moves past the last of them
     page += pages - 1;
   }
+  trace_cached(flight.samples[0], flight.cached_pages, last);
   flight.cached_pages = std::max(flight.cached_pages, full_pages);
 }
 

@@ -90,6 +90,25 @@ void PagedScheduler::release_received(std::span<const BlockId> blocks) {
   }
 }
 
+bool PagedScheduler::attach_trace(TraceEmitter& trace) {
+  if (!paged() || hybrid_) return false;
+  trace_ = &trace;
+  cache_.log_evictions(&trace.evictions());
+  return true;
+}
+
+void PagedScheduler::trace_cached(const Sample& sample, std::uint32_t from, std::uint32_t to) {
+  if (trace_ == nullptr || sample.trace_seq == TraceEmitter::kNoSeq) return;
+  const std::span<const BlockId> entries = sample.table.entries();
+  to = std::min<std::uint32_t>(to, static_cast<std::uint32_t>(entries.size()));
+  for (std::uint32_t page = from; page < to; ++page) {
+    const BlockId b = entries[page];
+    if (b != kInvalidBlock && cache_.is_cached(b) && !trace_->named(b)) {
+      trace_->cache(sample.trace_seq, page, b);
+    }
+  }
+}
+
 PagedScheduler::PagedScheduler(EngineShell& shell)
     : shell_(shell),
       config_(shell.config),
@@ -237,7 +256,16 @@ void PagedScheduler::release_sample(Sample& sample) {
     request_entries_ -= blocks.size() - skipped;
     // Last page first: a sequence's tail is evicted before its shared prefix.
     cache_.released_last_first(blocks, pool_, tick_);
+    if (trace_ != nullptr && g == 0 && sample.trace_seq != TraceEmitter::kNoSeq) {
+      trace_->free(sample.trace_seq);
+      // A block the trace's cache took that the prefix cache does not hold
+      // (a loaded page it never cached) goes with the sequence.
+      for (BlockId b : blocks) {
+        if (trace_->named(b) && !cache_.is_cached(b)) trace_->uncache(b);
+      }
+    }
   }
+  sample.trace_seq = TraceEmitter::kNoSeq;
 }
 
 void PagedScheduler::record_in_use(std::uint32_t in_use, std::uint32_t resident) {

@@ -22,6 +22,7 @@
 #include "core/invariants.h"
 #include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
+#include "engine/trace_emitter.h"
 #include "engine/waiting_hits.h"
 
 namespace kvreplay {
@@ -48,6 +49,7 @@ class PagedScheduler : public Scheduler {
   std::uint32_t cached_prompt_tokens(const Request& request) const override;
   std::optional<ReceivedKv> receive_kv(const Request& request) override;
   void release_received(std::span<const BlockId> blocks) override;
+  bool attach_trace(TraceEmitter& trace) override;
 
  protected:
   struct Sample {
@@ -60,6 +62,8 @@ class PagedScheduler : public Scheduler {
     // vllm with several KV-cache groups: the tables of groups 1.. (group 0's
     // is `table`), all of the same length.
     std::vector<SequenceBlockTable> more;
+    // --emit-trace: the sample's sequence in the trace, once it has grown.
+    std::uint64_t trace_seq = TraceEmitter::kNoSeq;
   };
   struct Flight {
     // What every step reads first, together (a step visits every running
@@ -143,6 +147,20 @@ class PagedScheduler : public Scheduler {
   // Cache keys of a trace's named prefixes (above every hash id).
   static constexpr std::uint64_t kPrefixChainBase = 1ull << 63;
   void record_in_use(std::uint32_t in_use, std::uint32_t resident);
+  // --emit-trace: the sample grew by `tokens` (its length counts them): new to
+  // the trace, it is admitted with its first `hit_pages` pages as hits
+  // (cached blocks, all named); else the tokens are appended.
+  void trace_grew(Sample& sample, std::uint32_t tokens, std::uint32_t hit_pages) {
+    if (trace_ == nullptr) return;
+    if (sample.trace_seq == TraceEmitter::kNoSeq) {
+      sample.trace_seq = trace_->admit(sample.length, sample.table.entries().first(hit_pages));
+    } else {
+      trace_->append(sample.trace_seq, tokens);
+    }
+  }
+  // --emit-trace: the pages [from, to) of the sample that the cache holds now
+  // and the trace's does not.
+  void trace_cached(const Sample& sample, std::uint32_t from, std::uint32_t to);
 
   EngineShell& shell_;
   const RunConfig& config_;
@@ -178,6 +196,7 @@ class PagedScheduler : public Scheduler {
   // Blocks held for transfers in flight (receive_kv), each with its holds.
   std::unordered_map<BlockId, std::uint32_t> received_;
   std::vector<BlockId> release_scratch_;  // a released table's entries (release_sample)
+  TraceEmitter* trace_ = nullptr;         // --emit-trace
 };
 
 inline std::optional<PageKey> PagedScheduler::page_key(const Flight& flight,

@@ -250,6 +250,7 @@ inline void PrefixCache::uncache(BlockId b) {
     eviction_log_.clear();
   }
   eviction_log_.push_back(b);
+  if (evicted_log_ != nullptr) evicted_log_->push_back(b);
   ++evictions_;
 }
 
@@ -316,6 +317,7 @@ void PrefixCache::uncache_lru_front(std::uint32_t count, Taken&& taken) {
     ++i;
   }
   lru_front_ = at;
+  if (evicted_log_ != nullptr) evicted_log_->insert(evicted_log_->end(), log, log + count);
   evictions_ += count;
   evictable_count_ -= count;
   lru_advance();

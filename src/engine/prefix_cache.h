@@ -238,6 +238,12 @@ class PrefixCache {
     bool stored = false;
   };
   void log_changes(std::vector<KeyChange>* log) { change_log_ = log; }
+  // While set, every block evicted is appended to `log`, in eviction order
+  // (simulate --emit-trace: each becomes an `uncache`). Unlike evicted_since,
+  // nothing is dropped: the caller empties it.
+  void log_evictions(std::vector<BlockId>* log) { evicted_log_ = log; }
+  // Whether block b is cached now (under any key).
+  bool is_cached(BlockId b) const { return b < entry_count_ && entries_[b].cached; }
   void log_parent(std::optional<PageKey> parent) { log_parent_ = parent; }
   // Verifies C1-C7 (see the top of this file) against `pool`, the pool whose
   // blocks the cache holds; the first violation found, or nullopt. Linear in
@@ -487,6 +493,7 @@ class PrefixCache {
   std::vector<BlockId> eviction_log_;  // evictions [log_base_, evictions_)
   std::uint64_t log_base_ = 0;
   std::vector<KeyChange>* change_log_ = nullptr;  // see log_changes
+  std::vector<BlockId>* evicted_log_ = nullptr;   // see log_evictions
   std::optional<PageKey> log_parent_;
 };
 

@@ -33,6 +33,8 @@
 
 namespace kvreplay {
 
+class TraceEmitter;
+
 // --kv-events (SPEC 3.8): what changed in an engine's caches during a step,
 // which the shell publishes as one KVEventBatch (Simulator::on_kv_events):
 // the GPU prefix cache's keys as they became cached or stopped being, and
@@ -173,6 +175,13 @@ class Scheduler {
   virtual std::optional<double> wake_at() const { return std::nullopt; }
   // The transfer is done: the held blocks become ordinary cached blocks.
   virtual void release_received(std::span<const BlockId> blocks) { (void)blocks; }
+  // --emit-trace (engine/trace_emitter.h): from now on the engine writes what
+  // it does to its pool, tables and caches through `trace`. False where the
+  // engine cannot (sim_options_error refuses such runs first).
+  virtual bool attach_trace(TraceEmitter& trace) {
+    (void)trace;
+    return false;
+  }
 };
 
 // The table of engines: what --engine accepts and how each is made.

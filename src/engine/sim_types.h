@@ -272,6 +272,9 @@ struct SimOptions {
   // --kv-events: the engine logs its caches' changes (EngineShell::events);
   // the vllm engine's only, for now.
   bool kv_events = false;
+  // --emit-trace: the run is written as a kvtrace (engine/trace_emitter.h);
+  // the paged vllm and generic engines', without hybrid KV-cache groups.
+  bool emit_trace = false;
 };
 
 // What is wrong with running `options` on `config`, or nullopt: the KV-cache

@@ -146,6 +146,26 @@ std::optional<std::string> sim_options_error(const RunConfig& config, const SimO
     return std::string(
         "--kv-events needs --engine vllm with the prefix cache, without hybrid KV-cache groups");
   }
+  if (options.emit_trace) {
+    // A kvtrace has one table per sequence over one pool of whole-model
+    // blocks, and a prefix cache of full pages: what the paged vllm and
+    // generic engines keep. SGLang's radix tree caches partial pages.
+    if (options.engine == EngineKind::kSglang) {
+      return std::string(
+          "--emit-trace needs --engine vllm or generic (the sglang engine's radix cache is not "
+          "written as a kvtrace yet)");
+    }
+    if (options.allocator != AllocatorKind::kPaged) {
+      return std::string(
+          "--emit-trace needs the paged allocator (a contiguous region is no "
+          "block table)");
+    }
+    if (hybrid) {
+      return std::string(
+          "--emit-trace is not supported with hybrid KV-cache groups (several groups, or a "
+          "sliding window): a kvtrace sequence has one table");
+    }
+  }
   if (options.cost.kind == CostKind::kRoofline) {
     if (!config.model_spec) {
       return std::string(
@@ -301,9 +321,16 @@ bool Simulator::run_until(double horizon) {
   }
 }
 
+bool Simulator::emit_trace(TraceEmitter& trace) {
+  if (!scheduler_->attach_trace(trace)) return false;
+  trace_ = &trace;
+  return true;
+}
+
 bool Simulator::step(double horizon) {
   shell_.step_start = now_;
   shell_.work.clear();
+  if (trace_ != nullptr) trace_->at(now_);
   if (!scheduler_->step()) return false;
   if (shell_.work.tokens() == 0 && shell_.step_done.empty() && shell_.step_first_tokens.empty()) {
     if (auto wake = scheduler_->wake_at(); wake && *wake > now_) {
@@ -368,6 +395,7 @@ bool Simulator::check_now() {
 }
 
 bool Simulator::finish() {
+  if (trace_ != nullptr) trace_->flush();
   if (options_.check.mode == CheckPolicy::Mode::kOff) return true;
   return check_now();
 }

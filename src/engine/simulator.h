@@ -9,6 +9,7 @@
 
 #include "engine/scheduler.h"
 #include "engine/sim_types.h"
+#include "engine/trace_emitter.h"
 
 namespace kvreplay {
 
@@ -40,7 +41,7 @@ class Simulator {
   // Returns false when an invariant check failed.
   bool run_until(double horizon);
   // The end-of-run check.
-  bool finish();
+  bool finish();  // the final checks; a trace being emitted is flushed
 
   const SimTotals& sim_totals() const { return shell_.sim; }
   const ReplayTotals& totals() const { return shell_.totals; }
@@ -85,6 +86,11 @@ class Simulator {
   std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const {
     return scheduler_->running_group_tables();
   }
+
+  // --emit-trace (options().emit_trace): the engine writes its schedule
+  // through `trace` from now on (engine/trace_emitter.h), each step's events
+  // stamped with its start. False where the engine cannot.
+  bool emit_trace(TraceEmitter& trace);
 
   // Called after every step (for the timeline).
   std::function<void(const Simulator&)> on_step;
@@ -156,6 +162,7 @@ class Simulator {
   // on_request, then on_request_end.
   std::function<void(const RequestTimes&)> engine_skipped_;
   std::unique_ptr<Scheduler> scheduler_;
+  TraceEmitter* trace_ = nullptr;  // --emit-trace
   std::deque<Request> arriving_;
   double now_ = 0.0;
   std::optional<Roofline> roofline_;

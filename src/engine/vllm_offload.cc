@@ -170,6 +170,15 @@ VllmScheduler::TierHit VllmScheduler::load_from_tiers(Flight& flight, std::uint3
     offload_->issue_load(t, std::move(tier_keys), owned.get(), shell_.step_start);
     ++owned->loads_in_flight;
   }
+  if (trace_ != nullptr) {
+    // The trace's loads fill the blocks taken for them, which its cache
+    // holds; the sequence is admitted on them and the GPU hits.
+    const std::span<const BlockId> entries = sample.table.entries();
+    for (std::uint32_t i = 0; i < pages; ++i) {
+      trace_->load(trace_tier(tier_of_[i]), keys[gpu_pages + i], entries[gpu_pages + i]);
+    }
+    sample.trace_seq = trace_->admit(sample.length, entries.first(gpu_pages + pages));
+  }
   loading_.push_back(std::move(owned));
   return TierHit::kLoading;
 }
@@ -242,6 +251,9 @@ bool VllmScheduler::queue_stores(const Scheduled& scheduled) {
         continue;
       }
       offload_->figures(t).evicted += plan->evicted.size();
+      if (trace_ != nullptr) {
+        for (std::uint64_t key : plan->evicted) trace_->drop(trace_tier(t), key);
+      }
       const std::uint32_t first = next;
       next = full;
       if (plan->stored.empty()) continue;
@@ -252,6 +264,9 @@ bool VllmScheduler::queue_stores(const Scheduled& scheduled) {
       for (std::uint32_t page = first; page < full && j < plan->stored.size(); ++page) {
         if (keys[page] != plan->stored[j]) continue;
         ++j;
+        if (trace_ != nullptr) {
+          trace_->store(flight->samples[0].trace_seq, page, trace_tier(t), keys[page]);
+        }
         const BlockId b = entries[page];
         if (auto held = pool_.retain(b); !held) {
           violation_ = Violation{sim_.steps + 1, flight->request.line, "I1",

@@ -149,6 +149,7 @@ bool VllmScheduler::cache_new_full_blocks(Flight& flight, std::uint32_t full_pag
   const std::span<const BlockId> entries = sample.table.entries();
   const std::uint32_t last =
       std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
+  const std::uint32_t first = flight.cached_pages;
   HashedPages walk(flight.request, pt, flight.cached_pages);
   for (std::uint32_t page = flight.cached_pages; page < last; ++page, walk.next()) {
     if (!hybrid_ && walk.hashed()) {
@@ -189,6 +190,7 @@ bool VllmScheduler::cache_new_full_blocks(Flight& flight, std::uint32_t full_pag
       return caching_failed(flight, page, cached.error());
     }
   }
+  trace_cached(sample, first, last);
   flight.cached_pages = std::max(flight.cached_pages, full_pages);
   return true;
 }
@@ -214,6 +216,7 @@ bool VllmScheduler::appended(Flight& flight, std::uint32_t tokens) {
   flight.samples[0].length += tokens;
   totals_.tokens_appended += tokens;
   state_.logical_tokens += tokens;
+  trace_grew(flight.samples[0], tokens, flight.cached_pages);
   return cache_full_blocks(flight);
 }
 

@@ -87,6 +87,10 @@ class VllmScheduler final : public PagedScheduler {
   // tier (OffloadingConnectorScheduler._get_reqs_to_store).
   bool queue_stores(const Scheduled& scheduled);
   void unpin(BlockId b);
+  // A tier's index in a kvtrace (--emit-trace): 0 cpu, 1 disk.
+  std::size_t trace_tier(std::size_t t) const {
+    return offload_->tier_options(t).medium == OffloadMedium::kCpu ? 0 : 1;
+  }
   // The tiers' events to shell_.events (--kv-events), or dropped.
   void take_tier_events();
   std::unique_ptr<OffloadConnector> offload_;

@@ -75,6 +75,57 @@ run_cmd "$kvreplay" replay traces/oom.jsonl --on-oom fail --backend cpu --verify
 check '[[ $rc -eq 3 ]]' "exit $rc, expected 3: $(err_text 1500)"
 finish "replay traces/oom.jsonl --on-oom fail --backend cpu --verify (exit 3)"
 
+# --- simulate --emit-trace: the schedule replays with every byte verified ----
+# A slice of the Mooncake trace on a small pool (evictions, preemptions) with
+# a tiny geometry; the replay's block figures must be the simulation's.
+head -120 traces/requests/mooncake_conv.jsonl >"$work/m120.jsonl"
+small=(--layers 2 --kv-heads 1 --head-dim 16 --pool-blocks 600)
+for engine in "--engine vllm" "--engine vllm --offload cpu:16MiB,disk:32MiB" "--engine generic" \
+  "--engine vllm --replicas 2 --router prefix-aware"; do
+  # shellcheck disable=SC2086  # the engine's options, split on purpose
+  run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" $engine -q \
+    --emit-trace "$work/emitted.jsonl" --report "$work/sim.json"
+  check '[[ $rc -eq 0 ]]' "simulate: exit $rc: $(err_text 1500)"
+  check 'head -1 "$work/emitted.jsonl" | jq -e ".kvtrace == 1 and .config.layers == 2" >/dev/null' \
+    "header: $(head -c 300 "$work/emitted.jsonl")"
+  run_cmd "$kvreplay" replay "$work/emitted.jsonl" --backend cpu --verify --check 997 \
+    --report "$work/replayed.json"
+  check '[[ $rc -eq 0 ]]' "replay: exit $rc: $(err_text 1500)"
+  check 'grep -q "^  verified  *[1-9][0-9]* checkpoints: [1-9][0-9]* tables" "$work/out"' \
+    "no verified tables: $(grep verified "$work/out")"
+  check '[[ "$(jq -c "[.blocks.allocations, .blocks.frees, .blocks.final_used]" "$work/sim.json")" == \
+    "$(jq -c "[.blocks.allocations, .blocks.frees, .blocks.final_used]" "$work/replayed.json")" ]]' \
+    "blocks differ: $(jq -c .blocks "$work/sim.json") vs $(jq -c .blocks "$work/replayed.json")"
+  check 'jq -e ".cache_ops.hit_pages > 0 and .oom.events == 0 and .status == \"ok\"" "$work/replayed.json" >/dev/null' \
+    "cache_ops: $(jq -c .cache_ops "$work/replayed.json")"
+  finish "simulate $engine --emit-trace, then replay --backend cpu --verify"
+done
+run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine vllm -q \
+  --offload cpu:16MiB --emit-trace "$work/tiers.jsonl"
+check '[[ $rc -eq 0 ]] && grep -q "\"op\":\"load\"" "$work/tiers.jsonl" && grep -q "\"op\":\"drop\"" "$work/tiers.jsonl"' \
+  "no load or drop in the emitted offload trace: exit $rc"
+finish "simulate --offload --emit-trace writes stores, loads and drops"
+
+run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine sglang -q \
+  --emit-trace "$work/sglang.jsonl"
+check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
+check 'grep -q "emit-trace needs --engine vllm or generic" "$work/err"' "message: $(err_text 300)"
+check '[[ ! -s "$work/sglang.jsonl" ]]' "a trace was written for a refused run"
+finish "simulate --engine sglang --emit-trace is refused (exit 2)"
+
+run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine vllm -q \
+  --prefill-replicas 1 --decode-replicas 1 --emit-trace "$work/pd.jsonl"
+check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
+check 'grep -q "disaggregated serving moves KV between" "$work/err"' "message: $(err_text 300)"
+finish "simulate with disaggregated serving --emit-trace is refused (exit 2)"
+
+run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine vllm -q \
+  --emit-trace "$work/m120.jsonl"
+check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
+check '[[ "$(head -120 traces/requests/mooncake_conv.jsonl | cmp - "$work/m120.jsonl" && echo same)" == same ]]' \
+  "the input trace was overwritten"
+finish "simulate --emit-trace onto its own input is refused (exit 2)"
+
 # --- A planted missing copy-on-write: exit 1, naming sequence, position, event -
 run_cmd "$fault" traces/fork_cow.jsonl --skip-copy 1
 check '[[ $rc -eq 1 ]]' "exit $rc, expected 1: $(err_text 1500)"

@@ -1,0 +1,243 @@
+// simulate --emit-trace (engine/trace_emitter.h): a simulation's schedule,
+// written as a kvtrace, replays on the cpu data plane with every table, cached
+// page and tier copy verified at every event, and with the simulation's own
+// figures: tokens, cache hits, evictions, forks, copies, tier traffic.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dataplane/support.h"
+#include "engine/micro_config.h"
+#include "engine/simulator.h"
+#include "engine/trace_emitter.h"
+
+namespace kvreplay {
+namespace {
+
+Request hashed(std::uint32_t i, std::uint32_t prompt, std::uint32_t output,
+               std::vector<std::uint64_t> ids, double arrival, std::uint32_t n = 1) {
+  Request r;
+  r.id = std::to_string(i);
+  r.prompt = prompt;
+  r.output = output;
+  r.hash_ids = std::move(ids);
+  r.hash_block_tokens = 4;
+  r.arrival = arrival;
+  r.n = n;
+  return r;
+}
+
+// Prompts from a few shared prefixes (hash blocks of one page), some of n > 1,
+// arriving fast enough that a small pool evicts and preempts.
+std::vector<Request> random_requests(std::uint64_t seed, int count, bool samples) {
+  std::mt19937_64 rng(seed);
+  std::vector<Request> requests;
+  double t = 0;
+  for (int i = 0; i < count; ++i) {
+    t += std::uniform_real_distribution<double>(0.0, 0.01)(rng);
+    const std::uint64_t family = rng() % 5;
+    const auto pages = static_cast<std::uint32_t>(1 + rng() % 6);
+    std::vector<std::uint64_t> ids;
+    for (std::uint32_t p = 0; p < pages; ++p) ids.push_back(family * 100 + p + 1);
+    const auto extra = static_cast<std::uint32_t>(rng() % 4);
+    const std::uint32_t n =
+        samples && rng() % 4 == 0 ? 2 + static_cast<std::uint32_t>(rng() % 2) : 1;
+    requests.push_back(hashed(static_cast<std::uint32_t>(i), pages * 4 + extra,
+                              static_cast<std::uint32_t>(1 + rng() % 9), ids, t, n));
+  }
+  return requests;
+}
+
+struct Emitted {
+  std::string trace;
+  std::uint64_t events = 0;
+  SimTotals sim;
+  ReplayTotals totals;
+  std::uint64_t evictions = 0;
+  std::uint32_t final_used = 0;
+  nlohmann::json figures;
+};
+
+Emitted simulate(const RunConfig& config, const SimOptions& options,
+                 std::vector<Request> requests) {
+  Emitted out;
+  Simulator sim(config, options);
+  TraceSink sink([&out](std::string_view line) { out.trace.append(line); });
+  REQUIRE(sink.header(config.kv, sim.usable_blocks()).empty());
+  TraceEmitter emitter(sink, 0);
+  REQUIRE(sim.emit_trace(emitter));
+  for (Request& r : requests) {
+    REQUIRE(sim.run_until(r.arrival));
+    sim.submit(std::move(r));
+  }
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  REQUIRE_FALSE(sim.violation());
+  out.events = sink.events();
+  out.sim = sim.sim_totals();
+  out.totals = sim.totals();
+  out.evictions = sim.scheduler().evictions();
+  out.final_used = sim.used_blocks();
+  out.figures = {{"prefix_cache", nlohmann::json::object()}};
+  sim.scheduler().add_figures(out.figures);
+  return out;
+}
+
+test::DataReplay replay_every_event(const std::string& trace, DataPlaneFaults faults = {}) {
+  DataPlaneOptions verify;
+  verify.verify = true;
+  return test::replay_text(trace, BackendKind::kCpu, verify, faults,
+                           CheckPolicy{CheckPolicy::Mode::kEvery, 1});
+}
+
+SimOptions vllm_options() {
+  SimOptions options;
+  options.engine = EngineKind::kVllm;
+  options.watermark = 0.0;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
+  options.emit_trace = true;
+  return options;
+}
+
+TEST_CASE("emit trace: a vllm run replays verified at every event, with its own figures",
+          "[emit]") {
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    INFO("seed " << seed);
+    const Emitted run = simulate(micro_config(16), vllm_options(), random_requests(seed, 80, true));
+    REQUIRE(run.sim.finished == 80);
+    REQUIRE(run.sim.preemptions > 0);  // the pool is small enough to matter
+    REQUIRE(run.evictions > 0);
+    const test::DataReplay replay = replay_every_event(run.trace);
+    INFO(replay.input_message);
+    REQUIRE_FALSE(replay.input_error);
+    REQUIRE_FALSE(replay.violated);
+    CHECK(replay.totals.oom_events == 0);
+    CHECK(replay.totals.events == run.events);
+    CHECK(replay.totals.tokens_appended == run.totals.tokens_appended);
+    // Every hit, a preempted request's again on its return, is a shared page.
+    CHECK(replay.totals.hit_pages == run.sim.hit_blocks + run.sim.preempted_hits / 4);
+    CHECK(replay.totals.cache_drops == run.evictions);
+    CHECK(replay.totals.cache_holds - replay.totals.cache_drops == run.final_used);
+    CHECK(replay.totals.peak_cached <= 15);
+    CHECK(replay.verify.checkpoints >= replay.totals.events);
+    CHECK(replay.verify.tables > 0);
+    CHECK(replay.verify.cached > 0);
+  }
+}
+
+TEST_CASE("emit trace: offload stores, loads and tier evictions replay byte for byte", "[emit]") {
+  SimOptions options = vllm_options();
+  options.offload.tiers.push_back({OffloadMedium::kCpu, 6 * 128, 1e-3, 1000});
+  options.offload.tiers.push_back({OffloadMedium::kDisk, 20 * 128, 1e-3, 1000});
+  const Emitted run = simulate(micro_config(14), options, random_requests(7, 120, false));
+  REQUIRE(run.sim.finished == 120);
+  const nlohmann::json& tiers = run.figures["offload"]["tiers"];
+  const test::DataReplay replay = replay_every_event(run.trace);
+  INFO(replay.input_message);
+  REQUIRE_FALSE(replay.input_error);
+  REQUIRE_FALSE(replay.violated);
+  CHECK(replay.totals.oom_events == 0);
+  CHECK(replay.verify.copies > 0);
+  std::uint64_t loaded = 0;
+  for (std::size_t t = 0; t < 2; ++t) {
+    const nlohmann::json& tier = tiers[t == 0 ? "cpu" : "disk"];
+    INFO("tier " << t);
+    CHECK(tier["loaded"].get<std::uint64_t>() > 0);
+    CHECK(replay.totals.tier_stores[t] == tier["stored"].get<std::uint64_t>());
+    CHECK(replay.totals.tier_loads[t] == tier["loaded"].get<std::uint64_t>());
+    CHECK(replay.totals.tier_drops[t] == tier["evicted"].get<std::uint64_t>());
+    loaded += tier["loaded"].get<std::uint64_t>();
+  }
+  // A loaded page is written by the load, not appended; the admit on it
+  // counts it as a hit.
+  CHECK(replay.totals.tokens_appended == run.totals.tokens_appended - loaded * 4);
+  CHECK(replay.totals.hit_pages == run.sim.hit_blocks + run.sim.preempted_hits / 4 + loaded);
+
+  // A load that leaves its block unwritten is caught, in the same schedule.
+  DataPlaneFaults faults;
+  faults.skip_load = 1;
+  const test::DataReplay broken = replay_every_event(run.trace, faults);
+  CHECK(broken.violated);
+  REQUIRE(broken.violation);
+  CHECK(broken.violation->invariant == "D1");
+}
+
+TEST_CASE("emit trace: the generic engine's forks and copy-on-writes replay as run", "[emit]") {
+  SimOptions options;
+  options.engine = EngineKind::kGeneric;
+  options.watermark = 0.0;
+  options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
+  options.emit_trace = true;
+  const Emitted run = simulate(micro_config(24), options, random_requests(11, 60, true));
+  REQUIRE(run.sim.finished == 60);
+  REQUIRE(run.totals.forks > 0);
+  REQUIRE(run.totals.cow_copies > 0);
+  const test::DataReplay replay = replay_every_event(run.trace);
+  INFO(replay.input_message);
+  REQUIRE_FALSE(replay.input_error);
+  REQUIRE_FALSE(replay.violated);
+  CHECK(replay.totals.forks == run.totals.forks);
+  CHECK(replay.totals.cow_copies == run.totals.cow_copies);
+  CHECK(replay.totals.tokens_appended == run.totals.tokens_appended);
+  CHECK(replay.totals.cache_drops == run.evictions);
+}
+
+TEST_CASE("emit trace: one-token appends batch into a decode, an eviction is uncached first",
+          "[emit]") {
+  std::string text;
+  TraceSink sink([&text](std::string_view line) { text.append(line); });
+  TraceEmitter emitter(sink, 1);
+  emitter.at(0.5);
+  const std::uint64_t a = emitter.admit(4, {});
+  const std::uint64_t b = emitter.admit(3, {});
+  emitter.cache(a, 0, 7);
+  CHECK(emitter.named(7));
+  emitter.at(1.0);
+  emitter.append(a, 1);
+  emitter.append(b, 1);
+  emitter.evictions().push_back(7);  // the prefix cache evicted block 7
+  emitter.append(b, 1);              // b again, after the eviction
+  emitter.append(a, 2);
+  emitter.flush();
+  const std::uint64_t name = TraceEmitter::kInstanceNames + 7;
+  CHECK(text == fmt::format("{{\"t\":0.5,\"op\":\"admit\",\"seq\":0,\"prompt\":4}}\n"
+                            "{{\"t\":0.5,\"op\":\"admit\",\"seq\":1,\"prompt\":3}}\n"
+                            "{{\"t\":0.5,\"op\":\"cache\",\"seq\":0,\"page\":0,\"block\":{0}}}\n"
+                            "{{\"t\":1,\"op\":\"decode\",\"seqs\":[0,1]}}\n"
+                            "{{\"t\":1,\"op\":\"uncache\",\"block\":{0}}}\n"
+                            "{{\"t\":1,\"op\":\"decode\",\"seqs\":[1]}}\n"
+                            "{{\"t\":1,\"op\":\"append\",\"seq\":0,\"tokens\":2}}\n",
+                            name));
+  CHECK_FALSE(emitter.named(7));
+  CHECK(sink.events() == 7);
+}
+
+TEST_CASE("emit trace: the engines and pools a kvtrace cannot hold are refused", "[emit]") {
+  const RunConfig config = micro_config(16);
+  SimOptions options = vllm_options();
+  CHECK_FALSE(sim_options_error(config, options));
+  options.engine = EngineKind::kSglang;
+  CHECK(sim_options_error(config, options).value_or("").find("--emit-trace needs --engine") !=
+        std::string::npos);
+  options.engine = EngineKind::kGeneric;
+  options.allocator = AllocatorKind::kContiguousMax;
+  CHECK(sim_options_error(config, options).value_or("").find("paged allocator") !=
+        std::string::npos);
+  std::string text;
+  TraceSink sink([&text](std::string_view line) { text.append(line); });
+  CHECK(sink.header(config.kv, 0).find("pool of 0 blocks") != std::string::npos);
+  PagedKvConfig latent = config.kv;
+  latent.kv_tensors = 1;
+  latent.head_dim = 576;
+  CHECK(sink.header(latent, 4).empty());
+  CHECK(text.find("\"head_dim\":288") != std::string::npos);  // the same bytes a token
+}
+
+}  // namespace
+}  // namespace kvreplay
