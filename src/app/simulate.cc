@@ -75,6 +75,7 @@ int run_simulate(const SimulateRequest& request) {
   if (request.overrides.model_config) {
     outputs.add_input("--model-config", *request.overrides.model_config);
   }
+  for (const auto& [option, path] : request.inputs) outputs.add_input(option, path);
   OutputFile* report_out = nullptr;
   OutputFile* timeline_out = nullptr;
   OutputFile* html_out = nullptr;
@@ -287,6 +288,11 @@ class SimulateCommand final : public Command {
     set_activation_limits(request_.overrides, request_.options);
     request_.options.kv_events = !request_.kv_events_path.empty();
     request_.options.emit_trace = !request_.emit_trace_path.empty();
+    if (!prices_.prices_path.empty())
+      request_.inputs.emplace_back("--gpu-prices", prices_.prices_path);
+    if (!options_.cost_profile_path.empty()) {
+      request_.inputs.emplace_back("--cost-profile", options_.cost_profile_path);
+    }
     if (auto problem = resolve_fleet()) return usage_error(*problem);
     if (auto problem = resolve_load()) return usage_error(*problem);
     if (auto problem = prices_.load()) {

@@ -4,6 +4,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 #include "engine/fleet.h"
 
 #include "app/simulation.h"
@@ -24,6 +26,9 @@ struct SimulateRequest {
   std::string router_log_path;  // --router-log: one CSV row per routing decision
   std::string kv_events_path;   // --kv-events: one KVEventBatch JSON line per step
   std::string emit_trace_path;  // --emit-trace: the run as a kvtrace (engine/trace_emitter.h)
+  // Further files the run reads (option, path), which no output may replace:
+  // --gpu-prices, --cost-profile.
+  std::vector<std::pair<std::string, std::string>> inputs;
 };
 
 int run_simulate(const SimulateRequest& request);

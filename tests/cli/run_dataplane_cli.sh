@@ -126,6 +126,15 @@ check '[[ "$(head -120 traces/requests/mooncake_conv.jsonl | cmp - "$work/m120.j
   "the input trace was overwritten"
 finish "simulate --emit-trace onto its own input is refused (exit 2)"
 
+printf '{"h100-80gb": 2.5}\n' >"$work/prices.json"
+cp "$work/prices.json" "$work/prices.orig"
+run_cmd "$kvreplay" simulate "$work/m120.jsonl" --model llama-3.1-8b --gpu h100-80gb -q \
+  --gpu-prices "$work/prices.json" --emit-trace "$work/prices.json"
+check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
+check 'grep -q "gpu-prices" "$work/err"' "message: $(err_text 300)"
+check 'cmp -s "$work/prices.json" "$work/prices.orig"' "the --gpu-prices file was overwritten"
+finish "simulate: an output onto the --gpu-prices file is refused (exit 2)"
+
 # --- A planted missing copy-on-write: exit 1, naming sequence, position, event -
 run_cmd "$fault" traces/fork_cow.jsonl --skip-copy 1
 check '[[ $rc -eq 1 ]]' "exit $rc, expected 1: $(err_text 1500)"
