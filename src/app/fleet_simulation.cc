@@ -207,10 +207,11 @@ void attach_fleet_observers(Fleet& fleet, const SimOptions& options, const Fleet
   const auto n = static_cast<std::uint32_t>(fleet.size());
   const FleetOptions& fleet_options = fleet.options();
   if (outputs.samplers != nullptr) {
-    outputs.samplers->assign(n, TimelineSampler(TimelineSampler::kFleetBuckets, /*simulate=*/true));
+    outputs.samplers->assign(n, TimelineSampler(TimelineSampler::kFleetBuckets, /*simulate=*/true,
+                                                options.offload.tiers.size()));
   }
   if (outputs.timeline != nullptr) {
-    outputs.timeline->write("instance," + std::string(timeline_csv_header()));
+    outputs.timeline->write("instance," + timeline_csv_header(fleet.instance(0)));
   }
   if (outputs.requests != nullptr) {
     std::string header = requests_csv_header();

@@ -52,6 +52,16 @@ std::string kv_event_batch_line(double ts, const KvEventLog& events, std::uint32
     }
     i = j;
   }
+  // The sglang engine's pages: one BlockStored or BlockRemoved a page, as
+  // SGLang's KVCacheEventMixin sends them.
+  for (const RadixPageChange& change : events.pages) {
+    nlohmann::json hashes = nlohmann::json::array({change.hash});
+    list.push_back(change.stored ? stored(std::move(hashes),
+                                          change.parent ? nlohmann::json(*change.parent)
+                                                        : nlohmann::json(nullptr),
+                                          page_tokens, "GPU")
+                                 : removed(std::move(hashes), "GPU"));
+  }
   for (const KvEventLog::TierChange& change : events.tiers) {
     nlohmann::json hashes(change.event.keys);
     const std::string_view medium = event_medium(change.medium);

@@ -111,7 +111,8 @@ int run_simulate(const SimulateRequest& request) {
   std::FILE* summary_stream = outputs.writes_stdout() ? stderr : stdout;
   std::optional<TimelineSampler> sampler;  // --html: the run over time, downsampled
   if (html_out != nullptr && !fleet) {
-    sampler.emplace(TimelineSampler::kDefaultBuckets, /*simulate=*/true);
+    sampler.emplace(TimelineSampler::kDefaultBuckets, /*simulate=*/true,
+                    request.options.offload.tiers.size());
   }
   std::vector<TimelineSampler> fleet_samplers;  // --html with a fleet: one per instance
   auto progress = ProgressLine::for_stderr(!request.quiet, 16, request.trace_path);
@@ -187,7 +188,8 @@ class SimulateCommand final : public Command {
                    "write one CSV row per request here (times in ms: queueing, TTFT, TPOT, "
                    "end-to-end; - for stdout)");
     app.add_option("--kv-events", request_.kv_events_path,
-                   "vllm: write the caches' changes here as vLLM's KV events, one KVEventBatch "
+                   "write the caches' changes here as vLLM's KV events (SGLang's under --engine "
+                   "sglang), one KVEventBatch "
                    "JSON line per step (- for stdout; kvreplay events checks them)");
     app.add_option("--emit-trace", request_.emit_trace_path,
                    "paged vllm or generic engine: write the schedule the run made as a kvtrace "

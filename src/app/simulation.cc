@@ -237,23 +237,42 @@ std::uint64_t fleet_memory_bytes(std::uint64_t pool_blocks, std::uint64_t instan
 
 namespace sim_detail {
 
-std::string_view timeline_csv_header() {
-  return "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
-         "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished,"
-         "in_use_blocks,cached_blocks,waiting_requests,running_requests,first_tokens,"
-         "ttft_ms_mean\n";
+std::string timeline_csv_header(const Simulator& s) {
+  std::string header =
+      "step,t,used_blocks,free_blocks,waste_slots,waste_ratio,logical_tokens,"
+      "physical_tokens,running_seqs,cow_copies,preemptions,evictions,finished,"
+      "in_use_blocks,cached_blocks,waiting_requests,running_requests,first_tokens,"
+      "ttft_ms_mean";
+  // --offload: the requests waiting for a tier load (of waiting_requests),
+  // then each tier's blocks and its cumulative stores, loads and evictions.
+  if (s.offload_tiers() > 0) header += ",loading_requests";
+  for (std::size_t t = 0; t < s.offload_tiers(); ++t) {
+    const std::string_view m = to_string(s.offload_gauge(t).medium);
+    header += fmt::format(
+        ",{0}_capacity_blocks,{0}_resident_blocks,{0}_stored,{0}_loaded,{0}_evicted", m);
+  }
+  header += '\n';
+  return header;
 }
 
 std::string timeline_csv_row(const Simulator& s) {
   const ReplayState& st = s.state();
   const std::optional<double> ttft = s.step_ttft_mean_ms();
-  return fmt::format(
-      "{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.sim_totals().steps,
+  std::string row = fmt::format(
+      "{},{:.6f},{},{},{},{:.6f},{},{},{},{},{},{},{},{},{},{},{},{},{}", s.sim_totals().steps,
       s.now(), st.used, s.config().kv.pool_blocks - s.null_blocks() - st.used, st.waste_slots,
       st.waste_ratio, st.logical_tokens, st.physical_tokens, st.live_sequences,
       s.totals().cow_copies, s.sim_totals().preemptions, s.evictions(), s.sim_totals().finished,
       s.in_use_blocks(), s.cache_resident_blocks(), s.waiting_requests(), s.running_requests(),
       s.step_first_tokens(), ttft ? fmt::format("{:.3f}", *ttft) : std::string());
+  if (s.offload_tiers() > 0) row += fmt::format(",{}", s.loading_requests());
+  for (std::size_t t = 0; t < s.offload_tiers(); ++t) {
+    const Scheduler::TierGauge g = s.offload_gauge(t);
+    row += fmt::format(",{},{},{},{},{}", g.capacity_blocks, g.resident_blocks, g.stored, g.loaded,
+                       g.evicted);
+  }
+  row += '\n';
+  return row;
 }
 
 // The simulation's observers, each chained onto those before it: the
@@ -268,6 +287,13 @@ TimelinePoint timeline_point(const Simulator& s) {
   p.running = static_cast<double>(s.running_requests());
   p.waiting = static_cast<double>(s.waiting_requests());
   p.preemptions = static_cast<double>(s.sim_totals().preemptions);
+  p.loading = static_cast<double>(s.loading_requests());
+  for (std::size_t t = 0; t < std::min(s.offload_tiers(), TimelinePoint::kTiers); ++t) {
+    const Scheduler::TierGauge g = s.offload_gauge(t);
+    p.tier_resident[t] = g.resident_blocks;
+    p.tier_stored[t] = static_cast<double>(g.stored);
+    p.tier_loaded[t] = static_cast<double>(g.loaded);
+  }
   return p;
 }
 
@@ -282,7 +308,7 @@ void attach_observers(Simulator& sim, OutputFile* timeline, TimelineSampler* sam
   }
 
   if (timeline != nullptr) {
-    timeline->write(std::string(timeline_csv_header()));
+    timeline->write(timeline_csv_header(sim));
     sim.on_step = [timeline](const Simulator& s) { timeline->write(timeline_csv_row(s)); };
   }
   if (sampler != nullptr) {

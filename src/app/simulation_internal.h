@@ -30,7 +30,7 @@ struct RunFigures {
 // One line per reason some requests were skipped as never fitting.
 void skip_warnings(const std::string& path, const Simulator& sim, SimulationResult& out);
 // --timeline: the CSV's header and one step's row.
-std::string_view timeline_csv_header();
+std::string timeline_csv_header(const Simulator& s);
 std::string timeline_csv_row(const Simulator& s);
 // The HTML sampler's point for the step a simulator just ended.
 TimelinePoint timeline_point(const Simulator& s);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/enum_names.h"
+#include "core/mix64.h"
 
 namespace kvreplay {
 
@@ -28,11 +29,7 @@ constexpr std::uint64_t kPrefixIds = 0x8000000000000000ULL;
 
 // SplitMix64's finalizer: a page index and a name's hash to 64 bits.
 std::uint64_t mix64(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  return mix64_finalize(x);
 }
 
 std::uint64_t blocks_of(std::uint64_t tokens, std::uint64_t page) {

@@ -324,6 +324,11 @@ void GenericScheduler::offer_to_cache(Flight& flight) {
     std::uint32_t pages = 1;
     PrefixCache::RunInserted done;
     CoreStatus inserted;
+    // --kv-events: the block a page's BlockStored chains to (the page before
+    // it in the request, as vLLM's parent_block_hash).
+    if (options_.kv_events) {
+      cache_.log_parent(page == 0 ? std::nullopt : page_key(flight, page - 1));
+    }
     if (walk.hashed()) {
       // The pages of one hash block at once (insert_run: the same inserts).
       pages =

@@ -5,16 +5,14 @@
 #include <limits>
 #include <utility>
 
+#include "core/mix64.h"
+
 namespace kvreplay {
 
 namespace {
 
-// SplitMix64's finalizer: a bijection of 64-bit words that spreads every bit.
 std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  return splitmix64(x);
 }
 
 }  // namespace

@@ -41,10 +41,13 @@ std::uint64_t block_key(const PageKey& key);
 
 // One tier's figures since the start of the run.
 struct OffloadTierFigures {
-  std::uint64_t stored = 0;         // blocks that landed in the tier
-  std::uint64_t loaded = 0;         // blocks loaded back into the GPU
-  std::uint64_t evicted = 0;        // blocks the tier's policy evicted
-  std::uint64_t hit_tokens = 0;     // prompt tokens found in the tier at admission
+  std::uint64_t stored = 0;      // blocks that landed in the tier
+  std::uint64_t loaded = 0;      // blocks loaded back into the GPU
+  std::uint64_t evicted = 0;     // blocks the tier's policy evicted
+  std::uint64_t hit_tokens = 0;  // prompt tokens found in the tier at admission
+  // ... at the readmission of a preempted request (counted apart, as vLLM's
+  // PrefixCacheStats counts preempted_hits apart from hits).
+  std::uint64_t preempted_hit_tokens = 0;
   std::uint64_t bytes_in = 0;       // stored into the tier
   std::uint64_t bytes_out = 0;      // loaded out of it
   std::uint64_t store_refused = 0;  // stores refused for want of room (retried next step)

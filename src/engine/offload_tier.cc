@@ -99,9 +99,11 @@ void OffloadTier::State::trim_ghosts() {
 }
 
 void OffloadTier::State::move_to_recent(std::uint64_t key, Entry& entry, std::uint8_t list) {
-  lists[entry.list].erase(entry.at);
+  (void)key;
+  // Spliced, not erased and reinserted: the node (and entry.at) stays, and a
+  // touch of a long prefix allocates nothing.
+  lists[list].splice(lists[list].end(), lists[entry.list], entry.at);
   entry.list = list;
-  entry.at = lists[list].insert(lists[list].end(), key);
 }
 
 // LRUCachePolicy.evict / ARCCachePolicy.evict_until: candidates are ready

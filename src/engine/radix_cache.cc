@@ -9,6 +9,8 @@
 #include <tuple>
 #include <utility>
 
+#include "core/mix64.h"
+
 namespace kvreplay {
 
 namespace {
@@ -30,7 +32,56 @@ TokenRuns clip(const TokenRuns& seq, std::uint32_t from, std::uint32_t to) {
   return out;
 }
 
+// The chained hash of the page [from, to) of a node whose key is `key`: the
+// previous page's hash (a fixed seed for a path's first page) mixed with each
+// run over the page, its id and where it ends within the page.
+std::uint64_t page_hash(std::optional<std::uint64_t> before, const TokenRuns& key,
+                        std::uint32_t from, std::uint32_t to) {
+  std::uint64_t h =
+      before ? mix64_finalize(*before ^ 0x6a09e667f3bcc909ULL) : 0x510e527fade682d1ULL;
+  for (std::size_t j = run_at(key, from); j < key.size(); ++j) {
+    const std::uint32_t end = std::min(key[j].end, to);
+    h = mix64_finalize(h ^ splitmix64(key[j].id));
+    h = mix64_finalize(h + end - from);
+    if (end >= to) break;
+  }
+  return h;
+}
+
 }  // namespace
+
+void RadixCache::set_hashes(Node& node) const {
+  node.hashes.clear();
+  std::optional<std::uint64_t> before = hash_before(node);
+  for (std::uint32_t p = node.start; p < node.end; p += page_) {
+    before = page_hash(before, node.key, p, p + page_);
+    node.hashes.push_back(*before);
+  }
+}
+
+void RadixCache::log_pages(const Node& node, bool stored) {
+  // KVCacheEventMixin: one event a page, each chained to the one before it.
+  std::optional<std::uint64_t> before = hash_before(node);
+  for (std::uint64_t hash : node.hashes) {
+    log_->push_back(RadixPageChange{hash, stored ? before : std::nullopt, stored});
+    before = hash;
+  }
+}
+
+void RadixCache::log_changes(std::vector<RadixPageChange>* log) {
+  assert(root_->children.empty());
+  log_ = log;
+}
+
+void RadixCache::page_hashes(std::vector<std::uint64_t>& out) const {
+  std::vector<const Node*> stack{root_.get()};
+  while (!stack.empty()) {
+    const Node* node = stack.back();
+    stack.pop_back();
+    out.insert(out.end(), node->hashes.begin(), node->hashes.end());
+    for (const auto& [id, child] : node->children) stack.push_back(child.get());
+  }
+}
 
 std::uint64_t token_id(const TokenRuns& runs, std::uint32_t pos) {
   const std::size_t j = run_at(runs, pos);
@@ -47,6 +98,15 @@ RadixCache::RadixCache(BlockPool* pool, std::uint32_t page_tokens)
 RadixCache::~RadixCache() = default;
 
 void RadixCache::reset() {
+  if (log_ != nullptr) {
+    std::vector<const Node*> stack{root_.get()};
+    while (!stack.empty()) {
+      const Node* node = stack.back();
+      stack.pop_back();
+      log_pages(*node, /*stored=*/false);
+      for (const auto& [id, child] : node->children) stack.push_back(child.get());
+    }
+  }
   std::vector<BlockId> held;
   pages(held);
   if (pool_ != nullptr) {
@@ -97,6 +157,8 @@ RadixCache::Node* RadixCache::split(Node* child, std::uint32_t at) {
   // the key's first part and its pages, the child's locks and a fresh touch.
   Node* parent = child->parent;
   const auto slot = slot_of(child);
+  // _split_node: the child's pages removed, then both parts' stored.
+  if (log_ != nullptr) log_pages(*child, /*stored=*/false);
   std::unique_ptr<Node> owned = std::move(slot->second);
   auto mid = std::make_unique<Node>();
   mid->parent = parent;
@@ -117,6 +179,14 @@ RadixCache::Node* RadixCache::split(Node* child, std::uint32_t at) {
   mid->children.emplace(page_id(*child), std::move(owned));
   slot->second = std::move(mid);  // the same first page, the same id
   ++nodes_;
+  if (log_ != nullptr) {
+    // The chain runs through the same tokens: each page keeps its hash.
+    const auto n = static_cast<std::ptrdiff_t>((at - out->start) / page_);
+    out->hashes.assign(child->hashes.begin(), child->hashes.begin() + n);
+    child->hashes.erase(child->hashes.begin(), child->hashes.begin() + n);
+    log_pages(*out, /*stored=*/true);
+    log_pages(*child, /*stored=*/true);
+  }
   return out;
 }
 
@@ -193,6 +263,10 @@ std::uint32_t RadixCache::insert(const TokenRuns& seq, std::uint32_t tokens,
       }
       leaf->last_access = touch();
       evictable_ += tokens - pos;
+      if (log_ != nullptr) {
+        set_hashes(*leaf);
+        log_pages(*leaf, /*stored=*/true);
+      }
       const std::uint64_t id = page_id(*leaf);
       node->children.emplace(id, std::move(leaf));
       ++nodes_;
@@ -252,6 +326,7 @@ std::uint32_t RadixCache::evict(std::uint32_t tokens) {
     Node* leaf = heap.top().second;
     heap.pop();
     (void)pool_->release_each(leaf->pages);  // the tree's pages are live, held once
+    if (log_ != nullptr) log_pages(*leaf, /*stored=*/false);
     evicted_pages_ += leaf->pages.size();
     freed += leaf->tokens();
     evictable_ -= leaf->tokens();
@@ -315,6 +390,19 @@ std::optional<RadixCache::Problem> RadixCache::check(std::span<const Node* const
       if (page_id(c) != id) {
         return Problem{"R1", fmt::format("{}: filed under id {}, its first page is {}", where(), id,
                                          page_id(c))};
+      }
+      if (log_ != nullptr) {
+        Node again;
+        again.parent = c.parent;
+        again.start = c.start;
+        again.end = c.end;
+        again.key = c.key;
+        set_hashes(again);
+        if (again.hashes != c.hashes) {
+          return Problem{"R4", fmt::format("{}: its {} page hashes are not the chain of its "
+                                           "path's tokens",
+                                           where(), c.hashes.size())};
+        }
       }
       if (node != root_.get() && c.lock_ref > node->lock_ref) {
         return Problem{"R2", fmt::format("{}: locked {} times, its parent {}", where(), c.lock_ref,

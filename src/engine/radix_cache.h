@@ -32,6 +32,8 @@
 //      any child.
 //   R3 locks: each node's lock count is the number of holders (the requests
 //      given to check) whose locked node is it or below it.
+//   R4 hashes (with log_changes): each node holds one hash per page, each
+//      the chain of its path's tokens (RadixPageChange).
 // The pool's side (each page held exactly once, by the tree or by one
 // request) is the scheduler's check (engine/sglang_scheduler.cc, S1-S3).
 #pragma once
@@ -58,6 +60,16 @@ using TokenRuns = std::vector<TokenRun>;
 // The id of the token at `pos` (REQUIRES a run covers it).
 std::uint64_t token_id(const TokenRuns& runs, std::uint32_t pos);
 
+// --kv-events: a page of the tree (SGLang's KV-event block) cached or freed,
+// named by its chained hash: the hash of the page before it on its path
+// (none for a path's first page) mixed with its tokens' ids. Equal hashes
+// mean equal tokens from the start, wherever the tree holds them.
+struct RadixPageChange {
+  std::uint64_t hash = 0;
+  std::optional<std::uint64_t> parent;
+  bool stored = false;
+};
+
 class RadixCache {
  public:
   struct Node {
@@ -71,6 +83,8 @@ class RadixCache {
     std::unordered_multimap<std::uint64_t, std::unique_ptr<Node>> children;
     std::uint32_t lock_ref = 0;
     std::uint64_t last_access = 0;  // the cache's clock at the last touch
+    // --kv-events (log_changes): each page's chained hash (RadixPageChange).
+    std::vector<std::uint64_t> hashes;
     std::uint32_t tokens() const { return end - start; }
   };
 
@@ -106,6 +120,14 @@ class RadixCache {
   std::uint32_t evict(std::uint32_t tokens);
   // Empties the tree (keys-only trees: the waiting queue's, per round).
   void reset();
+  // --kv-events (SGLang's KVCacheEventMixin): from now on each page the tree
+  // caches or frees is appended to `log`, in the order it happens: a new
+  // leaf's pages stored (_insert_helper), a split node's pages removed and
+  // both parts' stored again (_split_node), an evicted leaf's removed
+  // (evict). REQUIRES an empty tree.
+  void log_changes(std::vector<RadixPageChange>* log);
+  // The hashes of every page the tree holds (with log_changes), in no order.
+  void page_hashes(std::vector<std::uint64_t>& out) const;
 
   std::uint64_t evictable_size() const { return evictable_; }
   std::uint64_t protected_size() const { return protected_; }
@@ -140,6 +162,14 @@ class RadixCache {
     return token_id(node.key, node.start + page_ - 1);
   }
   std::uint32_t floor_page(std::uint32_t tokens) const { return tokens / page_ * page_; }
+  // --kv-events: the hash of the page before `node`'s first (none under the
+  // root), its pages' hashes set from it, and a node's pages logged.
+  std::optional<std::uint64_t> hash_before(const Node& node) const {
+    if (node.parent == nullptr || node.parent == root_.get()) return std::nullopt;
+    return node.parent->hashes.back();
+  }
+  void set_hashes(Node& node) const;
+  void log_pages(const Node& node, bool stored);
 
   BlockPool* pool_;
   std::uint32_t page_;
@@ -149,6 +179,7 @@ class RadixCache {
   std::uint64_t nodes_ = 0;
   std::uint64_t clock_ = 0;
   std::uint64_t evicted_pages_ = 0;
+  std::vector<RadixPageChange>* log_ = nullptr;  // see log_changes
 };
 
 }  // namespace kvreplay

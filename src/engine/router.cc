@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/enum_names.h"
+#include "core/mix64.h"
 
 namespace kvreplay {
 
@@ -23,12 +24,9 @@ constexpr EnumName<RouterView> kViewNames[] = {
 };
 static_assert(enum_names_unique(kViewNames));
 
-// SplitMix64's finaliser: a fixed, well-mixed 64-bit hash.
+// SplitMix64's output: a fixed, well-mixed 64-bit hash.
 std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  return splitmix64(x);
 }
 
 // FNV-1a of a string, for keys named by text (prefix names, request ids).
@@ -85,11 +83,8 @@ Router::Router(const RouterOptions& options, std::uint32_t instances, std::uint3
 
 std::uint64_t Router::next_random() {
   // SplitMix64: the same sequence on every platform.
-  rng_ += 0x9e3779b97f4a7c15ULL;
-  std::uint64_t z = rng_;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  rng_ += kGoldenGamma;
+  return mix64_finalize(rng_);
 }
 
 std::vector<std::pair<std::uint64_t, std::uint32_t>> Router::keys_of(const Request& request) {

@@ -29,6 +29,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/block_pool.h"
+#include "engine/radix_cache.h"
 #include "engine/sim_types.h"
 
 namespace kvreplay {
@@ -46,10 +47,13 @@ struct KvEventLog {
   };
   std::vector<PrefixCache::KeyChange> gpu;
   std::vector<TierChange> tiers;
-  bool empty() const { return gpu.empty() && tiers.empty(); }
+  // The sglang engine's radix tree: its pages, one event each.
+  std::vector<RadixPageChange> pages;
+  bool empty() const { return gpu.empty() && tiers.empty() && pages.empty(); }
   void clear() {
     gpu.clear();
     tiers.clear();
+    pages.clear();
   }
 };
 
@@ -175,6 +179,25 @@ class Scheduler {
   virtual std::optional<double> wake_at() const { return std::nullopt; }
   // The transfer is done: the held blocks become ordinary cached blocks.
   virtual void release_received(std::span<const BlockId> blocks) { (void)blocks; }
+  // --offload (SPEC 3.7): the engine's offload tiers in lookup order, each
+  // tier's gauges now (the timeline's columns, the HTML page's charts), and
+  // the waiting requests whose KV is being loaded from a tier. None by
+  // default.
+  struct TierGauge {
+    OffloadMedium medium = OffloadMedium::kCpu;
+    std::uint32_t capacity_blocks = 0;
+    std::uint32_t resident_blocks = 0;  // slots holding a block, in any state
+    std::uint64_t stored = 0;           // cumulative, as the report's
+    std::uint64_t loaded = 0;
+    std::uint64_t evicted = 0;
+  };
+  virtual std::size_t offload_tiers() const { return 0; }
+  // REQUIRES: t < offload_tiers().
+  virtual TierGauge offload_gauge(std::size_t t) const {
+    (void)t;
+    return {};
+  }
+  virtual std::size_t loading_requests() const { return 0; }
   // --emit-trace (engine/trace_emitter.h): from now on the engine writes what
   // it does to its pool, tables and caches through `trace`. False where the
   // engine cannot (sim_options_error refuses such runs first).

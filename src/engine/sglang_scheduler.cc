@@ -216,6 +216,9 @@ SglangScheduler::SglangScheduler(EngineShell& shell)
   if (groups_.empty()) {
     groups_.push_back(KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, config_.kv.layers});
   }
+  // --kv-events: the tree's pages as SGLang's KVCacheEventMixin reports them
+  // (the waiting queue's keys-only tree is no cache: it reports nothing).
+  if (shell.options.kv_events) tree_.log_changes(&shell_.events.pages);
   // ModelRunner: max_num_reqs = min(max(max_total_num_tokens / context_len *
   // 512, 2048), 4096) unless --max-running-requests is given.
   const std::uint64_t pool_tokens = std::uint64_t{pool_.total()} * page_;

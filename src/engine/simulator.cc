@@ -141,10 +141,10 @@ std::optional<std::string> sim_options_error(const RunConfig& config, const SimO
     }
   }
   if (options.kv_events &&
-      (options.engine != EngineKind::kVllm || options.allocator != AllocatorKind::kPaged ||
-       !options.prefix_cache || hybrid)) {
+      (options.allocator != AllocatorKind::kPaged || !options.prefix_cache || hybrid)) {
     return std::string(
-        "--kv-events needs --engine vllm with the prefix cache, without hybrid KV-cache groups");
+        "--kv-events needs the prefix cache and the paged allocator, without hybrid KV-cache "
+        "groups");
   }
   if (options.emit_trace) {
     // A kvtrace has one table per sequence over one pool of whole-model

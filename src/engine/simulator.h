@@ -133,6 +133,11 @@ class Simulator {
     return last_ttft_sum_ms_ / static_cast<double>(last_first_tokens_);
   }
   std::uint64_t running_requests() const { return scheduler_->num_running(); }
+  // --offload: the engine's tiers and their gauges after the last step, and
+  // the waiting requests loading their KV from a tier (Scheduler::TierGauge).
+  std::size_t offload_tiers() const { return scheduler_->offload_tiers(); }
+  Scheduler::TierGauge offload_gauge(std::size_t t) const { return scheduler_->offload_gauge(t); }
+  std::size_t loading_requests() const { return scheduler_->loading_requests(); }
   // Requests submitted whose arrival the run has not reached (not yet added
   // to the engine).
   std::uint64_t arriving_requests() const { return arriving_.size(); }

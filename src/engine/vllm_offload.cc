@@ -166,7 +166,9 @@ VllmScheduler::TierHit VllmScheduler::load_from_tiers(Flight& flight, std::uint3
       failed = true;
       return TierHit::kNone;
     }
-    if (owned->preemptions == 0) offload_->figures(t).hit_tokens += tier_keys.size() * pt;
+    OffloadTierFigures& figures = offload_->figures(t);
+    (owned->preemptions == 0 ? figures.hit_tokens : figures.preempted_hit_tokens) +=
+        tier_keys.size() * pt;
     offload_->issue_load(t, std::move(tier_keys), owned.get(), shell_.step_start);
     ++owned->loads_in_flight;
   }
@@ -327,6 +329,17 @@ bool VllmScheduler::check() {
   return true;
 }
 
+Scheduler::TierGauge VllmScheduler::offload_gauge(std::size_t t) const {
+  const OffloadTier& tier = offload_->tier(t);
+  const OffloadTierFigures& f = offload_->figures(t);
+  return TierGauge{offload_->tier_options(t).medium,
+                   tier.capacity(),
+                   tier.used(),
+                   f.stored,
+                   f.loaded,
+                   f.evicted};
+}
+
 void VllmScheduler::add_figures(nlohmann::json& report) const {
   if (!offload_) return;
   nlohmann::json tiers = nlohmann::json::object();
@@ -346,6 +359,7 @@ void VllmScheduler::add_figures(nlohmann::json& report) const {
                    {"loaded", f.loaded},
                    {"evicted", f.evicted},
                    {"hit_tokens", f.hit_tokens},
+                   {"preempted_hit_tokens", f.preempted_hit_tokens},
                    {"bytes_in", f.bytes_in},
                    {"bytes_out", f.bytes_out},
                    {"store_refused", f.store_refused},

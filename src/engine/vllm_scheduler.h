@@ -33,6 +33,8 @@ class VllmScheduler final : public PagedScheduler {
   void add_figures(nlohmann::json& report) const override;
   // The offload tiers, or nullptr without --offload (tests look inside).
   const OffloadConnector* offload() const { return offload_.get(); }
+  std::size_t offload_tiers() const override { return offload_ ? offload_->num_tiers() : 0; }
+  TierGauge offload_gauge(std::size_t t) const override;
 
  private:
   using Scheduled = std::vector<std::pair<Flight*, std::uint32_t>>;

@@ -14,15 +14,44 @@ namespace kvreplay {
 
 namespace {
 
-constexpr std::array<const char*, TimelineSampler::kFigures> kFigureNames{
-    "used_blocks",   "waste_ratio", "logical_tokens", "physical_tokens", "cow_copies",
-    "in_use_blocks", "t",           "cached_blocks",  "running",         "waiting",
-    "preemptions"};
+constexpr std::array<const char*, TimelineSampler::kFigures> kFigureNames{"used_blocks",
+                                                                          "waste_ratio",
+                                                                          "logical_tokens",
+                                                                          "physical_tokens",
+                                                                          "cow_copies",
+                                                                          "in_use_blocks",
+                                                                          "t",
+                                                                          "cached_blocks",
+                                                                          "running",
+                                                                          "waiting",
+                                                                          "preemptions",
+                                                                          "loading",
+                                                                          "tier0_resident",
+                                                                          "tier0_stored",
+                                                                          "tier0_loaded",
+                                                                          "tier1_resident",
+                                                                          "tier1_stored",
+                                                                          "tier1_loaded"};
 
 std::array<double, TimelineSampler::kFigures> figures_of(const TimelinePoint& p) {
-  return {p.used_blocks,   p.waste_ratio, p.logical_tokens, p.physical_tokens, p.cow_copies,
-          p.in_use_blocks, p.t,           p.cached_blocks,  p.running,         p.waiting,
-          p.preemptions};
+  return {p.used_blocks,
+          p.waste_ratio,
+          p.logical_tokens,
+          p.physical_tokens,
+          p.cow_copies,
+          p.in_use_blocks,
+          p.t,
+          p.cached_blocks,
+          p.running,
+          p.waiting,
+          p.preemptions,
+          p.loading,
+          p.tier_resident[0],
+          p.tier_stored[0],
+          p.tier_loaded[0],
+          p.tier_resident[1],
+          p.tier_stored[1],
+          p.tier_loaded[1]};
 }
 
 // A figure as JSON: integral values as integers, ratios to 6 decimals, so the
@@ -229,6 +258,45 @@ std::string page(std::string_view title, std::string_view subtitle, const std::s
   return out;
 }
 
+// --offload: the tiers of a run's report in lookup order (cpu, then disk: the
+// report's keys' order too), each {name, capacity_blocks}, named in the
+// timeline by their index (tierK_...). Empty without offload.
+nlohmann::json tier_list(const nlohmann::json& report) {
+  nlohmann::json list = nlohmann::json::array();
+  const nlohmann::json& tiers = at_path(report, {"offload", "tiers"});
+  if (!tiers.is_object()) return list;
+  for (const auto& [name, tier] : tiers.items()) {
+    list.push_back({{"name", name}, {"capacity_blocks", at_path(tier, {"capacity_blocks"})}});
+  }
+  return list;
+}
+
+// --offload: the hit rate the GPU cache and the tiers reach together, and per
+// tier its size, the share of prompt tokens it served and its load times.
+std::string offload_cards(const nlohmann::json& report) {
+  const nlohmann::json& tiers = at_path(report, {"offload", "tiers"});
+  if (!tiers.is_object()) return {};
+  std::string body = card("hit rate with the offload tiers",
+                          percent_text(at_path(report, {"prefix_cache", "hit_rate_with_tiers"})));
+  const nlohmann::json& queries = at_path(report, {"prefix_cache", "query_tokens"});
+  for (const auto& [name, tier] : tiers.items()) {
+    const nlohmann::json& capacity = at_path(tier, {"capacity_bytes"});
+    const nlohmann::json& hits = at_path(tier, {"hit_tokens"});
+    const nlohmann::json share =
+        is_count(queries) && is_count(hits) && queries.get<std::uint64_t>() > 0
+            ? nlohmann::json(static_cast<double>(hits.get<std::uint64_t>()) /
+                             static_cast<double>(queries.get<std::uint64_t>()))
+            : nlohmann::json();
+    const nlohmann::json& p99 = at_path(tier, {"load_ms", "p99"});
+    body += card(fmt::format("{} tier ({}): prompt tokens hit · load p99", name,
+                             is_count(capacity) ? bytes_text(capacity.get<std::uint64_t>())
+                                                : std::string("-")),
+                 fmt::format("{} · {}", percent_text(share),
+                             p99.is_number() ? ms_text(p99.get<double>()) : std::string("-")));
+  }
+  return body;
+}
+
 // The cards atop a replay or simulate page (and a fleet's): status, memory,
 // invariants, and for a simulation requests, hits and latencies.
 std::string run_cards(const nlohmann::json& report, bool simulate) {
@@ -268,6 +336,7 @@ std::string run_cards(const nlohmann::json& report, bool simulate) {
     body += card("preemptions", value_text(at_path(report, {"scheduler", "preemptions"})));
     body +=
         card("prefix-cache hit rate", percent_text(at_path(report, {"prefix_cache", "hit_rate"})));
+    body += offload_cards(report);
     const nlohmann::json& in_use_bytes = at_path(report, {"memory", "peak_in_use_bytes"});
     if (is_count(in_use_bytes)) {
       body += card("peak KV memory in use, per GPU", bytes_text(in_use_bytes.get<std::uint64_t>()));
@@ -297,9 +366,10 @@ std::string run_cards(const nlohmann::json& report, bool simulate) {
 
 }  // namespace
 
-TimelineSampler::TimelineSampler(std::size_t max_buckets, bool simulate)
-    : max_buckets_(max_buckets), simulate_(simulate) {
+TimelineSampler::TimelineSampler(std::size_t max_buckets, bool simulate, std::size_t tiers)
+    : max_buckets_(max_buckets), simulate_(simulate), tiers_(simulate ? tiers : 0) {
   assert(max_buckets >= 2 && max_buckets % 2 == 0);
+  assert(tiers <= TimelinePoint::kTiers);
   buckets_.reserve(max_buckets);
 }
 
@@ -343,7 +413,9 @@ nlohmann::json TimelineSampler::to_json() const {
   nlohmann::json xs = nlohmann::json::array();
   for (const Bucket& b : buckets_) xs.push_back(b.x_last);
   out["x"] = std::move(xs);
-  const std::size_t figures = simulate_ ? kFigures : kReplayFigures;
+  const std::size_t figures = !simulate_   ? kReplayFigures
+                              : tiers_ > 0 ? kSimulateFigures + 1 + kFiguresPerTier * tiers_
+                                           : kSimulateFigures;
   for (std::size_t f = 0; f < figures; ++f) {
     nlohmann::json lo = nlohmann::json::array(), hi = nlohmann::json::array(),
                    last = nlohmann::json::array();
@@ -395,6 +467,7 @@ std::string render_run_html(const nlohmann::json& report, const TimelineSampler&
     data["cdf"] = latency_cdf.is_object() ? latency_cdf : nlohmann::json::object();
     data["slo"] = {{"ttft_ms", at_path(report, {"slo", "ttft_ms"})},
                    {"tpot_ms", at_path(report, {"slo", "tpot_ms"})}};
+    if (nlohmann::json tiers = tier_list(report); !tiers.empty()) data["tiers"] = std::move(tiers);
   }
   return page(title, subtitle, body, data);
 }
@@ -489,6 +562,7 @@ std::string render_fleet_html(const nlohmann::json& report,
         value_text(at_path(i, {"scheduler", "preemptions"})), p99(i, "ttft_ms"), p99(i, "tpot_ms"));
     nlohmann::json one = {{"name", fmt::format("{} {}", k, role)},
                           {"pool_blocks", at_path(i, {"blocks", "total"})}};
+    if (nlohmann::json tiers = tier_list(i); !tiers.empty()) one["tiers"] = std::move(tiers);
     if (k < timelines.size()) one["timeline"] = timelines[k].to_json();
     series.push_back(std::move(one));
   }

@@ -43,6 +43,14 @@ struct TimelinePoint {
   double running = 0;        // requests running
   double waiting = 0;        // requests waiting
   double preemptions = 0;    // cumulative
+  // simulate --offload (TimelineSampler's `tiers`): requests waiting for a
+  // tier load, and each tier's (in lookup order) blocks held and cumulative
+  // blocks stored and loaded.
+  static constexpr std::size_t kTiers = 2;
+  double loading = 0;
+  std::array<double, kTiers> tier_resident{};
+  std::array<double, kTiers> tier_stored{};
+  std::array<double, kTiers> tier_loaded{};
 };
 
 // The point of an event (replay) from the figures the engine keeps.
@@ -64,15 +72,22 @@ inline TimelinePoint timeline_point(std::uint64_t x, const ReplayState& state,
 // as many points. Deterministic: depends only on the points and their order.
 class TimelineSampler {
  public:
-  static constexpr std::size_t kFigures = 11;
-  static constexpr std::size_t kReplayFigures = 5;  // the first five; simulate has all
+  static constexpr std::size_t kSimulateFigures = 11;
+  static constexpr std::size_t kReplayFigures = 5;  // the first five; simulate has eleven
+  // Then, with offload tiers, `loading` and three figures per tier.
+  static constexpr std::size_t kFiguresPerTier = 3;
+  static constexpr std::size_t kFigures =
+      kSimulateFigures + 1 + kFiguresPerTier * TimelinePoint::kTiers;
   static constexpr std::size_t kDefaultBuckets = 2000;
   static constexpr std::size_t kFleetBuckets = 500;  // each instance's, on a fleet's page
 
   // REQUIRES: max_buckets >= 2 and even. `simulate`: the figures of a
   // simulation's steps (in-use and cached blocks, virtual time, requests
   // running and waiting, preemptions) are kept; otherwise they are left out.
-  explicit TimelineSampler(std::size_t max_buckets = kDefaultBuckets, bool simulate = false);
+  // `tiers` (simulate --offload, at most TimelinePoint::kTiers): loading and
+  // the first `tiers` tiers' figures are kept too.
+  explicit TimelineSampler(std::size_t max_buckets = kDefaultBuckets, bool simulate = false,
+                           std::size_t tiers = 0);
 
   void add(const TimelinePoint& point);
 
@@ -82,7 +97,9 @@ class TimelineSampler {
   // {"points", "per_bucket", "x": [last x of each bucket], "FIGURE": {"min": [...],
   // "max": [...], "last": [...]}} for FIGURE in used_blocks, waste_ratio,
   // logical_tokens, physical_tokens, cow_copies, and with `simulate`
-  // in_use_blocks, t, cached_blocks, running, waiting and preemptions.
+  // in_use_blocks, t, cached_blocks, running, waiting and preemptions, and
+  // with `tiers` loading and tierK_resident, tierK_stored, tierK_loaded for
+  // each tier K from 0.
   nlohmann::json to_json() const;
 
  private:
@@ -95,6 +112,7 @@ class TimelineSampler {
 
   std::size_t max_buckets_;
   bool simulate_;
+  std::size_t tiers_;
   std::uint64_t per_bucket_ = 1;  // points per full bucket
   std::uint64_t open_count_ = 0;  // points in the last bucket
   std::uint64_t points_ = 0;

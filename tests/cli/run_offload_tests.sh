@@ -97,7 +97,69 @@ run events "$work/fleet.jsonl"
 check '[[ $rc -eq 0 ]]' "kvreplay events on the fleet's stream: exit $rc: $(err_text)"
 finish "--kv-events: a stream kvreplay events accepts, alone and in a fleet"
 
-# 6. Misuse: exit 2, one line naming the problem.
+# 6. --timeline and --html per tier: the CSV's tier columns end at the
+#    report's figures, a tier never holds more than its capacity, requests
+#    wait for loads; the page carries each tier's card and figures. A run
+#    without --offload keeps the 19 columns.
+run simulate "$work/short.jsonl" "${common[@]}" --offload cpu:2GiB,disk:64GiB --report "$work/tl.json" \
+  --timeline "$work/tl.csv" --html "$work/tl.html"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(head -n 1 "$work/tl.csv" | cut -d, -f20-) == loading_requests,cpu_capacity_blocks,cpu_resident_blocks,cpu_stored,cpu_loaded,cpu_evicted,disk_capacity_blocks,disk_resident_blocks,disk_stored,disk_loaded,disk_evicted ]]' \
+  "the offload columns: $(head -n 1 "$work/tl.csv" | cut -d, -f20-)"
+check '[[ $(tail -n 1 "$work/tl.csv" | cut -d, -f21-30) == $(jq -r "[.offload.tiers.cpu | .capacity_blocks, .resident_blocks, .stored, .loaded, .evicted] + [.offload.tiers.disk | .capacity_blocks, .resident_blocks, .stored, .loaded, .evicted] | map(tostring) | join(\",\")" "$work/tl.json") ]]' \
+  "the last row's tier figures are not the report's: $(tail -n 1 "$work/tl.csv" | cut -d, -f21-30)"
+check '[[ $(awk -F, "NR > 1 && (\$22 > \$21 || \$27 > \$26) { n++ } END { print n + 0 }" "$work/tl.csv") -eq 0 ]]' \
+  "a row where a tier holds more than its capacity"
+check '[[ $(awk -F, "NR > 1 && \$20 > 0 && \$20 <= \$16 { n++ } END { print n + 0 }" "$work/tl.csv") -gt 0 ]]' \
+  "no step with a request loading from a tier (of those waiting)"
+check '[[ $(awk -F, "NR > 1 && \$20 > \$16 { n++ } END { print n + 0 }" "$work/tl.csv") -eq 0 ]]' \
+  "more requests loading than waiting"
+check '[[ $(jq "[.offload.tiers[] | .hit_tokens + .preempted_hit_tokens == .loaded * $(jq .config.page_tokens "$work/tl.json")] | all" "$work/tl.json") == true ]]' \
+  "a tier's hit tokens (first admissions and preempted) are not its loaded pages: $(jq -c .offload.tiers "$work/tl.json")"
+check 'grep -q "cpu tier (2.0 GiB): prompt tokens hit" "$work/tl.html"' "no cpu tier card on the page"
+check 'grep -q "hit rate with the offload tiers" "$work/tl.html"' "no hit-rate-with-tiers card"
+check 'grep -q "\"tier1_loaded\":" "$work/tl.html"' "the page's timeline has no disk tier figures"
+check 'grep -q "\"tiers\":\[{\"capacity_blocks\":[0-9]*,\"name\":\"cpu\"},{\"capacity_blocks\":[0-9]*,\"name\":\"disk\"}\]" "$work/tl.html"' \
+  "the page's data does not list the cpu and disk tiers"
+run simulate "$work/short.jsonl" "${common[@]}" --timeline "$work/plain.csv" --html "$work/plain.html"
+check '[[ $(head -n 1 "$work/plain.csv" | tr , "\n" | wc -l) -eq 19 ]]' "a run without --offload has other than 19 columns"
+check '! grep -q -e "tier0_resident" -e "\"tiers\":\[" -e "hit rate with the offload tiers" "$work/plain.html"' "a run without --offload has tier figures on its page"
+finish "--timeline and --html per tier"
+
+# 7. --kv-events under the generic engine: its prefix cache's changes,
+#    accepted by kvreplay events, with stored parents chained.
+run simulate "$trace" "${common[@]}" --engine generic --kv-events "$work/generic.jsonl"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq -c "[.events[].type] | unique" "$work/generic.jsonl" | jq -s -c "add | unique") == "[\"BlockRemoved\",\"BlockStored\"]" ]]' \
+  "the generic stream's event types are not BlockRemoved and BlockStored"
+check '[[ $(jq "[.events[] | select(.type == \"BlockStored\" and .parent_block_hash != null)] | length" "$work/generic.jsonl" | jq -s add) -gt 0 ]]' \
+  "no stored block chained to a parent"
+run events "$work/generic.jsonl"
+check '[[ $rc -eq 0 ]]' "kvreplay events on the generic stream: exit $rc: $(err_text)"
+finish "--kv-events under the generic engine"
+
+# 8. --kv-events under the sglang engine: the radix tree's pages, one event
+#    a page (SGLang's KVCacheEventMixin), of the page's size, accepted by
+#    kvreplay events; in a fleet, each batch names its instance.
+run simulate "$trace" "${common[@]}" --engine sglang --page-tokens 16 --kv-events "$work/sglang.jsonl"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq -c "[.events[] | .block_hashes | length] | unique" "$work/sglang.jsonl" | jq -s -c "add | unique") == "[1]" ]]' \
+  "an sglang event names other than one page"
+check '[[ $(jq -c "[.events[] | select(.type == \"BlockStored\") | .block_size] | unique" "$work/sglang.jsonl" | jq -s -c "add | unique") == "[16]" ]]' \
+  "an sglang BlockStored's block_size is not the page's 16 tokens"
+check '[[ $(jq "[.events[] | select(.type == \"BlockRemoved\")] | length" "$work/sglang.jsonl" | jq -s add) -gt 0 ]]' \
+  "the sglang stream removes nothing"
+run events "$work/sglang.jsonl"
+check '[[ $rc -eq 0 ]]' "kvreplay events on the sglang stream: exit $rc: $(err_text)"
+run simulate "$trace" "${common[@]}" --engine sglang --page-tokens 16 --replicas 2 --router prefix-aware \
+  --kv-events "$work/sglang-fleet.jsonl"
+check '[[ $rc -eq 0 ]]' "fleet: exit $rc: $(err_text)"
+check '[[ $(jq -s -c "map(.instance) | unique" "$work/sglang-fleet.jsonl") == "[0,1]" ]]' "the sglang fleet's batches do not name instances 0 and 1"
+run events "$work/sglang-fleet.jsonl"
+check '[[ $rc -eq 0 ]]' "kvreplay events on the sglang fleet's stream: exit $rc: $(err_text)"
+finish "--kv-events under the sglang engine"
+
+# 9. Misuse: exit 2, one line naming the problem.
 bad() {  # bad WHAT PATTERN ARGS...: the run exits 2 with one line matching PATTERN
   local what=$1 pattern=$2
   shift 2
@@ -119,7 +181,7 @@ bad "sglang" "needs --engine vllm" --engine sglang --offload cpu:1GiB
 bad "no prefix cache" "prefix cache" --no-prefix-cache --offload cpu:1GiB
 bad "bad policy" "offload-policy" --offload cpu:1GiB --offload-policy mru
 bad "nan link" "offload-cpu-gbps" --offload cpu:1GiB --offload-cpu-gbps nan
-bad "events under sglang" "kv-events needs --engine vllm" --engine sglang --kv-events "$work/x.jsonl"
+bad "events without the cache" "kv-events needs the prefix cache" --no-prefix-cache --kv-events "$work/x.jsonl"
 finish "--offload misuse: exit 2, one line"
 
 echo "$passed passed, $failed failed"

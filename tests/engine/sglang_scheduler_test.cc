@@ -5,7 +5,10 @@
 // checked after every step.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <limits>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -441,6 +444,128 @@ TEST_CASE("sglang: a trace whose ids break the prefix contract is matched page b
   CHECK(steps.hits[1] == 0);      // B
   CHECK(steps.hits.back() == 4);  // C hits B's first page (7 cut to 4)
   CHECK(sim.sim_totals().finished == 3);
+}
+
+TEST_CASE("radix_cache: kv events follow SGLang's mixin: a split removes and re-stores its pages") {
+  // Pages of 2 tokens. a = [1 1 1 1 2 2]: one leaf of 3 pages, stored in
+  // order, each chained to the one before. b shares a's first 4 tokens: the
+  // leaf splits there (_split_node: its 3 pages removed, then the 2 shared
+  // and the 1 left stored again under the same hashes), and b's own page is
+  // stored under the shared part. Evicting frees leaves: their pages removed.
+  BlockPool pool(64);
+  RadixCache cache(&pool, 2);
+  std::vector<RadixPageChange> log;
+  cache.log_changes(&log);
+  const TokenRuns a = runs({{1, 4}, {2, 6}});
+  REQUIRE(cache.insert(a, 6, take(pool, 3)) == 0);
+  REQUIRE(log.size() == 3);
+  const std::uint64_t h0 = log[0].hash, h1 = log[1].hash, h2 = log[2].hash;
+  CHECK(log[0].stored);
+  CHECK_FALSE(log[0].parent);
+  CHECK(log[1].parent == h0);
+  CHECK(log[2].parent == h1);
+  CHECK(h0 != h1);  // the same tokens at another position: another hash
+  log.clear();
+  const TokenRuns b = runs({{1, 4}, {3, 6}});
+  std::vector<BlockId> b_pages = take(pool, 3);
+  REQUIRE(cache.insert(b, 6, b_pages) == 4);
+  (void)pool.release_each(std::span<const BlockId>(b_pages).first(2));
+  REQUIRE(log.size() == 3 + 2 + 1 + 1);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK_FALSE(log[i].stored);
+    CHECK(log[i].hash == (i == 0 ? h0 : i == 1 ? h1 : h2));
+  }
+  CHECK(log[3].stored);
+  CHECK(log[3].hash == h0);
+  CHECK_FALSE(log[3].parent);
+  CHECK(log[4].hash == h1);
+  CHECK(log[5].hash == h2);
+  CHECK(log[5].parent == h1);  // the child's page, under the new node's last
+  CHECK(log[6].stored);
+  CHECK(log[6].parent == h1);  // b's own page, a sibling of a's third
+  CHECK(log[6].hash != h2);
+  const std::vector<const RadixCache::Node*> none;
+  CHECK_FALSE(cache.check(none));  // R4: every node's hashes are its path's chain
+  std::vector<std::uint64_t> held;
+  cache.page_hashes(held);
+  std::sort(held.begin(), held.end());
+  std::vector<std::uint64_t> want{h0, h1, h2, log[6].hash};
+  std::sort(want.begin(), want.end());
+  CHECK(held == want);
+  // A hash that is not its path's chain is R4.
+  RadixCache::Node* shared = cache.root()->children.begin()->second.get();
+  shared->hashes[1] ^= 1;
+  const auto problem = cache.check(none);
+  REQUIRE(problem);
+  CHECK(problem->invariant == "R4");
+  shared->hashes[1] ^= 1;
+  log.clear();
+  CHECK(cache.evict(100) == 8);  // tokens: the shared 4 and 2 of each leaf
+  REQUIRE(log.size() == 4);
+  for (const RadixPageChange& change : log) CHECK_FALSE(change.stored);
+  CHECK(log[2].hash == h0);  // the shared node went last, when it became a leaf
+  CHECK(log[3].hash == h1);
+}
+
+TEST_CASE("sglang kv events: replayed in order, the events are the tree's pages at every step") {
+  // Random requests over six prompt families: every stored page's parent is
+  // held when it is stored, none is stored twice or removed unknown, and
+  // after every step the set is the tree's pages (R4 checked every step).
+  for (const std::uint32_t page : {1u, 4u}) {
+    RunConfig config = token_config(160);
+    config.kv.page_tokens = page;
+    config.kv.pool_blocks = 160 / page;
+    SimOptions options = sglang_options();
+    options.kv_events = true;
+    Simulator sim(config, options);
+    std::set<std::uint64_t> held;
+    std::uint64_t stored = 0, removed = 0, mismatches = 0;
+    std::string first_problem;
+    auto problem = [&](std::string what) {
+      if (first_problem.empty()) first_problem = std::move(what);
+    };
+    sim.on_kv_events = [&](double, const KvEventLog& log) {
+      CHECK(log.gpu.empty());
+      for (const RadixPageChange& change : log.pages) {
+        if (!change.stored) {
+          ++removed;
+          if (held.erase(change.hash) == 0) problem("an unknown page removed");
+          continue;
+        }
+        ++stored;
+        if (change.parent && held.count(*change.parent) == 0) problem("a parent not held");
+        if (!held.insert(change.hash).second) problem("a page stored twice");
+      }
+    };
+    sim.on_step = [&](const Simulator& s) {
+      std::vector<std::uint64_t> pages;
+      engine(s).tree().page_hashes(pages);
+      if (std::set<std::uint64_t>(pages.begin(), pages.end()) != held ||
+          pages.size() != held.size()) {
+        ++mismatches;
+      }
+    };
+    std::uint64_t state = 99 + page;
+    auto next = [&state](std::uint64_t n) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return (state >> 33) % n;
+    };
+    std::vector<Request> requests;
+    for (int i = 0; i < 120; ++i) {
+      const std::uint64_t family = next(6);
+      const auto blocks = static_cast<std::uint32_t>(1 + next(6));
+      std::vector<std::uint64_t> ids;
+      for (std::uint32_t k = 0; k < blocks; ++k) ids.push_back(family * 100 + k + 1);
+      requests.push_back(req(std::to_string(i), blocks * 4 + static_cast<std::uint32_t>(next(4)),
+                             static_cast<std::uint32_t>(1 + next(9)), i * 0.002, ids));
+    }
+    run_to_end(sim, std::move(requests));
+    INFO("page " << page << ": " << first_problem);
+    CHECK(first_problem.empty());
+    CHECK(mismatches == 0);
+    CHECK(removed > 0);
+    CHECK(stored > removed);
+  }
 }
 
 TEST_CASE("sglang: a request that cannot fit the pool is skipped") {

@@ -4,6 +4,7 @@
 // and 1 ms a transfer: 128 us a block).
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/micro_config.h"
@@ -176,25 +178,141 @@ TEST_CASE("vllm offload: random traces keep every invariant under --check every"
   }
 }
 
+// 150 requests of six prompt families (each a chain of up to six pages),
+// arriving faster than a 14-block pool serves them: the GPU cache evicts,
+// the tiers store and load.
+std::vector<Request> family_requests(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Request> requests;
+  double t = 0;
+  for (int i = 0; i < 150; ++i) {
+    t += std::uniform_real_distribution<double>(0.0, 0.01)(rng);
+    const std::uint64_t family = rng() % 6;
+    const auto pages = static_cast<std::uint32_t>(1 + rng() % 6);
+    std::vector<std::uint64_t> ids;
+    for (std::uint32_t p = 0; p < pages; ++p) ids.push_back(family * 100 + p + 1);
+    requests.push_back(hashed(std::to_string(i), pages * 4 + static_cast<std::uint32_t>(rng() % 4),
+                              static_cast<std::uint32_t>(1 + rng() % 9), ids, t));
+  }
+  return requests;
+}
+
+TEST_CASE("vllm offload: the timeline's tier gauges hold every step and end at the report's",
+          "[offload]") {
+  // After every step: a tier holds at most its capacity; what it holds is
+  // what landed less what it evicted, plus the stores on its link; the
+  // cumulative figures never go back; requests loading are among the waiting.
+  SimOptions options = offload_options(10, 24, OffloadPolicy::kLru);
+  Simulator sim(micro_config(14), options);
+  REQUIRE(sim.offload_tiers() == 2);
+  std::uint64_t steps = 0, loading_steps = 0, problems = 0;
+  std::array<Scheduler::TierGauge, 2> last{};
+  std::string first_problem;
+  sim.on_step = [&](const Simulator& s) {
+    ++steps;
+    if (s.loading_requests() > 0) ++loading_steps;
+    auto problem = [&](const std::string& what) {
+      if (problems++ == 0) first_problem = fmt::format("step {}: {}", steps, what);
+    };
+    if (s.loading_requests() > s.waiting_requests()) problem("more loading than waiting");
+    const auto& engine = dynamic_cast<const VllmScheduler&>(s.scheduler());
+    for (std::size_t t = 0; t < 2; ++t) {
+      const Scheduler::TierGauge g = s.offload_gauge(t);
+      if (g.medium != (t == 0 ? OffloadMedium::kCpu : OffloadMedium::kDisk)) problem("medium");
+      if (g.resident_blocks > g.capacity_blocks) problem("over capacity");
+      if (g.stored < last[t].stored || g.loaded < last[t].loaded || g.evicted < last[t].evicted) {
+        problem("a cumulative figure went back");
+      }
+      std::uint64_t storing = 0;
+      for (const OffloadConnector::Job& job : engine.offload()->jobs()) {
+        if (job.tier == t && !job.load) storing += job.keys.size();
+      }
+      if (g.resident_blocks != g.stored - g.evicted + storing) {
+        problem(fmt::format("tier {} holds {}, not {} stored - {} evicted + {} storing", t,
+                            g.resident_blocks, g.stored, g.evicted, storing));
+      }
+      last[t] = g;
+    }
+  };
+  Run out = run(sim, family_requests(5));
+  INFO(first_problem);
+  CHECK(problems == 0);
+  CHECK(loading_steps > 0);
+  const nlohmann::json& tiers = out.figures["offload"]["tiers"];
+  CHECK(last[0].capacity_blocks == 10);
+  CHECK(last[1].capacity_blocks == 24);
+  for (std::size_t t = 0; t < 2; ++t) {
+    const nlohmann::json& f = tiers[t == 0 ? "cpu" : "disk"];
+    CHECK(last[t].stored == f["stored"].get<std::uint64_t>());
+    CHECK(last[t].loaded == f["loaded"].get<std::uint64_t>());
+    CHECK(last[t].evicted == f["evicted"].get<std::uint64_t>());
+    CHECK(last[t].resident_blocks == f["resident_blocks"].get<std::uint64_t>());
+  }
+  CHECK(last[0].loaded > 0);
+  CHECK(last[0].evicted > 0);
+}
+
+TEST_CASE("generic kv events: replayed in order, the events are the prefix cache's keys",
+          "[events]") {
+  // The generic engine shares the prefix cache: every stored key's parent is
+  // cached when it is stored (or none: a chain's first page), no key is
+  // stored twice or removed unknown, and after every step the set is the
+  // cache's keys.
+  for (std::uint64_t seed : {3ull, 4ull}) {
+    SimOptions options;
+    options.engine = EngineKind::kGeneric;
+    options.watermark = 0.0;
+    options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
+    options.kv_events = true;
+    Simulator sim(micro_config(14), options);
+    std::set<std::uint64_t> gpu;
+    std::uint64_t stored = 0, chained = 0, removed = 0, mismatches = 0;
+    std::string first_problem;
+    auto problem = [&](std::string what) {
+      if (first_problem.empty()) first_problem = std::move(what);
+    };
+    sim.on_kv_events = [&](double, const KvEventLog& log) {
+      CHECK(log.tiers.empty());
+      for (const auto& change : log.gpu) {
+        const std::uint64_t key = block_key(change.key);
+        if (!change.stored) {
+          ++removed;
+          if (gpu.erase(key) == 0) problem("an unknown key removed");
+          continue;
+        }
+        ++stored;
+        if (change.parent) {
+          ++chained;
+          if (gpu.count(block_key(*change.parent)) == 0) problem("a parent not cached");
+        }
+        if (!gpu.insert(key).second) problem("a key stored twice");
+      }
+    };
+    sim.on_step = [&](const Simulator& s) {
+      const auto& engine = dynamic_cast<const PagedScheduler&>(s.scheduler());
+      std::vector<PageKey> keys;
+      engine.prefix_cache().cached_keys(keys);
+      std::set<std::uint64_t> cached;
+      for (const PageKey& key : keys) cached.insert(block_key(key));
+      if (cached != gpu) ++mismatches;
+    };
+    run_to_end(sim, family_requests(seed));
+    INFO("seed " << seed << ": " << first_problem);
+    CHECK(first_problem.empty());
+    CHECK(mismatches == 0);
+    CHECK(chained > 0);
+    CHECK(removed > 0);
+    CHECK(stored > chained);
+  }
+}
+
 TEST_CASE("vllm kv events: replayed in order, the events are the caches' key sets at every step",
           "[offload][events]") {
   // Every batch applied in order to one set per medium: a store of a key
   // already there, or a removal of one that is not, fails; after every step
   // the sets are the GPU prefix cache's keys and each tier's readable keys.
   for (std::uint64_t disk : {0ull, 24ull}) {
-    std::mt19937_64 rng(11 + disk);
-    std::vector<Request> requests;
-    double t = 0;
-    for (int i = 0; i < 150; ++i) {
-      t += std::uniform_real_distribution<double>(0.0, 0.01)(rng);
-      const std::uint64_t family = rng() % 6;
-      const auto pages = static_cast<std::uint32_t>(1 + rng() % 6);
-      std::vector<std::uint64_t> ids;
-      for (std::uint32_t p = 0; p < pages; ++p) ids.push_back(family * 100 + p + 1);
-      requests.push_back(hashed(std::to_string(i),
-                                pages * 4 + static_cast<std::uint32_t>(rng() % 4),
-                                static_cast<std::uint32_t>(1 + rng() % 9), ids, t));
-    }
+    std::vector<Request> requests = family_requests(11 + disk);
     SimOptions options = offload_options(10, disk, OffloadPolicy::kArc);
     options.kv_events = true;
     Simulator sim(micro_config(14), options);

@@ -267,3 +267,61 @@ TEST_CASE("html: a fleet page has a row and a chart line per instance, escaped a
   CHECK(page.find("<td>12.5 ms</td><td>-</td></tr>") != std::string::npos);
   CHECK(page.find("1.50 ms / 4.25 ms") != std::string::npos);
 }
+
+TEST_CASE("html: offload tiers add their figures and cards, and only with tiers") {
+  auto sampled = [](std::size_t tiers) {
+    TimelineSampler sampler(8, /*simulate=*/true, tiers);
+    for (std::uint64_t i = 0; i < 20; ++i) {
+      TimelinePoint p = point(i);
+      p.loading = static_cast<double>(i % 3);
+      p.tier_resident = {static_cast<double>(i), static_cast<double>(2 * i)};
+      p.tier_stored = {static_cast<double>(10 * i), static_cast<double>(20 * i)};
+      p.tier_loaded = {static_cast<double>(i / 2), static_cast<double>(i / 4)};
+      sampler.add(p);
+    }
+    return sampler.to_json();
+  };
+  const nlohmann::json none = sampled(0), one = sampled(1), two = sampled(2);
+  CHECK_FALSE(none.contains("loading"));
+  CHECK_FALSE(none.contains("tier0_resident"));
+  CHECK(none.contains("preemptions"));
+  CHECK(one["loading"]["max"].size() == one["x"].size());
+  CHECK(one["tier0_resident"]["max"].back() == 19);
+  CHECK(one["tier0_stored"]["last"].back() == 190);
+  CHECK_FALSE(one.contains("tier1_resident"));
+  CHECK(two["tier1_resident"]["max"].back() == 38);
+  CHECK(two["tier1_loaded"]["last"].back() == 4);
+  // A replay's sampler keeps five figures whatever it is given.
+  CHECK_FALSE(TimelineSampler(8, /*simulate=*/false, 2).to_json().contains("loading"));
+
+  nlohmann::json report = small_report("sim.jsonl");
+  report["scheduler"] = {{"preemptions", 0}};
+  report["prefix_cache"] = {
+      {"hit_rate", 0.1}, {"hit_rate_with_tiers", 0.25}, {"query_tokens", 1000}};
+  const std::string plain = kvreplay::render_run_html(report, TimelineSampler(8, true), "step");
+  CHECK(plain.find(R"("tiers":[)") == std::string::npos);
+  CHECK(plain.find("tier0_resident") == std::string::npos);
+  CHECK(plain.find("hit rate with the offload tiers") == std::string::npos);
+  report["offload"] = {{"tiers",
+                        {{"cpu",
+                          {{"capacity_blocks", 64},
+                           {"capacity_bytes", 134217728},
+                           {"hit_tokens", 120},
+                           {"load_ms", {{"p99", 2.5}}}}},
+                         {"disk",
+                          {{"capacity_blocks", 512},
+                           {"capacity_bytes", 1073741824},
+                           {"hit_tokens", 30},
+                           {"load_ms", {{"p99", 40.0}}}}}}}};
+  const std::string page = kvreplay::render_run_html(report, TimelineSampler(8, true, 2), "step");
+  CHECK(page.find("hit rate with the offload tiers") != std::string::npos);
+  CHECK(page.find("25.00%") != std::string::npos);
+  CHECK(page.find("cpu tier (128.0 MiB): prompt tokens hit · load p99") != std::string::npos);
+  CHECK(page.find("12.00% · 2.50 ms") != std::string::npos);
+  CHECK(page.find("disk tier (1.0 GiB)") != std::string::npos);
+  CHECK(page.find("3.00% · 40.0 ms") != std::string::npos);
+  CHECK(
+      page.find(
+          R"("tiers":[{"capacity_blocks":64,"name":"cpu"},{"capacity_blocks":512,"name":"disk"}])") !=
+      std::string::npos);
+}

@@ -112,11 +112,18 @@ check_page replay 4 "$kvreplay" replay "$root/traces/quickstart.jsonl" --check e
 # preemptions, waste, and the TTFT and TPOT CDFs with their SLO lines.
 check_page simulate 6 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
   --max-seq-tokens 4096 --slo-ttft-ms 500 --slo-tpot-ms 20
+# With offload tiers: those six, the KV each tier holds against its
+# capacity, and the blocks stored and loaded back.
+check_page simulate-offload 8 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
+  --max-seq-tokens 4096 --offload cpu:64MiB,disk:1GiB
 # A fleet: KV in use, requests waiting and running, preemptions, one line per
 # instance, and the fleet's TTFT and TPOT CDFs; likewise with prefill and
 # decode instances.
 check_page fleet 6 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
   --max-seq-tokens 4096 --replicas 3 --router least-kv
+# ... and with offload tiers, each tier's fill per instance (two tiers: two charts).
+check_page fleet-offload 8 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
+  --max-seq-tokens 4096 --replicas 2 --router prefix-aware --offload cpu:64MiB,disk:1GiB
 check_page fleet-pd 6 "$kvreplay" simulate "$work/requests.jsonl" --pool-blocks 32 \
   --max-seq-tokens 4096 --prefill-replicas 1 --decode-replicas 2
 # plan: preemptions, peak in use, p99 TTFT and TPOT against KV memory; pools

@@ -214,9 +214,26 @@
                          sim('cached_blocks', 'cached, no request (evictable)', palette[4], 'min', 'max', gib),
                          sim('used_blocks', 'used (in use + cached)', palette[5], 'min', 'max', gib, {dash: '2 3', width: 1.2})],
                 hlines: data.pool_blocks ? [{y: data.pool_blocks * gib, label: 'pool (' + num(data.pool_blocks * gib) + ' GiB, ' + data.pool_blocks + ' blocks)', color: '#8a93a3'}] : []});
+    var requestSeries = [sim('running', 'running', palette[2], 'min', 'max'),
+                         sim('waiting', 'waiting', palette[1], 'min', 'max')];
+    if (st.loading) requestSeries.push(sim('loading', 'of them loading KV from a tier', palette[3], 'min', 'max', 1, {dash: '4 3'}));
     specs.push({id: 'chart-requests', title: 'Requests running and waiting', xLabel: xt, yLabel: 'requests', x: vt, integer: true,
-                series: [sim('running', 'running', palette[2], 'min', 'max'),
-                         sim('waiting', 'waiting', palette[1], 'min', 'max')]});
+                series: requestSeries});
+    var tiers = (data.tiers || []).filter(function (t, k) { return st['tier' + k + '_resident']; });
+    if (tiers.length) {
+      // --offload: each tier's KV held against its capacity, and its blocks
+      // stored and loaded so far.
+      specs.push({id: 'chart-tiers', title: 'KV held in the offload tiers, per GPU (GiB)', xLabel: xt, yLabel: 'GiB', x: vt,
+                  series: tiers.map(function (t, k) { return sim('tier' + k + '_resident', t.name, palette[(k * 2) % palette.length], 'min', 'max', gib, {dash: '', width: 2.4}); }),
+                  hlines: tiers.map(function (t) { return {y: t.capacity_blocks * gib, label: t.name + ' capacity (' + num(t.capacity_blocks * gib) + ' GiB, ' + t.capacity_blocks + ' blocks)', color: '#8a93a3'}; })});
+      var moves = [];
+      tiers.forEach(function (t, k) {
+        moves.push(sim('tier' + k + '_stored', t.name + ' stored', palette[(k * 2) % palette.length], 'last', 'last', 1, {dash: ''}));
+        moves.push(sim('tier' + k + '_loaded', t.name + ' loaded back', palette[(k * 2 + 1) % palette.length], 'last', 'last', 1, {dash: '4 3'}));
+      });
+      specs.push({id: 'chart-tier-moves', title: 'Offload tier transfers (blocks, cumulative; log scale)', xLabel: xt, yLabel: 'blocks', x: vt, integer: true, logY: true,
+                  series: moves});
+    }
     specs.push({id: 'chart-preemptions', title: 'Preemptions (cumulative)', xLabel: xt, yLabel: 'preemptions', x: vt, integer: true,
                 series: [sim('preemptions', 'preemptions', palette[3], 'last', 'last')]});
     specs.push({id: 'chart-waste', title: 'Waste ratio (unfilled slots of used blocks)', xLabel: xt,
@@ -238,6 +255,16 @@
     }
     specs.push({id: 'chart-fleet-kv', title: 'KV in use by requests, share of each instance\'s pool', xLabel: xt2, yLabel: 'in use / pool', percent: true,
                 series: perInstance('in_use_blocks', 'min', 'max', function (inst) { return inst.pool_blocks ? 1 / inst.pool_blocks : 0; })});
+    // --offload: each tier's KV held, as a share of each instance's tier.
+    ((data.instances[0] || {}).tiers || []).forEach(function (t, k) {
+      if (!data.instances.some(function (inst) { return inst.timeline && inst.timeline['tier' + k + '_resident']; })) return;
+      specs.push({id: 'chart-fleet-tier' + k, title: 'KV held in the ' + t.name + ' tier, share of each instance\'s', xLabel: xt2,
+                  yLabel: 'held / capacity', percent: true,
+                  series: perInstance('tier' + k + '_resident', 'min', 'max', function (inst) {
+                    var c = inst.tiers && inst.tiers[k] ? inst.tiers[k].capacity_blocks : 0;
+                    return c ? 1 / c : 0;
+                  })});
+    });
     specs.push({id: 'chart-fleet-waiting', title: 'Requests waiting, per instance', xLabel: xt2, yLabel: 'requests', integer: true,
                 series: perInstance('waiting', 'min', 'max')});
     specs.push({id: 'chart-fleet-running', title: 'Requests running, per instance', xLabel: xt2, yLabel: 'requests', integer: true,
