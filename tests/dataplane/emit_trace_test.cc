@@ -20,19 +20,6 @@
 namespace kvreplay {
 namespace {
 
-Request hashed(std::uint32_t i, std::uint32_t prompt, std::uint32_t output,
-               std::vector<std::uint64_t> ids, double arrival, std::uint32_t n = 1) {
-  Request r;
-  r.id = std::to_string(i);
-  r.prompt = prompt;
-  r.output = output;
-  r.hash_ids = std::move(ids);
-  r.hash_block_tokens = 4;
-  r.arrival = arrival;
-  r.n = n;
-  return r;
-}
-
 // Prompts from a few shared prefixes (hash blocks of one page), some of n > 1,
 // arriving fast enough that a small pool evicts and preempts.
 std::vector<Request> random_requests(std::uint64_t seed, int count, bool samples) {
@@ -48,7 +35,7 @@ std::vector<Request> random_requests(std::uint64_t seed, int count, bool samples
     const auto extra = static_cast<std::uint32_t>(rng() % 4);
     const std::uint32_t n =
         samples && rng() % 4 == 0 ? 2 + static_cast<std::uint32_t>(rng() % 2) : 1;
-    requests.push_back(hashed(static_cast<std::uint32_t>(i), pages * 4 + extra,
+    requests.push_back(hashed(std::to_string(i), pages * 4 + extra,
                               static_cast<std::uint32_t>(1 + rng() % 9), ids, t, n));
   }
   return requests;

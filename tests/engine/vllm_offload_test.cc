@@ -45,18 +45,6 @@ SimOptions offload_options(std::uint64_t cpu_blocks, std::uint64_t disk_blocks =
   return options;
 }
 
-Request hashed(std::string id, std::uint32_t prompt, std::uint32_t output,
-               std::vector<std::uint64_t> ids, double arrival) {
-  Request r;
-  r.id = std::move(id);
-  r.prompt = prompt;
-  r.output = output;
-  r.hash_ids = std::move(ids);
-  r.hash_block_tokens = 4;
-  r.arrival = arrival;
-  return r;
-}
-
 struct Run {
   std::map<std::string, RequestTimes> times;
   nlohmann::json figures;
