@@ -287,7 +287,10 @@ std::string offload_cards(const nlohmann::json& report) {
             ? nlohmann::json(static_cast<double>(hits.get<std::uint64_t>()) /
                              static_cast<double>(queries.get<std::uint64_t>()))
             : nlohmann::json();
-    const nlohmann::json& p99 = at_path(tier, {"load_ms", "p99"});
+    // No load, no load time (not 0 ms).
+    const nlohmann::json p99 = at_path(tier, {"load_ms", "count"}) == 0
+                                   ? nlohmann::json()
+                                   : at_path(tier, {"load_ms", "p99"});
     body += card(fmt::format("{} tier ({}): prompt tokens hit · load p99", name,
                              is_count(capacity) ? bytes_text(capacity.get<std::uint64_t>())
                                                 : std::string("-")),

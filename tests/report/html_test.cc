@@ -324,4 +324,9 @@ TEST_CASE("html: offload tiers add their figures and cards, and only with tiers"
       page.find(
           R"("tiers":[{"capacity_blocks":64,"name":"cpu"},{"capacity_blocks":512,"name":"disk"}])") !=
       std::string::npos);
+  nlohmann::json idle = report;
+  idle["offload"]["tiers"]["disk"]["load_ms"] = {{"count", 0}, {"p99", 0.0}};
+  const std::string idle_page =
+      kvreplay::render_run_html(idle, TimelineSampler(8, true, 2), "step");
+  CHECK(idle_page.find("3.00% · -") != std::string::npos);  // no load: no load time
 }
