@@ -279,22 +279,35 @@ std::string offload_cards(const nlohmann::json& report) {
   std::string body = card("hit rate with the offload tiers",
                           percent_text(at_path(report, {"prefix_cache", "hit_rate_with_tiers"})));
   const nlohmann::json& queries = at_path(report, {"prefix_cache", "query_tokens"});
+  // A tier's size is per GPU: a fleet's report sums its instances', so its
+  // page shows one instance's (every instance has the same tiers).
+  const nlohmann::json& instances = at_path(report, {"instances"});
+  const nlohmann::json& sized = instances.is_array() && !instances.empty()
+                                    ? at_path(instances[0], {"offload", "tiers"})
+                                    : tiers;
   for (const auto& [name, tier] : tiers.items()) {
-    const nlohmann::json& capacity = at_path(tier, {"capacity_bytes"});
+    const nlohmann::json& capacity = at_path(sized, {name.c_str(), "capacity_bytes"});
     const nlohmann::json& hits = at_path(tier, {"hit_tokens"});
     const nlohmann::json share =
         is_count(queries) && is_count(hits) && queries.get<std::uint64_t>() > 0
             ? nlohmann::json(static_cast<double>(hits.get<std::uint64_t>()) /
                              static_cast<double>(queries.get<std::uint64_t>()))
             : nlohmann::json();
+    // The share counts first admissions (as the GPU hit rate does); a tier's
+    // loads for preempted requests coming back are said apart.
+    const nlohmann::json& again = at_path(tier, {"preempted_hit_tokens"});
+    const std::string readmitted =
+        is_count(again) && again.get<std::uint64_t>() > 0
+            ? fmt::format(" (+{} tokens at readmissions)", again.get<std::uint64_t>())
+            : std::string();
     // No load, no load time (not 0 ms).
     const nlohmann::json p99 = at_path(tier, {"load_ms", "count"}) == 0
                                    ? nlohmann::json()
                                    : at_path(tier, {"load_ms", "p99"});
-    body += card(fmt::format("{} tier ({}): prompt tokens hit · load p99", name,
+    body += card(fmt::format("{} tier ({} per GPU): prompt tokens hit · load p99", name,
                              is_count(capacity) ? bytes_text(capacity.get<std::uint64_t>())
                                                 : std::string("-")),
-                 fmt::format("{} · {}", percent_text(share),
+                 fmt::format("{}{} · {}", percent_text(share), readmitted,
                              p99.is_number() ? ms_text(p99.get<double>()) : std::string("-")));
   }
   return body;
@@ -341,7 +354,19 @@ std::string run_cards(const nlohmann::json& report, bool simulate) {
         card("prefix-cache hit rate", percent_text(at_path(report, {"prefix_cache", "hit_rate"})));
     body += offload_cards(report);
     const nlohmann::json& in_use_bytes = at_path(report, {"memory", "peak_in_use_bytes"});
-    if (is_count(in_use_bytes)) {
+    const nlohmann::json& instances = at_path(report, {"instances"});
+    const nlohmann::json& block_bytes = at_path(report, {"config", "block_bytes"});
+    if (instances.is_array() && is_count(block_bytes)) {
+      // A fleet's report sums its instances' peaks: per GPU is the fullest
+      // instance's (a GPU of an instance holds its pool's share of each block).
+      std::uint64_t peak = 0;
+      for (const nlohmann::json& one : instances) {
+        const nlohmann::json& blocks = at_path(one, {"blocks", "peak_in_use"});
+        if (is_count(blocks)) peak = std::max(peak, blocks.get<std::uint64_t>());
+      }
+      body += card("peak KV memory in use, per GPU (fullest instance)",
+                   bytes_text(peak * block_bytes.get<std::uint64_t>()));
+    } else if (is_count(in_use_bytes)) {
       body += card("peak KV memory in use, per GPU", bytes_text(in_use_bytes.get<std::uint64_t>()));
     }
     auto ms = [&](std::initializer_list<const char*> where) {

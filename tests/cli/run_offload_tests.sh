@@ -116,7 +116,7 @@ check '[[ $(awk -F, "NR > 1 && \$20 > \$16 { n++ } END { print n + 0 }" "$work/t
   "more requests loading than waiting"
 check '[[ $(jq "[.offload.tiers[] | .hit_tokens + .preempted_hit_tokens == .loaded * $(jq .config.page_tokens "$work/tl.json")] | all" "$work/tl.json") == true ]]' \
   "a tier's hit tokens (first admissions and preempted) are not its loaded pages: $(jq -c .offload.tiers "$work/tl.json")"
-check 'grep -q "cpu tier (2.0 GiB): prompt tokens hit" "$work/tl.html"' "no cpu tier card on the page"
+check 'grep -q "cpu tier (2.0 GiB per GPU): prompt tokens hit" "$work/tl.html"' "no cpu tier card on the page"
 check 'grep -q "hit rate with the offload tiers" "$work/tl.html"' "no hit-rate-with-tiers card"
 check 'grep -q "\"tier1_loaded\":" "$work/tl.html"' "the page's timeline has no disk tier figures"
 check 'grep -q "\"tiers\":\[{\"capacity_blocks\":[0-9]*,\"name\":\"cpu\"},{\"capacity_blocks\":[0-9]*,\"name\":\"disk\"}\]" "$work/tl.html"' \

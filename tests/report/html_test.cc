@@ -266,6 +266,22 @@ TEST_CASE("html: a fleet page has a row and a chart line per instance, escaped a
   // A prefill instance measures no TPOT: a dash, not 0 ms.
   CHECK(page.find("<td>12.5 ms</td><td>-</td></tr>") != std::string::npos);
   CHECK(page.find("1.50 ms / 4.25 ms") != std::string::npos);
+
+  // Per GPU on a fleet's page: the fullest instance's peak (the report's
+  // memory section sums the instances'), and a tier's size as one instance has it.
+  report["config"] = {{"block_bytes", 1048576}};
+  report["memory"] = {{"peak_in_use_bytes", 10 * 1048576}};
+  report["instances"][1]["blocks"]["peak_in_use"] = 7;
+  report["offload"] = {
+      {"tiers", {{"cpu", {{"capacity_bytes", 2 * 134217728}, {"hit_tokens", 0}}}}}};
+  for (auto& one : report["instances"]) {
+    one["offload"] = {{"tiers", {{"cpu", {{"capacity_bytes", 134217728}}}}}};
+  }
+  const std::string sized = kvreplay::render_fleet_html(report, timelines);
+  CHECK(sized.find("peak KV memory in use, per GPU (fullest instance)</div><div "
+                   "class=\"value\">7.0 MiB") != std::string::npos);
+  CHECK(sized.find("in use, per GPU</div>") == std::string::npos);  // not the sum
+  CHECK(sized.find("cpu tier (128.0 MiB per GPU)") != std::string::npos);
 }
 
 TEST_CASE("html: offload tiers add their figures and cards, and only with tiers") {
@@ -316,9 +332,10 @@ TEST_CASE("html: offload tiers add their figures and cards, and only with tiers"
   const std::string page = kvreplay::render_run_html(report, TimelineSampler(8, true, 2), "step");
   CHECK(page.find("hit rate with the offload tiers") != std::string::npos);
   CHECK(page.find("25.00%") != std::string::npos);
-  CHECK(page.find("cpu tier (128.0 MiB): prompt tokens hit · load p99") != std::string::npos);
+  CHECK(page.find("cpu tier (128.0 MiB per GPU): prompt tokens hit · load p99") !=
+        std::string::npos);
   CHECK(page.find("12.00% · 2.50 ms") != std::string::npos);
-  CHECK(page.find("disk tier (1.0 GiB)") != std::string::npos);
+  CHECK(page.find("disk tier (1.0 GiB per GPU)") != std::string::npos);
   CHECK(page.find("3.00% · 40.0 ms") != std::string::npos);
   CHECK(
       page.find(
@@ -329,4 +346,12 @@ TEST_CASE("html: offload tiers add their figures and cards, and only with tiers"
   const std::string idle_page =
       kvreplay::render_run_html(idle, TimelineSampler(8, true, 2), "step");
   CHECK(idle_page.find("3.00% · -") != std::string::npos);  // no load: no load time
+  // Loads for preempted requests coming back are said apart from the share.
+  CHECK(page.find("at readmissions") == std::string::npos);
+  nlohmann::json reloaded = report;
+  reloaded["offload"]["tiers"]["cpu"]["hit_tokens"] = 0;
+  reloaded["offload"]["tiers"]["cpu"]["preempted_hit_tokens"] = 64;
+  const std::string reloaded_page =
+      kvreplay::render_run_html(reloaded, TimelineSampler(8, true, 2), "step");
+  CHECK(reloaded_page.find("0.00% (+64 tokens at readmissions) · 2.50 ms") != std::string::npos);
 }

@@ -128,7 +128,8 @@
     spec.series.forEach(function (s, index) {
       var sx = s.x || spec.x, top = [], bottom = [], band = false;
       sx.forEach(function (v, i) {
-        if (s.hi[i] === null) return;
+        // A log scale has no zero: such a point is left out, not drawn on the floor.
+        if (s.hi[i] === null || (logY && !(s.hi[i] > 0))) return;
         top.push(px(v).toFixed(1) + ',' + py(s.hi[i]).toFixed(1));
         bottom.push(px(v).toFixed(1) + ',' + py(s.lo[i]).toFixed(1));
         if (s.lo[i] !== s.hi[i]) band = true;
@@ -145,7 +146,7 @@
       paths++;
       if (spec.markers) {
         sx.forEach(function (v, i) {
-          if (s.hi[i] === null) return;
+          if (s.hi[i] === null || (logY && !(s.hi[i] > 0))) return;
           svg.push('<circle r="' + Math.max(1.5, 4.5 - index) + '" fill="' + s.color + '" cx="' + px(v).toFixed(1) + '" cy="' + py(s.hi[i]).toFixed(1) + '"/>');
         });
       }
@@ -154,7 +155,9 @@
     svg.push('</svg>');
     var legend = spec.series.map(function (s, index) {
       var dashed = s.dash !== undefined ? s.dash !== '' : index > 0;
-      return '<span><i style="' + (dashed ? 'height:0;border-top:3px dashed ' + s.color : 'background:' + s.color) + '"></i>' + esc(s.name) + '</span>';
+      var none = logY && !s.hi.some(function (v) { return v > 0; });
+      return '<span><i style="' + (dashed ? 'height:0;border-top:3px dashed ' + s.color : 'background:' + s.color) + '"></i>' +
+             esc(s.name) + (none ? ' (0 throughout)' : '') + '</span>';
     }).concat((spec.hlines || []).map(function (h) {
       return '<span><i style="background:' + h.color + '"></i>' + esc(h.label) + '</span>';
     }));
@@ -227,9 +230,13 @@
                   series: tiers.map(function (t, k) { return sim('tier' + k + '_resident', t.name, palette[(k * 2) % palette.length], 'min', 'max', gib, {dash: '', width: 2.4}); }),
                   hlines: tiers.map(function (t) { return {y: t.capacity_blocks * gib, label: t.name + ' capacity (' + num(t.capacity_blocks * gib) + ' GiB, ' + t.capacity_blocks + ' blocks)', color: '#8a93a3'}; })});
       var moves = [];
+      // Tiers written through store the same blocks: a later tier's lines are
+      // thinner and dotted, drawn over the earlier's, so both show where they meet.
       tiers.forEach(function (t, k) {
-        moves.push(sim('tier' + k + '_stored', t.name + ' stored', palette[(k * 2) % palette.length], 'last', 'last', 1, {dash: ''}));
-        moves.push(sim('tier' + k + '_loaded', t.name + ' loaded back', palette[(k * 2 + 1) % palette.length], 'last', 'last', 1, {dash: '4 3'}));
+        moves.push(sim('tier' + k + '_stored', t.name + ' stored', palette[(k * 2) % palette.length], 'last', 'last', 1,
+                       k === 0 ? {dash: '', width: 2.4} : {dash: '2 3', width: 1.4}));
+        moves.push(sim('tier' + k + '_loaded', t.name + ' loaded back', palette[(k * 2 + 1) % palette.length], 'last', 'last', 1,
+                       k === 0 ? {dash: '6 3', width: 2.4} : {dash: '2 3', width: 1.4}));
       });
       specs.push({id: 'chart-tier-moves', title: 'Offload tier transfers (blocks, cumulative; log scale)', xLabel: xt, yLabel: 'blocks', x: vt, integer: true, logY: true,
                   series: moves});
