@@ -74,13 +74,8 @@ void RadixCache::log_changes(std::vector<RadixPageChange>* log) {
 }
 
 void RadixCache::page_hashes(std::vector<std::uint64_t>& out) const {
-  std::vector<const Node*> stack{root_.get()};
-  while (!stack.empty()) {
-    const Node* node = stack.back();
-    stack.pop_back();
-    out.insert(out.end(), node->hashes.begin(), node->hashes.end());
-    for (const auto& [id, child] : node->children) stack.push_back(child.get());
-  }
+  for_each_node(
+      [&out](const Node& node) { out.insert(out.end(), node.hashes.begin(), node.hashes.end()); });
 }
 
 std::uint64_t token_id(const TokenRuns& runs, std::uint32_t pos) {
@@ -98,15 +93,7 @@ RadixCache::RadixCache(BlockPool* pool, std::uint32_t page_tokens)
 RadixCache::~RadixCache() = default;
 
 void RadixCache::reset() {
-  if (log_ != nullptr) {
-    std::vector<const Node*> stack{root_.get()};
-    while (!stack.empty()) {
-      const Node* node = stack.back();
-      stack.pop_back();
-      log_pages(*node, /*stored=*/false);
-      for (const auto& [id, child] : node->children) stack.push_back(child.get());
-    }
-  }
+  assert(log_ == nullptr);  // only keys-only trees are reset: nothing to log
   std::vector<BlockId> held;
   pages(held);
   if (pool_ != nullptr) {
@@ -341,13 +328,8 @@ std::uint32_t RadixCache::evict(std::uint32_t tokens) {
 }
 
 void RadixCache::pages(std::vector<BlockId>& out) const {
-  std::vector<const Node*> stack{root_.get()};
-  while (!stack.empty()) {
-    const Node* node = stack.back();
-    stack.pop_back();
-    out.insert(out.end(), node->pages.begin(), node->pages.end());
-    for (const auto& [id, child] : node->children) stack.push_back(child.get());
-  }
+  for_each_node(
+      [&out](const Node& node) { out.insert(out.end(), node.pages.begin(), node.pages.end()); });
 }
 
 std::optional<RadixCache::Problem> RadixCache::check(std::span<const Node* const> locked) const {

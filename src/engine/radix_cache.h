@@ -119,6 +119,7 @@ class RadixCache {
   // `tokens` tokens are freed or none is left. Returns the tokens freed.
   std::uint32_t evict(std::uint32_t tokens);
   // Empties the tree (keys-only trees: the waiting queue's, per round).
+  // REQUIRES no log_changes: a tree whose changes are logged is never reset.
   void reset();
   // --kv-events (SGLang's KVCacheEventMixin): from now on each page the tree
   // caches or frees is appended to `log`, in the order it happens: a new
@@ -170,6 +171,17 @@ class RadixCache {
   }
   void set_hashes(Node& node) const;
   void log_pages(const Node& node, bool stored);
+  // Calls visit(node) on every node, the root first, depth first.
+  template <class Visit>
+  void for_each_node(Visit&& visit) const {
+    std::vector<const Node*> stack{root_.get()};
+    while (!stack.empty()) {
+      const Node* node = stack.back();
+      stack.pop_back();
+      visit(*node);
+      for (const auto& [id, child] : node->children) stack.push_back(child.get());
+    }
+  }
 
   BlockPool* pool_;
   std::uint32_t page_;
