@@ -549,7 +549,7 @@ InputResult<SimulationResult> simulate_fleet_file(
   if (!opened) return Unexpected{opened.error()};
   RequestReader& reader = *opened.value();
   if (auto problem = sim_options_error(config, options)) {
-    return Unexpected{InputError{"command line", 0, "--engine", *problem}};
+    return Unexpected{InputError{"command line", 0, problem->option, problem->problem}};
   }
   if (fleet_options.disaggregated()) {
     const std::vector<KvCacheGroupSpec>& groups =

@@ -29,7 +29,7 @@ LoadGenerator::LoadGenerator(const LoadOptions& options, std::function<double()>
 
 LoadGenerator::LoadGenerator(const LoadOptions& options, Simulator& sim)
     : LoadGenerator(
-          options, [&sim] { return sim.idle() ? kNever : sim.now(); },
+          options, [&sim] { return sim.idle() ? kNever : sim.next_change(); },
           [&sim](double horizon) { return sim.run_until(horizon); }) {
   if (!options_.any()) return;
   std::function<void(const RequestTimes&)> previous = std::move(sim.on_request_end);

@@ -568,7 +568,7 @@ InputResult<SimulationResult> simulate_file(
   if (!opened) return Unexpected{opened.error()};
   RequestReader& reader = *opened.value();
   if (auto problem = sim_options_error(config, options)) {
-    return Unexpected{InputError{"command line", 0, "--engine", *problem}};
+    return Unexpected{InputError{"command line", 0, problem->option, problem->problem}};
   }
   Simulator sim(config, options);
   attach_observers(sim, timeline, sampler, terminal, faults, requests);

@@ -213,8 +213,9 @@ std::optional<double> Fleet::start_transfer(std::uint64_t tag, double now) {
     std::optional<double> again;
     if (queued || target.running_requests() > 0) {
       // Its next step ends then, or (not yet begun) starts now: just after.
-      again = target.now() > now ? target.now()
-                                 : std::nextafter(now, std::numeric_limits<double>::infinity());
+      // An instance that only waits for KV loads changes at their landing.
+      const double next = target.next_change();
+      again = next > now ? next : std::nextafter(now, std::numeric_limits<double>::infinity());
     }
     const std::multiset<double>& landing = landings_[decode - first];
     if (!landing.empty()) again = std::min(again.value_or(*landing.begin()), *landing.begin());
@@ -322,7 +323,7 @@ double Fleet::now() const {
 double Fleet::frontier() const {
   double at = std::numeric_limits<double>::infinity();
   for (const auto& sim : instances_) {
-    if (!sim->idle()) at = std::min(at, sim->now());
+    if (!sim->idle()) at = std::min(at, sim->next_change());
   }
   if (!pending_.empty()) at = std::min(at, pending_.top().time);
   return at;

@@ -277,12 +277,22 @@ struct SimOptions {
   bool emit_trace = false;
 };
 
+// A combination of options a run cannot take: the option at fault, as the
+// command line names it ("--offload"), and the problem, without that name.
+struct OptionsError {
+  std::string option;
+  std::string problem;
+  std::string to_string() const { return option + ": " + problem; }
+};
+
 // What is wrong with running `options` on `config`, or nullopt: the KV-cache
-// groups (kv_groups_error), or a hybrid model (several groups, or a
-// sliding-window one) under the generic engine or a contiguous baseline.
-// A Simulator built with such options runs nothing: run_until returns false,
-// violation() naming the problem.
-std::optional<std::string> sim_options_error(const RunConfig& config, const SimOptions& options);
+// groups (kv_groups_error), a hybrid model (several groups, or a
+// sliding-window one) under the generic engine or a contiguous baseline, an
+// engine or pool --offload, --kv-events or --emit-trace cannot serve, an
+// offload tier that holds no block or more than 2^32 - 1, a roofline without
+// its model or GPU. A Simulator built with such options runs nothing:
+// run_until returns false, violation() naming the problem.
+std::optional<OptionsError> sim_options_error(const RunConfig& config, const SimOptions& options);
 
 // Why a request can never fit; the first applies when several do.
 enum class SkipReason : std::uint8_t {

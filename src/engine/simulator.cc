@@ -96,84 +96,111 @@ const GpuSpec* cost_gpu(const RunConfig& config) {
   return find_gpu_preset(config.gpu.empty() ? kDefaultCostGpu : config.gpu);
 }
 
-std::optional<std::string> sim_options_error(const RunConfig& config, const SimOptions& options) {
+std::optional<OptionsError> sim_options_error(const RunConfig& config, const SimOptions& options) {
+  auto error = [](std::string option, std::string problem) {
+    return std::optional<OptionsError>{OptionsError{std::move(option), std::move(problem)}};
+  };
   // The run's groups: the options' (tests), else the model's (RunConfig::kv_groups).
   const std::vector<KvCacheGroupSpec>& groups =
       options.kv_groups.empty() ? config.kv_groups : options.kv_groups;
-  if (auto error = kv_groups_error(groups, config.kv.layers)) return error;
+  if (auto problem = kv_groups_error(groups, config.kv.layers)) return error("--model", *problem);
   const bool hybrid = groups.size() > 1 ||
                       (groups.size() == 1 && groups[0].attention == KvCacheGroupSpec::kSliding);
   if (config.kv.block_layers != 0 && config.kv.block_layers != kv_group_size(groups)) {
-    return fmt::format("the pool's blocks hold {} layers, the KV-cache groups {}",
-                       config.kv.block_layers, kv_group_size(groups));
+    return error("--model", fmt::format("the pool's blocks hold {} layers, the KV-cache groups {}",
+                                        config.kv.block_layers, kv_group_size(groups)));
   }
   if (hybrid &&
       (options.engine != EngineKind::kVllm || options.allocator != AllocatorKind::kPaged)) {
-    return std::string(
-        "hybrid KV-cache groups (several groups, or a sliding window) need the vllm engine "
-        "and the paged allocator");
+    return error(options.engine != EngineKind::kVllm ? "--engine" : "--allocator",
+                 "hybrid KV-cache groups (several groups, or a sliding window) need the vllm "
+                 "engine and the paged allocator");
   }
   if (options.offload.any()) {
     // The offloading connector is vLLM's (OffloadingConnector): it stores and
     // loads whole blocks of a prefix-cached paged pool of one attention type.
     if (options.engine != EngineKind::kVllm) {
-      return fmt::format(
-          "--offload needs --engine vllm (the {} engine has no offloading "
-          "connector yet)",
-          to_string(options.engine));
+      return error("--offload",
+                   fmt::format("needs --engine vllm (the {} engine has no offloading connector "
+                               "yet)",
+                               to_string(options.engine)));
     }
-    if (options.allocator != AllocatorKind::kPaged || !options.prefix_cache) {
-      return std::string("--offload needs the paged allocator and the prefix cache");
+    if (options.allocator != AllocatorKind::kPaged) {
+      return error("--offload", "needs the paged allocator (a contiguous region is no block)");
+    }
+    if (!options.prefix_cache) {
+      return error("--offload", "needs the prefix cache (drop --no-prefix-cache)");
     }
     if (hybrid) {
-      return std::string(
-          "--offload is not supported with hybrid KV-cache groups (several groups, or a sliding "
-          "window)");
+      return error("--offload",
+                   "is not supported with hybrid KV-cache groups (several groups, or a sliding "
+                   "window)");
     }
+    const std::uint64_t block = kv_block_bytes(config.kv, groups);
     for (const OffloadTierOptions& tier : options.offload.tiers) {
       if (!(tier.gbps > 0) || !std::isfinite(tier.gbps) || !(tier.latency_us >= 0) ||
           !std::isfinite(tier.latency_us)) {
-        return fmt::format(
-            "--offload: the {} tier's link needs a bandwidth above 0 and a "
-            "latency of at least 0",
-            to_string(tier.medium));
+        return error("--offload",
+                     fmt::format("the {} tier's link needs a bandwidth above 0 and a latency of "
+                                 "at least 0",
+                                 to_string(tier.medium)));
+      }
+      // A tier slot is one GPU block (offload_connector.h); its count is 32-bit.
+      if (block > 0 && tier.bytes < block) {
+        return error("--offload", fmt::format("the {} tier's {} bytes hold no block of {} bytes "
+                                              "(a block is a page of every layer's KV per GPU)",
+                                              to_string(tier.medium), tier.bytes, block));
+      }
+      if (block > 0 && tier.bytes / block > std::numeric_limits<std::uint32_t>::max()) {
+        return error("--offload",
+                     fmt::format("the {} tier's {} bytes hold {} blocks of {} bytes, over the "
+                                 "most a tier indexes ({})",
+                                 to_string(tier.medium), tier.bytes, tier.bytes / block, block,
+                                 std::numeric_limits<std::uint32_t>::max()));
       }
     }
   }
-  if (options.kv_events &&
-      (options.allocator != AllocatorKind::kPaged || !options.prefix_cache || hybrid)) {
-    return std::string(
-        "--kv-events needs the prefix cache and the paged allocator, without hybrid KV-cache "
-        "groups");
+  if (options.kv_events) {
+    if (options.allocator != AllocatorKind::kPaged) {
+      return error("--kv-events", "needs the paged allocator (a contiguous region caches nothing)");
+    }
+    if (!options.prefix_cache) {
+      return error("--kv-events", "needs the prefix cache (drop --no-prefix-cache)");
+    }
+    if (hybrid) {
+      return error("--kv-events",
+                   "is not supported with hybrid KV-cache groups (several groups, or a sliding "
+                   "window)");
+    }
   }
   if (options.emit_trace) {
     // A kvtrace has one table per sequence over one pool of whole-model
     // blocks, and a prefix cache of full pages: what the paged vllm and
     // generic engines keep. SGLang's radix tree caches partial pages.
     if (options.engine == EngineKind::kSglang) {
-      return std::string(
-          "--emit-trace needs --engine vllm or generic (the sglang engine's radix cache is not "
-          "written as a kvtrace yet)");
+      return error("--emit-trace",
+                   "needs --engine vllm or generic (the sglang engine's radix cache is not "
+                   "written as a kvtrace yet)");
     }
     if (options.allocator != AllocatorKind::kPaged) {
-      return std::string(
-          "--emit-trace needs the paged allocator (a contiguous region is no "
-          "block table)");
+      return error("--emit-trace",
+                   "needs the paged allocator (a contiguous region is no "
+                   "block table)");
     }
     if (hybrid) {
-      return std::string(
-          "--emit-trace is not supported with hybrid KV-cache groups (several groups, or a "
-          "sliding window): a kvtrace sequence has one table");
+      return error("--emit-trace",
+                   "is not supported with hybrid KV-cache groups (several groups, or a sliding "
+                   "window): a kvtrace sequence has one table");
     }
   }
   if (options.cost.kind == CostKind::kRoofline) {
     if (!config.model_spec) {
-      return std::string(
-          "--cost-model roofline needs the model's parameter count (--model or --model-config); "
-          "give --cost-model linear for geometry set by hand");
+      return error("--cost-model",
+                   "roofline needs the model's parameter count (--model or --model-config); "
+                   "give --cost-model linear for geometry set by hand");
     }
     if (cost_gpu(config) == nullptr) {
-      return fmt::format("--cost-model roofline: unknown GPU '{}'", config.gpu);
+      return error("--cost-model", fmt::format("roofline: unknown GPU '{}'", config.gpu));
     }
   }
   return std::nullopt;
@@ -236,7 +263,7 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
   shell_.on_request = &engine_skipped_;
   scheduler_ = make_scheduler(options_.engine, shell_);
   if (auto error = sim_options_error(config, options)) {
-    shell_.violation = Violation{0, 0, "config", *error};
+    shell_.violation = Violation{0, 0, "config", error->to_string()};
     return;
   }
   if (options.cost.kind != CostKind::kLinear && config.model_spec) {
@@ -332,21 +359,47 @@ bool Simulator::step(double horizon) {
   shell_.work.clear();
   if (trace_ != nullptr) trace_->at(now_);
   if (!scheduler_->step()) return false;
-  if (shell_.work.tokens() == 0 && shell_.step_done.empty() && shell_.step_first_tokens.empty()) {
+  if (shell_.work.tokens() != 0 || !shell_.step_done.empty() || !shell_.step_first_tokens.empty()) {
+    idle_steps_ = 0;
+  } else {
     if (auto wake = scheduler_->wake_at(); wake && *wake > now_) {
+      idle_steps_ = 0;
       // Nothing ran: the requests wait for transfers (KV loads from an
       // offload tier). The clock moves on to the first landing, the next
       // arrival or the horizon, whichever comes first, without a step.
-      double next = std::min(*wake, horizon);
+      double next = *wake;
       if (!arriving_.empty()) next = std::min(next, arriving_.front().arrival);
-      now_ = std::max(now_, next);
+      waiting_until_ = std::max(now_, next);
+      now_ = std::max(now_, std::min(next, horizon));
       return true;
+    }
+    // Nothing ran and nothing is awaited: an engine step may still change
+    // its state (a preemption, a request given up on) and run the next time,
+    // but not for this many steps in a row. Held in place, the run would
+    // never end: it stops here, as a failed check, saying where it stood.
+    if (++idle_steps_ >= kStallSteps) {
+      shell_.violation = Violation{
+          shell_.sim.steps + 1, 0, "P1",
+          fmt::format("the engine ran nothing for {} steps in a row at {:.6f} s of virtual time "
+                      "(requests waiting: {}, running: {}; free blocks: {}): nothing it holds "
+                      "can run (a kvreplay bug, or a fault forced on the pool)",
+                      idle_steps_, now_, scheduler_->num_waiting(), scheduler_->num_running(),
+                      scheduler_->pool().free_count())};
+      return false;
     }
   }
   return end_step();
 }
 
+double Simulator::next_change() const {
+  if (!waiting_until_) return now_;
+  if (!arriving_.empty())
+    return std::min(*waiting_until_, std::max(now_, arriving_.front().arrival));
+  return *waiting_until_;
+}
+
 bool Simulator::end_step() {
+  waiting_until_.reset();
   double step_ms = 0;
   if (roofline_) {
     step_ms = roofline_->step_ms(shell_.work);

@@ -148,9 +148,19 @@ class Simulator {
   }
   // Disaggregated prefill: Scheduler::receive_kv and release_received.
   std::optional<Scheduler::ReceivedKv> receive_kv(const Request& request) {
+    waiting_until_.reset();
     return scheduler_->receive_kv(request);
   }
-  void release_received(std::span<const BlockId> blocks) { scheduler_->release_received(blocks); }
+  void release_received(std::span<const BlockId> blocks) {
+    waiting_until_.reset();
+    scheduler_->release_received(blocks);
+  }
+  // The earliest time this instance can change on its own: now() (the end
+  // of the step in progress, or the next step to begin), or, when its last
+  // step found nothing to run while KV loads were in flight, the first
+  // landing or the next arrival. A caller that waits on the instance (the
+  // fleet's transfer retry) looks again then, not one ulp later.
+  double next_change() const;
 
  private:
   bool step(double horizon);
@@ -170,6 +180,12 @@ class Simulator {
   TraceEmitter* trace_ = nullptr;  // --emit-trace
   std::deque<Request> arriving_;
   double now_ = 0.0;
+  // Set by a step that found nothing to run: when it can next (next_change).
+  std::optional<double> waiting_until_;
+  // Steps in a row that ran nothing and awaited nothing; at kStallSteps the
+  // run stops with a violation (P1) instead of stepping in place forever.
+  std::uint64_t idle_steps_ = 0;
+  static constexpr std::uint64_t kStallSteps = 10000;
   std::optional<Roofline> roofline_;
   Latencies latencies_;
   std::uint64_t slo_met_ = 0;

@@ -109,7 +109,7 @@ finish "simulate --offload --emit-trace writes stores, loads and drops"
 run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine sglang -q \
   --emit-trace "$work/sglang.jsonl"
 check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
-check 'grep -q "emit-trace needs --engine vllm or generic" "$work/err"' "message: $(err_text 300)"
+check 'grep -q "command line: --emit-trace: needs --engine vllm or generic" "$work/err"' "message: $(err_text 300)"
 check '[[ ! -s "$work/sglang.jsonl" ]]' "a trace was written for a refused run"
 finish "simulate --engine sglang --emit-trace is refused (exit 2)"
 

@@ -159,7 +159,29 @@ run events "$work/sglang-fleet.jsonl"
 check '[[ $rc -eq 0 ]]' "kvreplay events on the sglang fleet's stream: exit $rc: $(err_text)"
 finish "--kv-events under the sglang engine"
 
-# 9. Misuse: exit 2, one line naming the problem.
+# 9. An engine that has nothing to run but a tier load in flight: whoever
+#    waits on it looks again at the landing. Disaggregated serving with a
+#    small decode pool: a transfer waiting on such a decode instance retried
+#    one ulp later, forever. It ends, every request accounted for, the decode
+#    side having loaded from its tier.
+head -n 40 traces/requests/mooncake_conv.jsonl >"$work/h40.jsonl"
+run simulate "$work/h40.jsonl" --model llama-3.1-8b --tp 4 --gpu h100-80gb --max-seq-tokens 131072 -q \
+  --kv-memory 512MiB --offload cpu:1GiB --prefill-replicas 1 --decode-replicas 1 --report "$work/pd.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq ".requests.finished + .requests.skipped == 40 and .fleet.kv_transfer.requests == .requests.finished" "$work/pd.json") == true ]]' \
+  "requests: $(jq -c .requests "$work/pd.json")"
+check '[[ $(jq ".instances[1].offload.tiers.cpu.loaded > 0" "$work/pd.json") == true ]]' \
+  "the decode side loaded nothing from its tier"
+# A closed loop of one client: its one request loading from the tier is
+# all the engine has, and the next request waits for it to end (the
+# generator ran the engine one ulp further each time, forever).
+run simulate "$trace" "${common[@]}" --offload cpu:64GiB --concurrency 1 --report "$work/closed.json"
+check '[[ $rc -eq 0 ]]' "--concurrency 1: exit $rc: $(err_text)"
+check '[[ $(jq ".requests.finished + .requests.skipped == 150 and .offload.tiers.cpu.loaded > 0" "$work/closed.json") == true ]]' \
+  "--concurrency 1: $(jq -c "[.requests, .offload.tiers.cpu.loaded]" "$work/closed.json")"
+finish "--offload with disaggregated prefill on a small pool, or one closed-loop client: the run ends"
+
+# 10. Misuse: exit 2, one line naming the problem.
 bad() {  # bad WHAT PATTERN ARGS...: the run exits 2 with one line matching PATTERN
   local what=$1 pattern=$2
   shift 2
@@ -181,7 +203,11 @@ bad "sglang" "needs --engine vllm" --engine sglang --offload cpu:1GiB
 bad "no prefix cache" "prefix cache" --no-prefix-cache --offload cpu:1GiB
 bad "bad policy" "offload-policy" --offload cpu:1GiB --offload-policy mru
 bad "nan link" "offload-cpu-gbps" --offload cpu:1GiB --offload-cpu-gbps nan
-bad "events without the cache" "kv-events needs the prefix cache" --no-prefix-cache --kv-events "$work/x.jsonl"
+bad "events without the cache" "^command line: --kv-events: needs the prefix cache" --no-prefix-cache --kv-events "$work/x.jsonl"
+bad "events, contiguous" "^command line: --kv-events: needs the paged allocator" --allocator contiguous-max --kv-events "$work/x.jsonl"
+# A block here is 512 KiB (16 tokens x 32 layers x K and V x 2 of 8 KV heads x 128 x 2 bytes).
+bad "tier under a block" "^command line: --offload: the cpu tier's 1024 bytes hold no block of 524288 bytes" --offload cpu:1KiB
+bad "tier over 2^32 blocks" "^command line: --offload: the disk tier's .* over the most a tier indexes (4294967295)" --offload cpu:1GiB,disk:4096TiB
 finish "--offload misuse: exit 2, one line"
 
 echo "$passed passed, $failed failed"

@@ -210,12 +210,13 @@ TEST_CASE("emit trace: the engines and pools a kvtrace cannot hold are refused",
   SimOptions options = vllm_options();
   CHECK_FALSE(sim_options_error(config, options));
   options.engine = EngineKind::kSglang;
-  CHECK(sim_options_error(config, options).value_or("").find("--emit-trace needs --engine") !=
+  REQUIRE(sim_options_error(config, options));
+  CHECK(sim_options_error(config, options)->to_string().find("--emit-trace: needs --engine") !=
         std::string::npos);
   options.engine = EngineKind::kGeneric;
   options.allocator = AllocatorKind::kContiguousMax;
-  CHECK(sim_options_error(config, options).value_or("").find("paged allocator") !=
-        std::string::npos);
+  REQUIRE(sim_options_error(config, options));
+  CHECK(sim_options_error(config, options)->problem.find("paged allocator") != std::string::npos);
   std::string text;
   TraceSink sink([&text](std::string_view line) { text.append(line); });
   CHECK(sink.header(config.kv, 0).find("pool of 0 blocks") != std::string::npos);

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -420,4 +421,51 @@ TEST_CASE("fleet: a named prefix is shared on the decode side: its pages move on
   // prefix's are cached there); the third, another prefix, all 4.
   CHECK(fleet.transfers().blocks == 4 + 2 + 4);
   CHECK(fleet.instance(1).sim_totals().hit_tokens == 3 * 16);
+}
+
+TEST_CASE(
+    "fleet: a transfer waiting on a decode instance whose only work is a KV load from its "
+    "offload tier looks again at the landing, and the run ends") {
+  // Decode pools of 24 blocks with a slow CPU tier (128 ms a block): prompts
+  // of 3-7 pages sharing prefixes, arriving faster than the decode side
+  // serves them, so transferred pages are evicted before their requests run
+  // and come back from the tier; a transfer then waits while the instance
+  // has nothing to run but a load in flight. The retry used to come one ulp
+  // after the last (virtual time crept, the run never ended: seed 1 hung).
+  // Every request ends on every seed, the invariants checked at every step.
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    CAPTURE(seed);
+    FleetOptions pd;
+    pd.prefill_replicas = 1;
+    pd.decode_replicas = 1;
+    pd.kv_transfer_gbps = 1e-3;
+    pd.kv_transfer_latency_us = 0;
+    SimOptions options = options_of(EngineKind::kVllm);
+    options.offload.tiers.push_back({OffloadMedium::kCpu, 64 * 128, 1e-6, 0});
+    Fleet fleet(tiny_config(24), options, pd);
+    std::vector<Request> trace;
+    std::uint64_t x = seed;
+    auto next = [&x] {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      return x >> 33;
+    };
+    for (std::uint32_t i = 0; i < 40; ++i) {
+      const std::uint32_t blocks = 3 + static_cast<std::uint32_t>(next() % 5);
+      std::vector<std::uint64_t> ids;
+      for (std::uint32_t b = 0; b < blocks; ++b) ids.push_back((next() % 3) * 100 + b);
+      Request r =
+          request(0.0005 * i, blocks * 4 + 1, 1 + static_cast<std::uint32_t>(next() % 6), ids);
+      r.hash_block_tokens = 4;
+      r.id = std::to_string(i);
+      trace.push_back(r);
+    }
+    run_fleet(fleet, trace);
+    const SimTotals& d = fleet.instance(1).sim_totals();
+    CHECK(d.finished + d.skipped == 40);
+    CHECK(fleet.transfers().requests == 40);
+    // The decode side loaded pages back from its tier (the case at issue).
+    nlohmann::json figures = {{"prefix_cache", nlohmann::json::object()}};
+    fleet.instance(1).scheduler().add_figures(figures);
+    CHECK(figures["offload"]["tiers"]["cpu"]["loaded"].get<std::uint64_t>() > 0);
+  }
 }

@@ -312,3 +312,44 @@ TEST_CASE("simulator: saved blocks lie between 0 and the pool less the blocks in
   CHECK(baseline.totals().saved_blocks_at_peak == 0);
   CHECK(baseline.sim_totals().peak_in_use == baseline.totals().peak_used);
 }
+
+TEST_CASE(
+    "simulator: an engine that can run nothing and awaits nothing stops with P1, not stepping "
+    "in place forever") {
+  // The pool's free blocks taken behind the engine's back (the fault a leak
+  // would be): the second request can never be admitted, nothing runs, no
+  // load is awaited. The vllm and generic engines step in place (each empty
+  // step costs the cost model's overhead, so the clock crept on forever); the
+  // run stops after kStallSteps such steps with a violation saying where it
+  // stood. The sglang engine gives such a request up (its own rule) and ends.
+  for (const auto engine : {kvreplay::EngineKind::kVllm, kvreplay::EngineKind::kGeneric,
+                            kvreplay::EngineKind::kSglang}) {
+    CAPTURE(static_cast<int>(engine));
+    SimOptions options;
+    options.engine = engine;
+    options.watermark = 0.0;
+    options.prefix_cache = false;
+    Simulator sim(tiny_config(16), options);
+    sim.submit(request(0.0, 8, 2));
+    REQUIRE(sim.run_until(1.0));
+    REQUIRE(sim.sim_totals().finished == 1);
+    auto& pool = const_cast<kvreplay::BlockPool&>(sim.pool());
+    while (pool.free_count() > 0) (void)pool.take_free();
+    sim.submit(request(2.0, 8, 2));
+    const std::uint64_t steps = sim.sim_totals().steps;
+    const bool ended = sim.run_until(std::numeric_limits<double>::infinity());
+    if (engine == kvreplay::EngineKind::kSglang) {
+      CHECK(ended);
+      CHECK(sim.sim_totals().skipped == 1);
+      continue;
+    }
+    CHECK_FALSE(ended);
+    REQUIRE(sim.violation());
+    CHECK(sim.violation()->invariant == "P1");
+    CHECK(sim.violation()->message.find("ran nothing for 10000 steps in a row") !=
+          std::string::npos);
+    CHECK(sim.violation()->message.find("(requests waiting: 1, running: 0; free blocks: 0)") !=
+          std::string::npos);
+    CHECK(sim.sim_totals().steps - steps == 9999);  // the last one stopped the run
+  }
+}
