@@ -399,14 +399,19 @@ std::optional<std::string> SimOptionsCli::resolve_offload(
                          cpu ? "cpu" : "disk");
     }
   }
+  // The allocator first: a contiguous one runs the generic engine without
+  // --engine (resolve), and the remedy is the allocator, not the engine.
+  if (out.allocator != AllocatorKind::kPaged) {
+    return std::string("--offload: needs the paged allocator (a contiguous region is no block)");
+  }
   if (out.engine != EngineKind::kVllm) {
     return fmt::format(
-        "--offload needs --engine vllm (the {} engine has no offloading connector "
-        "yet)",
+        "--offload: needs --engine vllm (the {} engine has no offloading connector yet)",
         to_string(out.engine));
   }
-  if (!out.prefix_cache)
-    return std::string("--offload needs the prefix cache (drop --no-prefix-cache)");
+  if (!out.prefix_cache) {
+    return std::string("--offload: needs the prefix cache (drop --no-prefix-cache)");
+  }
   return std::nullopt;
 }
 std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,

@@ -35,6 +35,7 @@ class PagedScheduler : public Scheduler {
   // Waiting requests, those waiting for their KV from an offload tier included.
   std::size_t num_waiting() const override { return waiting_.size() + loading_.size(); }
   std::size_t num_running() const override { return running_.size(); }
+  bool receiving() const override { return !received_.empty(); }
   std::size_t loading_requests() const override { return loading_.size(); }
   void record() override;
   bool check() override;

@@ -179,6 +179,10 @@ class Scheduler {
   virtual std::optional<double> wake_at() const { return std::nullopt; }
   // The transfer is done: the held blocks become ordinary cached blocks.
   virtual void release_received(std::span<const BlockId> blocks) { (void)blocks; }
+  // Whether blocks received with receive_kv are still held for a transfer
+  // in flight: until it lands, a step may find nothing to run (their blocks
+  // are neither free nor evictable), and that is waiting, not a stall.
+  virtual bool receiving() const { return false; }
   // --offload (SPEC 3.7): the engine's offload tiers in lookup order, each
   // tier's gauges now (the timeline's columns, the HTML page's charts), and
   // the waiting requests whose KV is being loaded from a tier. None by

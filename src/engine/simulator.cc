@@ -377,7 +377,11 @@ bool Simulator::step(double horizon) {
     // its state (a preemption, a request given up on) and run the next time,
     // but not for this many steps in a row. Held in place, the run would
     // never end: it stops here, as a failed check, saying where it stood.
-    if (++idle_steps_ >= kStallSteps) {
+    // A decode instance whose blocks are held for a KV transfer in flight
+    // awaits its landing (the fleet's event): it steps on, priced as empty.
+    if (scheduler_->receiving()) {
+      idle_steps_ = 0;
+    } else if (++idle_steps_ >= kStallSteps) {
       shell_.violation = Violation{
           shell_.sim.steps + 1, 0, "P1",
           fmt::format("the engine ran nothing for {} steps in a row at {:.6f} s of virtual time "

@@ -179,7 +179,19 @@ run simulate "$trace" "${common[@]}" --offload cpu:64GiB --concurrency 1 --repor
 check '[[ $rc -eq 0 ]]' "--concurrency 1: exit $rc: $(err_text)"
 check '[[ $(jq ".requests.finished + .requests.skipped == 150 and .offload.tiers.cpu.loaded > 0" "$work/closed.json") == true ]]' \
   "--concurrency 1: $(jq -c "[.requests, .offload.tiers.cpu.loaded]" "$work/closed.json")"
-finish "--offload with disaggregated prefill on a small pool, or one closed-loop client: the run ends"
+# Without tiers: a decode instance whose blocks a slow transfer holds can
+# run nothing until it lands (its request preempted), ~27,000 empty steps:
+# waiting, not the stall the P1 watchdog stops.
+for i in 0 1 2; do
+  ids=$(seq -s, $((i * 1000)) $((i * 1000 + 39)))
+  printf '{"timestamp":0,"input_length":20000,"output_length":3000,"hash_ids":[%s]}\n' "$ids"
+done >"$work/long3.jsonl"
+run simulate "$work/long3.jsonl" --model llama-3.1-8b --max-seq-tokens 131072 -q --pool-blocks 2501 \
+  --prefill-replicas 1 --decode-replicas 1 --kv-transfer-gbps 1 --report "$work/slow.json"
+check '[[ $rc -eq 0 ]]' "slow transfer: exit $rc: $(err_text)"
+check '[[ $(jq ".requests.finished == 3 and .instances[1].scheduler.preemptions > 0 and .instances[1].scheduler.steps > 10000" "$work/slow.json") == true ]]' \
+  "slow transfer: $(jq -c "[.requests, .instances[1].scheduler]" "$work/slow.json")"
+finish "--offload with disaggregated prefill on a small pool, or one closed-loop client, or a slow transfer: the run ends"
 
 # 10. Misuse: exit 2, one line naming the problem.
 bad() {  # bad WHAT PATTERN ARGS...: the run exits 2 with one line matching PATTERN
@@ -199,7 +211,8 @@ bad "empty item" "not TIER:SIZE" --offload cpu:1GiB,
 bad "policy alone" "needs --offload" --offload-policy arc
 bad "link alone" "needs --offload" --offload-cpu-gbps 10
 bad "disk link, no disk" "no disk tier" --offload cpu:1GiB --offload-disk-gbps 10
-bad "sglang" "needs --engine vllm" --engine sglang --offload cpu:1GiB
+bad "sglang" "^command line: --offload: needs --engine vllm" --engine sglang --offload cpu:1GiB
+bad "contiguous" "^command line: --offload: needs the paged allocator" --allocator contiguous-max --offload cpu:1GiB
 bad "no prefix cache" "prefix cache" --no-prefix-cache --offload cpu:1GiB
 bad "bad policy" "offload-policy" --offload cpu:1GiB --offload-policy mru
 bad "nan link" "offload-cpu-gbps" --offload cpu:1GiB --offload-cpu-gbps nan

@@ -469,3 +469,28 @@ TEST_CASE(
     CHECK(figures["offload"]["tiers"]["cpu"]["loaded"].get<std::uint64_t>() > 0);
   }
 }
+
+TEST_CASE(
+    "fleet: a decode instance that can run nothing while a slow transfer holds its blocks "
+    "waits for the landing, however many empty steps that takes") {
+  // Decode pool of 12 blocks (11 beside vLLM's null block), prompts of 5
+  // pages growing to 10, a link of 1 byte/s (4 pages: 512 s). A transfer
+  // starts once there is room for its prompt; the request decoding then
+  // needs a page none is free for (the transfer holds its blocks), is
+  // preempted, and cannot come back until the transfer lands: about 100,000
+  // empty steps of 5 ms. That is waiting, not a stall (P1 stopped it).
+  FleetOptions pd;
+  pd.prefill_replicas = 1;
+  pd.decode_replicas = 1;
+  pd.kv_transfer_gbps = 1e-9;
+  pd.kv_transfer_latency_us = 0;
+  Fleet fleet(tiny_config(12), options_of(EngineKind::kVllm), pd);
+  std::vector<Request> trace{request(0.0, 19, 20, {1, 2}), request(0.001, 19, 20, {3, 4}),
+                             request(0.002, 19, 20, {5, 6})};
+  run_fleet(fleet, trace);
+  const SimTotals& d = fleet.instance(1).sim_totals();
+  CHECK(d.finished == 3);
+  CHECK(d.preemptions > 0);
+  CHECK(d.steps > 10000);
+  CHECK(fleet.transfers().ms.summary().max > 500e3);
+}
