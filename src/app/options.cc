@@ -296,9 +296,10 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
 }
 
 void SimOptionsCli::add_offload_to(CLI::App& app) {
-  app.add_option("--offload", offload,
-                 "vllm: KV offload tiers per GPU, cpu then disk, as vLLM's native offloading "
-                 "keeps them: cpu:SIZE[,disk:SIZE] (sizes as --kv-memory)")
+  app.add_option(
+         "--offload", offload,
+         "vllm, generic: KV offload tiers per GPU, cpu then disk, as vLLM's native offloading "
+         "keeps them: cpu:SIZE[,disk:SIZE] (sizes as --kv-memory)")
       ->group("Offload");
   offload_options.push_back(
       app.add_option("--offload-policy", offload_policy, "tier eviction: lru (default) or arc")
@@ -399,19 +400,7 @@ std::optional<std::string> SimOptionsCli::resolve_offload(
                          cpu ? "cpu" : "disk");
     }
   }
-  // The allocator first: a contiguous one runs the generic engine without
-  // --engine (resolve), and the remedy is the allocator, not the engine.
-  if (out.allocator != AllocatorKind::kPaged) {
-    return std::string("--offload: needs the paged allocator (a contiguous region is no block)");
-  }
-  if (out.engine != EngineKind::kVllm) {
-    return fmt::format(
-        "--offload: needs --engine vllm (the {} engine has no offloading connector yet)",
-        to_string(out.engine));
-  }
-  if (!out.prefix_cache) {
-    return std::string("--offload: needs the prefix cache (drop --no-prefix-cache)");
-  }
+  // Which engines and allocators take tiers: sim_options_error.
   return std::nullopt;
 }
 std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,

@@ -92,6 +92,7 @@ bool GenericScheduler::admit_next(std::uint32_t& budget, bool& stop) {
     stop = true;
     return true;
   }
+  if (flight.kv_loaded) return admit_loaded(budget, stop);
   std::vector<BlockId>& hits = flight.hits.blocks;
   if (paged()) {
     if (options_.prefix_cache) {
@@ -108,10 +109,24 @@ bool GenericScheduler::admit_next(std::uint32_t& budget, bool& stop) {
         flight.hits.blocks.push_back(*block);
       }
     }
+    if (offload_) {
+      // The prefix continues in the offload tiers (the vllm engine's rules,
+      // engine/paged_offload.cc); a hit there is loaded before the request runs.
+      bool failed = false;
+      const TierHit tier_hit = load_from_tiers(flight, request.prompt, failed);
+      if (failed) return false;
+      if (tier_hit == TierHit::kLoading) return true;
+      if (tier_hit == TierHit::kNoRoom && running_.empty() && give_back_loaded()) return true;
+      if (tier_hit != TierHit::kNone) {
+        stop = true;
+        return true;
+      }
+    }
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
     const std::uint32_t chunk = std::min(request.prompt - hit_tokens, budget);
     const std::uint64_t needed = ceil_div(std::uint64_t{hit_tokens} + chunk, pt) - hits.size();
     if (!room_beside_hits(flight, needed)) {
+      if (offload_ && running_.empty() && give_back_loaded()) return true;
       stop = true;
       return true;
     }
@@ -148,6 +163,10 @@ bool GenericScheduler::admit_next(std::uint32_t& budget, bool& stop) {
   owned->cached_pages = static_cast<std::uint32_t>(hits.size());
   hits_.forget(owned->hits, cache_);
   running_.push_back(std::move(owned));
+  return run_admitted(budget, stop);
+}
+
+bool GenericScheduler::run_admitted(std::uint32_t& budget, bool& stop) {
   Flight& admitted = *running_.back();
   bool preempted_self = false;
   if (!run_flight(admitted, budget, running_.size() - 1, preempted_self)) return false;
@@ -162,6 +181,51 @@ bool GenericScheduler::admit_next(std::uint32_t& budget, bool& stop) {
     request_done(admitted);
     running_.pop_back();
   }
+  return true;
+}
+
+bool GenericScheduler::admit_loaded(std::uint32_t& budget, bool& stop) {
+  // Its table holds its GPU hits and the pages loaded from the tiers, which
+  // landed cached (kv_landed): the prefill goes on from there.
+  const Flight& head = *waiting_.front();
+  const std::uint32_t chunk = std::min(head.request.prompt - head.prefilled, budget);
+  std::unique_ptr<Flight> owned = take_loaded_head(head.prefilled, chunk, stop);
+  if (!owned) return true;
+  running_samples_ += owned->request.n;
+  running_.push_back(std::move(owned));
+  return run_admitted(budget, stop);
+}
+
+bool GenericScheduler::kv_landed(Flight& flight) {
+  // The loaded pages are cached as a prefill's are (offer_to_cache).
+  if (!options_.prefix_cache) return true;
+  offer_to_cache(flight);
+  return !violation_;
+}
+
+bool GenericScheduler::allocate_loaded(Flight& flight, std::uint32_t tokens) {
+  // Fresh blocks after the hits (whose last page is full: no copy-on-write),
+  // a cached one evicted where no free block is left.
+  Sample& sample = flight.samples[0];
+  auto fail = [&](CoreError error) {
+    violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                           fmt::format("request {}: taking blocks for {} tokens loaded from the "
+                                       "offload tiers failed: {}",
+                                       flight.request.id, tokens, error)};
+    return false;
+  };
+  auto needed = sample.table.blocks_needed(tokens, pool_);
+  if (!needed) return fail(needed.error());
+  if (pool_.free_count() < needed.value()) {
+    cache_.evict(pool_, needed.value() - pool_.free_count());
+  }
+  const std::size_t pages_before = sample.table.entries().size();
+  count_layout(state_, sample.table, -1);
+  auto appended = sample.table.append(tokens, pool_);
+  count_layout(state_, sample.table, +1);
+  if (!appended) return fail(appended.error());
+  state_.table_entries += sample.table.entries().size() - pages_before;
+  request_entries_ += sample.table.entries().size() - pages_before;
   return true;
 }
 
@@ -181,6 +245,9 @@ bool GenericScheduler::run_flight(Flight& flight, std::uint32_t& budget, std::si
       offer_to_cache(flight);
       if (violation_) return false;
     }
+    // The prompt pages this chunk filled go to the tiers now, before a
+    // finished sample frees them (its store holds them until it lands).
+    if (offload_ && !queue_stores(flight)) return false;
     if (flight.prefilled < request.prompt) return true;
     // The step that ends the prefill yields every sample's first token.
     for (std::uint32_t k = 1; k < request.n; ++k) {
@@ -250,6 +317,11 @@ bool GenericScheduler::append(Flight& flight, Sample& sample, std::uint32_t toke
     if (pool_.free_count() < needed.value())
       cache_.evict(pool_, needed.value() - pool_.free_count());
     if (pool_.free_count() >= needed.value()) break;
+    // The one request running is out of blocks: the waiting requests that
+    // hold KV loaded from the offload tiers give theirs back first, the last
+    // first (give_back_loaded), else it would start over and stop again
+    // where it stopped, for ever.
+    if (offload_ && running_.size() == 1 && give_back_loaded(true)) continue;
     // Out of blocks: preempt the most recently admitted request, maybe this one.
     const bool self = index + 1 == running_.size();
     preempt_last();
@@ -309,6 +381,8 @@ void GenericScheduler::preempt_last() {
   victim->samples.clear();
   victim->prefilled = 0;
   victim->cached_pages = 0;
+  ++victim->preemptions;
+  victim->kv_loaded = false;
   waiting_.push_front(std::move(victim));
   ++sim_.preemptions;
 }
@@ -391,6 +465,7 @@ void GenericScheduler::free_region(std::uint64_t start, std::uint64_t slots) {
 
 bool GenericScheduler::step() {
   ++tick_;
+  if (offload_ && !offload_step_start()) return false;
   std::uint32_t budget = options_.max_batched_tokens;
   for (std::size_t i = 0; i < running_.size();) {
     bool preempted_self = false;
@@ -411,6 +486,7 @@ bool GenericScheduler::step() {
   while (!waiting_.empty() && budget > 0 && !stop) {
     if (!admit_next(budget, stop)) return false;
   }
+  if (offload_) take_tier_events();  // the evictions of this step's stores
   sim_.max_running = std::max(sim_.max_running, running_samples_);
   return true;
 }

@@ -55,6 +55,15 @@ class GenericScheduler final : public PagedScheduler {
   void count_output(Flight& flight, std::size_t sample);
   void offer_to_cache(Flight& flight);
   std::uint32_t reservation_tokens(const Request& request) const;
+  // --offload (engine/paged_offload.cc, the generic engine's rules in
+  // generic_scheduler.cc): the waiting head's KV landed from the tiers, and it
+  // is admitted on its table as loaded, without a lookup.
+  bool admit_loaded(std::uint32_t& budget, bool& stop);
+  // Runs a flight just admitted (run_flight), and takes it off the running
+  // requests if that finished it.
+  bool run_admitted(std::uint32_t& budget, bool& stop);
+  bool kv_landed(Flight& flight) override;
+  bool allocate_loaded(Flight& flight, std::uint32_t tokens) override;
   // Contiguous first-fit arena over pool_blocks * page_tokens slots.
   std::optional<std::uint64_t> reserve_region(std::uint64_t slots);
   void free_region(std::uint64_t start, std::uint64_t slots);

@@ -4,7 +4,7 @@
 // engine instance: its tiers (engine/offload_tier.h, in lookup order), the
 // transfers in flight on each tier's link, and the figures (SPEC 3.7).
 //
-// The engine (engine/vllm_offload.cc) decides what moves: each step the full
+// The engine (engine/paged_offload.cc) decides what moves: each step the full
 // pages of every scheduled request go to each tier (_get_reqs_to_store), and
 // a waiting request whose prefix continues in the tiers loads it
 // (get_num_new_matched_tokens, update_state_after_alloc). This class times

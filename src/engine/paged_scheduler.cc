@@ -137,6 +137,10 @@ PagedScheduler::PagedScheduler(EngineShell& shell)
   }
   hybrid_ = groups_.size() > 1 || groups_[0].attention == KvCacheGroupSpec::kSliding;
   if (options_.kv_events) cache_.log_changes(&shell_.events.gpu);
+  if (options_.offload.any()) {
+    offload_ =
+        std::make_unique<OffloadConnector>(options_.offload, kv_block_bytes(config_.kv, groups_));
+  }
 }
 
 PagedScheduler::~PagedScheduler() = default;
@@ -318,7 +322,7 @@ bool PagedScheduler::check() {
     }
     found = hits_.check(tracked, cache_);
   }
-  if (!found) return true;
+  if (!found) return check_offload();
   violation_ = Violation{sim_.steps, 0, found->invariant, found->message};
   return false;
 }

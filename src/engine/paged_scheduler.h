@@ -20,6 +20,7 @@
 #include "core/block_pool.h"
 #include "core/block_table.h"
 #include "core/invariants.h"
+#include "engine/offload_connector.h"
 #include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/trace_emitter.h"
@@ -52,6 +53,14 @@ class PagedScheduler : public Scheduler {
   std::optional<ReceivedKv> receive_kv(const Request& request) override;
   void release_received(std::span<const BlockId> blocks) override;
   bool attach_trace(TraceEmitter& trace) override;
+  // --offload (engine/paged_offload.cc): the tiers' landings, the "offload"
+  // section and prefix_cache.hits_by_tier, the tiers' gauges.
+  std::optional<double> wake_at() const override;
+  void add_figures(nlohmann::json& report) const override;
+  std::size_t offload_tiers() const override { return offload_ ? offload_->num_tiers() : 0; }
+  TierGauge offload_gauge(std::size_t t) const override;
+  // The offload tiers, or nullptr without --offload (tests look inside).
+  const OffloadConnector* offload() const { return offload_.get(); }
 
  protected:
   struct Sample {
@@ -94,8 +103,8 @@ class PagedScheduler : public Scheduler {
     std::uint64_t uid = 0;
     std::uint64_t prompt_uid = 0;
     std::shared_ptr<std::uint32_t> siblings_left;  // children of the request not finished
-    // --offload (engine/vllm_offload.cc): the block keys of its full pages so
-    // far, the pages each tier was asked to store (vLLM's
+    // --offload (engine/paged_offload.cc): the block keys of its full pages so
+    // far (up to the first page without a key), the pages each tier was asked to store (vLLM's
     // next_stored_block_idx), its loads in flight, and whether its KV landed
     // from the tiers (it is admitted then without a new lookup).
     std::vector<std::uint64_t> offload_keys;
@@ -164,6 +173,56 @@ class PagedScheduler : public Scheduler {
   // and the trace's does not.
   void trace_cached(const Sample& sample, std::uint32_t from, std::uint32_t to);
 
+  // --offload (engine/paged_offload.cc): vLLM's OffloadingConnector, the
+  // scheduler side, shared by the engines that keep a paged prefix cache.
+  enum class TierHit : std::uint8_t { kNone, kLoading, kDeferred, kNoRoom };
+  // The key of a flight's page in the tiers and the KV events; nullopt for a
+  // page the engine caches under no key. The paged engines key a prompt page
+  // as the trace names it (page_key); vllm keys every page.
+  virtual std::optional<PageKey> offload_page_key(const Flight& flight, std::uint32_t page) const {
+    return page_key(flight, page);
+  }
+  // The flight's load from the tiers landed (its table holds `computed`
+  // tokens of KV, its length): the engine caches the loaded pages as it
+  // caches computed ones; false on a violation.
+  virtual bool kv_landed(Flight& flight) = 0;
+  // Blocks for `tokens` more tokens in the flight's first sample, for a load
+  // to fill (room_beside_hits found them); false on a violation.
+  virtual bool allocate_loaded(Flight& flight, std::uint32_t tokens) = 0;
+  // The flight's offload_keys grown to its first `pages` pages, or up to its
+  // first page without a key: how many it holds then.
+  std::uint32_t offload_keys(Flight& flight, std::uint32_t pages);
+  // At a step's start: the queued stores start, the landed transfers complete,
+  // and the requests whose loads all landed rejoin the front of the queue.
+  bool offload_step_start();
+  // The waiting head, with its GPU hits found for its first `num_tokens`
+  // tokens, continues its prefix in the tiers: it takes blocks for the pages
+  // found and loads them (kLoading, the flight moved to loading_), or waits
+  // for another request's load of them (kDeferred), or cannot get the blocks
+  // (kNoRoom); kNone: no tier hit.
+  TierHit load_from_tiers(Flight& flight, std::uint32_t num_tokens, bool& failed);
+  // The waiting head, whose KV landed (kv_loaded), taken off the queue
+  // when `tokens` more after its `computed` fit beside the blocks it holds;
+  // else nullptr, and `stop` unless a request behind it gave its loaded KV
+  // back (nothing running: give_back_loaded), to be tried again.
+  std::unique_ptr<Flight> take_loaded_head(std::uint32_t computed, std::uint32_t tokens,
+                                           bool& stop);
+  // With nothing running: the last waiting request holding loaded KV, behind
+  // the head unless `head_too`, gives its blocks back; false when none does.
+  bool give_back_loaded(bool head_too = false);
+  // The flight's pages that are full once this step runs go to each tier
+  // (OffloadingConnectorScheduler._get_reqs_to_store).
+  bool queue_stores(Flight& flight);
+  void unpin(BlockId b);
+  // A tier's index in a kvtrace (--emit-trace): 0 cpu, 1 disk.
+  std::size_t trace_tier(std::size_t t) const {
+    return offload_->tier_options(t).medium == OffloadMedium::kCpu ? 0 : 1;
+  }
+  // The tiers' events to shell_.events (--kv-events), or dropped.
+  void take_tier_events();
+  // The tiers' invariants, and the GPU blocks pinned by stores.
+  bool check_offload();
+
   EngineShell& shell_;
   const RunConfig& config_;
   const SimOptions& options_;
@@ -197,8 +256,11 @@ class PagedScheduler : public Scheduler {
   std::vector<BlockId> holds_;
   // Blocks held for transfers in flight (receive_kv), each with its holds.
   std::unordered_map<BlockId, std::uint32_t> received_;
-  std::vector<BlockId> release_scratch_;  // a released table's entries (release_sample)
-  TraceEmitter* trace_ = nullptr;         // --emit-trace
+  std::vector<BlockId> release_scratch_;         // a released table's entries (release_sample)
+  TraceEmitter* trace_ = nullptr;                // --emit-trace
+  std::unique_ptr<OffloadConnector> offload_;    // --offload
+  std::vector<std::size_t> tier_of_;             // load_from_tiers's, reused
+  std::vector<std::unique_ptr<Flight>> landed_;  // offload_step_start's, reused
 };
 
 inline std::optional<PageKey> PagedScheduler::page_key(const Flight& flight,

@@ -116,25 +116,34 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
                  "hybrid KV-cache groups (several groups, or a sliding window) need the vllm "
                  "engine and the paged allocator");
   }
-  if (options.offload.any()) {
-    // The offloading connector is vLLM's (OffloadingConnector): it stores and
-    // loads whole blocks of a prefix-cached paged pool of one attention type.
-    if (options.engine != EngineKind::kVllm) {
-      return error("--offload",
-                   fmt::format("needs --engine vllm (the {} engine has no offloading connector "
-                               "yet)",
-                               to_string(options.engine)));
+  if (hybrid) {
+    // A tier slot, a KV event's block and a kvtrace sequence's table each
+    // stand for one page of every layer: one KV-cache group of full attention.
+    for (auto [given, option] : {std::pair{options.offload.any(), "--offload"},
+                                 std::pair{options.kv_events, "--kv-events"},
+                                 std::pair{options.emit_trace, "--emit-trace"}}) {
+      if (given) {
+        return error(option,
+                     "is not supported with hybrid KV-cache groups (several groups, or a "
+                     "sliding window)");
+      }
     }
+  }
+  if (options.offload.any()) {
+    // The offloading connector (vLLM's OffloadingConnector) stores and loads
+    // whole blocks of a paged pool's prefix cache: the vllm and generic
+    // engines'. The allocator first: a contiguous one runs the generic engine
+    // without --engine, and the remedy is the allocator.
     if (options.allocator != AllocatorKind::kPaged) {
       return error("--offload", "needs the paged allocator (a contiguous region is no block)");
     }
+    if (options.engine == EngineKind::kSglang) {
+      return error("--offload",
+                   "needs --engine vllm or generic (the sglang engine's radix cache has no "
+                   "offloading connector yet)");
+    }
     if (!options.prefix_cache) {
       return error("--offload", "needs the prefix cache (drop --no-prefix-cache)");
-    }
-    if (hybrid) {
-      return error("--offload",
-                   "is not supported with hybrid KV-cache groups (several groups, or a sliding "
-                   "window)");
     }
     const std::uint64_t block = kv_block_bytes(config.kv, groups);
     for (const OffloadTierOptions& tier : options.offload.tiers) {
@@ -167,11 +176,6 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
     if (!options.prefix_cache) {
       return error("--kv-events", "needs the prefix cache (drop --no-prefix-cache)");
     }
-    if (hybrid) {
-      return error("--kv-events",
-                   "is not supported with hybrid KV-cache groups (several groups, or a sliding "
-                   "window)");
-    }
   }
   if (options.emit_trace) {
     // A kvtrace has one table per sequence over one pool of whole-model
@@ -186,11 +190,6 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
       return error("--emit-trace",
                    "needs the paged allocator (a contiguous region is no "
                    "block table)");
-    }
-    if (hybrid) {
-      return error("--emit-trace",
-                   "is not supported with hybrid KV-cache groups (several groups, or a sliding "
-                   "window): a kvtrace sequence has one table");
     }
   }
   if (options.cost.kind == CostKind::kRoofline) {

@@ -38,12 +38,7 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
 VllmScheduler::VllmScheduler(EngineShell& shell)
     : PagedScheduler(shell),
       coordinator_(groups_, KvCacheContext{config_.kv.page_tokens, pool_, cache_, tick_, state_,
-                                           sim_, violation_, request_entries_, null_block_}) {
-  if (options_.offload.any()) {
-    offload_ =
-        std::make_unique<OffloadConnector>(options_.offload, kv_block_bytes(config_.kv, groups_));
-  }
-}
+                                           sim_, violation_, request_entries_, null_block_}) {}
 
 std::optional<SkipReason> VllmScheduler::never_fits(const Request& request,
                                                     std::uint64_t& need) const {
@@ -430,6 +425,22 @@ bool VllmScheduler::admit_hybrid(std::uint32_t& budget, Scheduled& scheduled, bo
   return true;
 }
 
+bool VllmScheduler::admit_loaded(std::uint32_t& budget, Scheduled& scheduled, bool& stop) {
+  // A request whose num_computed_tokens the load set: no prefix lookup, its
+  // blocks are its own (Scheduler.schedule skips get_computed_blocks).
+  const Flight& head = *waiting_.front();
+  const std::uint32_t num_tokens = head.request.prompt + head.generated;
+  const std::uint32_t tokens = std::min(num_tokens - head.computed, budget);
+  std::unique_ptr<Flight> owned = take_loaded_head(head.computed, tokens, stop);
+  if (!owned) return true;
+  running_.push_back(std::move(owned));
+  Flight& admitted = *running_.back();
+  if (!allocate(admitted, tokens)) return false;
+  scheduled.emplace_back(&admitted, tokens);
+  budget -= tokens;
+  return true;
+}
+
 void VllmScheduler::skip_stalled(std::uint64_t needed) {
   std::unique_ptr<Flight> flight = std::move(waiting_.front());
   waiting_.pop_front();  // it holds no block while waiting
@@ -460,7 +471,12 @@ bool VllmScheduler::step() {
   // Scheduler.schedule: no waiting request is scheduled in a step that preempted.
   if (!preempted && !schedule_waiting(budget, scheduled)) return false;
   sim_.max_running = std::max<std::uint64_t>(sim_.max_running, running_.size());
-  if (offload_ && !queue_stores(scheduled)) return false;
+  if (offload_) {
+    for (auto [flight, tokens] : scheduled) {
+      if (!queue_stores(*flight)) return false;
+    }
+    take_tier_events();  // the evictions of this step's stores
+  }
 
   // The model runs; Scheduler.update_from_output: a request whose computed
   // tokens catch up with its tokens samples one more; check_stop

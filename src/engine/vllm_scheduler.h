@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "engine/offload_connector.h"
 #include "engine/paged_scheduler.h"
 #include "engine/vllm_kv_managers.h"
 
@@ -27,14 +26,6 @@ class VllmScheduler final : public PagedScheduler {
   // ParentRequest: n > 1 fanned out into n children.
   void add_request(Request request) override;
   bool step() override;
-  bool check() override;
-  std::optional<double> wake_at() const override;
-  // --offload: the "offload" section and prefix_cache.hits_by_tier.
-  void add_figures(nlohmann::json& report) const override;
-  // The offload tiers, or nullptr without --offload (tests look inside).
-  const OffloadConnector* offload() const { return offload_.get(); }
-  std::size_t offload_tiers() const override { return offload_ ? offload_->num_tiers() : 0; }
-  TierGauge offload_gauge(std::size_t t) const override;
 
  private:
   using Scheduled = std::vector<std::pair<Flight*, std::uint32_t>>;
@@ -68,36 +59,16 @@ class VllmScheduler final : public PagedScheduler {
   // The sample's tables, one per group, for the coordinator.
   static GroupTables tables(Sample& sample) { return GroupTables{sample.table, sample.more}; }
 
-  // --offload (engine/vllm_offload.cc): vLLM's OffloadingConnector.
-  enum class TierHit : std::uint8_t { kNone, kLoading, kDeferred, kNoRoom };
-  // The key of a flight's page `page` (its offload_keys grown to hold it).
-  std::uint64_t offload_key(Flight& flight, std::uint32_t page);
-  // At a step's start: the queued stores start, the landed transfers complete,
-  // and the requests whose loads all landed rejoin the front of the queue.
-  bool offload_step_start();
-  // The waiting head (with its GPU hits found) continues its prefix in the
-  // tiers: it takes blocks for the pages found and loads them (kLoading, the
-  // flight moved to loading_), or waits for another request's load of them
-  // (kDeferred), or cannot get the blocks (kNoRoom); kNone: no tier hit.
-  TierHit load_from_tiers(Flight& flight, std::uint32_t num_tokens, bool& failed);
-  // The waiting head's KV landed: admitted with its table as loaded.
+  // --offload (engine/paged_offload.cc): the waiting head's KV landed, it is
+  // admitted with its table as loaded.
   bool admit_loaded(std::uint32_t& budget, Scheduled& scheduled, bool& stop);
-  // With nothing running: the last waiting request holding loaded KV gives
-  // its blocks back; false when none does.
-  bool give_back_loaded();
-  // After scheduling: the pages that are full once this step runs go to each
-  // tier (OffloadingConnectorScheduler._get_reqs_to_store).
-  bool queue_stores(const Scheduled& scheduled);
-  void unpin(BlockId b);
-  // A tier's index in a kvtrace (--emit-trace): 0 cpu, 1 disk.
-  std::size_t trace_tier(std::size_t t) const {
-    return offload_->tier_options(t).medium == OffloadMedium::kCpu ? 0 : 1;
+  std::optional<PageKey> offload_page_key(const Flight& flight, std::uint32_t page) const override {
+    return vllm_key(flight, page);
   }
-  // The tiers' events to shell_.events (--kv-events), or dropped.
-  void take_tier_events();
-  std::unique_ptr<OffloadConnector> offload_;
-  std::vector<std::size_t> tier_of_;             // load_from_tiers's, reused
-  std::vector<std::unique_ptr<Flight>> landed_;  // offload_step_start's, reused
+  bool kv_landed(Flight& flight) override { return cache_full_blocks(flight); }
+  bool allocate_loaded(Flight& flight, std::uint32_t tokens) override {
+    return coordinator_.allocate_new_blocks(tables(flight.samples[0]), tokens, flight.request);
+  }
 
   std::uint64_t next_uid_ = 0;  // request identities for cache keys
   // Every group's blocks, per attention type (engine/vllm_kv_managers.h).

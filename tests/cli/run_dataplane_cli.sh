@@ -81,7 +81,7 @@ finish "replay traces/oom.jsonl --on-oom fail --backend cpu --verify (exit 3)"
 head -120 traces/requests/mooncake_conv.jsonl >"$work/m120.jsonl"
 small=(--layers 2 --kv-heads 1 --head-dim 16 --pool-blocks 600)
 for engine in "--engine vllm" "--engine vllm --offload cpu:16MiB,disk:32MiB" "--engine generic" \
-  "--engine vllm --replicas 2 --router prefix-aware"; do
+  "--engine generic --offload cpu:16MiB,disk:32MiB" "--engine vllm --replicas 2 --router prefix-aware"; do
   # shellcheck disable=SC2086  # the engine's options, split on purpose
   run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" $engine -q \
     --emit-trace "$work/emitted.jsonl" --report "$work/sim.json"
@@ -100,11 +100,13 @@ for engine in "--engine vllm" "--engine vllm --offload cpu:16MiB,disk:32MiB" "--
     "cache_ops: $(jq -c .cache_ops "$work/replayed.json")"
   finish "simulate $engine --emit-trace, then replay --backend cpu --verify"
 done
-run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine vllm -q \
-  --offload cpu:16MiB --emit-trace "$work/tiers.jsonl"
-check '[[ $rc -eq 0 ]] && grep -q "\"op\":\"load\"" "$work/tiers.jsonl" && grep -q "\"op\":\"drop\"" "$work/tiers.jsonl"' \
-  "no load or drop in the emitted offload trace: exit $rc"
-finish "simulate --offload --emit-trace writes stores, loads and drops"
+for engine in vllm generic; do
+  run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine "$engine" -q \
+    --offload cpu:16MiB --emit-trace "$work/tiers.jsonl"
+  check '[[ $rc -eq 0 ]] && grep -q "\"op\":\"load\"" "$work/tiers.jsonl" && grep -q "\"op\":\"drop\"" "$work/tiers.jsonl"' \
+    "no load or drop in the emitted offload trace: exit $rc"
+  finish "simulate --engine $engine --offload --emit-trace writes stores, loads and drops"
+done
 
 run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine sglang -q \
   --emit-trace "$work/sglang.jsonl"

@@ -138,6 +138,28 @@ run events "$work/generic.jsonl"
 check '[[ $rc -eq 0 ]]' "kvreplay events on the generic stream: exit $rc: $(err_text)"
 finish "--kv-events under the generic engine"
 
+# 7b. --offload under the generic engine: the tiers' hits add to its GPU
+#    cache's, save prompt computation, and its KV-event stream (GPU and CPU
+#    media) is one kvreplay events accepts.
+run simulate "$trace" "${common[@]}" --engine generic --report "$work/generic-none.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+run simulate "$trace" "${common[@]}" --engine generic --offload cpu:64GiB --report "$work/generic-cpu.json" \
+  --kv-events "$work/generic-cpu.jsonl"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq ".offload.tiers.cpu.hit_tokens > 0 and .offload.tiers.cpu.loaded > 0 and .offload.tiers.cpu.stored > 0" "$work/generic-cpu.json") == true ]]' \
+  "no CPU tier hit under generic: $(jq -c .offload "$work/generic-cpu.json")"
+check '[[ $(jq ".prefix_cache.hit_rate_with_tiers > .prefix_cache.hit_rate and .prefix_cache.hits_by_tier.cpu == .offload.tiers.cpu.hit_tokens" "$work/generic-cpu.json") == true ]]' \
+  "hits_by_tier under generic: $(jq -c .prefix_cache "$work/generic-cpu.json")"
+check '[[ $(jq ".scheduler.prompt_tokens_computed" "$work/generic-cpu.json") -lt $(jq ".scheduler.prompt_tokens_computed" "$work/generic-none.json") ]]' \
+  "the CPU tier saved the generic engine no prompt computation"
+check '[[ $(jq ".requests.finished + .requests.skipped == .requests.total" "$work/generic-cpu.json") == true ]]' \
+  "requests unaccounted for: $(jq -c .requests "$work/generic-cpu.json")"
+check '[[ $(jq -c "[.events[].medium] | unique" "$work/generic-cpu.jsonl" | jq -s -c "add | unique") == "[\"CPU\",\"GPU\"]" ]]' \
+  "the generic stream's media are not CPU and GPU"
+run events "$work/generic-cpu.jsonl"
+check '[[ $rc -eq 0 ]]' "kvreplay events on the generic offload stream: exit $rc: $(err_text)"
+finish "--offload under the generic engine"
+
 # 8. --kv-events under the sglang engine: the radix tree's pages, one event
 #    a page (SGLang's KVCacheEventMixin), of the page's size, accepted by
 #    kvreplay events; in a fleet, each batch names its instance.
@@ -211,7 +233,7 @@ bad "empty item" "not TIER:SIZE" --offload cpu:1GiB,
 bad "policy alone" "needs --offload" --offload-policy arc
 bad "link alone" "needs --offload" --offload-cpu-gbps 10
 bad "disk link, no disk" "no disk tier" --offload cpu:1GiB --offload-disk-gbps 10
-bad "sglang" "^command line: --offload: needs --engine vllm" --engine sglang --offload cpu:1GiB
+bad "sglang" "^command line: --offload: needs --engine vllm or generic" --engine sglang --offload cpu:1GiB
 bad "contiguous" "^command line: --offload: needs the paged allocator" --allocator contiguous-max --offload cpu:1GiB
 bad "no prefix cache" "prefix cache" --no-prefix-cache --offload cpu:1GiB
 bad "bad policy" "offload-policy" --offload cpu:1GiB --offload-policy mru

@@ -119,40 +119,47 @@ TEST_CASE("emit trace: a vllm run replays verified at every event, with its own 
 }
 
 TEST_CASE("emit trace: offload stores, loads and tier evictions replay byte for byte", "[emit]") {
-  SimOptions options = vllm_options();
-  options.offload.tiers.push_back({OffloadMedium::kCpu, 6 * 128, 1e-3, 1000});
-  options.offload.tiers.push_back({OffloadMedium::kDisk, 20 * 128, 1e-3, 1000});
-  const Emitted run = simulate(micro_config(14), options, random_requests(7, 120, false));
-  REQUIRE(run.sim.finished == 120);
-  const nlohmann::json& tiers = run.figures["offload"]["tiers"];
-  const test::DataReplay replay = replay_every_event(run.trace);
-  INFO(replay.input_message);
-  REQUIRE_FALSE(replay.input_error);
-  REQUIRE_FALSE(replay.violated);
-  CHECK(replay.totals.oom_events == 0);
-  CHECK(replay.verify.copies > 0);
-  std::uint64_t loaded = 0;
-  for (std::size_t t = 0; t < 2; ++t) {
-    const nlohmann::json& tier = tiers[t == 0 ? "cpu" : "disk"];
-    INFO("tier " << t);
-    CHECK(tier["loaded"].get<std::uint64_t>() > 0);
-    CHECK(replay.totals.tier_stores[t] == tier["stored"].get<std::uint64_t>());
-    CHECK(replay.totals.tier_loads[t] == tier["loaded"].get<std::uint64_t>());
-    CHECK(replay.totals.tier_drops[t] == tier["evicted"].get<std::uint64_t>());
-    loaded += tier["loaded"].get<std::uint64_t>();
-  }
-  // A loaded page is written by the load, not appended; the admit on it
-  // counts it as a hit.
-  CHECK(replay.totals.tokens_appended == run.totals.tokens_appended - loaded * 4);
-  CHECK(replay.totals.hit_pages == run.sim.hit_blocks + run.sim.preempted_hits / 4 + loaded);
+  // Under vllm, and under generic with n > 1 (a loaded prefix forked).
+  for (EngineKind engine : {EngineKind::kVllm, EngineKind::kGeneric}) {
+    INFO(to_string(engine));
+    SimOptions options = vllm_options();
+    options.engine = engine;
+    options.offload.tiers.push_back({OffloadMedium::kCpu, 6 * 128, 1e-3, 1000});
+    options.offload.tiers.push_back({OffloadMedium::kDisk, 20 * 128, 1e-3, 1000});
+    const bool samples = engine == EngineKind::kGeneric;
+    const Emitted run = simulate(micro_config(14), options, random_requests(7, 120, samples));
+    REQUIRE(run.sim.finished == 120);
+    if (samples) CHECK(run.totals.forks > 0);
+    const nlohmann::json& tiers = run.figures["offload"]["tiers"];
+    const test::DataReplay replay = replay_every_event(run.trace);
+    INFO(replay.input_message);
+    REQUIRE_FALSE(replay.input_error);
+    REQUIRE_FALSE(replay.violated);
+    CHECK(replay.totals.oom_events == 0);
+    CHECK(replay.verify.copies > 0);
+    std::uint64_t loaded = 0;
+    for (std::size_t t = 0; t < 2; ++t) {
+      const nlohmann::json& tier = tiers[t == 0 ? "cpu" : "disk"];
+      INFO("tier " << t);
+      CHECK(tier["loaded"].get<std::uint64_t>() > 0);
+      CHECK(replay.totals.tier_stores[t] == tier["stored"].get<std::uint64_t>());
+      CHECK(replay.totals.tier_loads[t] == tier["loaded"].get<std::uint64_t>());
+      CHECK(replay.totals.tier_drops[t] == tier["evicted"].get<std::uint64_t>());
+      loaded += tier["loaded"].get<std::uint64_t>();
+    }
+    // A loaded page is written by the load, not appended; the admit on it
+    // counts it as a hit.
+    CHECK(replay.totals.tokens_appended == run.totals.tokens_appended - loaded * 4);
+    CHECK(replay.totals.hit_pages == run.sim.hit_blocks + run.sim.preempted_hits / 4 + loaded);
 
-  // A load that leaves its block unwritten is caught, in the same schedule.
-  DataPlaneFaults faults;
-  faults.skip_load = 1;
-  const test::DataReplay broken = replay_every_event(run.trace, faults);
-  CHECK(broken.violated);
-  REQUIRE(broken.violation);
-  CHECK(broken.violation->invariant == "D1");
+    // A load that leaves its block unwritten is caught, in the same schedule.
+    DataPlaneFaults faults;
+    faults.skip_load = 1;
+    const test::DataReplay broken = replay_every_event(run.trace, faults);
+    CHECK(broken.violated);
+    REQUIRE(broken.violation);
+    CHECK(broken.violation->invariant == "D1");
+  }
 }
 
 TEST_CASE("emit trace: the generic engine's forks and copy-on-writes replay as run", "[emit]") {

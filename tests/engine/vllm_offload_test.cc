@@ -1,5 +1,5 @@
-// The vllm engine's KV offloading (--offload, engine/vllm_offload.cc) on
-// micro-traces worked by hand: 4-token pages of 128 bytes (a K and a V of 4
+// KV offloading (--offload, engine/paged_offload.cc) under the vllm and
+// generic engines, on micro-traces worked by hand: 4-token pages of 128 bytes (a K and a V of 4
 // fp32 values a token), links slow enough that a transfer's time shows (1 MB/s
 // and 1 ms a transfer: 128 us a block).
 #include <catch2/catch.hpp>
@@ -30,9 +30,10 @@ constexpr double kBlockBytes = 128;
 constexpr double kBlockS = kBlockBytes / 1e6;  // at 1 MB/s
 
 SimOptions offload_options(std::uint64_t cpu_blocks, std::uint64_t disk_blocks = 0,
-                           OffloadPolicy policy = OffloadPolicy::kLru) {
+                           OffloadPolicy policy = OffloadPolicy::kLru,
+                           EngineKind engine = EngineKind::kVllm) {
   SimOptions options;
-  options.engine = EngineKind::kVllm;
+  options.engine = engine;
   options.watermark = 0.0;
   options.check = CheckPolicy{CheckPolicy::Mode::kEvery, 1};
   options.offload.policy = policy;
@@ -103,6 +104,40 @@ TEST_CASE("vllm offload: a prefix evicted from the GPU is loaded back from the C
   CHECK_FALSE(without.figures.contains("offload"));
 }
 
+TEST_CASE("generic offload: a prefix evicted from the GPU is loaded back from the CPU tier",
+          "[offload]") {
+  // The generic engine has no null block: a pool of 5 is one request's 5
+  // pages. It caches and stores prompt pages only (its cache's rule): a's
+  // and b's four each. c's prefix continues in the CPU tier, one page short
+  // of its prompt's end, as under vllm.
+  Simulator sim(micro_config(5),
+                offload_options(100, 0, OffloadPolicy::kLru, EngineKind::kGeneric));
+  const Run with = run(sim, evicted_then_repeated());
+  const nlohmann::json& cpu = with.figures["offload"]["tiers"]["cpu"];
+  CHECK(cpu["stored"] == 8);
+  CHECK(cpu["hit_tokens"] == 12);
+  CHECK(cpu["loaded"] == 3);
+  CHECK(with.figures["prefix_cache"]["hits_by_tier"]["gpu"] == 0);
+  CHECK(with.figures["prefix_cache"]["hits_by_tier"]["cpu"] == 12);
+  // c waits for its load (1 ms + 3 blocks at 1 MB/s), then computes its last page.
+  const RequestTimes& c = with.times.at("c");
+  CHECK(c.scheduled == Approx(2.0 + kLatencyS + 3 * kBlockS).epsilon(1e-12));
+  CHECK(c.cached_tokens == 12);
+  CHECK(sim.sim_totals().prompt_tokens_computed == 16 + 16 + 4);
+  CHECK(sim.sim_totals().finished == 3);
+
+  // n = 3: the loaded prefix is forked to every sample once the prefill ends.
+  Simulator fan(micro_config(9),
+                offload_options(100, 0, OffloadPolicy::kLru, EngineKind::kGeneric));
+  std::vector<Request> requests = evicted_then_repeated();
+  requests[1] = hashed("b", 32, 2, {9, 10, 11, 12, 13, 14, 15, 16}, 1.0);
+  requests[2].n = 3;
+  const Run forked = run(fan, requests);
+  CHECK(forked.figures["offload"]["tiers"]["cpu"]["hit_tokens"] == 12);
+  CHECK(fan.sim_totals().finished == 3);
+  CHECK(fan.sim_totals().output_tokens == 2 + 2 + 3 * 2);
+}
+
 TEST_CASE("vllm offload: a request whose tier hit another request is loading waits for it",
           "[offload]") {
   // c and d repeat a's prompt at once: c loads the 3 pages, d waits at the
@@ -135,33 +170,39 @@ TEST_CASE("vllm offload: the disk tier continues a prefix the CPU tier lost", "[
   CHECK(out.figures["prefix_cache"]["hits_by_tier"]["disk"] == 12);
 }
 
-TEST_CASE("vllm offload: random traces keep every invariant under --check every", "[offload]") {
+TEST_CASE("vllm and generic offload: random traces keep every invariant under --check every",
+          "[offload]") {
   // Prompts drawn from a few shared prefixes, a pool that forces GPU
   // evictions and preemptions, tiers that force tier evictions; both
   // policies, one and two tiers. run_to_end requires no violation.
-  for (OffloadPolicy policy : {OffloadPolicy::kLru, OffloadPolicy::kArc}) {
-    for (std::uint64_t disk : {0ull, 24ull}) {
-      std::mt19937_64 rng(7 + disk + static_cast<std::uint64_t>(policy));
-      std::vector<Request> requests;
-      double t = 0;
-      for (int i = 0; i < 120; ++i) {
-        t += std::uniform_real_distribution<double>(0.0, 0.01)(rng);
-        const std::uint64_t family = rng() % 5;
-        const auto pages = static_cast<std::uint32_t>(1 + rng() % 6);
-        std::vector<std::uint64_t> ids;
-        for (std::uint32_t p = 0; p < pages; ++p) ids.push_back(family * 100 + p + 1);
-        const auto extra = static_cast<std::uint32_t>(rng() % 4);
-        requests.push_back(hashed(std::to_string(i), pages * 4 + extra,
-                                  static_cast<std::uint32_t>(1 + rng() % 6), ids, t));
+  for (EngineKind engine : {EngineKind::kVllm, EngineKind::kGeneric}) {
+    for (OffloadPolicy policy : {OffloadPolicy::kLru, OffloadPolicy::kArc}) {
+      for (std::uint64_t disk : {0ull, 24ull}) {
+        std::mt19937_64 rng(7 + disk + static_cast<std::uint64_t>(policy));
+        std::vector<Request> requests;
+        double t = 0;
+        for (int i = 0; i < 120; ++i) {
+          t += std::uniform_real_distribution<double>(0.0, 0.01)(rng);
+          const std::uint64_t family = rng() % 5;
+          const auto pages = static_cast<std::uint32_t>(1 + rng() % 6);
+          std::vector<std::uint64_t> ids;
+          for (std::uint32_t p = 0; p < pages; ++p) ids.push_back(family * 100 + p + 1);
+          const auto extra = static_cast<std::uint32_t>(rng() % 4);
+          // Some of two samples (n > 1: vllm fans them out, generic forks them).
+          const auto n = static_cast<std::uint32_t>(i % 7 == 0 ? 2 : 1);
+          requests.push_back(hashed(std::to_string(i), pages * 4 + extra,
+                                    static_cast<std::uint32_t>(1 + rng() % 6), ids, t, n));
+        }
+        Simulator sim(micro_config(14), offload_options(10, disk, policy, engine));
+        const Run out = run(sim, requests);
+        INFO(to_string(engine) << ", policy " << to_string(policy) << ", disk " << disk);
+        CHECK(sim.sim_totals().finished == 120);
+        const nlohmann::json& cpu = out.figures["offload"]["tiers"]["cpu"];
+        CHECK(cpu["resident_blocks"].get<std::uint64_t>() <= 10);
+        CHECK(cpu["hit_tokens"].get<std::uint64_t>() > 0);
+        CHECK(cpu["evicted"].get<std::uint64_t>() > 0);
+        CHECK(cpu["loaded"].get<std::uint64_t>() > 0);
       }
-      Simulator sim(micro_config(14), offload_options(10, disk, policy));
-      const Run out = run(sim, requests);
-      INFO("policy " << to_string(policy) << ", disk " << disk);
-      CHECK(sim.sim_totals().finished == 120);
-      const nlohmann::json& cpu = out.figures["offload"]["tiers"]["cpu"];
-      CHECK(cpu["resident_blocks"].get<std::uint64_t>() <= 10);
-      CHECK(cpu["hit_tokens"].get<std::uint64_t>() > 0);
-      CHECK(cpu["evicted"].get<std::uint64_t>() > 0);
     }
   }
 }
@@ -294,59 +335,63 @@ TEST_CASE("generic kv events: replayed in order, the events are the prefix cache
   }
 }
 
-TEST_CASE("vllm kv events: replayed in order, the events are the caches' key sets at every step",
-          "[offload][events]") {
+TEST_CASE(
+    "vllm and generic kv events: replayed in order, the events are the caches' key sets at every "
+    "step",
+    "[offload][events]") {
   // Every batch applied in order to one set per medium: a store of a key
   // already there, or a removal of one that is not, fails; after every step
   // the sets are the GPU prefix cache's keys and each tier's readable keys.
-  for (std::uint64_t disk : {0ull, 24ull}) {
-    std::vector<Request> requests = family_requests(11 + disk);
-    SimOptions options = offload_options(10, disk, OffloadPolicy::kArc);
-    options.kv_events = true;
-    Simulator sim(micro_config(14), options);
-    std::map<std::string, std::set<std::uint64_t>> sets;  // by medium
-    std::uint64_t batches = 0, events = 0, mismatches = 0;
-    std::string first_problem;
-    auto problem = [&](std::string what) {
-      if (first_problem.empty()) first_problem = std::move(what);
-    };
-    auto apply = [&](const std::string& medium, std::uint64_t key, bool stored) {
-      ++events;
-      std::set<std::uint64_t>& set = sets[medium];
-      if (stored && !set.insert(key).second) problem(medium + ": a key stored twice");
-      if (!stored && set.erase(key) == 0) problem(medium + ": an unknown key removed");
-    };
-    sim.on_kv_events = [&](double, const KvEventLog& log) {
-      ++batches;
-      for (const auto& change : log.gpu) apply("GPU", block_key(change.key), change.stored);
-      for (const auto& change : log.tiers) {
-        for (std::uint64_t key : change.event.keys) {
-          apply(std::string(event_medium(change.medium)), key, !change.event.removed);
+  for (EngineKind engine : {EngineKind::kVllm, EngineKind::kGeneric}) {
+    for (std::uint64_t disk : {0ull, 24ull}) {
+      std::vector<Request> requests = family_requests(11 + disk);
+      SimOptions options = offload_options(10, disk, OffloadPolicy::kArc, engine);
+      options.kv_events = true;
+      Simulator sim(micro_config(14), options);
+      std::map<std::string, std::set<std::uint64_t>> sets;  // by medium
+      std::uint64_t batches = 0, events = 0, mismatches = 0;
+      std::string first_problem;
+      auto problem = [&](std::string what) {
+        if (first_problem.empty()) first_problem = std::move(what);
+      };
+      auto apply = [&](const std::string& medium, std::uint64_t key, bool stored) {
+        ++events;
+        std::set<std::uint64_t>& set = sets[medium];
+        if (stored && !set.insert(key).second) problem(medium + ": a key stored twice");
+        if (!stored && set.erase(key) == 0) problem(medium + ": an unknown key removed");
+      };
+      sim.on_kv_events = [&](double, const KvEventLog& log) {
+        ++batches;
+        for (const auto& change : log.gpu) apply("GPU", block_key(change.key), change.stored);
+        for (const auto& change : log.tiers) {
+          for (std::uint64_t key : change.event.keys) {
+            apply(std::string(event_medium(change.medium)), key, !change.event.removed);
+          }
         }
-      }
-    };
-    sim.on_step = [&](const Simulator& s) {
-      const auto& engine = dynamic_cast<const VllmScheduler&>(s.scheduler());
-      std::vector<PageKey> keys;
-      engine.prefix_cache().cached_keys(keys);
-      std::set<std::uint64_t> gpu;
-      for (const PageKey& key : keys) gpu.insert(block_key(key));
-      if (gpu != sets["GPU"]) ++mismatches;
-      const OffloadConnector& offload = *engine.offload();
-      for (std::size_t i = 0; i < offload.num_tiers(); ++i) {
-        const std::vector<std::uint64_t> ready = offload.tier(i).ready_keys();
-        const std::set<std::uint64_t> tier(ready.begin(), ready.end());
-        if (tier != sets[std::string(event_medium(offload.tier_options(i).medium))]) ++mismatches;
-      }
-    };
-    run_to_end(sim, requests);
-    INFO("disk " << disk << ": " << first_problem);
-    CHECK(first_problem.empty());
-    CHECK(mismatches == 0);
-    CHECK(batches > 0);
-    CHECK(sets["GPU"].size() > 0);
-    CHECK(sets["CPU"].size() > 0);
-    CHECK(events > sets["GPU"].size() + sets["CPU"].size());  // removals happened too
+      };
+      sim.on_step = [&](const Simulator& s) {
+        const auto& paged = dynamic_cast<const PagedScheduler&>(s.scheduler());
+        std::vector<PageKey> keys;
+        paged.prefix_cache().cached_keys(keys);
+        std::set<std::uint64_t> gpu;
+        for (const PageKey& key : keys) gpu.insert(block_key(key));
+        if (gpu != sets["GPU"]) ++mismatches;
+        const OffloadConnector& offload = *paged.offload();
+        for (std::size_t i = 0; i < offload.num_tiers(); ++i) {
+          const std::vector<std::uint64_t> ready = offload.tier(i).ready_keys();
+          const std::set<std::uint64_t> tier(ready.begin(), ready.end());
+          if (tier != sets[std::string(event_medium(offload.tier_options(i).medium))]) ++mismatches;
+        }
+      };
+      run_to_end(sim, requests);
+      INFO(to_string(engine) << ", disk " << disk << ": " << first_problem);
+      CHECK(first_problem.empty());
+      CHECK(mismatches == 0);
+      CHECK(batches > 0);
+      CHECK(sets["GPU"].size() > 0);
+      CHECK(sets["CPU"].size() > 0);
+      CHECK(events > sets["GPU"].size() + sets["CPU"].size());  // removals happened too
+    }
   }
 }
 

@@ -1,6 +1,6 @@
-// The vllm engine's KV offloading (--offload, SPEC 3.7): vLLM's
-// OffloadingConnector over the tiers of engine/offload_connector.h. Each rule
-// names the vLLM function it comes from
+// KV offloading (--offload, SPEC 3.7) for the paged engines (vllm and
+// generic): vLLM's OffloadingConnector over the tiers of
+// engine/offload_connector.h. Each rule names the vLLM function it comes from
 // (vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py:
 // OffloadingConnectorScheduler; vllm/v1/core/sched/scheduler.py: Scheduler).
 //
@@ -21,19 +21,21 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "engine/vllm_scheduler.h"
+#include "engine/paged_scheduler.h"
 
 namespace kvreplay {
 
-std::uint64_t VllmScheduler::offload_key(Flight& flight, std::uint32_t page) {
+std::uint32_t PagedScheduler::offload_keys(Flight& flight, std::uint32_t pages) {
   std::vector<std::uint64_t>& keys = flight.offload_keys;
-  while (keys.size() <= page) {
-    keys.push_back(block_key(vllm_key(flight, static_cast<std::uint32_t>(keys.size()))));
+  while (keys.size() < pages) {
+    const auto key = offload_page_key(flight, static_cast<std::uint32_t>(keys.size()));
+    if (!key) break;
+    keys.push_back(block_key(*key));
   }
-  return keys[page];
+  return std::min(pages, static_cast<std::uint32_t>(keys.size()));
 }
 
-void VllmScheduler::unpin(BlockId b) {
+void PagedScheduler::unpin(BlockId b) {
   auto it = pinned_.find(b);
   if (it == pinned_.end()) return;
   if (--it->second == 0) pinned_.erase(it);
@@ -41,7 +43,7 @@ void VllmScheduler::unpin(BlockId b) {
   cache_.released(b, pool_, tick_);
 }
 
-bool VllmScheduler::offload_step_start() {
+bool PagedScheduler::offload_step_start() {
   // The worker starts the stores queued last step (start_kv_transfers), and
   // reports what finished (get_finished); update_connector_output completes
   // them: complete_store, complete_load.
@@ -71,9 +73,11 @@ bool VllmScheduler::offload_step_start() {
     // now (cache_blocks), and the request is scheduled as a waiting one.
     std::unique_ptr<Flight> flight = std::move(*it);
     loading_.erase(it);
-    flight->computed = flight->samples[0].length;
+    // Its KV is computed up to the table's length (vllm's computed tokens,
+    // generic's prefilled ones).
+    flight->computed = flight->prefilled = flight->samples[0].length;
     flight->kv_loaded = true;
-    if (!cache_full_blocks(*flight)) return false;
+    if (!kv_landed(*flight)) return false;
     landed_.push_back(std::move(flight));
   }
   // Back at the front of the waiting queue, in the order they landed.
@@ -82,7 +86,7 @@ bool VllmScheduler::offload_step_start() {
   return true;
 }
 
-void VllmScheduler::take_tier_events() {
+void PagedScheduler::take_tier_events() {
   // OffloadingConnectorScheduler.take_events: the manager's events, in order;
   // dropped without --kv-events, so that they do not pile up.
   for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
@@ -93,18 +97,17 @@ void VllmScheduler::take_tier_events() {
   }
 }
 
-VllmScheduler::TierHit VllmScheduler::load_from_tiers(Flight& flight, std::uint32_t num_tokens,
-                                                      bool& failed) {
+PagedScheduler::TierHit PagedScheduler::load_from_tiers(Flight& flight, std::uint32_t num_tokens,
+                                                        bool& failed) {
   // get_num_new_matched_tokens: every full block of the request is touched in
   // the tiers, then the run of blocks held ready continues the GPU hit.
   const std::uint32_t pt = config_.kv.page_tokens;
-  const std::uint32_t full = num_tokens / pt;
+  const std::uint32_t full = offload_keys(flight, num_tokens / pt);
   if (full == 0) return TierHit::kNone;
-  (void)offload_key(flight, full - 1);
   const std::span<const std::uint64_t> keys(flight.offload_keys.data(), full);
   for (std::size_t t = 0; t < offload_->num_tiers(); ++t) offload_->tier(t).touch(keys);
   const auto gpu_pages = static_cast<std::uint32_t>(flight.hits.blocks.size());
-  const std::uint32_t cap = (num_tokens - 1) / pt;
+  const std::uint32_t cap = std::min((num_tokens - 1) / pt, full);
   tier_of_.clear();
   bool deferred = false;
   for (std::uint32_t page = gpu_pages; page < cap; ++page) {
@@ -138,11 +141,12 @@ VllmScheduler::TierHit VllmScheduler::load_from_tiers(Flight& flight, std::uint3
     failed = true;
     return TierHit::kNone;
   }
-  owned->computed = hit_tokens;
+  owned->computed = owned->prefilled = hit_tokens;
   owned->cached_pages = gpu_pages;
+  owned->admitted_before = true;
   hits_.forget(owned->hits, cache_);
   Sample& sample = owned->samples[0];
-  if (!coordinator_.allocate_new_blocks(tables(sample), pages * pt, owned->request)) {
+  if (!allocate_loaded(*owned, pages * pt)) {
     failed = true;
     return TierHit::kNone;
   }
@@ -185,45 +189,39 @@ VllmScheduler::TierHit VllmScheduler::load_from_tiers(Flight& flight, std::uint3
   return TierHit::kLoading;
 }
 
-bool VllmScheduler::admit_loaded(std::uint32_t& budget, Scheduled& scheduled, bool& stop) {
-  // A request whose num_computed_tokens the load set: no prefix lookup, its
-  // blocks are its own (Scheduler.schedule skips get_computed_blocks).
-  Flight& flight = *waiting_.front();
+std::unique_ptr<PagedScheduler::Flight> PagedScheduler::take_loaded_head(std::uint32_t computed,
+                                                                         std::uint32_t tokens,
+                                                                         bool& stop) {
+  // Its blocks are its own table's, `computed` tokens of them (no hits to
+  // count twice).
   const std::uint32_t pt = config_.kv.page_tokens;
-  const std::uint32_t num_tokens = flight.request.prompt + flight.generated;
-  const std::uint32_t tokens = std::min(num_tokens - flight.computed, budget);
-  const std::uint64_t held = (std::uint64_t{flight.computed} + pt - 1) / pt;
-  const std::uint64_t needed = (std::uint64_t{flight.computed} + tokens + pt - 1) / pt - held;
-  // Its blocks are its own table's (no hits to count twice).
+  const std::uint64_t held = (std::uint64_t{computed} + pt - 1) / pt;
+  const std::uint64_t needed = (std::uint64_t{computed} + tokens + pt - 1) / pt - held;
   if (std::uint64_t{pool_.free_count()} + cache_.evictable() < needed + watermark_blocks_) {
-    if (running_.empty() && give_back_loaded()) return true;  // tried again
-    stop = true;
-    return true;
+    if (!(running_.empty() && give_back_loaded())) stop = true;  // else tried again
+    return nullptr;
   }
   std::unique_ptr<Flight> owned = std::move(waiting_.front());
   waiting_.pop_front();
   owned->kv_loaded = false;
-  running_.push_back(std::move(owned));
-  Flight& admitted = *running_.back();
-  if (!allocate(admitted, tokens)) return false;
-  scheduled.emplace_back(&admitted, tokens);
-  budget -= tokens;
-  return true;
+  return owned;
 }
 
-bool VllmScheduler::give_back_loaded() {
-  // Nothing runs, so no block will be freed but by the requests that hold
-  // loaded KV while they wait behind the head: the last of them gives its
-  // blocks back, as a preempted request does (its loaded pages stay cached,
-  // evictable, and it looks its prefix up again when its turn comes).
-  // Without this, two such requests could each hold what the other needs.
-  for (auto it = waiting_.end(); it != waiting_.begin() + 1;) {
+bool PagedScheduler::give_back_loaded(bool head_too) {
+  // Nothing runs (or the one request running cannot go on), so no block
+  // will be freed but by the requests that hold loaded KV while they wait
+  // (behind the head, when the head is the one being admitted): the last of
+  // them gives its blocks back, as a preempted request does (its loaded pages
+  // stay cached, evictable, and it looks its prefix up again when its turn
+  // comes). Without this, two such requests could each hold what the other needs.
+  const auto first = waiting_.begin() + (head_too || waiting_.empty() ? 0 : 1);
+  for (auto it = waiting_.end(); it != first;) {
     --it;
     Flight& flight = **it;
     if (!flight.kv_loaded) continue;
     release_sample(flight.samples[0]);
     flight.samples.clear();
-    flight.computed = 0;
+    flight.computed = flight.prefilled = 0;
     flight.cached_pages = 0;
     flight.prefilling = true;
     flight.kv_loaded = false;
@@ -232,69 +230,64 @@ bool VllmScheduler::give_back_loaded() {
   return false;
 }
 
-bool VllmScheduler::queue_stores(const Scheduled& scheduled) {
+bool PagedScheduler::queue_stores(Flight& flight) {
   // _get_reqs_to_store: the blocks full once this step's tokens are computed,
   // from next_stored_block_idx on, go to prepare_store; a refusal leaves the
   // index for the next step; a store touches the request's whole prefix.
   const std::uint32_t pt = config_.kv.page_tokens;
-  for (auto [flight, tokens] : scheduled) {
-    const std::uint32_t full = flight->samples[0].length / pt;
-    if (full == 0) continue;
-    (void)offload_key(*flight, full - 1);
-    const std::span<const std::uint64_t> keys(flight->offload_keys.data(), full);
-    const std::span<const BlockId> entries = flight->samples[0].table.entries();
-    for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
-      std::uint32_t& next = flight->offload_stored[t];
-      if (next >= full) continue;
-      OffloadTier& tier = offload_->tier(t);
-      auto plan = tier.prepare_store(keys.subspan(next, full - next));
-      if (!plan) {
-        ++offload_->figures(t).store_refused;
-        continue;
-      }
-      offload_->figures(t).evicted += plan->evicted.size();
-      if (trace_ != nullptr) {
-        for (std::uint64_t key : plan->evicted) trace_->drop(trace_tier(t), key);
-      }
-      const std::uint32_t first = next;
-      next = full;
-      if (plan->stored.empty()) continue;
-      tier.touch(keys);
-      std::vector<BlockId> blocks;
-      blocks.reserve(plan->stored.size());
-      std::size_t j = 0;
-      for (std::uint32_t page = first; page < full && j < plan->stored.size(); ++page) {
-        if (keys[page] != plan->stored[j]) continue;
-        ++j;
-        if (trace_ != nullptr) {
-          trace_->store(flight->samples[0].trace_seq, page, trace_tier(t), keys[page]);
-        }
-        const BlockId b = entries[page];
-        if (auto held = pool_.retain(b); !held) {
-          violation_ = Violation{sim_.steps + 1, flight->request.line, "I1",
-                                 fmt::format("request {}: holding page {} for its offload store "
-                                             "failed: {}",
-                                             flight->request.id, page, held.error())};
-          for (BlockId pinned : blocks) unpin(pinned);
-          return false;
-        }
-        ++pinned_[b];
-        blocks.push_back(b);
-      }
-      offload_->queue_store(t, std::move(plan->stored), std::move(blocks));
+  const std::uint32_t full = offload_keys(flight, flight.samples[0].length / pt);
+  if (full == 0) return true;
+  const std::span<const std::uint64_t> keys(flight.offload_keys.data(), full);
+  const std::span<const BlockId> entries = flight.samples[0].table.entries();
+  for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
+    std::uint32_t& next = flight.offload_stored[t];
+    if (next >= full) continue;
+    OffloadTier& tier = offload_->tier(t);
+    auto plan = tier.prepare_store(keys.subspan(next, full - next));
+    if (!plan) {
+      ++offload_->figures(t).store_refused;
+      continue;
     }
+    offload_->figures(t).evicted += plan->evicted.size();
+    if (trace_ != nullptr) {
+      for (std::uint64_t key : plan->evicted) trace_->drop(trace_tier(t), key);
+    }
+    const std::uint32_t first = next;
+    next = full;
+    if (plan->stored.empty()) continue;
+    tier.touch(keys);
+    std::vector<BlockId> blocks;
+    blocks.reserve(plan->stored.size());
+    std::size_t j = 0;
+    for (std::uint32_t page = first; page < full && j < plan->stored.size(); ++page) {
+      if (keys[page] != plan->stored[j]) continue;
+      ++j;
+      if (trace_ != nullptr) {
+        trace_->store(flight.samples[0].trace_seq, page, trace_tier(t), keys[page]);
+      }
+      const BlockId b = entries[page];
+      if (auto held = pool_.retain(b); !held) {
+        violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                               fmt::format("request {}: holding page {} for its offload store "
+                                           "failed: {}",
+                                           flight.request.id, page, held.error())};
+        for (BlockId pinned : blocks) unpin(pinned);
+        return false;
+      }
+      ++pinned_[b];
+      blocks.push_back(b);
+    }
+    offload_->queue_store(t, std::move(plan->stored), std::move(blocks));
   }
-  take_tier_events();  // the evictions of this step's stores
   return true;
 }
 
-std::optional<double> VllmScheduler::wake_at() const {
+std::optional<double> PagedScheduler::wake_at() const {
   if (!offload_) return std::nullopt;
   return offload_->next_landing();
 }
 
-bool VllmScheduler::check() {
-  if (!PagedScheduler::check()) return false;
+bool PagedScheduler::check_offload() {
   if (!offload_) return true;
   auto fail = [&](std::string invariant, std::string message) {
     violation_ = Violation{sim_.steps, 0, std::move(invariant), std::move(message)};
@@ -329,7 +322,7 @@ bool VllmScheduler::check() {
   return true;
 }
 
-Scheduler::TierGauge VllmScheduler::offload_gauge(std::size_t t) const {
+Scheduler::TierGauge PagedScheduler::offload_gauge(std::size_t t) const {
   const OffloadTier& tier = offload_->tier(t);
   const OffloadTierFigures& f = offload_->figures(t);
   return TierGauge{offload_->tier_options(t).medium,
@@ -340,7 +333,7 @@ Scheduler::TierGauge VllmScheduler::offload_gauge(std::size_t t) const {
                    f.evicted};
 }
 
-void VllmScheduler::add_figures(nlohmann::json& report) const {
+void PagedScheduler::add_figures(nlohmann::json& report) const {
   if (!offload_) return;
   nlohmann::json tiers = nlohmann::json::object();
   nlohmann::json by_tier = {{"gpu", sim_.hit_tokens}};
