@@ -168,9 +168,9 @@ bool GenericScheduler::admit_next(std::uint32_t& budget, bool& stop) {
 
 bool GenericScheduler::run_admitted(std::uint32_t& budget, bool& stop) {
   Flight& admitted = *running_.back();
-  bool preempted_self = false;
-  if (!run_flight(admitted, budget, running_.size() - 1, preempted_self)) return false;
-  if (preempted_self) {
+  bool stopped = false;
+  if (!run_flight(admitted, budget, running_.size() - 1, stopped)) return false;
+  if (stopped) {
     stop = true;
     return true;
   }
@@ -230,13 +230,13 @@ bool GenericScheduler::allocate_loaded(Flight& flight, std::uint32_t tokens) {
 }
 
 bool GenericScheduler::run_flight(Flight& flight, std::uint32_t& budget, std::size_t index,
-                                  bool& preempted_self) {
+                                  bool& stopped) {
   const Request& request = flight.request;
   if (flight.prefilled < request.prompt) {
     const std::uint32_t chunk = std::min(request.prompt - flight.prefilled, budget);
     if (chunk == 0) return true;
-    if (!append(flight, flight.samples[0], chunk, index, preempted_self)) return false;
-    if (preempted_self) return true;
+    if (!append(flight, flight.samples[0], chunk, index, stopped)) return false;
+    if (stopped) return true;
     budget -= chunk;
     schedule_work(flight, flight.prefilled, chunk, true);
     flight.prefilled += chunk;
@@ -283,11 +283,14 @@ bool GenericScheduler::run_flight(Flight& flight, std::uint32_t& budget, std::si
     }
     return true;
   }
+  // A store the tiers refused for want of room is tried again at each step
+  // the request runs (_get_reqs_to_store), while its first table holds the prompt.
+  if (offload_ && !flight.samples[0].done && !queue_stores(flight)) return false;
   for (std::size_t k = 0; k < flight.samples.size(); ++k) {
     if (flight.samples[k].done) continue;
     if (budget == 0) break;
-    if (!append(flight, flight.samples[k], 1, index, preempted_self)) return false;
-    if (preempted_self) return true;
+    if (!append(flight, flight.samples[k], 1, index, stopped)) return false;
+    if (stopped) return true;
     Sample& sample = flight.samples[k];
     --budget;
     ++sample.generated;
@@ -299,7 +302,7 @@ bool GenericScheduler::run_flight(Flight& flight, std::uint32_t& budget, std::si
 }
 
 bool GenericScheduler::append(Flight& flight, Sample& sample, std::uint32_t tokens,
-                              std::size_t index, bool& preempted_self) {
+                              std::size_t index, bool& stopped) {
   if (!paged()) {
     sample.length += tokens;  // inside its reserved region
     state_.logical_tokens += tokens;
@@ -317,16 +320,27 @@ bool GenericScheduler::append(Flight& flight, Sample& sample, std::uint32_t toke
     if (pool_.free_count() < needed.value())
       cache_.evict(pool_, needed.value() - pool_.free_count());
     if (pool_.free_count() >= needed.value()) break;
-    // The one request running is out of blocks: the waiting requests that
-    // hold KV loaded from the offload tiers give theirs back first, the last
-    // first (give_back_loaded), else it would start over and stop again
-    // where it stopped, for ever.
-    if (offload_ && running_.size() == 1 && give_back_loaded(true)) continue;
+    if (offload_ && running_.size() == 1) {
+      // The one request running is out of blocks. The waiting requests that
+      // hold KV loaded from the offload tiers give theirs back first, the
+      // last first (give_back_loaded). Blocks that transfers in flight hold
+      // (a load's, a store's pins) come back when they land: the request
+      // waits for them, running nothing and admitting nothing (an empty step
+      // moves the clock to the landing: wake_at). Starting over while they
+      // are held, it would stop again where it stopped, and the requests it
+      // made give their KV back would load it again, for ever.
+      if (give_back_loaded(true)) continue;
+      if (offload_->next_landing()) {
+        held_back_ = true;
+        stopped = true;
+        return true;
+      }
+    }
     // Out of blocks: preempt the most recently admitted request, maybe this one.
     const bool self = index + 1 == running_.size();
     preempt_last();
     if (self) {
-      preempted_self = true;
+      stopped = true;
       return true;
     }
   }
@@ -372,11 +386,17 @@ void GenericScheduler::preempt_last() {
   std::unique_ptr<Flight> victim = std::move(running_.back());
   running_.pop_back();
   if (victim->times) ++victim->times->preemptions;
+  // Its n samples counted as running since its admission, less those done
+  // (a prefill preempted has one table for them all).
+  std::uint32_t done = 0;
   for (Sample& sample : victim->samples) {
-    if (sample.done) continue;
+    if (sample.done) {
+      ++done;
+      continue;
+    }
     release(sample);
-    --running_samples_;
   }
+  running_samples_ -= victim->request.n - done;
   // Recompute: the request starts over (prefill, then its first token again).
   victim->samples.clear();
   victim->prefilled = 0;
@@ -465,13 +485,14 @@ void GenericScheduler::free_region(std::uint64_t start, std::uint64_t slots) {
 
 bool GenericScheduler::step() {
   ++tick_;
+  held_back_ = false;
   if (offload_ && !offload_step_start()) return false;
   std::uint32_t budget = options_.max_batched_tokens;
   for (std::size_t i = 0; i < running_.size();) {
-    bool preempted_self = false;
+    bool stopped = false;
     Flight& flight = *running_[i];
-    if (!run_flight(flight, budget, i, preempted_self)) return false;
-    if (preempted_self) break;
+    if (!run_flight(flight, budget, i, stopped)) return false;
+    if (stopped) break;
     bool done = std::all_of(flight.samples.begin(), flight.samples.end(),
                             [](const Sample& s) { return s.done; });
     if (done && flight.prefilled == flight.request.prompt) {
@@ -482,7 +503,7 @@ bool GenericScheduler::step() {
       ++i;
     }
   }
-  bool stop = false;
+  bool stop = held_back_;
   while (!waiting_.empty() && budget > 0 && !stop) {
     if (!admit_next(budget, stop)) return false;
   }

@@ -44,9 +44,11 @@ class GenericScheduler final : public PagedScheduler {
 
  private:
   bool admit_next(std::uint32_t& budget, bool& stop);
-  bool run_flight(Flight& flight, std::uint32_t& budget, std::size_t index, bool& preempted_self);
+  // `stopped`: the flight goes no further this step, preempted (itself, by
+  // an append that found no block) or held back (held_back_).
+  bool run_flight(Flight& flight, std::uint32_t& budget, std::size_t index, bool& stopped);
   bool append(Flight& flight, Sample& sample, std::uint32_t tokens, std::size_t index,
-              bool& preempted_self);
+              bool& stopped);
   void preempt_last();
   // A sample's KV given back: its tables to the pool, or its region.
   void release(Sample& sample);
@@ -70,6 +72,9 @@ class GenericScheduler final : public PagedScheduler {
 
   std::map<std::uint64_t, std::uint64_t> free_ranges_;  // contiguous: start -> length
   std::uint64_t reserved_slots_ = 0;
+  // --offload: the one request running waits this step for a transfer's
+  // landing to give it blocks (append), and nothing is admitted.
+  bool held_back_ = false;
 };
 
 }  // namespace kvreplay

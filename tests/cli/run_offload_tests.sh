@@ -160,6 +160,41 @@ run events "$work/generic-cpu.jsonl"
 check '[[ $rc -eq 0 ]]' "kvreplay events on the generic offload stream: exit $rc: $(err_text)"
 finish "--offload under the generic engine"
 
+# 7c. The generic engine on a slow link: a request running alone that cannot
+#    get a block while loads hold some waits for them to land. It used to
+#    start over at every step while the requests it made give their loaded
+#    KV back loaded it again, for ever. And a store the CPU tier refused is
+#    tried again at the next step the request runs, as under vllm: C then
+#    finds B's prefix in the tier.
+cat >"$work/slow.jsonl" <<'JSONL'
+{"arrival": 1.0, "id": "r0", "output": 1, "n": 2, "prompt": 144, "hash_block_tokens": 16, "hash_ids": [10000000, 10000001, 10000002, 10000003, 10000004, 10000005, 10000006, 10000007, 10000008]}
+{"arrival": 1.06, "id": "r2", "output": 1, "n": 2, "prompt": 144, "hash_block_tokens": 16, "hash_ids": [10000010, 10000011, 10000012, 10000013, 10000014, 10000015, 10000016, 10000017, 10000018]}
+{"arrival": 2.06, "id": "r4", "output": 64, "n": 3, "prompt": 112, "hash_block_tokens": 16, "hash_ids": [10000021, 10000022, 10000023, 10000024, 10000025, 10000026, 10000027]}
+{"arrival": 2.27, "id": "r6", "output": 1, "n": 2, "prompt": 127, "hash_block_tokens": 16, "hash_ids": [453789, 636944, 799308, 804423, 2208, 729633, 467022, 10000036]}
+{"arrival": 2.47, "id": "r7", "output": 64, "n": 4, "prompt": 29, "hash_block_tokens": 16, "hash_ids": [10000037, 10000038]}
+{"arrival": 3.47, "id": "r8", "output": 20, "n": 1, "prompt": 141, "hash_block_tokens": 16, "hash_ids": [10000039, 10000040, 10000041, 10000042, 10000043, 10000044, 10000045, 10000046, 10000047]}
+{"arrival": 3.48, "id": "r9", "output": 5, "n": 4, "prompt": 96, "hash_block_tokens": 16, "hash_ids": [596853, 888598, 841235, 10000048, 10000049, 10000050]}
+JSONL
+small=(--model llama-3.1-8b --tp 4 --gpu h100-80gb --max-seq-tokens 4096 --check every -q)
+run simulate "$work/slow.jsonl" "${small[@]}" --engine generic --pool-blocks 24 --offload cpu:16MiB \
+  --offload-cpu-gbps 0.01 --report "$work/slow.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq ".requests.finished" "$work/slow.json") -eq 7 ]]' "requests: $(jq -c .requests "$work/slow.json")"
+cat >"$work/refused.jsonl" <<'JSONL'
+{"arrival": 0, "id": "A", "prompt": 64, "output": 200, "hash_block_tokens": 16, "hash_ids": [1, 2, 3, 4]}
+{"arrival": 0, "id": "B", "prompt": 48, "output": 200, "hash_block_tokens": 16, "hash_ids": [5, 6, 7]}
+{"arrival": 10, "id": "D", "prompt": 560, "output": 1, "hash_block_tokens": 16, "hash_ids": [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134]}
+{"arrival": 20, "id": "C", "prompt": 64, "output": 1, "hash_block_tokens": 16, "hash_ids": [5, 6, 7, 8]}
+JSONL
+for engine in vllm generic; do
+  run simulate "$work/refused.jsonl" "${small[@]}" --engine "$engine" --pool-blocks 36 --watermark 0 \
+    --offload cpu:2MiB --offload-cpu-gbps 0.1 --report "$work/refused-$engine.json"
+  check '[[ $rc -eq 0 ]]' "$engine: exit $rc: $(err_text)"
+  check '[[ $(jq -c "[.offload.tiers.cpu.store_refused > 0, .offload.tiers.cpu.hit_tokens]" "$work/refused-$engine.json") == "[true,32]" ]]' \
+    "$engine: B's refused store was not retried: $(jq -c .offload.tiers.cpu "$work/refused-$engine.json")"
+done
+finish "generic offload: a slow link ends; a refused store is retried"
+
 # 8. --kv-events under the sglang engine: the radix tree's pages, one event
 #    a page (SGLang's KVCacheEventMixin), of the page's size, accepted by
 #    kvreplay events; in a fleet, each batch names its instance.

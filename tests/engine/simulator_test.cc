@@ -107,6 +107,24 @@ TEST_CASE("simulator: a pool too small for everyone preempts the most recent req
   CHECK(sim.sim_totals().query_tokens == 16);
 }
 
+TEST_CASE("simulator: a request of n samples preempted in its prefill gives back all n seats") {
+  // The generic engine counts a request's n samples as running from its
+  // admission, while its prefill has one table for them all. b (n = 2) is
+  // preempted in its prefill: it used to give back one of its two seats, so
+  // with --max-seqs 4 the seat it kept blocked c (n = 4) for ever, and the
+  // run stopped with P1 (nothing runs, nothing is awaited).
+  SimOptions options = checked_options();
+  options.max_seqs = 4;
+  options.max_batched_tokens = 40;
+  RunConfig config = tiny_config(30, 16);
+  config.kv.max_seq_tokens = 4096;
+  Simulator sim(config, options);
+  run_to_end(sim, {request(0.0, 160, 100, 2), request(0.001, 320, 1, 2), request(20.0, 10, 1, 4)});
+  CHECK(sim.sim_totals().preemptions > 0);
+  CHECK(sim.sim_totals().finished == 3);
+  CHECK(sim.sim_totals().max_running <= 4);
+}
+
 TEST_CASE("simulator: requests that can never fit are skipped and counted") {
   Simulator sim(tiny_config(4), checked_options());
   run_to_end(sim, {request(0.0, 8, 2), request(1.0, 200, 100), request(2.0, 40, 2)});
