@@ -116,7 +116,7 @@ bool GenericScheduler::admit_next(std::uint32_t& budget, bool& stop) {
       const TierHit tier_hit = load_from_tiers(flight, request.prompt, failed);
       if (failed) return false;
       if (tier_hit == TierHit::kLoading) return true;
-      if (tier_hit == TierHit::kNoRoom && running_.empty() && give_back_loaded()) return true;
+      if (tier_hit == TierHit::kNoRoom && idle_give_back()) return true;
       if (tier_hit != TierHit::kNone) {
         stop = true;
         return true;
@@ -126,7 +126,7 @@ bool GenericScheduler::admit_next(std::uint32_t& budget, bool& stop) {
     const std::uint32_t chunk = std::min(request.prompt - hit_tokens, budget);
     const std::uint64_t needed = ceil_div(std::uint64_t{hit_tokens} + chunk, pt) - hits.size();
     if (!room_beside_hits(flight, needed)) {
-      if (offload_ && running_.empty() && give_back_loaded()) return true;
+      if (idle_give_back()) return true;
       stop = true;
       return true;
     }
@@ -203,27 +203,43 @@ bool GenericScheduler::kv_landed(Flight& flight) {
   return !violation_;
 }
 
+namespace {
+constexpr std::string_view kAppendFailed = "append of {} tokens failed: {}";
+constexpr std::string_view kLoadFailed =
+    "taking blocks for {} tokens loaded from the offload tiers failed: {}";
+}  // namespace
+
 bool GenericScheduler::allocate_loaded(Flight& flight, std::uint32_t tokens) {
   // Fresh blocks after the hits (whose last page is full: no copy-on-write),
   // a cached one evicted where no free block is left.
   Sample& sample = flight.samples[0];
-  auto fail = [&](CoreError error) {
-    violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                           fmt::format("request {}: taking blocks for {} tokens loaded from the "
-                                       "offload tiers failed: {}",
-                                       flight.request.id, tokens, error)};
-    return false;
-  };
   auto needed = sample.table.blocks_needed(tokens, pool_);
-  if (!needed) return fail(needed.error());
+  if (!needed) return table_failed(flight, tokens, kLoadFailed, needed.error());
   if (pool_.free_count() < needed.value()) {
     cache_.evict(pool_, needed.value() - pool_.free_count());
   }
+  return grow_table(flight, sample, tokens, kLoadFailed);
+}
+
+bool GenericScheduler::table_failed(const Flight& flight, std::uint32_t tokens,
+                                    std::string_view what, CoreError error) {
+  violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
+                         fmt::format("request {}: {}", flight.request.id,
+                                     fmt::format(fmt::runtime(what), tokens, error))};
+  return false;
+}
+
+bool GenericScheduler::grow_table(const Flight& flight, Sample& sample, std::uint32_t tokens,
+                                  std::string_view what) {
   const std::size_t pages_before = sample.table.entries().size();
   count_layout(state_, sample.table, -1);
   auto appended = sample.table.append(tokens, pool_);
   count_layout(state_, sample.table, +1);
-  if (!appended) return fail(appended.error());
+  if (!appended) return table_failed(flight, tokens, what, appended.error());
+  for (const CopyOnWrite& copy : appended.value().copies) {
+    ++totals_.cow_copies;
+    totals_.cow_bytes += std::uint64_t{pool_.filled(copy.source)} * config_.kv.bytes_per_token();
+  }
   state_.table_entries += sample.table.entries().size() - pages_before;
   request_entries_ += sample.table.entries().size() - pages_before;
   return true;
@@ -311,12 +327,7 @@ bool GenericScheduler::append(Flight& flight, Sample& sample, std::uint32_t toke
   }
   for (;;) {
     auto needed = sample.table.blocks_needed(tokens, pool_);
-    if (!needed) {
-      violation_ = Violation{
-          sim_.steps + 1, flight.request.line, "I1",
-          fmt::format("request {}: append failed: {}", flight.request.id, needed.error())};
-      return false;
-    }
+    if (!needed) return table_failed(flight, tokens, kAppendFailed, needed.error());
     if (pool_.free_count() < needed.value())
       cache_.evict(pool_, needed.value() - pool_.free_count());
     if (pool_.free_count() >= needed.value()) break;
@@ -344,25 +355,10 @@ bool GenericScheduler::append(Flight& flight, Sample& sample, std::uint32_t toke
       return true;
     }
   }
-  std::size_t pages_before = sample.table.entries().size();
-  count_layout(state_, sample.table, -1);
-  auto appended = sample.table.append(tokens, pool_);
-  count_layout(state_, sample.table, +1);
-  if (!appended) {
-    violation_ = Violation{
-        sim_.steps + 1, flight.request.line, "I1",
-        fmt::format("request {}: append failed: {}", flight.request.id, appended.error())};
-    return false;
-  }
-  for (const CopyOnWrite& copy : appended.value().copies) {
-    ++totals_.cow_copies;
-    totals_.cow_bytes += std::uint64_t{pool_.filled(copy.source)} * config_.kv.bytes_per_token();
-  }
+  if (!grow_table(flight, sample, tokens, kAppendFailed)) return false;
   sample.length += tokens;
   totals_.tokens_appended += tokens;
   state_.logical_tokens += tokens;
-  state_.table_entries += sample.table.entries().size() - pages_before;
-  request_entries_ += sample.table.entries().size() - pages_before;
   trace_grew(sample, tokens, flight.cached_pages);
   return true;
 }

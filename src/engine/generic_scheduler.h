@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string_view>
 
 #include "engine/paged_scheduler.h"
 
@@ -66,6 +67,13 @@ class GenericScheduler final : public PagedScheduler {
   bool run_admitted(std::uint32_t& budget, bool& stop);
   bool kv_landed(Flight& flight) override;
   bool allocate_loaded(Flight& flight, std::uint32_t tokens) override;
+  // The sample's table grown by `tokens` (REQUIRES the blocks free), its
+  // copies and entries counted; a failure is an I1 violation saying `what`
+  // (a format of the tokens and the error).
+  bool grow_table(const Flight& flight, Sample& sample, std::uint32_t tokens,
+                  std::string_view what);
+  bool table_failed(const Flight& flight, std::uint32_t tokens, std::string_view what,
+                    CoreError error);
   // Contiguous first-fit arena over pool_blocks * page_tokens slots.
   std::optional<std::uint64_t> reserve_region(std::uint64_t slots);
   void free_region(std::uint64_t start, std::uint64_t slots);

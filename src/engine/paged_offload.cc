@@ -198,7 +198,7 @@ std::unique_ptr<PagedScheduler::Flight> PagedScheduler::take_loaded_head(std::ui
   const std::uint64_t held = (std::uint64_t{computed} + pt - 1) / pt;
   const std::uint64_t needed = (std::uint64_t{computed} + tokens + pt - 1) / pt - held;
   if (std::uint64_t{pool_.free_count()} + cache_.evictable() < needed + watermark_blocks_) {
-    if (!(running_.empty() && give_back_loaded())) stop = true;  // else tried again
+    if (!idle_give_back()) stop = true;  // else tried again
     return nullptr;
   }
   std::unique_ptr<Flight> owned = std::move(waiting_.front());

@@ -210,6 +210,10 @@ class PagedScheduler : public Scheduler {
   // With nothing running: the last waiting request holding loaded KV, behind
   // the head unless `head_too`, gives its blocks back; false when none does.
   bool give_back_loaded(bool head_too = false);
+  // An admission found no room with nothing running: a waiting request
+  // holding loaded KV gives it back (give_back_loaded), and the admission is
+  // tried again; false (nothing given back) when the queue must stop.
+  bool idle_give_back() { return offload_ && running_.empty() && give_back_loaded(); }
   // The flight's pages that are full once this step runs go to each tier
   // (OffloadingConnectorScheduler._get_reqs_to_store).
   bool queue_stores(Flight& flight);

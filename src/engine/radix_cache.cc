@@ -314,6 +314,9 @@ std::uint32_t RadixCache::evict(std::uint32_t tokens) {
     heap.pop();
     (void)pool_->release_each(leaf->pages);  // the tree's pages are live, held once
     if (log_ != nullptr) log_pages(*leaf, /*stored=*/false);
+    if (evictions_ != nullptr) {
+      evictions_->insert(evictions_->end(), leaf->pages.begin(), leaf->pages.end());
+    }
     evicted_pages_ += leaf->pages.size();
     freed += leaf->tokens();
     evictable_ -= leaf->tokens();

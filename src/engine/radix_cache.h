@@ -127,6 +127,9 @@ class RadixCache {
   // both parts' stored again (_split_node), an evicted leaf's removed
   // (evict). REQUIRES an empty tree.
   void log_changes(std::vector<RadixPageChange>* log);
+  // --emit-trace: from now on the pages evict() frees are appended to `out`
+  // (TraceEmitter::evictions, written as `uncache`s).
+  void log_evictions(std::vector<BlockId>* out) { evictions_ = out; }
   // The hashes of every page the tree holds (with log_changes), in no order.
   void page_hashes(std::vector<std::uint64_t>& out) const;
 
@@ -192,6 +195,7 @@ class RadixCache {
   std::uint64_t clock_ = 0;
   std::uint64_t evicted_pages_ = 0;
   std::vector<RadixPageChange>* log_ = nullptr;  // see log_changes
+  std::vector<BlockId>* evictions_ = nullptr;    // see log_evictions
 };
 
 }  // namespace kvreplay

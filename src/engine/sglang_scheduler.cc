@@ -12,10 +12,12 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <utility>
 
 #include "core/enum_names.h"
+#include "engine/sglang_req.h"
 
 namespace kvreplay {
 
@@ -38,17 +40,15 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return (a + b - 1) / b;
 }
 
-// The pages i of kv in [lo, hi) that continue page i - 1's block (the
-// report's layout: physically contiguous runs of a request's KV).
-std::uint64_t consecutive(const std::vector<BlockId>& kv, std::size_t lo, std::size_t hi) {
+}  // namespace
+
+std::uint64_t consecutive_pages(const std::vector<BlockId>& kv, std::size_t lo, std::size_t hi) {
   std::uint64_t n = 0;
   for (std::size_t i = std::max<std::size_t>(lo, 1); i < std::min(hi, kv.size()); ++i) {
     n += kv[i] == kv[i - 1] + 1 ? 1 : 0;
   }
   return n;
 }
-
-}  // namespace
 
 std::string_view to_string(SchedulePolicy policy) {
   return enum_name(kPolicyNames, policy);
@@ -66,36 +66,6 @@ std::uint32_t sglang_chunked_prefill_default(double gpu_gib) {
   if (gpu_gib < 160) return 8192;
   return 16384;
 }
-
-struct SglangScheduler::Req {
-  Request request;
-  TokenRuns seq;  // every token's id: prompt, then the request's own output
-  std::shared_ptr<RequestTimes> times;
-  std::shared_ptr<std::uint32_t> siblings_left;  // children of an n > 1 request not done
-  std::uint32_t generated = 0;                   // len(output_ids)
-  // req_to_token's row: one page per page_tokens tokens of KV (seq_lens).
-  std::vector<BlockId> kv;
-  std::uint32_t kv_len = 0;
-  // kv's first tree_len tokens are the tree's pages, locked through last_node
-  // (the root when none); the rest are the request's own.
-  std::uint32_t tree_len = 0;
-  RadixCache::Node* last_node = nullptr;
-  // This round (init_next_round_input): fill_ids' length, the prefix matched
-  // while waiting, and the tokens to compute.
-  std::uint32_t fill = 0;
-  std::uint32_t prefix = 0;
-  RadixCache::Node* match_node = nullptr;
-  std::uint32_t extend = 0;
-  bool truncated = false;  // this round computes a chunk, not the rest
-  bool admitted_before = false;
-  bool deprioritized = false;  // _compute_prefix_matches's temporary_deprioritized
-  bool done = false;
-  std::uint32_t retractions = 0;
-  std::uint64_t continued = 0;  // consecutive(kv, 0, kv.size()), kept as kv changes
-  std::uint32_t remaining() const {
-    return request.output > generated ? request.output - generated : 0;
-  }
-};
 
 // PrefillAdder: the budgets of one prefill batch.
 class SglangScheduler::Adder {
@@ -429,13 +399,35 @@ void SglangScheduler::extend_kv(Req& req, std::uint32_t tokens) {
   if (pages > old_pages) {
     pool_.take_free_filled(static_cast<std::uint32_t>(pages - old_pages),
                            new_len - static_cast<std::uint32_t>(old_pages) * page_, page_, req.kv);
-    const std::uint64_t more = consecutive(req.kv, old_pages, pages);
+    const std::uint64_t more = consecutive_pages(req.kv, old_pages, pages);
     req.continued += more;
     layout_continued_ += more;
     if (old_pages == 0) ++layout_tables_;
   }
   in_use_entries_ += pages - old_pages;
   req.kv_len = new_len;
+  if (trace_ == nullptr) return;
+  if (req.trace_seq == TraceEmitter::kNoSeq) {
+    // Admitted on the tree's pages it matched, which the trace's cache holds.
+    req.trace_seq =
+        trace_->admit(new_len, std::span<const BlockId>(req.kv).first(req.tree_len / page_));
+  } else {
+    trace_->append(req.trace_seq, tokens);
+  }
+}
+
+bool SglangScheduler::attach_trace(TraceEmitter& trace) {
+  const bool hybrid = groups_.size() > 1 || groups_[0].attention == KvCacheGroupSpec::kSliding;
+  if (hybrid) return false;
+  trace_ = &trace;
+  tree_.log_evictions(&trace.evictions());
+  return true;
+}
+
+void SglangScheduler::trace_free(Req& req) {
+  if (trace_ == nullptr || req.trace_seq == TraceEmitter::kNoSeq) return;
+  trace_->free(req.trace_seq);
+  req.trace_seq = TraceEmitter::kNoSeq;
 }
 
 void SglangScheduler::drop_kv(Req& req, std::size_t own_from) {
@@ -464,6 +456,11 @@ std::uint32_t SglangScheduler::insert_own(Req& req, std::uint32_t aligned) {
   const std::size_t lo = req.tree_len / page_;
   const std::size_t hi = std::max<std::size_t>(lo, present / page_);
   (void)pool_.release_each(std::span<const BlockId>(req.kv).subspan(lo, hi - lo));
+  if (trace_ != nullptr && req.trace_seq != TraceEmitter::kNoSeq) {
+    for (std::size_t p = hi; p < aligned / page_; ++p) {
+      trace_->cache(req.trace_seq, static_cast<std::uint32_t>(p), req.kv[p]);
+    }
+  }
   return present;
 }
 
@@ -483,15 +480,22 @@ void SglangScheduler::cache_unfinished(Req& req) {
   const std::uint32_t matched = tree_.match_prefix(req.seq, aligned, nullptr, node);
   assert(matched == aligned);
   (void)matched;
-  const std::uint64_t before = consecutive(req.kv, lo, hi + 1);
+  const std::uint64_t before = consecutive_pages(req.kv, lo, hi + 1);
   path_pages(node, req.tree_len, present, req.kv);
-  const std::uint64_t after = consecutive(req.kv, lo, hi + 1);
+  const std::uint64_t after = consecutive_pages(req.kv, lo, hi + 1);
   req.continued += after - before;
   layout_continued_ += after - before;
   tree_.dec_lock_ref(req.last_node);
   tree_.inc_lock_ref(node);
   req.last_node = node;
   req.tree_len = aligned;
+  if (hi > lo && trace_ != nullptr) {
+    // Its pages [lo, hi) are now the tree's copies: in the trace, a new
+    // sequence on the tree's pages (all cached), the partial page rewritten.
+    trace_free(req);
+    req.trace_seq =
+        trace_->admit(req.kv_len, std::span<const BlockId>(req.kv).first(aligned / page_));
+  }
 }
 
 void SglangScheduler::cache_finished(Req& req) {
@@ -500,12 +504,14 @@ void SglangScheduler::cache_finished(Req& req) {
   // tree; the duplicates and the partial last page are freed; the lock goes.
   if (!caching_) {
     drop_kv(req, 0);
+    trace_free(req);
     req.kv_len = 0;
     return;
   }
   const std::uint32_t aligned = req.kv_len / page_ * page_;
   insert_own(req, aligned);
   drop_kv(req, aligned / page_);  // the partial last page, if any
+  trace_free(req);
   tree_.dec_lock_ref(req.last_node);
   req.last_node = tree_.root();
   req.kv_len = req.tree_len = 0;
@@ -516,6 +522,7 @@ void SglangScheduler::release(Req& req, bool retraction) {
   // freed, its lock released (what the tree holds stays cached), and
   // reset_for_retract: it keeps its output and will re-prefill input + output.
   drop_kv(req, req.tree_len / page_);
+  trace_free(req);
   tree_.dec_lock_ref(req.last_node);
   req.last_node = tree_.root();
   req.kv_len = req.tree_len = 0;
@@ -578,7 +585,7 @@ bool SglangScheduler::prefill_step(std::vector<Req*>& batch) {
     req.kv.resize(req.prefix / page_);
     path_pages(req.match_node, 0, req.prefix, req.kv);
     in_use_entries_ += req.kv.size();
-    req.continued = consecutive(req.kv, 0, req.kv.size());
+    req.continued = consecutive_pages(req.kv, 0, req.kv.size());
     layout_continued_ += req.continued;
     if (!req.kv.empty()) ++layout_tables_;
     req.kv_len = req.tree_len = req.prefix;
@@ -758,142 +765,6 @@ bool SglangScheduler::step() {
   if (!batch.empty()) return prefill_step(batch);
   if (!waiting_.empty()) skip_stalled();
   return true;
-}
-
-void SglangScheduler::record() {
-  ReplayState& state = shell_.state;
-  std::uint64_t live = 0;
-  std::uint64_t logical = 0;
-  auto add = [&](const Req& r) {
-    if (r.done) return;
-    ++live;
-    logical += r.kv_len;
-  };
-  for (const auto& r : running_) add(*r);
-  for (const auto& r : prefilled_) add(*r);
-  if (chunked_) add(*chunked_);
-  state.live_sequences = live;
-  state.logical_tokens = logical;
-  state.table_entries = in_use_entries_;
-  state.seq_pages = in_use_entries_;
-  state.seq_continued = layout_continued_;
-  state.seq_tables = layout_tables_;
-  record_event(state, shell_.totals, pool_.used_count(), pool_.filled_total(), page_);
-  // token_usage as SGLang logs it: tokens neither free nor evictable, over the pool.
-  const std::uint32_t resident = cache_resident_blocks();
-  const std::uint32_t in_use = pool_.used_count() - resident;
-  const double usage = static_cast<double>(in_use) / std::max<double>(pool_.total(), 1);
-  token_usage_sum_ += usage;
-  token_usage_peak_ = std::max(token_usage_peak_, usage);
-  sim_.in_use_sum += in_use;
-  sim_.peak_cache_resident = std::max(sim_.peak_cache_resident, resident);
-  if (sim_.steps <= 1 || in_use > sim_.peak_in_use) {
-    sim_.peak_in_use = in_use;
-    const std::uint64_t referenced = std::min<std::uint64_t>(in_use_entries_, pool_.total());
-    sim_.saved_blocks_at_peak = referenced > in_use ? referenced - in_use : 0;
-  }
-  shell_.totals.saved_blocks_at_peak = static_cast<std::int64_t>(sim_.saved_blocks_at_peak);
-}
-
-bool SglangScheduler::check() {
-  ++shell_.totals.checks;
-  // R1-R3: the tree itself, each unfinished request holding one lock.
-  std::vector<const RadixCache::Node*> locked;
-  std::vector<const Req*> live;
-  for (const auto& r : running_) live.push_back(r.get());
-  for (const auto& r : prefilled_) live.push_back(r.get());
-  if (chunked_) live.push_back(chunked_.get());
-  for (const Req* r : live) {
-    if (!r->done && r->last_node != tree_.root()) locked.push_back(r->last_node);
-  }
-  auto fail = [&](std::string invariant, std::string message) {
-    shell_.violation = Violation{sim_.steps, 0, std::move(invariant), std::move(message)};
-    return false;
-  };
-  if (auto problem = tree_.check(locked)) return fail(problem->invariant, problem->message);
-  // S1: a request's first tree_len tokens are the pages on its locked node's
-  // path, its KV fills its pages, and a waiting request holds nothing.
-  std::vector<BlockId> holds;
-  tree_.pages(holds);
-  std::uint64_t entries = 0;
-  std::uint64_t continued = 0;
-  std::uint64_t tables = 0;
-  for (const Req* r : live) {
-    if (r->done) {
-      if (!r->kv.empty())
-        return fail("S1", fmt::format("request {} finished with pages", r->request.id));
-      continue;
-    }
-    if (r->kv.size() != ceil_div(r->kv_len, page_) || r->tree_len > r->kv_len ||
-        r->tree_len % page_ != 0 || r->last_node->end != r->tree_len) {
-      return fail("S1", fmt::format("request {}: {} pages for {} tokens, {} in the tree, its "
-                                    "node ends at {}",
-                                    r->request.id, r->kv.size(), r->kv_len, r->tree_len,
-                                    r->last_node->end));
-    }
-    std::vector<BlockId> path;
-    for (const RadixCache::Node* n = r->last_node; n != nullptr; n = n->parent) {
-      path.insert(path.begin(), n->pages.begin(), n->pages.end());
-    }
-    if (!std::equal(path.begin(), path.end(), r->kv.begin())) {
-      return fail("S1", fmt::format("request {}: its first {} tokens are not its tree path's pages",
-                                    r->request.id, r->tree_len));
-    }
-    holds.insert(holds.end(), r->kv.begin() + r->tree_len / page_, r->kv.end());
-    entries += r->kv.size();
-    continued += consecutive(r->kv, 0, r->kv.size());
-    tables += r->kv.empty() ? 0 : 1;
-  }
-  for (const auto& r : waiting_) {
-    if (!r->kv.empty() || r->last_node != tree_.root()) {
-      return fail("S1", fmt::format("waiting request {} holds pages or a lock", r->request.id));
-    }
-  }
-  if (entries != in_use_entries_ || continued != layout_continued_ || tables != layout_tables_) {
-    return fail("S1", fmt::format("request pages, contiguous pages and rows counted {}, {}, {}; "
-                                  "recounted {}, {}, {}",
-                                  in_use_entries_, layout_continued_, layout_tables_, entries,
-                                  continued, tables));
-  }
-  // S2: every live page is held exactly once, by the tree or by one request's
-  // own tail (I1-I3 over those holds: refcounts, the free list, fills).
-  if (auto found = checker_.check(pool_, page_, {}, holds)) {
-    return fail("S2", found->message);
-  }
-  return true;
-}
-
-std::vector<BlockId>& SglangScheduler::running_kv(std::size_t i) {
-  return running_.at(i)->kv;
-}
-
-std::vector<std::vector<std::vector<BlockId>>> SglangScheduler::running_group_tables() const {
-  std::vector<std::vector<std::vector<BlockId>>> out;
-  for (const auto& r : running_) {
-    if (!r->done) out.push_back({r->kv});
-  }
-  return out;
-}
-
-void SglangScheduler::add_figures(nlohmann::json& report) const {
-  const double steps = static_cast<double>(std::max<std::uint64_t>(sim_.steps, 1));
-  report["sglang"] = {
-      {"schedule_policy", std::string(to_string(options_.policy))},
-      {"page_size", page_},
-      {"chunked_prefill_size", options_.chunked_prefill_size},
-      {"max_prefill_tokens", options_.max_prefill_tokens},
-      {"max_running_requests", max_running_},
-      {"max_total_num_tokens", std::uint64_t{pool_.total()} * page_},
-      {"retracted_requests", retracted_},
-      {"prefill_batches", prefill_batches_},
-      {"decode_batches", decode_batches_},
-      {"chunked_prefills", chunked_prefills_},
-      {"prefill_out_of_memory", prefill_out_of_memory_},
-      {"cached_tokens", sim_.hit_tokens},
-      {"token_usage", {{"peak", token_usage_peak_}, {"mean", token_usage_sum_ / steps}}},
-      {"new_token_ratio",
-       {{"init", init_new_token_ratio_}, {"min", min_ratio_seen_}, {"final", new_token_ratio_}}},
-      {"radix_nodes", tree_.nodes()}};
 }
 
 }  // namespace kvreplay

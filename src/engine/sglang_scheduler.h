@@ -13,6 +13,7 @@
 //     cache_finished_req); a request locks the nodes it uses;
 //   - when a decode step finds no room, requests are retracted (fewest
 //     output tokens first) and re-queued to recompute later.
+// Its gauges, checks (S1-S3) and report section are in engine/sglang_checks.cc.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,7 @@
 #include "core/invariants.h"
 #include "engine/radix_cache.h"
 #include "engine/scheduler.h"
+#include "engine/trace_emitter.h"
 
 namespace kvreplay {
 
@@ -50,6 +52,12 @@ class SglangScheduler final : public Scheduler {
   const std::vector<KvCacheGroupSpec>& kv_groups() const override { return groups_; }
   std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const override;
   void add_figures(nlohmann::json& report) const override;
+  // --emit-trace: a request's row of pages is a kvtrace sequence (its first
+  // growth an `admit` on the tree's pages as hits), a page the tree takes a
+  // `cache`, an eviction an `uncache`. A request the tree moves onto its own
+  // copy of pages the request computed too (cache_unfinished) continues as a
+  // new sequence on the tree's pages, its partial last page written again.
+  bool attach_trace(TraceEmitter& trace) override;
 
   const RadixCache& tree() const { return tree_; }
   // The tree's match of the prompt's named tokens (RadixCache.peek_prefix).
@@ -111,6 +119,8 @@ class SglangScheduler final : public Scheduler {
   void count_admission(const Req& req);
   // A waiting request that cannot be admitted with nothing running.
   void skip_stalled();
+  // --emit-trace: req's sequence freed, if it has one.
+  void trace_free(Req& req);
 
   EngineShell& shell_;
   const RunConfig& config_;
@@ -119,8 +129,9 @@ class SglangScheduler final : public Scheduler {
   std::uint32_t page_;
   BlockPool pool_;
   RadixCache tree_;
-  RadixCache waiting_tree_;  // _compute_prefix_matches's in-batch tree
-  bool caching_;             // no: --no-prefix-cache (SGLang's ChunkCache)
+  RadixCache waiting_tree_;        // _compute_prefix_matches's in-batch tree
+  bool caching_;                   // no: --no-prefix-cache (SGLang's ChunkCache)
+  TraceEmitter* trace_ = nullptr;  // --emit-trace
   InvariantChecker checker_;
   std::vector<std::unique_ptr<Req>> waiting_;
   std::vector<std::unique_ptr<Req>> running_;    // finished ones until the next decode step

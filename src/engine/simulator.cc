@@ -179,13 +179,8 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
   }
   if (options.emit_trace) {
     // A kvtrace has one table per sequence over one pool of whole-model
-    // blocks, and a prefix cache of full pages: what the paged vllm and
-    // generic engines keep. SGLang's radix tree caches partial pages.
-    if (options.engine == EngineKind::kSglang) {
-      return error("--emit-trace",
-                   "needs --engine vllm or generic (the sglang engine's radix cache is not "
-                   "written as a kvtrace yet)");
-    }
+    // blocks, and a prefix cache of full pages: what every engine keeps on
+    // the paged allocator (the sglang engine's radix tree holds whole pages).
     if (options.allocator != AllocatorKind::kPaged) {
       return error("--emit-trace",
                    "needs the paged allocator (a contiguous region is no "

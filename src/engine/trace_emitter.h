@@ -4,7 +4,8 @@
 // sequence of the run reads exactly the bytes it wrote, shared or loaded.
 //
 // The engines call a TraceEmitter where their tables and caches change
-// (engine/paged_scheduler.h): a sample's first growth is an `admit` (its
+// (engine/paged_scheduler.h; the sglang engine's radix tree and rows of
+// pages in engine/sglang_scheduler.h): a sample's first growth is an `admit` (its
 // prefix-cache hits as `hits`), later growth an `append` (one-token appends
 // of a step batched into one `decode`), a released sample a `free`, a page
 // the prefix cache takes a `cache`, an eviction an `uncache`, an offload

@@ -333,14 +333,14 @@ bool VllmScheduler::schedule_waiting(std::uint32_t& budget, Scheduled& scheduled
       const TierHit tier_hit = load_from_tiers(flight, num_tokens, failed);
       if (failed) return false;
       if (tier_hit == TierHit::kLoading) continue;
-      if (tier_hit == TierHit::kNoRoom && running_.empty() && give_back_loaded()) continue;
+      if (tier_hit == TierHit::kNoRoom && idle_give_back()) continue;
       if (tier_hit != TierHit::kNone) break;
     }
     const auto hit_tokens = static_cast<std::uint32_t>(hits.size()) * pt;
     const std::uint32_t tokens = std::min(num_tokens - hit_tokens, budget);
     const std::uint64_t needed = ceil_div(std::uint64_t{hit_tokens} + tokens, pt) - hits.size();
     if (!room_beside_hits(flight, needed)) {  // allocate_slots returned None
-      if (offload_ && running_.empty() && give_back_loaded()) continue;
+      if (idle_give_back()) continue;
       break;
     }
 

@@ -81,7 +81,8 @@ finish "replay traces/oom.jsonl --on-oom fail --backend cpu --verify (exit 3)"
 head -120 traces/requests/mooncake_conv.jsonl >"$work/m120.jsonl"
 small=(--layers 2 --kv-heads 1 --head-dim 16 --pool-blocks 600)
 for engine in "--engine vllm" "--engine vllm --offload cpu:16MiB,disk:32MiB" "--engine generic" \
-  "--engine generic --offload cpu:16MiB,disk:32MiB" "--engine vllm --replicas 2 --router prefix-aware"; do
+  "--engine generic --offload cpu:16MiB,disk:32MiB" "--engine vllm --replicas 2 --router prefix-aware" \
+  "--engine sglang --page-tokens 16" "--engine sglang --page-tokens 16 --replicas 2 --chunked-prefill-size 1024"; do
   # shellcheck disable=SC2086  # the engine's options, split on purpose
   run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" $engine -q \
     --emit-trace "$work/emitted.jsonl" --report "$work/sim.json"
@@ -100,6 +101,18 @@ for engine in "--engine vllm" "--engine vllm --offload cpu:16MiB,disk:32MiB" "--
     "cache_ops: $(jq -c .cache_ops "$work/replayed.json")"
   finish "simulate $engine --emit-trace, then replay --backend cpu --verify"
 done
+# SGLang's own page of one token: a block per token, the tree's pages cached.
+run_cmd "$kvreplay" simulate "$work/m120.jsonl" --layers 2 --kv-heads 1 --head-dim 16 --pool-blocks 9000 \
+  --engine sglang -q --emit-trace "$work/sglang.jsonl" --report "$work/sim.json"
+check '[[ $rc -eq 0 ]]' "simulate: exit $rc: $(err_text 1500)"
+run_cmd "$kvreplay" replay "$work/sglang.jsonl" --backend cpu --verify --check 997 --report "$work/replayed.json"
+check '[[ $rc -eq 0 ]]' "replay: exit $rc: $(err_text 1500)"
+check '[[ "$(jq .blocks.final_used "$work/sim.json")" == "$(jq .blocks.final_used "$work/replayed.json")" ]]' \
+  "final_used differs: $(jq -c .blocks "$work/sim.json") vs $(jq -c .blocks "$work/replayed.json")"
+check 'jq -e ".cache_ops.hit_pages > 0 and .cache_ops.drops == $(jq .prefix_cache.evictions "$work/sim.json")" "$work/replayed.json" >/dev/null' \
+  "cache_ops: $(jq -c .cache_ops "$work/replayed.json")"
+finish "simulate --engine sglang (page of 1 token) --emit-trace, then replay --backend cpu --verify"
+
 for engine in vllm generic; do
   run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine "$engine" -q \
     --offload cpu:16MiB --emit-trace "$work/tiers.jsonl"
@@ -108,12 +121,6 @@ for engine in vllm generic; do
   finish "simulate --engine $engine --offload --emit-trace writes stores, loads and drops"
 done
 
-run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine sglang -q \
-  --emit-trace "$work/sglang.jsonl"
-check '[[ $rc -eq 2 ]]' "exit $rc, expected 2"
-check 'grep -q "command line: --emit-trace: needs --engine vllm or generic" "$work/err"' "message: $(err_text 300)"
-check '[[ ! -s "$work/sglang.jsonl" ]]' "a trace was written for a refused run"
-finish "simulate --engine sglang --emit-trace is refused (exit 2)"
 
 run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine vllm -q \
   --prefill-replicas 1 --decode-replicas 1 --emit-trace "$work/pd.jsonl"

@@ -22,7 +22,8 @@ namespace {
 
 // Prompts from a few shared prefixes (hash blocks of one page), some of n > 1,
 // arriving fast enough that a small pool evicts and preempts.
-std::vector<Request> random_requests(std::uint64_t seed, int count, bool samples) {
+std::vector<Request> random_requests(std::uint64_t seed, int count, bool samples,
+                                     std::uint32_t max_output = 9) {
   std::mt19937_64 rng(seed);
   std::vector<Request> requests;
   double t = 0;
@@ -36,7 +37,7 @@ std::vector<Request> random_requests(std::uint64_t seed, int count, bool samples
     const std::uint32_t n =
         samples && rng() % 4 == 0 ? 2 + static_cast<std::uint32_t>(rng() % 2) : 1;
     requests.push_back(hashed(std::to_string(i), pages * 4 + extra,
-                              static_cast<std::uint32_t>(1 + rng() % 9), ids, t, n));
+                              static_cast<std::uint32_t>(1 + rng() % max_output), ids, t, n));
   }
   return requests;
 }
@@ -83,6 +84,17 @@ test::DataReplay replay_every_event(const std::string& trace, DataPlaneFaults fa
                            CheckPolicy{CheckPolicy::Mode::kEvery, 1});
 }
 
+// The emitted trace replayed with every event verified: no input error, no
+// violation, no block the simulation did not have.
+test::DataReplay replay_clean(const Emitted& run) {
+  test::DataReplay replay = replay_every_event(run.trace);
+  INFO(replay.input_message);
+  REQUIRE_FALSE(replay.input_error);
+  REQUIRE_FALSE(replay.violated);
+  CHECK(replay.totals.oom_events == 0);
+  return replay;
+}
+
 SimOptions vllm_options() {
   SimOptions options;
   options.engine = EngineKind::kVllm;
@@ -100,11 +112,7 @@ TEST_CASE("emit trace: a vllm run replays verified at every event, with its own 
     REQUIRE(run.sim.finished == 80);
     REQUIRE(run.sim.preemptions > 0);  // the pool is small enough to matter
     REQUIRE(run.evictions > 0);
-    const test::DataReplay replay = replay_every_event(run.trace);
-    INFO(replay.input_message);
-    REQUIRE_FALSE(replay.input_error);
-    REQUIRE_FALSE(replay.violated);
-    CHECK(replay.totals.oom_events == 0);
+    const test::DataReplay replay = replay_clean(run);
     CHECK(replay.totals.events == run.events);
     CHECK(replay.totals.tokens_appended == run.totals.tokens_appended);
     // Every hit, a preempted request's again on its return, is a shared page.
@@ -131,11 +139,7 @@ TEST_CASE("emit trace: offload stores, loads and tier evictions replay byte for 
     REQUIRE(run.sim.finished == 120);
     if (samples) CHECK(run.totals.forks > 0);
     const nlohmann::json& tiers = run.figures["offload"]["tiers"];
-    const test::DataReplay replay = replay_every_event(run.trace);
-    INFO(replay.input_message);
-    REQUIRE_FALSE(replay.input_error);
-    REQUIRE_FALSE(replay.violated);
-    CHECK(replay.totals.oom_events == 0);
+    const test::DataReplay replay = replay_clean(run);
     CHECK(replay.verify.copies > 0);
     std::uint64_t loaded = 0;
     for (std::size_t t = 0; t < 2; ++t) {
@@ -172,10 +176,7 @@ TEST_CASE("emit trace: the generic engine's forks and copy-on-writes replay as r
   REQUIRE(run.sim.finished == 60);
   REQUIRE(run.totals.forks > 0);
   REQUIRE(run.totals.cow_copies > 0);
-  const test::DataReplay replay = replay_every_event(run.trace);
-  INFO(replay.input_message);
-  REQUIRE_FALSE(replay.input_error);
-  REQUIRE_FALSE(replay.violated);
+  const test::DataReplay replay = replay_clean(run);
   CHECK(replay.totals.forks == run.totals.forks);
   CHECK(replay.totals.cow_copies == run.totals.cow_copies);
   CHECK(replay.totals.tokens_appended == run.totals.tokens_appended);
@@ -212,14 +213,81 @@ TEST_CASE("emit trace: one-token appends batch into a decode, an eviction is unc
   CHECK(sink.events() == 7);
 }
 
+SimOptions sglang_options() {
+  SimOptions options = vllm_options();
+  options.engine = EngineKind::kSglang;
+  return options;
+}
+
+TEST_CASE("emit trace: an sglang run replays verified at every event", "[emit]") {
+  // The radix tree's pages as the trace's cache, retractions as frees, n > 1
+  // as requests sharing their prompt; chunked or not, 4-token pages or 1.
+  struct Case {
+    std::uint32_t page;
+    std::uint32_t pool;
+    std::uint32_t chunk;
+  };
+  for (const Case c : {Case{4, 20, 0}, Case{4, 20, 8}, Case{1, 80, 0}}) {
+    for (std::uint64_t seed : {1u, 2u}) {
+      INFO("page " << c.page << ", chunk " << c.chunk << ", seed " << seed);
+      SimOptions options = sglang_options();
+      options.sglang.chunked_prefill_size = c.chunk;
+      options.sglang.schedule_conservativeness = 0.1;  // a low reservation: retractions
+      const Emitted run =
+          simulate(tiny_config(c.pool, c.page), options, random_requests(seed, 80, true, 40));
+      REQUIRE(run.sim.finished + run.sim.skipped == 80);
+      REQUIRE(run.sim.finished >= 75);
+      REQUIRE(run.sim.preemptions > 0);  // retractions: the pool is small enough to matter
+      REQUIRE(run.evictions > 0);
+      const test::DataReplay replay = replay_clean(run);
+      CHECK(replay.totals.events == run.events);
+      // Every page the tree evicted was the trace cache's, and what the
+      // tree holds at the end is what the trace's cache holds.
+      CHECK(replay.totals.cache_drops == run.evictions);
+      CHECK(replay.totals.cache_holds - replay.totals.cache_drops == run.final_used);
+      // Each admission's match is shared, not written; a request moved onto
+      // the tree's copy of its pages shares them again.
+      CHECK(replay.totals.hit_pages >= run.sim.hit_blocks + run.sim.preempted_hits / c.page);
+      CHECK(replay.verify.tables > 0);
+      CHECK(replay.verify.cached > 0);
+    }
+  }
+}
+
+TEST_CASE("emit trace: an sglang request whose pages the tree already took moves onto them",
+          "[emit]") {
+  // a and b, one prompt of 10 tokens, are prefilled in one batch: a's 8
+  // tokens of whole pages enter the tree first, so b frees its own copies
+  // and continues on a's (cache_unfinished): in the trace, b's sequence is
+  // freed and a new one admitted on the tree's pages, its partial page
+  // written again.
+  const Emitted run =
+      simulate(micro_config(16), sglang_options(),
+               {hashed("a", 10, 3, {1, 2, 3}, 0.0), hashed("b", 10, 3, {1, 2, 3}, 0.0)});
+  REQUIRE(run.sim.finished == 2);
+  const std::string a0 = fmt::format("{}", TraceEmitter::kInstanceNames * 0);
+  CHECK(run.trace.find("{\"t\":0,\"op\":\"admit\",\"seq\":0,\"prompt\":10}\n"
+                       "{\"t\":0,\"op\":\"admit\",\"seq\":1,\"prompt\":10}\n"
+                       "{\"t\":0,\"op\":\"cache\",\"seq\":0,\"page\":0,") != std::string::npos);
+  CHECK(run.trace.find("\"op\":\"free\",\"seq\":1}\n{\"t\":0,\"op\":\"admit\",\"seq\":2,"
+                       "\"prompt\":10,\"hits\":[") != std::string::npos);
+  const test::DataReplay replay = replay_clean(run);
+  CHECK(replay.totals.hit_pages == 2);  // b's two pages, now the tree's
+  // b's partial page, written again on its new sequence.
+  // 10 prompt tokens and 2 decoded a request, and b's partial page again.
+  CHECK(replay.totals.tokens_appended == 2 * 12 + 2);
+  CHECK(replay.verify.tables > 0);
+}
+
 TEST_CASE("emit trace: the engines and pools a kvtrace cannot hold are refused", "[emit]") {
   const RunConfig config = micro_config(16);
   SimOptions options = vllm_options();
   CHECK_FALSE(sim_options_error(config, options));
   options.engine = EngineKind::kSglang;
+  CHECK_FALSE(sim_options_error(config, options));
+  options.allocator = AllocatorKind::kContiguousMax;
   REQUIRE(sim_options_error(config, options));
-  CHECK(sim_options_error(config, options)->to_string().find("--emit-trace: needs --engine") !=
-        std::string::npos);
+  options.allocator = AllocatorKind::kPaged;
   options.engine = EngineKind::kGeneric;
   options.allocator = AllocatorKind::kContiguousMax;
   REQUIRE(sim_options_error(config, options));
