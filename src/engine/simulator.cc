@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/enum_names.h"
+#include "core/memory_budget.h"
 
 namespace kvreplay {
 
@@ -156,16 +157,17 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
       }
       // A tier slot is one GPU block (offload_connector.h); its count is 32-bit.
       if (block > 0 && tier.bytes < block) {
-        return error("--offload", fmt::format("the {} tier's {} bytes hold no block of {} bytes "
+        return error("--offload", fmt::format("the {} tier's {} hold no block of {} "
                                               "(a block is a page of every layer's KV per GPU)",
-                                              to_string(tier.medium), tier.bytes, block));
+                                              to_string(tier.medium), memory_text(tier.bytes),
+                                              memory_text(block)));
       }
       if (block > 0 && tier.bytes / block > std::numeric_limits<std::uint32_t>::max()) {
-        return error("--offload",
-                     fmt::format("the {} tier's {} bytes hold {} blocks of {} bytes, over the "
-                                 "most a tier indexes ({})",
-                                 to_string(tier.medium), tier.bytes, tier.bytes / block, block,
-                                 std::numeric_limits<std::uint32_t>::max()));
+        return error("--offload", fmt::format("the {} tier's {} hold {} blocks of {}, over the "
+                                              "most a tier indexes ({})",
+                                              to_string(tier.medium), memory_text(tier.bytes),
+                                              tier.bytes / block, memory_text(block),
+                                              std::numeric_limits<std::uint32_t>::max()));
       }
     }
   }

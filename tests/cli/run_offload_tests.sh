@@ -276,7 +276,7 @@ bad "nan link" "offload-cpu-gbps" --offload cpu:1GiB --offload-cpu-gbps nan
 bad "events without the cache" "^command line: --kv-events: needs the prefix cache" --no-prefix-cache --kv-events "$work/x.jsonl"
 bad "events, contiguous" "^command line: --kv-events: needs the paged allocator" --allocator contiguous-max --kv-events "$work/x.jsonl"
 # A block here is 512 KiB (16 tokens x 32 layers x K and V x 2 of 8 KV heads x 128 x 2 bytes).
-bad "tier under a block" "^command line: --offload: the cpu tier's 1024 bytes hold no block of 524288 bytes" --offload cpu:1KiB
+bad "tier under a block" "^command line: --offload: the cpu tier's 1.00 KiB hold no block of 512.00 KiB" --offload cpu:1KiB
 bad "tier over 2^32 blocks" "^command line: --offload: the disk tier's .* over the most a tier indexes (4294967295)" --offload cpu:1GiB,disk:4096TiB
 finish "--offload misuse: exit 2, one line"
 
