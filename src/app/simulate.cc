@@ -192,8 +192,9 @@ class SimulateCommand final : public Command {
                    "sglang), one KVEventBatch "
                    "JSON line per step (- for stdout; kvreplay events checks them)");
     app.add_option("--emit-trace", request_.emit_trace_path,
-                   "paged vllm or generic engine: write the schedule the run made as a kvtrace "
-                   "here (admits, appends, frees, the prefix cache's and the offload tiers' ops), "
+                   "paged allocator: write the schedule the run made as a kvtrace here "
+                   "(admits, appends, frees, the prefix cache's or radix tree's and the offload "
+                   "tiers' ops), "
                    "for kvreplay replay --backend cpu --verify (- for stdout)");
     app.add_flag("-q,--quiet", request_.quiet, "print no summary");
     // A fleet (SPEC 3.6): replicas behind a router.
