@@ -580,7 +580,8 @@ InputResult<SimulationResult> simulate_fleet_file(
     trace_sink.emplace([out = outputs.trace](std::string_view line) { out->write(line); });
     std::uint64_t blocks = 0;
     for (std::uint32_t i = 0; i < n; ++i) blocks += fleet.instance(i).usable_blocks();
-    if (auto problem = trace_sink->header(config.kv, blocks); !problem.empty()) {
+    if (auto problem = trace_sink->header(config.kv, blocks, config.alloc_order);
+        !problem.empty()) {
       return Unexpected{InputError{"command line", 0, "--emit-trace", problem}};
     }
     for (std::uint32_t i = 0; i < n; ++i) {

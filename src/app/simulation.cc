@@ -583,7 +583,8 @@ InputResult<SimulationResult> simulate_file(
   std::optional<TraceEmitter> emitter;
   if (trace != nullptr) {
     trace_sink.emplace([trace](std::string_view line) { trace->write(line); });
-    if (auto problem = trace_sink->header(config.kv, sim.usable_blocks()); !problem.empty()) {
+    if (auto problem = trace_sink->header(config.kv, sim.usable_blocks(), config.alloc_order);
+        !problem.empty()) {
       return Unexpected{InputError{"command line", 0, "--emit-trace", problem}};
     }
     emitter.emplace(*trace_sink, 0);

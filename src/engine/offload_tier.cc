@@ -297,6 +297,28 @@ CoreStatus OffloadTier::complete_load(std::span<const std::uint64_t> keys) {
 // LRUCachePolicy.touch / ARCCachePolicy.touch: the keys walked last first.
 void OffloadTier::touch(std::span<const std::uint64_t> keys) {
   State& s = *state_;
+  if (s.policy == OffloadPolicy::kLru) {
+    // Each key moved to the recent end, the last first. A run of keys whose
+    // nodes already follow one another in the queue, in the order walked, is
+    // moved as one splice (the same order as moving them one by one): a
+    // request's prefix, touched at each of its stores, is mostly such a run,
+    // so a touch costs a lookup per run, not per key.
+    State::Queue& queue = s.lists[kT1];
+    std::size_t i = keys.size();
+    while (i > 0) {
+      auto it = s.entries.find(keys[i - 1]);
+      --i;
+      if (it == s.entries.end()) continue;
+      const State::Queue::iterator first = it->second.at;
+      State::Queue::iterator last = std::next(first);
+      while (i > 0 && last != queue.end() && *last == keys[i - 1]) {
+        ++last;
+        --i;
+      }
+      queue.splice(queue.end(), queue, first, last);
+    }
+    return;
+  }
   for (auto k = keys.rbegin(); k != keys.rend(); ++k) {
     const std::uint64_t key = *k;
     auto it = s.entries.find(key);

@@ -21,7 +21,8 @@ void append_ids(std::string& out, std::span<const std::uint64_t> ids) {
 
 }  // namespace
 
-std::string TraceSink::header(const PagedKvConfig& kv, std::uint64_t pool_blocks) {
+std::string TraceSink::header(const PagedKvConfig& kv, std::uint64_t pool_blocks,
+                              AllocOrder order) {
   if (pool_blocks == 0 || pool_blocks >= kInvalidBlock) {
     return fmt::format("a pool of {} blocks cannot be written in a kvtrace header (1 to {})",
                        pool_blocks, kInvalidBlock - 1);
@@ -46,10 +47,10 @@ std::string TraceSink::header(const PagedKvConfig& kv, std::uint64_t pool_blocks
   std::string text = fmt::format(
       "{{\"kvtrace\":1,\"config\":{{\"layers\":{},\"kv_heads\":{},\"head_dim\":{},"
       "\"dtype\":\"{}\",\"page_tokens\":{},\"pool_blocks\":{},\"max_seq_tokens\":{},"
-      "\"alloc_order\":\"lifo\"}},\"meta\":{{\"written_by\":\"kvreplay simulate "
+      "\"alloc_order\":\"{}\"}},\"meta\":{{\"written_by\":\"kvreplay simulate "
       "--emit-trace\"}}}}\n",
       kv.layers, kv_heads, head_dim, to_string(kv.dtype), kv.page_tokens, pool_blocks,
-      kv.max_seq_tokens);
+      kv.max_seq_tokens, to_string(order == AllocOrder::kVllm ? AllocOrder::kLifo : order));
   write_(text);
   return {};
 }

@@ -45,9 +45,11 @@ class TraceSink {
  public:
   explicit TraceSink(std::function<void(std::string_view line)> write) : write_(std::move(write)) {}
   // The header: the geometry of `kv` (an MLA latent as a K and a V half of
-  // it), its page size and longest sequence, and a pool of `pool_blocks`.
-  // Empty when written; else why kv cannot be written as a kvtrace header.
-  std::string header(const PagedKvConfig& kv, std::uint64_t pool_blocks);
+  // it), its page size and longest sequence, and a pool of `pool_blocks`
+  // handing blocks out in the simulator's `order` (vllm's as lifo: the
+  // header's pool leaves the null block out). Empty when written; else why
+  // kv cannot be written as a kvtrace header.
+  std::string header(const PagedKvConfig& kv, std::uint64_t pool_blocks, AllocOrder order);
   void line(std::string&& text) {
     ++events_;
     write_(text);

@@ -57,7 +57,7 @@ Emitted simulate(const RunConfig& config, const SimOptions& options,
   Emitted out;
   Simulator sim(config, options);
   TraceSink sink([&out](std::string_view line) { out.trace.append(line); });
-  REQUIRE(sink.header(config.kv, sim.usable_blocks()).empty());
+  REQUIRE(sink.header(config.kv, sim.usable_blocks(), config.alloc_order).empty());
   TraceEmitter emitter(sink, 0);
   REQUIRE(sim.emit_trace(emitter));
   for (Request& r : requests) {
@@ -294,12 +294,17 @@ TEST_CASE("emit trace: the engines and pools a kvtrace cannot hold are refused",
   CHECK(sim_options_error(config, options)->problem.find("paged allocator") != std::string::npos);
   std::string text;
   TraceSink sink([&text](std::string_view line) { text.append(line); });
-  CHECK(sink.header(config.kv, 0).find("pool of 0 blocks") != std::string::npos);
+  CHECK(sink.header(config.kv, 0, AllocOrder::kLifo).find("pool of 0 blocks") != std::string::npos);
   PagedKvConfig latent = config.kv;
   latent.kv_tensors = 1;
   latent.head_dim = 576;
-  CHECK(sink.header(latent, 4).empty());
+  CHECK(sink.header(latent, 4, AllocOrder::kVllm).empty());
   CHECK(text.find("\"head_dim\":288") != std::string::npos);  // the same bytes a token
+  // vllm's order is lifo with the null block held: the header's pool leaves it out.
+  CHECK(text.find("\"alloc_order\":\"lifo\"") != std::string::npos);
+  text.clear();
+  CHECK(sink.header(config.kv, 4, AllocOrder::kFifo).empty());
+  CHECK(text.find("\"alloc_order\":\"fifo\"") != std::string::npos);
 }
 
 }  // namespace

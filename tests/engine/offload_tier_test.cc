@@ -690,10 +690,20 @@ TEST_CASE("offload tier: random operations agree with a naive reference",
             }
             break;
           case 4: CHECK(tier.prepare_load(keys).ok() == model.prepare_load(keys)); break;
-          case 5:
-            tier.touch(keys);
-            model.touch(keys);
+          case 5: {
+            // Half the touches are a run of consecutive keys, as a request's
+            // prefix is touched again at each store (lru moves such runs
+            // whole): the queue then holds runs to find.
+            Keys touched = keys;
+            if (pick(2) == 0) {
+              touched.resize(1 + pick(8));
+              const std::uint64_t from = 1 + pick(10);
+              for (std::size_t k = 0; k < touched.size(); ++k) touched[k] = from + k;
+            }
+            tier.touch(touched);
+            model.touch(touched);
             break;
+          }
           default: CHECK(tier.lookup(keys) == model.lookup(keys)); break;
         }
         REQUIRE(tier.used() <= kCapacity);
