@@ -562,18 +562,15 @@ InputResult<SimulationResult> simulate_fleet_file(
                      "sliding-window or hybrid groups cannot receive KV yet"}};
     }
   }
-  if (outputs.trace != nullptr && fleet_options.disaggregated()) {
-    return Unexpected{InputError{
-        "command line", 0, "--emit-trace",
-        "disaggregated serving moves KV between instances' pools, which one kvtrace cannot "
-        "express yet; emit the trace of a fleet of --replicas"}};
-  }
   Fleet fleet(config, options, fleet_options);
   const auto n = static_cast<std::uint32_t>(fleet.size());
   FleetCollector collected;
   attach_fleet_observers(fleet, options, outputs, terminal, collected);
   // --emit-trace: one trace of the instances' schedules side by side (their
-  // sequences, names and keys disjoint) over the sum of their pools.
+  // sequences, names and keys disjoint) over the sum of their pools. Under
+  // disaggregated serving the prefill instances stage each finished prompt's
+  // KV in the trace's link tier, and the decode instances load it from there
+  // (TraceEmitter::stage).
   std::optional<TraceSink> trace_sink;
   std::deque<TraceEmitter> emitters;
   if (outputs.trace != nullptr) {
@@ -585,7 +582,9 @@ InputResult<SimulationResult> simulate_fleet_file(
       return Unexpected{InputError{"command line", 0, "--emit-trace", problem}};
     }
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (!fleet.instance(i).emit_trace(emitters.emplace_back(*trace_sink, i))) {
+      TraceEmitter& emitter = emitters.emplace_back(*trace_sink, i);
+      if (fleet.role(i) == InstanceRole::kPrefill) emitter.hand_off_prompts();
+      if (!fleet.instance(i).emit_trace(emitter)) {
         return Unexpected{InputError{"command line", 0, "--emit-trace",
                                      "this engine's schedule cannot be written as a kvtrace"}};
       }

@@ -194,7 +194,7 @@ class SimulateCommand final : public Command {
     app.add_option("--emit-trace", request_.emit_trace_path,
                    "paged allocator: write the schedule the run made as a kvtrace here "
                    "(admits, appends, frees, the prefix cache's or radix tree's and the offload "
-                   "tiers' ops), "
+                   "tiers' ops, a disaggregated fleet's KV through the link tier), "
                    "for kvreplay replay --backend cpu --verify (- for stdout)");
     app.add_flag("-q,--quiet", request_.quiet, "print no summary");
     // A fleet (SPEC 3.6): replicas behind a router.

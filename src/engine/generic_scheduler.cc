@@ -295,7 +295,7 @@ bool GenericScheduler::run_flight(Flight& flight, std::uint32_t& budget, std::si
       count_output(flight, k);
     }
     for (Sample& sample : flight.samples) {
-      if (sample.generated >= request.output) finish_sample(sample);
+      if (sample.generated >= request.output) finish_sample(flight, sample);
     }
     return true;
   }
@@ -312,7 +312,7 @@ bool GenericScheduler::run_flight(Flight& flight, std::uint32_t& budget, std::si
     ++sample.generated;
     count_output(flight, k);
     schedule_work(flight, sample.length - 1, 1, false);
-    if (sample.generated >= request.output) finish_sample(sample);
+    if (sample.generated >= request.output) finish_sample(flight, sample);
   }
   return true;
 }
@@ -372,7 +372,8 @@ void GenericScheduler::count_output(Flight& flight, std::size_t sample) {
   }
 }
 
-void GenericScheduler::finish_sample(Sample& sample) {
+void GenericScheduler::finish_sample(const Flight& flight, Sample& sample) {
+  trace_hand_off(flight, sample);
   release(sample);
   sample.done = true;
   --running_samples_;

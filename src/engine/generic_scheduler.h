@@ -53,7 +53,7 @@ class GenericScheduler final : public PagedScheduler {
   void preempt_last();
   // A sample's KV given back: its tables to the pool, or its region.
   void release(Sample& sample);
-  void finish_sample(Sample& sample);
+  void finish_sample(const Flight& flight, Sample& sample);
   // A sample produced its `generated`-th token: counted unless it is recomputed.
   void count_output(Flight& flight, std::size_t sample);
   void offer_to_cache(Flight& flight);

@@ -169,6 +169,18 @@ class PagedScheduler : public Scheduler {
       trace_->append(sample.trace_seq, tokens);
     }
   }
+  // --emit-trace on a disaggregated fleet's prefill instance: a finished
+  // prompt's pages that its decode side may receive (receive_kv's: the full
+  // pages before its last token) staged in the trace's link tier before the
+  // sample's free (TraceEmitter::stage).
+  void trace_hand_off(const Flight& flight, const Sample& sample) {
+    if (trace_ == nullptr || !trace_->hands_off() || sample.trace_seq == TraceEmitter::kNoSeq) {
+      return;
+    }
+    const std::uint32_t pt = config_.kv.page_tokens;
+    const std::uint32_t pages = flight.request.prompt == 0 ? 0 : (flight.request.prompt - 1) / pt;
+    trace_->stage(flight.request.tag, sample.trace_seq, std::min(pages, sample.length / pt));
+  }
   // --emit-trace: the pages [from, to) of the sample that the cache holds now
   // and the trace's does not.
   void trace_cached(const Sample& sample, std::uint32_t from, std::uint32_t to);

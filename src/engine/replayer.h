@@ -118,8 +118,11 @@ struct ReplayTotals {
   std::array<std::uint64_t, kTraceTiers> tier_drops{};
   std::array<std::uint64_t, kTraceTiers> tier_peak{};  // most copies held at once
   bool used_cache_ops() const {
-    return cache_holds + hit_pages > 0 || tier_stores[0] + tier_stores[1] > 0;
+    return cache_holds + hit_pages > 0 || tier_stores[0] + tier_stores[1] + tier_stores[2] > 0;
   }
+  // The report names the offload tiers whenever it names cache ops, and the
+  // link (disaggregated serving's staged KV) only when the trace used it.
+  bool used_tier(std::uint8_t t) const { return t != kLinkTier || tier_stores[t] > 0; }
 
   double runs_per_seq_mean() const {
     return runs_events == 0 ? 0.0 : runs_per_seq_sum / static_cast<double>(runs_events);

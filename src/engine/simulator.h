@@ -147,9 +147,14 @@ class Simulator {
     return scheduler_->cached_prompt_tokens(request);
   }
   // Disaggregated prefill: Scheduler::receive_kv and release_received.
-  std::optional<Scheduler::ReceivedKv> receive_kv(const Request& request) {
+  // At `now`, under --emit-trace, the pages received are loaded from the
+  // trace's link tier, and the copies the prefill side staged dropped.
+  std::optional<Scheduler::ReceivedKv> receive_kv(const Request& request, double now) {
     waiting_until_.reset();
-    return scheduler_->receive_kv(request);
+    if (trace_ != nullptr) trace_->at(now);
+    std::optional<Scheduler::ReceivedKv> received = scheduler_->receive_kv(request);
+    if (trace_ != nullptr) trace_->unstage(request.tag);
+    return received;
   }
   void release_received(std::span<const BlockId> blocks) {
     waiting_until_.reset();

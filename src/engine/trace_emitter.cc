@@ -4,11 +4,11 @@
 
 #include <algorithm>
 
+#include "formats/kvtrace_reader.h"
+
 namespace kvreplay {
 
 namespace {
-
-constexpr std::array<std::string_view, 2> kTierNames = {"cpu", "disk"};
 
 void append_ids(std::string& out, std::span<const std::uint64_t> ids) {
   out += '[';
@@ -172,7 +172,7 @@ void TraceEmitter::store(std::uint64_t seq, std::uint32_t page, std::size_t tier
   it->second = sink_.next_key();
   std::string text = start("store");
   fmt::format_to(std::back_inserter(text), ",\"seq\":{},\"page\":{},\"tier\":\"{}\",\"key\":{}}}\n",
-                 seq, page, kTierNames.at(tier), it->second);
+                 seq, page, trace_tier_name(static_cast<std::uint8_t>(tier)), it->second);
   sink_.line(std::move(text));
 }
 
@@ -181,8 +181,8 @@ void TraceEmitter::drop(std::size_t tier, std::uint64_t key) {
   auto it = tier_keys_.at(tier).find(key);
   if (it == tier_keys_[tier].end()) return;
   std::string text = start("drop");
-  fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{}}}\n", kTierNames.at(tier),
-                 it->second);
+  fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{}}}\n",
+                 trace_tier_name(static_cast<std::uint8_t>(tier)), it->second);
   tier_keys_[tier].erase(it);
   sink_.line(std::move(text));
 }
@@ -193,8 +193,46 @@ void TraceEmitter::load(std::size_t tier, std::uint64_t key, BlockId b) {
   if (it == tier_keys_[tier].end() || !names_.insert(b).second) return;
   std::string text = start("load");
   fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{},\"block\":{}}}\n",
-                 kTierNames.at(tier), it->second, name(b));
+                 trace_tier_name(static_cast<std::uint8_t>(tier)), it->second, name(b));
   sink_.line(std::move(text));
+}
+
+void TraceEmitter::stage(std::uint64_t tag, std::uint64_t seq, std::uint32_t pages) {
+  begin();
+  std::vector<std::uint64_t>& keys = sink_.staged(tag);
+  keys.clear();
+  for (std::uint32_t page = 0; page < pages; ++page) {
+    keys.push_back(sink_.next_key());
+    std::string text = start("store");
+    fmt::format_to(std::back_inserter(text),
+                   ",\"seq\":{},\"page\":{},\"tier\":\"{}\",\"key\":{}}}\n", seq, page,
+                   trace_tier_name(kLinkTier), keys.back());
+    sink_.line(std::move(text));
+  }
+}
+
+bool TraceEmitter::receive(std::uint64_t tag, std::uint32_t page, BlockId b) {
+  begin();
+  const std::vector<std::uint64_t>* keys = sink_.find_staged(tag);
+  if (keys == nullptr || page >= keys->size() || !names_.insert(b).second) return false;
+  std::string text = start("load");
+  fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{},\"block\":{}}}\n",
+                 trace_tier_name(kLinkTier), (*keys)[page], name(b));
+  sink_.line(std::move(text));
+  return true;
+}
+
+void TraceEmitter::unstage(std::uint64_t tag) {
+  const std::vector<std::uint64_t>* keys = sink_.find_staged(tag);
+  if (keys == nullptr) return;
+  begin();
+  for (std::uint64_t key : *keys) {
+    std::string text = start("drop");
+    fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{}}}\n",
+                   trace_tier_name(kLinkTier), key);
+    sink_.line(std::move(text));
+  }
+  sink_.forget_staged(tag);
 }
 
 }  // namespace kvreplay

@@ -22,7 +22,9 @@
 //
 // A fleet's instances write into one trace through one TraceSink: their
 // sequences, names and keys are disjoint, and the header's pool is the sum of
-// their pools (the replay checks the union of their schedules).
+// their pools (the replay checks the union of their schedules). The KV a
+// disaggregated fleet moves from a prefill to a decode instance crosses the
+// trace's `link` tier (stage, receive, unstage below).
 #pragma once
 
 #include <array>
@@ -57,6 +59,14 @@ class TraceSink {
   std::uint64_t next_seq() { return seqs_++; }
   std::uint64_t next_key() { return keys_++; }
   std::uint64_t events() const { return events_; }
+  // Disaggregated serving: the link tier's keys of the prompt pages a prefill
+  // instance staged for request `tag`, in page order (TraceEmitter::stage).
+  std::vector<std::uint64_t>& staged(std::uint64_t tag) { return staged_[tag]; }
+  const std::vector<std::uint64_t>* find_staged(std::uint64_t tag) const {
+    auto it = staged_.find(tag);
+    return it == staged_.end() ? nullptr : &it->second;
+  }
+  void forget_staged(std::uint64_t tag) { staged_.erase(tag); }
   // `t` on events, never going backwards: a time before the last one written
   // is left off (a fleet's instances step in turn).
   bool stamp(double t) {
@@ -71,6 +81,7 @@ class TraceSink {
   std::uint64_t keys_ = 0;
   std::uint64_t events_ = 0;
   double last_t_ = -1e300;
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> staged_;
 };
 
 // One engine instance's events.
@@ -112,6 +123,20 @@ class TraceEmitter {
   void store(std::uint64_t seq, std::uint32_t page, std::size_t tier, std::uint64_t key);
   void drop(std::size_t tier, std::uint64_t key);
   void load(std::size_t tier, std::uint64_t key, BlockId b);
+
+  // Disaggregated serving (SPEC 3.6): the KV a prefill instance hands to a
+  // decode instance crosses the trace's `link` tier. A prefill instance's
+  // emitter stages (hand_off_prompts) the full pages a finished prompt's
+  // decode side may receive, `pages` of them, before its `free`: a `store`
+  // each into the link tier, keyed for request `tag`. The decode side's
+  // emitter loads page `page` into block b, which its cache then holds, when
+  // its engine receives it (receive: false when the page was not staged),
+  // and drops the request's copies once the transfer is set up (unstage).
+  void hand_off_prompts() { hands_off_ = true; }
+  bool hands_off() const { return hands_off_; }
+  void stage(std::uint64_t tag, std::uint64_t seq, std::uint32_t pages);
+  bool receive(std::uint64_t tag, std::uint32_t page, BlockId b);
+  void unstage(std::uint64_t tag);
   // Writes the pending decode batch (at the end of the run).
   void flush();
 
@@ -130,6 +155,7 @@ class TraceEmitter {
   std::unordered_set<BlockId> names_;
   std::array<std::unordered_map<std::uint64_t, std::uint64_t>, 2> tier_keys_;
   std::vector<std::uint64_t> batch_;  // the decode batch: one token each
+  bool hands_off_ = false;            // a prefill instance's (stage)
 };
 
 }  // namespace kvreplay

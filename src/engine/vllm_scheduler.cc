@@ -518,6 +518,7 @@ bool VllmScheduler::step() {
         ++kept;
         continue;
       }
+      trace_hand_off(flight, flight.samples[0]);
       release_sample(flight.samples[0]);
       if (--*flight.siblings_left == 0) {
         if (flight.times && flight.times->skipped) {

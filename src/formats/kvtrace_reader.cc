@@ -67,7 +67,7 @@ constexpr std::array<std::string_view, 14> kFieldNames{
     "op",     "t",    "seq",  "child", "prompt", "tokens", "id",
     "prefix", "seqs", "page", "block", "tier",   "key",    "hits"};
 
-constexpr std::array<std::string_view, kTraceTiers> kTierNames{"cpu", "disk"};
+constexpr std::array<std::string_view, kTraceTiers> kTierNames{"cpu", "disk", "link"};
 
 std::uint32_t field_bit(std::string_view key) {
   return kvreplay::field_bit(kFieldNames, key);
@@ -444,7 +444,7 @@ InputStatus KvTraceReader::read_tier(Event& event) {
   auto named = std::find(kTierNames.begin(), kTierNames.end(), scalar_);
   if (named == kTierNames.end()) {
     return Unexpected{
-        error("tier", fmt::format("unknown tier '{}' (expected cpu or disk)", scalar_))};
+        error("tier", fmt::format("unknown tier '{}' (expected cpu, disk or link)", scalar_))};
   }
   event.tier = static_cast<std::uint8_t>(named - kTierNames.begin());
   return {};

@@ -21,8 +21,9 @@
 //   cache       seq, page (int >= 0), block (int >= 0): the prefix cache holds
 //               the page under the name `block`
 //   uncache     block
-//   store       seq, page, tier ("cpu" or "disk"), key (int >= 0): the tier
-//               keeps a copy of the page's bytes under `key`
+//   store       seq, page, tier ("cpu", "disk" or "link"), key (int >= 0):
+//               the tier keeps a copy of the page's bytes under `key` ("link":
+//               KV in flight from a prefill instance to a decode instance)
 //   load        tier, key, block: a fresh page takes the tier's copy and the
 //               prefix cache holds it under the name `block`
 //   drop        tier, key
@@ -64,9 +65,12 @@ enum class Op : std::uint8_t {
   kDrop
 };
 
-// The offload tiers a kvtrace names (store, load, drop).
-inline constexpr std::size_t kTraceTiers = 2;
-std::string_view trace_tier_name(std::uint8_t tier);  // "cpu", "disk"
+// The tiers a kvtrace names (store, load, drop): the offload tiers, and the
+// link between a disaggregated fleet's prefill and decode instances (KV
+// staged as copies by the prefill side, loaded by the decode side).
+inline constexpr std::size_t kTraceTiers = 3;
+inline constexpr std::uint8_t kLinkTier = 2;
+std::string_view trace_tier_name(std::uint8_t tier);  // "cpu", "disk", "link"
 
 std::string_view to_string(Op op);
 

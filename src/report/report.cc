@@ -77,6 +77,7 @@ nlohmann::json base_report(const ReportSource& source) {
     // uncache, store, load, drop, hits): absent otherwise.
     nlohmann::json tiers = nlohmann::json::object();
     for (std::uint8_t t = 0; t < kTraceTiers; ++t) {
+      if (!totals.used_tier(t)) continue;
       tiers[std::string(trace_tier_name(t))] = {{"stores", totals.tier_stores[t]},
                                                 {"loads", totals.tier_loads[t]},
                                                 {"drops", totals.tier_drops[t]},
@@ -205,6 +206,7 @@ std::string base_summary(const ReportSource& input, bool color) {
     line("cache holds / hit pages", fmt::format("{} / {} (at most {} cached)", totals.cache_holds,
                                                 totals.hit_pages, totals.peak_cached));
     for (std::uint8_t t = 0; t < kTraceTiers; ++t) {
+      if (!totals.used_tier(t)) continue;
       line(fmt::format("{} tier stores / loads", trace_tier_name(t)),
            fmt::format("{} / {} (at most {} copies)", totals.tier_stores[t], totals.tier_loads[t],
                        totals.tier_peak[t]));

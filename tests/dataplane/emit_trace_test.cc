@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <random>
 #include <string>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dataplane/support.h"
+#include "engine/fleet.h"
 #include "engine/micro_config.h"
 #include "engine/simulator.h"
 #include "engine/trace_emitter.h"
@@ -161,6 +163,63 @@ TEST_CASE("emit trace: offload stores, loads and tier evictions replay byte for 
     faults.skip_load = 1;
     const test::DataReplay broken = replay_every_event(run.trace, faults);
     CHECK(broken.violated);
+    REQUIRE(broken.violation);
+    CHECK(broken.violation->invariant == "D1");
+  }
+}
+
+TEST_CASE("emit trace: a disaggregated fleet's KV crosses the link tier, verified", "[emit]") {
+  // Two prefill instances stage each finished prompt's pages in the link
+  // tier; the decode instance loads those it receives into its own blocks,
+  // and its request is admitted on them as hits.
+  for (EngineKind engine : {EngineKind::kVllm, EngineKind::kGeneric}) {
+    INFO(to_string(engine));
+    SimOptions options = vllm_options();
+    options.engine = engine;
+    FleetOptions pd;
+    pd.prefill_replicas = 2;
+    pd.decode_replicas = 1;
+    Fleet fleet(micro_config(24), options, pd);
+    std::string trace;
+    TraceSink sink([&trace](std::string_view line) { trace.append(line); });
+    std::uint64_t blocks = 0;
+    std::uint32_t final_used = 0;
+    for (std::size_t i = 0; i < fleet.size(); ++i) blocks += fleet.instance(i).usable_blocks();
+    REQUIRE(sink.header(micro_config(24).kv, blocks, AllocOrder::kLifo).empty());
+    std::deque<TraceEmitter> emitters;
+    for (std::size_t i = 0; i < fleet.size(); ++i) {
+      TraceEmitter& emitter = emitters.emplace_back(sink, static_cast<std::uint32_t>(i));
+      if (fleet.role(i) == InstanceRole::kPrefill) emitter.hand_off_prompts();
+      REQUIRE(fleet.instance(i).emit_trace(emitter));
+    }
+    for (Request& r : random_requests(11, 60, true)) {
+      REQUIRE(fleet.run_until(r.arrival));
+      fleet.submit(std::move(r));
+    }
+    REQUIRE(fleet.run_until(std::numeric_limits<double>::infinity()));
+    REQUIRE(fleet.finish());
+    REQUIRE_FALSE(fleet.violated_instance());
+    for (std::size_t i = 0; i < fleet.size(); ++i) final_used += fleet.instance(i).used_blocks();
+
+    Emitted run;
+    run.trace = trace;
+    const test::DataReplay replay = replay_clean(run);
+    CHECK(replay.totals.events == sink.events());
+    const std::uint64_t moved = fleet.transfers().blocks;
+    CHECK(moved > 0);
+    CHECK(replay.totals.tier_loads[kLinkTier] == moved);
+    CHECK(replay.totals.tier_stores[kLinkTier] >= moved);
+    CHECK(replay.totals.tier_drops[kLinkTier] == replay.totals.tier_stores[kLinkTier]);
+    CHECK(replay.totals.hit_pages >= moved);  // the decode side's admits share them
+    CHECK(replay.totals.cache_holds + replay.totals.tier_loads[kLinkTier] -
+              replay.totals.cache_drops ==
+          final_used);
+    CHECK(replay.verify.copies > 0);
+
+    // A link load that leaves its block unwritten is caught.
+    DataPlaneFaults faults;
+    faults.skip_load = 1;
+    const test::DataReplay broken = replay_every_event(trace, faults);
     REQUIRE(broken.violation);
     CHECK(broken.violation->invariant == "D1");
   }

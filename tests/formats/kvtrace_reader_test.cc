@@ -256,7 +256,7 @@ TEST_CASE("kvtrace reader: the prefix cache's and the offload tiers' ops") {
                          "\n"
                          R"({"op": "load", "tier": "cpu", "key": 5, "block": 8})"
                          "\n"
-                         R"({"op": "drop", "tier": "disk", "key": 77})"
+                         R"({"op": "drop", "tier": "link", "key": 77})"
                          "\n"
                          R"({"op": "admit", "seq": 4, "prompt": 40, "hits": [8, 1]})"
                          "\n"
@@ -271,10 +271,11 @@ TEST_CASE("kvtrace reader: the prefix cache's and the offload tiers' ops") {
   CHECK(events[3].op == Op::kLoad);
   CHECK((events[3].tier == 0 && events[3].key == 5 && events[3].block == 8));
   CHECK(events[4].op == Op::kDrop);
+  CHECK((events[4].tier == kLinkTier && trace_tier_name(events[4].tier) == "link"));
   CHECK(events[5].hits == std::vector<std::uint64_t>{8, 1});
   CHECK(events[6].hits.empty());  // the previous event's hits do not leak
   CHECK(event_error(R"({"op": "store", "seq": 0, "page": 0, "tier": "gpu", "key": 1})") ==
-        "t.kvtrace:2: tier: unknown tier 'gpu' (expected cpu or disk)");
+        "t.kvtrace:2: tier: unknown tier 'gpu' (expected cpu, disk or link)");
   CHECK(event_error(R"({"op": "load", "tier": "cpu", "key": 1})") ==
         "t.kvtrace:2: block: missing (load needs block, tier, key)");
   CHECK(event_error(R"({"op": "admit", "seq": 0, "prompt": 8, "prefix": "p", "hits": [1]})") ==
