@@ -203,39 +203,38 @@ bool GenericScheduler::kv_landed(Flight& flight) {
   return !violation_;
 }
 
-namespace {
-constexpr std::string_view kAppendFailed = "append of {} tokens failed: {}";
-constexpr std::string_view kLoadFailed =
-    "taking blocks for {} tokens loaded from the offload tiers failed: {}";
-}  // namespace
-
 bool GenericScheduler::allocate_loaded(Flight& flight, std::uint32_t tokens) {
   // Fresh blocks after the hits (whose last page is full: no copy-on-write),
   // a cached one evicted where no free block is left.
   Sample& sample = flight.samples[0];
   auto needed = sample.table.blocks_needed(tokens, pool_);
-  if (!needed) return table_failed(flight, tokens, kLoadFailed, needed.error());
+  if (!needed) return table_failed(flight, tokens, Growth::kLoad, needed.error());
   if (pool_.free_count() < needed.value()) {
     cache_.evict(pool_, needed.value() - pool_.free_count());
   }
-  return grow_table(flight, sample, tokens, kLoadFailed);
+  return grow_table(flight, sample, tokens, Growth::kLoad);
 }
 
-bool GenericScheduler::table_failed(const Flight& flight, std::uint32_t tokens,
-                                    std::string_view what, CoreError error) {
-  violation_ = Violation{sim_.steps + 1, flight.request.line, "I1",
-                         fmt::format("request {}: {}", flight.request.id,
-                                     fmt::format(fmt::runtime(what), tokens, error))};
+bool GenericScheduler::table_failed(const Flight& flight, std::uint32_t tokens, Growth why,
+                                    CoreError error) {
+  violation_ = Violation{
+      sim_.steps + 1, flight.request.line, "I1",
+      why == Growth::kAppend
+          ? fmt::format("request {}: append of {} tokens failed: {}", flight.request.id, tokens,
+                        error)
+          : fmt::format("request {}: taking blocks for {} tokens loaded from the offload tiers "
+                        "failed: {}",
+                        flight.request.id, tokens, error)};
   return false;
 }
 
 bool GenericScheduler::grow_table(const Flight& flight, Sample& sample, std::uint32_t tokens,
-                                  std::string_view what) {
+                                  Growth why) {
   const std::size_t pages_before = sample.table.entries().size();
   count_layout(state_, sample.table, -1);
   auto appended = sample.table.append(tokens, pool_);
   count_layout(state_, sample.table, +1);
-  if (!appended) return table_failed(flight, tokens, what, appended.error());
+  if (!appended) return table_failed(flight, tokens, why, appended.error());
   for (const CopyOnWrite& copy : appended.value().copies) {
     ++totals_.cow_copies;
     totals_.cow_bytes += std::uint64_t{pool_.filled(copy.source)} * config_.kv.bytes_per_token();
@@ -327,7 +326,7 @@ bool GenericScheduler::append(Flight& flight, Sample& sample, std::uint32_t toke
   }
   for (;;) {
     auto needed = sample.table.blocks_needed(tokens, pool_);
-    if (!needed) return table_failed(flight, tokens, kAppendFailed, needed.error());
+    if (!needed) return table_failed(flight, tokens, Growth::kAppend, needed.error());
     if (pool_.free_count() < needed.value())
       cache_.evict(pool_, needed.value() - pool_.free_count());
     if (pool_.free_count() >= needed.value()) break;
@@ -355,7 +354,7 @@ bool GenericScheduler::append(Flight& flight, Sample& sample, std::uint32_t toke
       return true;
     }
   }
-  if (!grow_table(flight, sample, tokens, kAppendFailed)) return false;
+  if (!grow_table(flight, sample, tokens, Growth::kAppend)) return false;
   sample.length += tokens;
   totals_.tokens_appended += tokens;
   state_.logical_tokens += tokens;

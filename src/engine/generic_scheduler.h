@@ -67,13 +67,13 @@ class GenericScheduler final : public PagedScheduler {
   bool run_admitted(std::uint32_t& budget, bool& stop);
   bool kv_landed(Flight& flight) override;
   bool allocate_loaded(Flight& flight, std::uint32_t tokens) override;
+  // Why a table grows: an append, or the blocks taken for KV loaded from the
+  // offload tiers (what an I1 violation says failed).
+  enum class Growth : std::uint8_t { kAppend, kLoad };
   // The sample's table grown by `tokens` (REQUIRES the blocks free), its
-  // copies and entries counted; a failure is an I1 violation saying `what`
-  // (a format of the tokens and the error).
-  bool grow_table(const Flight& flight, Sample& sample, std::uint32_t tokens,
-                  std::string_view what);
-  bool table_failed(const Flight& flight, std::uint32_t tokens, std::string_view what,
-                    CoreError error);
+  // copies and entries counted; a failure is an I1 violation.
+  bool grow_table(const Flight& flight, Sample& sample, std::uint32_t tokens, Growth why);
+  bool table_failed(const Flight& flight, std::uint32_t tokens, Growth why, CoreError error);
   // Contiguous first-fit arena over pool_blocks * page_tokens slots.
   std::optional<std::uint64_t> reserve_region(std::uint64_t slots);
   void free_region(std::uint64_t start, std::uint64_t slots);

@@ -495,6 +495,7 @@ void SglangScheduler::cache_unfinished(Req& req) {
     trace_free(req);
     req.trace_seq =
         trace_->admit(req.kv_len, std::span<const BlockId>(req.kv).first(aligned / page_));
+    trace_moved_pages_ += aligned / page_;
   }
 }
 

@@ -60,6 +60,10 @@ class SglangScheduler final : public Scheduler {
   bool attach_trace(TraceEmitter& trace) override;
 
   const RadixCache& tree() const { return tree_; }
+  // --emit-trace: the hit pages of the admits that moved a request onto the
+  // tree's copy of its pages (attach_trace), which the simulation's own hits
+  // do not count.
+  std::uint64_t trace_moved_pages() const { return trace_moved_pages_; }
   // The tree's match of the prompt's named tokens (RadixCache.peek_prefix).
   std::uint32_t cached_prompt_tokens(const Request& request) const override;
   std::uint32_t max_running_requests() const { return max_running_; }
@@ -132,6 +136,7 @@ class SglangScheduler final : public Scheduler {
   RadixCache waiting_tree_;        // _compute_prefix_matches's in-batch tree
   bool caching_;                   // no: --no-prefix-cache (SGLang's ChunkCache)
   TraceEmitter* trace_ = nullptr;  // --emit-trace
+  std::uint64_t trace_moved_pages_ = 0;
   InvariantChecker checker_;
   std::vector<std::unique_ptr<Req>> waiting_;
   std::vector<std::unique_ptr<Req>> running_;    // finished ones until the next decode step

@@ -16,6 +16,7 @@
 #include "dataplane/support.h"
 #include "engine/fleet.h"
 #include "engine/micro_config.h"
+#include "engine/sglang_scheduler.h"
 #include "engine/simulator.h"
 #include "engine/trace_emitter.h"
 
@@ -51,6 +52,7 @@ struct Emitted {
   ReplayTotals totals;
   std::uint64_t evictions = 0;
   std::uint32_t final_used = 0;
+  std::uint64_t moved_pages = 0;  // sglang: SglangScheduler::trace_moved_pages
   nlohmann::json figures;
 };
 
@@ -74,6 +76,9 @@ Emitted simulate(const RunConfig& config, const SimOptions& options,
   out.totals = sim.totals();
   out.evictions = sim.scheduler().evictions();
   out.final_used = sim.used_blocks();
+  if (const auto* sglang = dynamic_cast<const SglangScheduler*>(&sim.scheduler())) {
+    out.moved_pages = sglang->trace_moved_pages();
+  }
   out.figures = {{"prefix_cache", nlohmann::json::object()}};
   sim.scheduler().add_figures(out.figures);
   return out;
@@ -306,7 +311,8 @@ TEST_CASE("emit trace: an sglang run replays verified at every event", "[emit]")
       CHECK(replay.totals.cache_holds - replay.totals.cache_drops == run.final_used);
       // Each admission's match is shared, not written; a request moved onto
       // the tree's copy of its pages shares them again.
-      CHECK(replay.totals.hit_pages >= run.sim.hit_blocks + run.sim.preempted_hits / c.page);
+      CHECK(replay.totals.hit_pages ==
+            run.sim.hit_blocks + run.sim.preempted_hits / c.page + run.moved_pages);
       CHECK(replay.verify.tables > 0);
       CHECK(replay.verify.cached > 0);
     }
