@@ -522,11 +522,14 @@ std::optional<std::string> disaggregation_problem(const SimOptions& options,
         "receive KV yet)",
         option);
   }
-  if (!options.prefix_cache || options.allocator != AllocatorKind::kPaged) {
+  if (options.allocator != AllocatorKind::kPaged) {
     return fmt::format(
-        "{}: the decode side receives KV into its prefix cache: it needs --allocator paged and "
-        "the prefix cache (drop --no-prefix-cache)",
+        "{}: the decode side receives KV into its prefix cache, which needs --allocator paged",
         option);
+  }
+  if (!options.prefix_cache) {
+    return fmt::format(
+        "{}: the decode side receives KV into its prefix cache (drop --no-prefix-cache)", option);
   }
   return std::nullopt;
 }

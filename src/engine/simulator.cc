@@ -125,8 +125,8 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
                                  std::pair{options.emit_trace, "--emit-trace"}}) {
       if (given) {
         return error(option,
-                     "is not supported with hybrid KV-cache groups (several groups, or a "
-                     "sliding window)");
+                     "needs one full-attention KV-cache group; this model has several groups, "
+                     "or a sliding window");
       }
     }
   }
@@ -435,6 +435,7 @@ bool Simulator::end_step() {
     shell_.events.clear();
   }
   scheduler_->record();
+  unrecorded_ = false;
   bool due = options_.check.mode == CheckPolicy::Mode::kEvery ||
              (options_.check.mode == CheckPolicy::Mode::kEveryN &&
               shell_.sim.steps % options_.check.every == 0);
@@ -449,6 +450,16 @@ bool Simulator::check_now() {
 
 bool Simulator::finish() {
   if (trace_ != nullptr) trace_->flush();
+  if (unrecorded_) {
+    // A decode instance that received KV for a request it then skipped takes
+    // no step after: its figures and KV events see the pool as it ends.
+    if (!shell_.events.empty()) {
+      if (on_kv_events) on_kv_events(now_, shell_.events);
+      shell_.events.clear();
+    }
+    scheduler_->record();
+    unrecorded_ = false;
+  }
   if (options_.check.mode == CheckPolicy::Mode::kOff) return true;
   return check_now();
 }

@@ -151,6 +151,7 @@ class Simulator {
   // trace's link tier, and the copies the prefill side staged dropped.
   std::optional<Scheduler::ReceivedKv> receive_kv(const Request& request, double now) {
     waiting_until_.reset();
+    unrecorded_ = true;
     if (trace_ != nullptr) trace_->at(now);
     std::optional<Scheduler::ReceivedKv> received = scheduler_->receive_kv(request);
     if (trace_ != nullptr) trace_->unstage(request.tag);
@@ -158,6 +159,7 @@ class Simulator {
   }
   void release_received(std::span<const BlockId> blocks) {
     waiting_until_.reset();
+    unrecorded_ = true;
     scheduler_->release_received(blocks);
   }
   // The earliest time this instance can change on its own: now() (the end
@@ -187,6 +189,9 @@ class Simulator {
   double now_ = 0.0;
   // Set by a step that found nothing to run: when it can next (next_change).
   std::optional<double> waiting_until_;
+  // KV received or released (receive_kv, release_received) since the last
+  // step's record: finish() records the pool as it ends.
+  bool unrecorded_ = false;
   // Steps in a row that ran nothing and awaited nothing; at kStallSteps the
   // run stops with a violation (P1) instead of stepping in place forever.
   std::uint64_t idle_steps_ = 0;

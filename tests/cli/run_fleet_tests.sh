@@ -151,6 +151,8 @@ misuse "with --prefill-replicas and --decode-replicas give one or the other" --r
   --prefill-replicas 1 --decode-replicas 1
 misuse "the sglang engine cannot receive KV" --engine sglang --prefill-replicas 1 --decode-replicas 1
 misuse "drop --no-prefix-cache" --prefill-replicas 1 --decode-replicas 1 --no-prefix-cache
+misuse "prefix cache, which needs --allocator paged" --prefill-replicas 1 --decode-replicas 1 \
+  --allocator contiguous-max
 misuse "--kv-transfer-gbps is an option of --prefill-replicas" --replicas 2 --kv-transfer-gbps 10
 misuse "--kv-transfer-latency-us" --prefill-replicas 1 --decode-replicas 1 --kv-transfer-latency-us -1
 misuse "hybrid groups cannot receive KV yet" --model gemma-3-27b --prefill-replicas 1 \

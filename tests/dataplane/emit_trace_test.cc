@@ -357,6 +357,18 @@ TEST_CASE("emit trace: the engines and pools a kvtrace cannot hold are refused",
   options.allocator = AllocatorKind::kContiguousMax;
   REQUIRE(sim_options_error(config, options));
   CHECK(sim_options_error(config, options)->problem.find("paged allocator") != std::string::npos);
+  // A sequence's one table cannot hold a full and a sliding-window group.
+  RunConfig two_layers = config;
+  two_layers.kv.layers = 2;
+  SimOptions hybrid = vllm_options();
+  hybrid.kv_groups = {KvCacheGroupSpec{KvCacheGroupSpec::kFull, 0, 1},
+                      KvCacheGroupSpec{KvCacheGroupSpec::kSliding, 4, 1}};
+  const auto refused = sim_options_error(two_layers, hybrid);
+  REQUIRE(refused);
+  CHECK(refused->option == "--emit-trace");
+  CHECK(refused->problem ==
+        "needs one full-attention KV-cache group; this model has several "
+        "groups, or a sliding window");
   std::string text;
   TraceSink sink([&text](std::string_view line) { text.append(line); });
   CHECK(sink.header(config.kv, 0, AllocOrder::kLifo).find("pool of 0 blocks") != std::string::npos);

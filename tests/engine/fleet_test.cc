@@ -424,6 +424,30 @@ TEST_CASE("fleet: a named prefix is shared on the decode side: its pages move on
 }
 
 TEST_CASE(
+    "fleet: a decode instance's figures end with the KV it received for a request it skipped") {
+  // Pools of 12 blocks (4 tokens each; vllm keeps a null block). The prompt
+  // (7 pages) fits the prefill side; prompt and output (14 pages) do not fit
+  // the decode side, which receives 6 pages and then skips the request, with
+  // no step after: the pages stay cached there, and its figures say so.
+  for (EngineKind engine : {EngineKind::kVllm, EngineKind::kGeneric}) {
+    INFO(to_string(engine));
+    FleetOptions pd;
+    pd.prefill_replicas = 1;
+    pd.decode_replicas = 1;
+    Fleet fleet(tiny_config(12), options_of(engine), pd);
+    Request r = request(0.0, 27, 30, {1, 2, 3, 4, 5, 6, 7});
+    r.hash_block_tokens = 4;
+    run_fleet(fleet, {r});
+    const Simulator& decode = fleet.instance(1);
+    CHECK(decode.sim_totals().skipped == 1);
+    CHECK(fleet.transfers().blocks == 6);
+    CHECK(decode.used_blocks() == 6);
+    CHECK(decode.state().used == decode.used_blocks());
+    CHECK(decode.totals().peak_used >= decode.used_blocks());
+  }
+}
+
+TEST_CASE(
     "fleet: a transfer waiting on a decode instance whose only work is a KV load from its "
     "offload tier looks again at the landing, and the run ends") {
   // Decode pools of 24 blocks with a slow CPU tier (128 ms a block): prompts
