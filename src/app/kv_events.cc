@@ -54,13 +54,16 @@ std::string kv_event_batch_line(double ts, const KvEventLog& events, std::uint32
   }
   // The sglang engine's pages: one BlockStored or BlockRemoved a page, as
   // SGLang's KVCacheEventMixin sends them.
+  // HiCache's host pages (host) as medium CPU, without a parent, as the
+  // offload tiers' blocks.
   for (const RadixPageChange& change : events.pages) {
     nlohmann::json hashes = nlohmann::json::array({change.hash});
+    const std::string_view medium = change.host ? "CPU" : "GPU";
     list.push_back(change.stored ? stored(std::move(hashes),
                                           change.parent ? nlohmann::json(*change.parent)
                                                         : nlohmann::json(nullptr),
-                                          page_tokens, "GPU")
-                                 : removed(std::move(hashes), "GPU"));
+                                          change.host ? 0 : page_tokens, medium)
+                                 : removed(std::move(hashes), medium));
   }
   for (const KvEventLog::TierChange& change : events.tiers) {
     nlohmann::json hashes(change.event.keys);

@@ -296,15 +296,15 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
 }
 
 void SimOptionsCli::add_offload_to(CLI::App& app) {
-  app.add_option(
-         "--offload", offload,
-         "vllm, generic: KV offload tiers per GPU, cpu then disk, as vLLM's native offloading "
-         "keeps them: cpu:SIZE[,disk:SIZE] (sizes as --kv-memory)")
+  app.add_option("--offload", offload,
+                 "KV offload tiers per GPU, cpu then disk, as vLLM's native offloading keeps them: "
+                 "cpu:SIZE[,disk:SIZE] (sizes as --kv-memory); under --engine sglang, cpu:SIZE is "
+                 "HiCache's host pool")
       ->group("Offload");
-  offload_options.push_back(
-      app.add_option("--offload-policy", offload_policy, "tier eviction: lru (default) or arc")
-          ->check(CLI::IsMember(std::vector<std::string>{"lru", "arc"}))
-          ->group("Offload"));
+  offload_options.push_back(app.add_option("--offload-policy", offload_policy,
+                                           "tier eviction: lru (default) or arc (vllm, generic)")
+                                ->check(CLI::IsMember(std::vector<std::string>{"lru", "arc"}))
+                                ->group("Offload"));
   const struct {
     const char* name;
     double* value;

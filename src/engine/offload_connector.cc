@@ -1,5 +1,7 @@
 #include "engine/offload_connector.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -48,8 +50,8 @@ void OffloadConnector::issue_load(std::size_t t, std::vector<std::uint64_t> keys
 }
 
 void OffloadConnector::queue_store(std::size_t t, std::vector<std::uint64_t> keys,
-                                   std::vector<BlockId> blocks) {
-  jobs_.push_back(Job{t, false, std::move(keys), std::move(blocks), nullptr, 0, -1});
+                                   std::vector<BlockId> blocks, const void* owner) {
+  jobs_.push_back(Job{t, false, std::move(keys), std::move(blocks), owner, 0, -1});
 }
 
 void OffloadConnector::start_queued(double now) {
@@ -99,6 +101,51 @@ std::optional<double> OffloadConnector::next_landing() const {
 
 bool OffloadConnector::being_loaded(std::uint64_t key) const {
   return loading_keys_.contains(key);
+}
+
+void add_offload_figures(nlohmann::json& report, const OffloadConnector& offload,
+                         std::string_view policy, std::span<const TierResidency> residency,
+                         const SimTotals& sim) {
+  nlohmann::json tiers = nlohmann::json::object();
+  nlohmann::json by_tier = {{"gpu", sim.hit_tokens}};
+  std::uint64_t tier_hits = 0;
+  for (std::size_t t = 0; t < offload.num_tiers(); ++t) {
+    const OffloadTierOptions& options = offload.tier_options(t);
+    const OffloadTierFigures& f = offload.figures(t);
+    const LatencySummary load = f.load_ms.summary();
+    const std::string name(to_string(options.medium));
+    tiers[name] = {{"capacity_blocks", residency[t].capacity},
+                   {"capacity_bytes", std::uint64_t{residency[t].capacity} * offload.block_bytes()},
+                   {"gbps", options.gbps},
+                   {"latency_us", options.latency_us},
+                   {"stored", f.stored},
+                   {"loaded", f.loaded},
+                   {"evicted", f.evicted},
+                   {"hit_tokens", f.hit_tokens},
+                   {"preempted_hit_tokens", f.preempted_hit_tokens},
+                   {"bytes_in", f.bytes_in},
+                   {"bytes_out", f.bytes_out},
+                   {"store_refused", f.store_refused},
+                   {"resident_blocks", residency[t].resident},
+                   {"load_ms",
+                    {{"count", load.count},
+                     {"mean", load.mean},
+                     {"p50", load.p50},
+                     {"p99", load.p99},
+                     {"max", load.max}}}};
+    by_tier[name] = f.hit_tokens;
+    tier_hits += f.hit_tokens;
+  }
+  report["offload"] = {
+      {"policy", std::string(policy)}, {"block_bytes", offload.block_bytes()}, {"tiers", tiers}};
+  if (report.contains("prefix_cache")) {
+    nlohmann::json& cache = report["prefix_cache"];
+    cache["hits_by_tier"] = by_tier;
+    cache["hit_rate_with_tiers"] = sim.query_tokens == 0
+                                       ? 0.0
+                                       : static_cast<double>(sim.hit_tokens + tier_hits) /
+                                             static_cast<double>(sim.query_tokens);
+  }
 }
 
 }  // namespace kvreplay

@@ -21,8 +21,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -84,7 +86,8 @@ class OffloadConnector {
   void issue_load(std::size_t t, std::vector<std::uint64_t> keys, const void* owner, double now);
   // A store of `keys` into tier t (prepare_store done), reading `blocks`:
   // started at the next call of start_queued.
-  void queue_store(std::size_t t, std::vector<std::uint64_t> keys, std::vector<BlockId> blocks);
+  void queue_store(std::size_t t, std::vector<std::uint64_t> keys, std::vector<BlockId> blocks,
+                   const void* owner = nullptr);
   // At a step's start (`now`): the queued stores start.
   void start_queued(double now);
   // The jobs landed by `now`, in the order they land, taken out.
@@ -111,5 +114,18 @@ class OffloadConnector {
   std::vector<Job> jobs_;                                          // in the order issued or queued
   std::unordered_map<std::uint64_t, std::uint32_t> loading_keys_;  // the loads' keys, counted
 };
+
+// The report's "offload" section (SPEC 3.7) of an engine's tiers, in lookup
+// order: their options and figures from `offload`, and each tier's
+// `capacity` and `resident` blocks (the engine's own tiers may differ from
+// the connector's). Adds hits_by_tier and hit_rate_with_tiers to the
+// report's prefix_cache section, GPU hits from `sim`.
+struct TierResidency {
+  std::uint32_t capacity = 0;
+  std::uint32_t resident = 0;
+};
+void add_offload_figures(nlohmann::json& report, const OffloadConnector& offload,
+                         std::string_view policy, std::span<const TierResidency> residency,
+                         const SimTotals& sim);
 
 }  // namespace kvreplay

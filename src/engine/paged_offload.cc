@@ -335,48 +335,11 @@ Scheduler::TierGauge PagedScheduler::offload_gauge(std::size_t t) const {
 
 void PagedScheduler::add_figures(nlohmann::json& report) const {
   if (!offload_) return;
-  nlohmann::json tiers = nlohmann::json::object();
-  nlohmann::json by_tier = {{"gpu", sim_.hit_tokens}};
-  std::uint64_t tier_hits = 0;
+  std::vector<TierResidency> residency;
   for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
-    const OffloadTierOptions& options = offload_->tier_options(t);
-    const OffloadTierFigures& f = offload_->figures(t);
-    const OffloadTier& tier = offload_->tier(t);
-    const LatencySummary load = f.load_ms.summary();
-    const std::string name(to_string(options.medium));
-    tiers[name] = {{"capacity_blocks", tier.capacity()},
-                   {"capacity_bytes", std::uint64_t{tier.capacity()} * offload_->block_bytes()},
-                   {"gbps", options.gbps},
-                   {"latency_us", options.latency_us},
-                   {"stored", f.stored},
-                   {"loaded", f.loaded},
-                   {"evicted", f.evicted},
-                   {"hit_tokens", f.hit_tokens},
-                   {"preempted_hit_tokens", f.preempted_hit_tokens},
-                   {"bytes_in", f.bytes_in},
-                   {"bytes_out", f.bytes_out},
-                   {"store_refused", f.store_refused},
-                   {"resident_blocks", tier.used()},
-                   {"load_ms",
-                    {{"count", load.count},
-                     {"mean", load.mean},
-                     {"p50", load.p50},
-                     {"p99", load.p99},
-                     {"max", load.max}}}};
-    by_tier[name] = f.hit_tokens;
-    tier_hits += f.hit_tokens;
+    residency.push_back(TierResidency{offload_->tier(t).capacity(), offload_->tier(t).used()});
   }
-  report["offload"] = {{"policy", std::string(to_string(offload_->tier(0).policy()))},
-                       {"block_bytes", offload_->block_bytes()},
-                       {"tiers", tiers}};
-  if (report.contains("prefix_cache")) {
-    nlohmann::json& cache = report["prefix_cache"];
-    cache["hits_by_tier"] = by_tier;
-    cache["hit_rate_with_tiers"] = sim_.query_tokens == 0
-                                       ? 0.0
-                                       : static_cast<double>(sim_.hit_tokens + tier_hits) /
-                                             static_cast<double>(sim_.query_tokens);
-  }
+  add_offload_figures(report, *offload_, to_string(offload_->tier(0).policy()), residency, sim_);
 }
 
 }  // namespace kvreplay

@@ -34,6 +34,32 @@
 //      given to check) whose locked node is it or below it.
 //   R4 hashes (with log_changes): each node holds one hash per page, each
 //      the chain of its path's tokens (RadixPageChange).
+//   R5 host (with enable_host): an evicted node holds one host page per page
+//      and no device page, is unlocked, and is below evicted nodes only; a
+//      node on the device has a device parent (the root counts); each host
+//      page is held by one node, and the pages held are host_used(), at most
+//      the capacity.
+//
+// HiCache (enable_host; SGLang's HiRadixCache, mem_cache/hiradix_cache.py,
+// under --hicache-write-policy write_through): a node may also hold a copy of
+// its pages in a host pool of a fixed number of pages.
+//   - write_backup: a node whose pages have no host copy gets one when it is
+//     inserted or matched (inc_hit_count: write_through's threshold is one
+//     hit), evicting host-only leaves first (evict_host) when the host pool
+//     is short, and nothing when it stays short. The node is locked until
+//     its write lands (writing_check: write_done).
+//   - evict: a device leaf (no child on the device) with a host copy leaves
+//     the device and stays in the tree on the host alone (_evict_backuped,
+//     "evicted"); one without is deleted (_evict_regular). Where such a node
+//     has host-only children (their copy was written, its own was refused),
+//     kvreplay frees their host pages with it (SGLang's _delete_leaf would
+//     lose them).
+//   - evict_host: host-only leaves, least recently used first.
+//   - match_prefix goes on past the device into host-only nodes
+//     (host_hit_length); load_back brings such a chain back all or nothing,
+//     not under kLoadBackThreshold tokens, evicting device pages for it, and
+//     locks its last node until the load lands (loading_check: load_done).
+//   - insert over a host-only node gives it the inserted pages again.
 // The pool's side (each page held exactly once, by the tree or by one
 // request) is the scheduler's check (engine/sglang_scheduler.cc, S1-S3).
 #pragma once
@@ -44,6 +70,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/block_pool.h"
@@ -68,6 +95,7 @@ struct RadixPageChange {
   std::uint64_t hash = 0;
   std::optional<std::uint64_t> parent;
   bool stored = false;
+  bool host = false;  // HiCache: the host pool's copy (medium CPU, no parent)
 };
 
 class RadixCache {
@@ -85,7 +113,21 @@ class RadixCache {
     std::uint64_t last_access = 0;  // the cache's clock at the last touch
     // --kv-events (log_changes): each page's chained hash (RadixPageChange).
     std::vector<std::uint64_t> hashes;
+    // HiCache: the host pages holding a copy of `pages` (none: no copy), and
+    // whether the node is on the host alone (`pages` empty).
+    std::vector<std::uint64_t> host;
+    bool evicted = false;
     std::uint32_t tokens() const { return end - start; }
+  };
+
+  // HiRadixCache.load_back_threshold: a shorter host hit is recomputed.
+  static constexpr std::uint32_t kLoadBackThreshold = 10;
+  // A host write issued by write_backup: the node (locked until write_done),
+  // its host pages and the device pages they copy.
+  struct HostWrite {
+    Node* node = nullptr;
+    std::vector<std::uint64_t> host;
+    std::vector<BlockId> pages;
   };
 
   // `pool` receives evicted pages; nullptr keeps keys only (SGLang's
@@ -103,8 +145,15 @@ class RadixCache {
   // first `max_tokens` tokens, cut to whole pages. Appends its pages to
   // `pages` (unless null) and sets `last` to the node it ends in, splitting a
   // node it ends inside. Touches the nodes on the path. Returns its tokens.
+  // With `host` (HiCache), the match goes on into host-only nodes: `host`
+  // gets the tokens matched there (host_hit_length) and the node it ends in
+  // (last_host_node; `last` when none).
+  struct HostMatch {
+    std::uint32_t tokens = 0;
+    Node* node = nullptr;
+  };
   std::uint32_t match_prefix(const TokenRuns& seq, std::uint32_t max_tokens,
-                             std::vector<BlockId>* pages, Node*& last);
+                             std::vector<BlockId>* pages, Node*& last, HostMatch* host = nullptr);
   // The tokens match_prefix would return, without touching, splitting or
   // locking anything: what a router's index of the tree's KV events sees.
   std::uint32_t peek_prefix(const TokenRuns& seq, std::uint32_t max_tokens) const;
@@ -118,6 +167,32 @@ class RadixCache {
   // RadixCache.evict: frees unlocked leaves, least recently used first, until
   // `tokens` tokens are freed or none is left. Returns the tokens freed.
   std::uint32_t evict(std::uint32_t tokens);
+  // HiCache (see the top of this file): a host pool of `capacity` pages.
+  // REQUIRES an empty tree with a pool.
+  void enable_host(std::uint32_t capacity);
+  bool host_enabled() const { return host_capacity_ > 0; }
+  std::uint32_t host_capacity() const { return host_capacity_; }
+  std::uint32_t host_used() const { return host_used_; }
+  // Host pages evicted so far (evict_host, and those freed by evict).
+  std::uint64_t host_evicted() const { return host_evicted_; }
+  // The writes issued since the last call (the engine times them).
+  std::vector<HostWrite> take_host_writes() { return std::exchange(host_writes_, {}); }
+  // writing_check: node's write of host pages `host` landed: the lock goes.
+  void write_done(Node* node, std::span<const std::uint64_t> host);
+  // HiRadixCache.load_back (no memory quota) of the host-only chain ending
+  // at `last`: its tokens, or 0 when not loaded. Sets `host` to the host
+  // pages read and `pages` to the device pages they land in, in order;
+  // `last` stays locked until load_done(last).
+  std::uint32_t load_back(Node* last, std::vector<std::uint64_t>& host,
+                          std::vector<BlockId>& pages);
+  void load_done(Node* last) { dec_lock_ref(last); }
+  // HiRadixCache.evict_host: frees host-only leaves, least recently used
+  // first, until `pages` host pages are freed or none is left.
+  std::uint32_t evict_host(std::uint32_t pages);
+  // --emit-trace: host pages dropped are appended to `out` (written as drops).
+  void log_host_drops(std::vector<std::uint64_t>* out) { host_drops_ = out; }
+  // The hashes of every host page (with log_changes), in no order.
+  void host_page_hashes(std::vector<std::uint64_t>& out) const;
   // Empties the tree (keys-only trees: the waiting queue's, per round).
   // REQUIRES no log_changes: a tree whose changes are logged is never reset.
   void reset();
@@ -130,7 +205,7 @@ class RadixCache {
   // --emit-trace: from now on the pages evict() frees are appended to `out`
   // (TraceEmitter::evictions, written as `uncache`s).
   void log_evictions(std::vector<BlockId>* out) { evictions_ = out; }
-  // The hashes of every page the tree holds (with log_changes), in no order.
+  // The hashes of every device page the tree holds (with log_changes), in no order.
   void page_hashes(std::vector<std::uint64_t>& out) const;
 
   std::uint64_t evictable_size() const { return evictable_; }
@@ -174,6 +249,16 @@ class RadixCache {
   }
   void set_hashes(Node& node) const;
   void log_pages(const Node& node, bool stored);
+  void log_host(std::span<const std::uint64_t> hashes, bool stored);
+  // HiCache: a host copy of node's pages (write_through's inc_hit_count).
+  void write_backup(Node* node);
+  // Deletes leaf `node` from its parent; its host pages (and those of the
+  // host-only nodes below it, deleted with it) go back to the host pool.
+  void delete_node(Node* node);
+  bool device_leaf(const Node& node) const;
+  // R5 for child `c` of `parent`; `seen` collects its host pages.
+  std::optional<Problem> check_host(const Node& c, const Node& parent,
+                                    std::vector<std::uint64_t>& seen) const;
   // Calls visit(node) on every node, the root first, depth first.
   template <class Visit>
   void for_each_node(Visit&& visit) const {
@@ -196,6 +281,16 @@ class RadixCache {
   std::uint64_t evicted_pages_ = 0;
   std::vector<RadixPageChange>* log_ = nullptr;  // see log_changes
   std::vector<BlockId>* evictions_ = nullptr;    // see log_evictions
+  // HiCache (enable_host).
+  std::uint32_t host_capacity_ = 0;
+  std::uint32_t host_used_ = 0;
+  std::uint64_t host_next_ = 0;  // the next host page's name
+  std::uint64_t host_evicted_ = 0;
+  std::vector<HostWrite> host_writes_;
+  std::vector<std::uint64_t>* host_drops_ = nullptr;  // see log_host_drops
+  // With log_changes: each host page's hash, for its event when it lands.
+  std::unordered_map<std::uint64_t, std::uint64_t> host_hash_;     // landed
+  std::unordered_map<std::uint64_t, std::uint64_t> pending_hash_;  // writes in flight
 };
 
 }  // namespace kvreplay

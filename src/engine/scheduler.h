@@ -74,6 +74,9 @@ class EngineShell {
   // cost model.
   double step_start = 0.0;
   StepWork work;
+  // A transfer the step's compute overlaps and cannot end before (SGLang's
+  // HiCache loads a batch's host hits layer by layer as it computes).
+  double step_waits = 0.0;
   std::uint64_t tick = 0;  // steps begun: the cache's clock
   KvEventLog events;       // filled only under options.kv_events
 

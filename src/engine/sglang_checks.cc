@@ -58,6 +58,12 @@ bool SglangScheduler::check() {
   for (const Req* r : live) {
     if (!r->done && r->last_node != tree_.root()) locked.push_back(r->last_node);
   }
+  // HiCache: a node is locked while its write or load is in flight.
+  if (hicache_) {
+    for (const OffloadConnector::Job& job : hicache_->jobs()) {
+      locked.push_back(static_cast<const RadixCache::Node*>(job.owner));
+    }
+  }
   auto fail = [&](std::string invariant, std::string message) {
     shell_.violation = Violation{sim_.steps, 0, std::move(invariant), std::move(message)};
     return false;
@@ -146,6 +152,14 @@ void SglangScheduler::add_figures(nlohmann::json& report) const {
       {"new_token_ratio",
        {{"init", init_new_token_ratio_}, {"min", min_ratio_seen_}, {"final", new_token_ratio_}}},
       {"radix_nodes", tree_.nodes()}};
+  if (hicache_) {
+    // HiCache's host pool is the cpu tier; its eviction is the tree's
+    // (evict_host: host-only leaves, least recently used first).
+    const TierResidency host{tree_.host_capacity(), tree_.host_used()};
+    add_offload_figures(report, *hicache_, "lru", std::span(&host, 1), sim_);
+    report["sglang"]["hicache"] = {{"write_policy", "write_through"},
+                                   {"load_back_threshold", RadixCache::kLoadBackThreshold}};
+  }
 }
 
 }  // namespace kvreplay

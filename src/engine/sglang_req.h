@@ -34,6 +34,11 @@ struct SglangScheduler::Req {
   std::uint32_t fill = 0;
   std::uint32_t prefix = 0;
   RadixCache::Node* match_node = nullptr;
+  // HiCache: the match's host part (host_hit_length, last_host_node), and
+  // the tokens of the prefix loaded back from it when admitted.
+  std::uint32_t host_hit = 0;
+  RadixCache::Node* host_node = nullptr;
+  std::uint32_t loaded = 0;
   std::uint32_t extend = 0;
   bool truncated = false;  // this round computes a chunk, not the rest
   bool admitted_before = false;

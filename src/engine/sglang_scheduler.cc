@@ -125,19 +125,38 @@ class SglangScheduler::Adder {
   // add_one_req (not ignore_eos: traces give output lengths, not stop rules).
   AddResult add_one(Req& req) {
     const std::uint32_t max_new = std::min(req.remaining(), kClipMaxNewTokens);
-    const std::uint32_t extend = req.fill - req.prefix;
+    std::uint32_t extend = req.fill - req.prefix;
     // The page is the paged allocator's overhead (per_req_token_overhead).
     const double total = static_cast<double>(extend) + max_new + s_.page_;
     if (total >= rem_total()) return AddResult::kNoToken;
-    const auto input_tokens = static_cast<std::int64_t>(ceil_div(extend, s_.page_) * s_.page_);
-    // Without chunking, the first request may exceed the input budget.
-    if (!chunking_ && !can_run.empty() && input_tokens >= rem_input_) return AddResult::kOther;
+    // Without chunking, the first request may exceed the input budget. With
+    // HiCache, what the host holds is not weighed (real_input_tokens) until
+    // it is loaded.
+    auto paged = [this](std::uint32_t tokens) {
+      return static_cast<std::int64_t>(ceil_div(tokens, s_.page_) * s_.page_);
+    };
+    auto over_input = [&](std::int64_t tokens) {
+      return !chunking_ && !can_run.empty() && tokens >= rem_input_;
+    };
+    if (over_input(paged(extend - req.host_hit))) return AddResult::kOther;
+    auto input_tokens = paged(extend);
     // _lock_node: the prefix is not evictable while the request is weighed,
     // and stays locked once it is admitted (inc_lock_ref(req.last_node)).
     s_.tree_.inc_lock_ref(req.match_node);
     if (total > rem_total()) {
       s_.tree_.dec_lock_ref(req.match_node);
       return AddResult::kNoToken;
+    }
+    if (req.host_hit > 0) {
+      // HiCache: the host part of the match is loaded back now, and the
+      // input budget is weighed again on what is left to compute.
+      s_.load_back(req);
+      extend = req.fill - req.prefix;
+      input_tokens = paged(extend);
+      if (over_input(input_tokens)) {
+        s_.tree_.dec_lock_ref(req.match_node);
+        return AddResult::kOther;
+      }
     }
     if (!chunking_ || input_tokens <= rem_chunk_) {
       req.extend = extend;
@@ -189,6 +208,16 @@ SglangScheduler::SglangScheduler(EngineShell& shell)
   // --kv-events: the tree's pages as SGLang's KVCacheEventMixin reports them
   // (the waiting queue's keys-only tree is no cache: it reports nothing).
   if (shell.options.kv_events) tree_.log_changes(&shell_.events.pages);
+  if (shell.options.offload.any()) {
+    // HiCache's host pool: --offload's one cpu tier, in pages of every layer
+    // (MHATokenToKVPoolHost holds the same page layout as the device).
+    const std::uint64_t block = kv_block_bytes(config_.kv, groups_);
+    hicache_ = std::make_unique<OffloadConnector>(shell.options.offload, block);
+    const std::uint64_t pages =
+        shell.options.offload.tiers[0].bytes / std::max<std::uint64_t>(block, 1);
+    tree_.enable_host(static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(pages, std::numeric_limits<std::uint32_t>::max())));
+  }
   // ModelRunner: max_num_reqs = min(max(max_total_num_tokens / context_len *
   // 512, 2048), 4096) unless --max-running-requests is given.
   const std::uint64_t pool_tokens = std::uint64_t{pool_.total()} * page_;
@@ -315,7 +344,13 @@ void SglangScheduler::init_next_round(Req& req) {
     return;
   }
   // The pages are read from the path when the request is admitted (path_pages).
-  req.prefix = tree_.match_prefix(req.seq, req.fill - 1, nullptr, req.match_node);
+  // HiCache: the match goes on into the host (HiRadixCache.match_prefix).
+  RadixCache::HostMatch host;
+  req.prefix = tree_.match_prefix(req.seq, req.fill - 1, nullptr, req.match_node,
+                                  hicache_ ? &host : nullptr);
+  req.host_hit = host.tokens;
+  req.host_node = host.node;
+  req.loaded = 0;
 }
 
 void SglangScheduler::sort_longest_prefix() {
@@ -421,6 +456,7 @@ bool SglangScheduler::attach_trace(TraceEmitter& trace) {
   if (hybrid) return false;
   trace_ = &trace;
   tree_.log_evictions(&trace.evictions());
+  if (hicache_) tree_.log_host_drops(&trace_drops_);
   return true;
 }
 
@@ -553,16 +589,23 @@ void SglangScheduler::count_admission(const Req& req) {
   // PrefillAdder's log_hit_tokens and log_input_tokens (#cached-token,
   // #new-token), as the prefix cache's queries and hits; a retracted
   // request's readmission apart (reprocessed_log_*).
+  // The prefix cache's hits are the device's; HiCache's loads are the cpu
+  // tier's hit_tokens.
   const bool readmission = req.retractions > 0;
+  const std::uint32_t gpu = req.prefix - req.loaded;
   (readmission ? sim_.preempted_queries : sim_.queries) += req.fill;
-  (readmission ? sim_.preempted_hits : sim_.hits) += req.prefix;
+  (readmission ? sim_.preempted_hits : sim_.hits) += gpu;
+  if (hicache_ && req.loaded > 0) {
+    OffloadTierFigures& f = hicache_->figures(0);
+    (readmission || req.admitted_before ? f.preempted_hit_tokens : f.hit_tokens) += req.loaded;
+  }
   if (readmission || req.admitted_before) return;
-  // Req.cached_tokens as the response's meta_info reports it.
+  // Req.cached_tokens as the response's meta_info reports it (host hits too).
   req.times->cached_tokens = std::max(req.times->cached_tokens, req.prefix);
   sim_.query_tokens += req.request.prompt;
-  sim_.hit_tokens += req.prefix;
-  sim_.hit_blocks += req.prefix / page_;
-  sim_.hit_rate_sum += static_cast<double>(req.prefix) / static_cast<double>(req.request.prompt);
+  sim_.hit_tokens += gpu;
+  sim_.hit_blocks += gpu / page_;
+  sim_.hit_rate_sum += static_cast<double>(gpu) / static_cast<double>(req.request.prompt);
   ++sim_.hit_rate_requests;
 }
 
@@ -747,6 +790,13 @@ void SglangScheduler::skip_stalled() {
 
 bool SglangScheduler::step() {
   ++shell_.tick;
+  if (hicache_) hicache_step_start();
+  const bool ok = step_batch();
+  if (hicache_) hicache_step_end();
+  return ok;
+}
+
+bool SglangScheduler::step_batch() {
   // Scheduler.get_next_batch_to_run: the last prefill batch joins the running
   // batch; a new prefill batch when one can be formed, else a decode step.
   for (auto& r : prefilled_) running_.push_back(std::move(r));
@@ -764,6 +814,9 @@ bool SglangScheduler::step() {
   new_token_ratio_ = init_new_token_ratio_;
   new_prefill_batch(batch);
   if (!batch.empty()) return prefill_step(batch);
+  // A host write in flight keeps its pages locked: the head may fit once it
+  // lands (wake_at), so it is not given up on yet.
+  if (hicache_ && hicache_->next_landing()) return true;
   if (!waiting_.empty()) skip_stalled();
   return true;
 }

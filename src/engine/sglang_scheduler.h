@@ -12,7 +12,14 @@
 //     token of a request when it finishes (cache_unfinished_req,
 //     cache_finished_req); a request locks the nodes it uses;
 //   - when a decode step finds no room, requests are retracted (fewest
-//     output tokens first) and re-queued to recompute later.
+//     output tokens first) and re-queued to recompute later;
+//   - --offload cpu:SIZE is SGLang's HiCache (--enable-hierarchical-cache,
+//     write_through; engine/radix_cache.h): the tree's pages are copied to a
+//     host pool of SIZE as they enter it, a page evicted from the device
+//     stays in the tree on the host, and a prompt whose match goes on into
+//     the host is loaded back when it is admitted (PrefillAdder.add_one_req:
+//     init_load_back). The load runs beside the batch's compute, layer by
+//     layer, so the batch's step ends no earlier than the load lands.
 // Its gauges, checks (S1-S3) and report section are in engine/sglang_checks.cc.
 #pragma once
 
@@ -25,6 +32,7 @@
 
 #include "core/block_pool.h"
 #include "core/invariants.h"
+#include "engine/offload_connector.h"
 #include "engine/radix_cache.h"
 #include "engine/scheduler.h"
 #include "engine/trace_emitter.h"
@@ -52,6 +60,10 @@ class SglangScheduler final : public Scheduler {
   const std::vector<KvCacheGroupSpec>& kv_groups() const override { return groups_; }
   std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const override;
   void add_figures(nlohmann::json& report) const override;
+  // --offload: HiCache's host pool, one cpu tier.
+  std::size_t offload_tiers() const override { return hicache_ ? 1 : 0; }
+  TierGauge offload_gauge(std::size_t t) const override;
+  std::optional<double> wake_at() const override;
   // --emit-trace: a request's row of pages is a kvtrace sequence (its first
   // growth an `admit` on the tree's pages as hits), a page the tree takes a
   // `cache`, an eviction an `uncache`. A request the tree moves onto its own
@@ -86,6 +98,8 @@ class SglangScheduler final : public Scheduler {
 
   // The KV pages of the i-th running request (fault tests).
   std::vector<BlockId>& running_kv(std::size_t i);
+  // step() but HiCache's transfers: a prefill batch, else a decode step.
+  bool step_batch();
   bool prefill_step(std::vector<Req*>& batch);
   bool decode_step();
   // get_new_batch_prefill: the requests of this step's prefill batch.
@@ -125,6 +139,15 @@ class SglangScheduler final : public Scheduler {
   void skip_stalled();
   // --emit-trace: req's sequence freed, if it has one.
   void trace_free(Req& req);
+  // HiCache: the transfers landed by the step's start (writing_check,
+  // loading_check) and the writes queued before it started.
+  void hicache_step_start();
+  // The writes the tree issued this step, queued on the host link (with
+  // --emit-trace, each a short sequence on the node's path storing its
+  // pages), and the host pages it dropped.
+  void hicache_step_end();
+  // init_load_back of req's host hit; its prefix grows by what loads.
+  void load_back(Req& req);
 
   EngineShell& shell_;
   const RunConfig& config_;
@@ -133,9 +156,11 @@ class SglangScheduler final : public Scheduler {
   std::uint32_t page_;
   BlockPool pool_;
   RadixCache tree_;
-  RadixCache waiting_tree_;        // _compute_prefix_matches's in-batch tree
-  bool caching_;                   // no: --no-prefix-cache (SGLang's ChunkCache)
-  TraceEmitter* trace_ = nullptr;  // --emit-trace
+  RadixCache waiting_tree_;                    // _compute_prefix_matches's in-batch tree
+  bool caching_;                               // no: --no-prefix-cache (SGLang's ChunkCache)
+  TraceEmitter* trace_ = nullptr;              // --emit-trace
+  std::unique_ptr<OffloadConnector> hicache_;  // --offload: the host pool's link and figures
+  std::vector<std::uint64_t> trace_drops_;     // --emit-trace: host pages the tree dropped
   std::uint64_t trace_moved_pages_ = 0;
   InvariantChecker checker_;
   std::vector<std::unique_ptr<Req>> waiting_;

@@ -139,9 +139,20 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
       return error("--offload", "needs the paged allocator (a contiguous region is no block)");
     }
     if (options.engine == EngineKind::kSglang) {
-      return error("--offload",
-                   "needs --engine vllm or generic (the sglang engine's radix cache has no "
-                   "offloading connector yet)");
+      // HiCache (engine/sglang_scheduler.h): one host pool, its eviction the
+      // radix tree's. SGLang's storage layer (--hicache-storage-backend) is
+      // not modelled.
+      if (options.offload.tiers.size() != 1 ||
+          options.offload.tiers[0].medium != OffloadMedium::kCpu) {
+        return error("--offload",
+                     "the sglang engine keeps one cpu tier (HiCache's host pool); its storage "
+                     "layer is not modelled (drop the disk tier)");
+      }
+      if (options.offload.policy != OffloadPolicy::kLru) {
+        return error("--offload-policy",
+                     "the sglang engine's host pool evicts the radix tree's leaves least "
+                     "recently used (HiCache's evict_host): give lru");
+      }
     }
     if (!options.prefix_cache) {
       return error("--offload", "needs the prefix cache (drop --no-prefix-cache)");
@@ -352,6 +363,7 @@ bool Simulator::emit_trace(TraceEmitter& trace) {
 
 bool Simulator::step(double horizon) {
   shell_.step_start = now_;
+  shell_.step_waits = now_;
   shell_.work.clear();
   if (trace_ != nullptr) trace_->at(now_);
   if (!scheduler_->step()) return false;
@@ -406,7 +418,7 @@ bool Simulator::end_step() {
   } else {
     step_ms = options_.cost.linear.step_ms_of(shell_.work, config_.kv.bytes_per_token());
   }
-  now_ += step_ms / 1000.0;
+  now_ = std::max(now_ + step_ms / 1000.0, shell_.step_waits);
   last_first_tokens_ = shell_.step_first_tokens.size();
   last_ttft_sum_ms_ = 0;
   for (auto& times : shell_.step_first_tokens) {

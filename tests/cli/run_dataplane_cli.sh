@@ -128,6 +128,22 @@ for engine in vllm generic; do
     "no load or drop in the emitted offload trace: exit $rc"
   finish "simulate --engine $engine --offload --emit-trace writes stores, loads and drops"
 done
+# sglang's HiCache: host copies as the tree takes pages (each stored from a
+# short sequence on the node's path), loads back at admission, host drops;
+# replayed with every copy verified, the tier's figures the simulation's.
+run_cmd "$kvreplay" simulate "$work/m120.jsonl" --layers 2 --kv-heads 1 --head-dim 16 --pool-blocks 3000 \
+  --engine sglang --page-tokens 16 -q --offload cpu:16MiB --emit-trace "$work/hicache.jsonl" --report "$work/sim.json"
+check '[[ $rc -eq 0 ]]' "simulate: exit $rc: $(err_text 1500)"
+run_cmd "$kvreplay" replay "$work/hicache.jsonl" --backend cpu --verify --check 997 --report "$work/replayed.json"
+check '[[ $rc -eq 0 ]]' "replay: exit $rc: $(err_text 1500)"
+check 'grep -q "^  verified (cache, tiers)  *[1-9][0-9]* cached pages, [1-9][0-9]* tier copies" "$work/out"' \
+  "no verified tier copies: $(grep verified "$work/out")"
+check 'jq -e ".cache_ops.tiers.cpu.loads == $(jq .offload.tiers.cpu.loaded "$work/sim.json") and .cache_ops.tiers.cpu.loads > 0 and .cache_ops.tiers.cpu.drops == $(jq .offload.tiers.cpu.evicted "$work/sim.json") and .cache_ops.tiers.cpu.stores == $(jq ".offload.tiers.cpu | .resident_blocks + .evicted" "$work/sim.json")" "$work/replayed.json" >/dev/null' \
+  "cpu tier: $(jq -c .cache_ops.tiers.cpu "$work/replayed.json") against $(jq -c .offload.tiers.cpu "$work/sim.json")"
+check '[[ "$(jq -c "[.blocks.allocations, .blocks.frees, .blocks.final_used]" "$work/sim.json")" == \
+  "$(jq -c "[.blocks.allocations, .blocks.frees, .blocks.final_used]" "$work/replayed.json")" ]]' \
+  "blocks differ: $(jq -c .blocks "$work/sim.json") vs $(jq -c .blocks "$work/replayed.json")"
+finish "simulate --engine sglang --offload cpu (HiCache) --emit-trace, then replay --backend cpu --verify"
 
 run_cmd "$kvreplay" simulate "$work/m120.jsonl" "${small[@]}" --engine vllm -q \
   --emit-trace "$work/m120.jsonl"

@@ -2,6 +2,7 @@
 # `kvreplay simulate --offload` (SPEC 3.7) from the command line: a CPU tier
 # adds hits the GPU cache lost, reported per tier and in
 # prefix_cache.hits_by_tier; a disk tier behind it and the arc policy run;
+# under the sglang engine the tier is HiCache's host pool;
 # the invariant checks hold; the run is deterministic; the options are recorded in
 # config.simulation.offload; every misuse is exit 2 with one line.
 #
@@ -138,27 +139,39 @@ run events "$work/generic.jsonl"
 check '[[ $rc -eq 0 ]]' "kvreplay events on the generic stream: exit $rc: $(err_text)"
 finish "--kv-events under the generic engine"
 
-# 7b. --offload under the generic engine: the tiers' hits add to its GPU
-#    cache's, save prompt computation, and its KV-event stream (GPU and CPU
-#    media) is one kvreplay events accepts.
-run simulate "$trace" "${common[@]}" --engine generic --report "$work/generic-none.json"
-check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
-run simulate "$trace" "${common[@]}" --engine generic --offload cpu:64GiB --report "$work/generic-cpu.json" \
-  --kv-events "$work/generic-cpu.jsonl"
-check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
-check '[[ $(jq ".offload.tiers.cpu.hit_tokens > 0 and .offload.tiers.cpu.loaded > 0 and .offload.tiers.cpu.stored > 0" "$work/generic-cpu.json") == true ]]' \
-  "no CPU tier hit under generic: $(jq -c .offload "$work/generic-cpu.json")"
-check '[[ $(jq ".prefix_cache.hit_rate_with_tiers > .prefix_cache.hit_rate and .prefix_cache.hits_by_tier.cpu == .offload.tiers.cpu.hit_tokens" "$work/generic-cpu.json") == true ]]' \
-  "hits_by_tier under generic: $(jq -c .prefix_cache "$work/generic-cpu.json")"
-check '[[ $(jq ".scheduler.prompt_tokens_computed" "$work/generic-cpu.json") -lt $(jq ".scheduler.prompt_tokens_computed" "$work/generic-none.json") ]]' \
-  "the CPU tier saved the generic engine no prompt computation"
-check '[[ $(jq ".requests.finished + .requests.skipped == .requests.total" "$work/generic-cpu.json") == true ]]' \
-  "requests unaccounted for: $(jq -c .requests "$work/generic-cpu.json")"
-check '[[ $(jq -c "[.events[].medium] | unique" "$work/generic-cpu.jsonl" | jq -s -c "add | unique") == "[\"CPU\",\"GPU\"]" ]]' \
-  "the generic stream's media are not CPU and GPU"
-run events "$work/generic-cpu.jsonl"
-check '[[ $rc -eq 0 ]]' "kvreplay events on the generic offload stream: exit $rc: $(err_text)"
-finish "--offload under the generic engine"
+# 7b. --offload under the generic and sglang engines: the tiers' hits add to
+#    the GPU cache's and save prompt computation, and the KV-event stream
+#    (GPU and CPU media) is one kvreplay events accepts. Under sglang the
+#    tier is HiCache's host pool (the tree's pages copied as they enter it,
+#    a prefix evicted from the GPU loaded back at admission), checked every
+#    50 steps, its timeline ending at the report's figures.
+for engine in generic sglang; do
+  extra=()
+  [[ $engine == sglang ]] && extra=(--check 50 --timeline "$work/$engine-cpu.csv")
+  run simulate "$trace" "${common[@]}" --engine "$engine" --report "$work/$engine-none.json"
+  check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+  run simulate "$trace" "${common[@]}" --engine "$engine" --offload cpu:64GiB --report "$work/$engine-cpu.json" \
+    --kv-events "$work/$engine-cpu.jsonl" "${extra[@]}"
+  check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+  check '[[ $(jq ".offload.tiers.cpu.hit_tokens > 0 and .offload.tiers.cpu.loaded > 0 and .offload.tiers.cpu.stored > 0 and .offload.policy == \"lru\"" "$work/$engine-cpu.json") == true ]]' \
+    "no CPU tier hit under $engine: $(jq -c .offload "$work/$engine-cpu.json")"
+  check '[[ $(jq ".prefix_cache.hit_rate_with_tiers > .prefix_cache.hit_rate and .prefix_cache.hits_by_tier.cpu == .offload.tiers.cpu.hit_tokens" "$work/$engine-cpu.json") == true ]]' \
+    "hits_by_tier under $engine: $(jq -c .prefix_cache "$work/$engine-cpu.json")"
+  check '[[ $(jq ".scheduler.prompt_tokens_computed" "$work/$engine-cpu.json") -lt $(jq ".scheduler.prompt_tokens_computed" "$work/$engine-none.json") ]]' \
+    "the CPU tier saved the $engine engine no prompt computation"
+  check '[[ $(jq ".requests.finished + .requests.skipped == .requests.total" "$work/$engine-cpu.json") == true ]]' \
+    "requests unaccounted for: $(jq -c .requests "$work/$engine-cpu.json")"
+  check '[[ $(jq -c "[.events[].medium] | unique" "$work/$engine-cpu.jsonl" | jq -s -c "add | unique") == "[\"CPU\",\"GPU\"]" ]]' \
+    "the $engine stream's media are not CPU and GPU"
+  run events "$work/$engine-cpu.jsonl"
+  check '[[ $rc -eq 0 ]]' "kvreplay events on the $engine offload stream: exit $rc: $(err_text)"
+  if [[ $engine == sglang ]]; then
+    check '[[ $(jq ".sglang.hicache.write_policy" "$work/sglang-cpu.json") == \"write_through\" ]]' "no sglang.hicache section"
+    check '[[ $(tail -n 1 "$work/sglang-cpu.csv" | cut -d, -f21-25) == $(jq -r "[.offload.tiers.cpu | .capacity_blocks, .resident_blocks, .stored, .loaded, .evicted] | map(tostring) | join(\",\")" "$work/sglang-cpu.json") ]]' \
+      "the timeline's last cpu figures are not the report's: $(tail -n 1 "$work/sglang-cpu.csv" | cut -d, -f21-25)"
+  fi
+  finish "--offload under the $engine engine"
+done
 
 # 7c. The generic engine on a slow link: a request running alone that cannot
 #    get a block while loads hold some waits for them to land. It used to
@@ -268,7 +281,8 @@ bad "empty item" "not TIER:SIZE" --offload cpu:1GiB,
 bad "policy alone" "needs --offload" --offload-policy arc
 bad "link alone" "needs --offload" --offload-cpu-gbps 10
 bad "disk link, no disk" "no disk tier" --offload cpu:1GiB --offload-disk-gbps 10
-bad "sglang" "^command line: --offload: needs --engine vllm or generic" --engine sglang --offload cpu:1GiB
+bad "sglang disk" "^command line: --offload: the sglang engine keeps one cpu tier" --engine sglang --offload cpu:1GiB,disk:4GiB
+bad "sglang arc" "^command line: --offload-policy: the sglang engine's host pool" --engine sglang --offload cpu:1GiB --offload-policy arc
 bad "contiguous" "^command line: --offload: needs the paged allocator" --allocator contiguous-max --offload cpu:1GiB
 bad "no prefix cache" "prefix cache" --no-prefix-cache --offload cpu:1GiB
 bad "bad policy" "offload-policy" --offload cpu:1GiB --offload-policy mru

@@ -344,6 +344,55 @@ TEST_CASE("emit trace: an sglang request whose pages the tree already took moves
   CHECK(replay.verify.tables > 0);
 }
 
+TEST_CASE("emit trace: sglang's host copies, loads and host evictions replay byte for byte",
+          "[emit]") {
+  // HiCache: each page the tree takes is copied to the host (a short
+  // sequence on the node's path storing it), a prefix evicted from the GPU
+  // loads back into fresh blocks, and a full host drops its least recently
+  // used copies. Pages of 1 and of 4 tokens.
+  struct Case {
+    std::uint32_t page;
+    std::uint32_t pool;
+  };
+  for (const Case c : {Case{4, 20}, Case{1, 80}}) {
+    INFO("page " << c.page);
+    SimOptions options = sglang_options();
+    // 160 tokens of host (32 bytes a token), a link slow enough to wait on.
+    options.offload.tiers.push_back({OffloadMedium::kCpu, 160 * 32, 1e-3, 1000});
+    const Emitted run =
+        simulate(tiny_config(c.pool, c.page), options, random_requests(11, 120, true, 20));
+    REQUIRE(run.sim.finished + run.sim.skipped == 120);
+    const nlohmann::json& cpu = run.figures["offload"]["tiers"]["cpu"];
+    const auto loaded = cpu["loaded"].get<std::uint64_t>();
+    const auto evicted = cpu["evicted"].get<std::uint64_t>();
+    CHECK(loaded > 0);
+    CHECK(evicted > 0);
+    const test::DataReplay replay = replay_clean(run);
+    CHECK(replay.totals.events == run.events);
+    CHECK(replay.verify.copies > 0);
+    // A host page is taken when its write is issued: each is held or dropped.
+    CHECK(replay.totals.tier_stores[0] == cpu["resident_blocks"].get<std::uint64_t>() + evicted);
+    CHECK(replay.totals.tier_stores[0] >= cpu["stored"].get<std::uint64_t>());
+    CHECK(replay.totals.tier_loads[0] == loaded);
+    CHECK(replay.totals.tier_drops[0] == evicted);
+    // The admits' hits: the device's, the loaded pages, and the stores'
+    // sequences on the tree's pages.
+    const auto loaded_hits =
+        cpu["hit_tokens"].get<std::uint64_t>() + cpu["preempted_hit_tokens"].get<std::uint64_t>();
+    CHECK(loaded_hits == loaded * c.page);
+    CHECK(replay.totals.hit_pages ==
+          run.sim.hit_blocks + run.sim.preempted_hits / c.page + run.moved_pages + loaded);
+    CHECK(replay.totals.cache_drops == run.evictions);
+
+    // A load that leaves its block unwritten is caught, in the same schedule.
+    DataPlaneFaults faults;
+    faults.skip_load = 1;
+    const test::DataReplay broken = replay_every_event(run.trace, faults);
+    REQUIRE(broken.violation);
+    CHECK(broken.violation->invariant == "D1");
+  }
+}
+
 TEST_CASE("emit trace: the engines and pools a kvtrace cannot hold are refused", "[emit]") {
   const RunConfig config = micro_config(16);
   SimOptions options = vllm_options();

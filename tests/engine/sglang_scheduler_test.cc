@@ -15,6 +15,7 @@
 #include "core/block_pool.h"
 #include "engine/micro_config.h"
 #include "engine/radix_cache.h"
+#include "engine/random_token_runs.h"
 #include "engine/run_to_end.h"
 #include "engine/sglang_scheduler.h"
 #include "engine/simulator.h"
@@ -170,24 +171,8 @@ TEST_CASE("radix_cache: random inserts, matches, locks and evictions keep R1-R3"
   for (const std::uint32_t page : {1u, 2u}) {
     BlockPool pool(4096);
     RadixCache cache(&pool, page);
-    std::uint64_t state = 12345;
-    auto next = [&state](std::uint64_t n) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      return (state >> 33) % n;
-    };
-    std::vector<TokenRuns> seqs;
-    for (int s = 0; s < 12; ++s) {
-      TokenRuns seq;
-      std::uint32_t end = 0;
-      std::uint64_t id = 0;
-      for (int r = 0; r < 6; ++r) {
-        // Sequences agree on a prefix: the first runs come from few choices.
-        id = id * 8 + 1 + next(r < 2 ? 2 : 4);
-        end += static_cast<std::uint32_t>(1 + next(6));
-        seq.push_back(TokenRun{id, end});
-      }
-      seqs.push_back(std::move(seq));
-    }
+    test::Lcg next{12345};
+    const std::vector<TokenRuns> seqs = test::random_token_runs(next, 12, 1, 6);
     std::vector<RadixCache::Node*> held;
     for (int op = 0; op < 400; ++op) {
       const TokenRuns& seq = seqs[next(seqs.size())];
@@ -545,11 +530,7 @@ TEST_CASE("sglang kv events: replayed in order, the events are the tree's pages 
         ++mismatches;
       }
     };
-    std::uint64_t state = 99 + page;
-    auto next = [&state](std::uint64_t n) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      return (state >> 33) % n;
-    };
+    test::Lcg next{99 + page};
     std::vector<Request> requests;
     for (int i = 0; i < 120; ++i) {
       const std::uint64_t family = next(6);
