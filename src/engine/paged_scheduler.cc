@@ -77,7 +77,7 @@ std::optional<Scheduler::ReceivedKv> PagedScheduler::receive_kv(const Request& r
     ++received.transferred;
     ++received_[b];
     // --emit-trace: the page the prefill side staged lands in b, cached.
-    if (trace_ != nullptr) (void)trace_->receive(request.tag, page, b);
+    if (trace_ != nullptr) trace_->receive(request.tag, page, b);
   }
   return received;
 }

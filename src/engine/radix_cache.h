@@ -220,7 +220,7 @@ class RadixCache {
     std::string invariant;
     std::string message;
   };
-  // R1-R3; `locked` lists each holder's locked node (a node once per holder).
+  // R1-R5; `locked` lists each holder's locked node (a node once per holder).
   std::optional<Problem> check(std::span<const Node* const> locked) const;
 
  private:

@@ -17,6 +17,7 @@
 //     finds is a violation like any other. Without one nothing else changes.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -118,7 +119,8 @@ struct ReplayTotals {
   std::array<std::uint64_t, kTraceTiers> tier_drops{};
   std::array<std::uint64_t, kTraceTiers> tier_peak{};  // most copies held at once
   bool used_cache_ops() const {
-    return cache_holds + hit_pages > 0 || tier_stores[0] + tier_stores[1] + tier_stores[2] > 0;
+    return cache_holds + hit_pages > 0 ||
+           std::any_of(tier_stores.begin(), tier_stores.end(), [](auto n) { return n > 0; });
   }
   // The report names the offload tiers whenever it names cache ops, and the
   // link (disaggregated serving's staged KV) only when the trace used it.

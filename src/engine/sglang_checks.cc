@@ -49,7 +49,7 @@ void SglangScheduler::record() {
 
 bool SglangScheduler::check() {
   ++shell_.totals.checks;
-  // R1-R3: the tree itself, each unfinished request holding one lock.
+  // R1-R5: the tree itself, each unfinished request holding one lock.
   std::vector<const RadixCache::Node*> locked;
   std::vector<const Req*> live;
   for (const auto& r : running_) live.push_back(r.get());

@@ -164,37 +164,50 @@ void TraceEmitter::uncache(BlockId b) {
   sink_.line(std::move(text));
 }
 
+void TraceEmitter::write_store(std::uint64_t seq, std::uint32_t page, std::size_t tier,
+                               std::uint64_t key) {
+  std::string text = start("store");
+  fmt::format_to(std::back_inserter(text), ",\"seq\":{},\"page\":{},\"tier\":\"{}\",\"key\":{}}}\n",
+                 seq, page, trace_tier_name(static_cast<std::uint8_t>(tier)), key);
+  sink_.line(std::move(text));
+}
+
+void TraceEmitter::write_drop(std::size_t tier, std::uint64_t key) {
+  std::string text = start("drop");
+  fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{}}}\n",
+                 trace_tier_name(static_cast<std::uint8_t>(tier)), key);
+  sink_.line(std::move(text));
+}
+
+void TraceEmitter::write_load(std::size_t tier, std::uint64_t key, BlockId b) {
+  std::string text = start("load");
+  fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{},\"block\":{}}}\n",
+                 trace_tier_name(static_cast<std::uint8_t>(tier)), key, name(b));
+  sink_.line(std::move(text));
+}
+
 void TraceEmitter::store(std::uint64_t seq, std::uint32_t page, std::size_t tier,
                          std::uint64_t key) {
   begin();
   auto [it, fresh] = tier_keys_.at(tier).try_emplace(key, 0);
   if (!fresh) return;
   it->second = sink_.next_key();
-  std::string text = start("store");
-  fmt::format_to(std::back_inserter(text), ",\"seq\":{},\"page\":{},\"tier\":\"{}\",\"key\":{}}}\n",
-                 seq, page, trace_tier_name(static_cast<std::uint8_t>(tier)), it->second);
-  sink_.line(std::move(text));
+  write_store(seq, page, tier, it->second);
 }
 
 void TraceEmitter::drop(std::size_t tier, std::uint64_t key) {
   begin();
   auto it = tier_keys_.at(tier).find(key);
   if (it == tier_keys_[tier].end()) return;
-  std::string text = start("drop");
-  fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{}}}\n",
-                 trace_tier_name(static_cast<std::uint8_t>(tier)), it->second);
+  write_drop(tier, it->second);
   tier_keys_[tier].erase(it);
-  sink_.line(std::move(text));
 }
 
 void TraceEmitter::load(std::size_t tier, std::uint64_t key, BlockId b) {
   begin();
   auto it = tier_keys_.at(tier).find(key);
   if (it == tier_keys_[tier].end() || !names_.insert(b).second) return;
-  std::string text = start("load");
-  fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{},\"block\":{}}}\n",
-                 trace_tier_name(static_cast<std::uint8_t>(tier)), it->second, name(b));
-  sink_.line(std::move(text));
+  write_load(tier, it->second, b);
 }
 
 void TraceEmitter::stage(std::uint64_t tag, std::uint64_t seq, std::uint32_t pages) {
@@ -203,35 +216,22 @@ void TraceEmitter::stage(std::uint64_t tag, std::uint64_t seq, std::uint32_t pag
   keys.clear();
   for (std::uint32_t page = 0; page < pages; ++page) {
     keys.push_back(sink_.next_key());
-    std::string text = start("store");
-    fmt::format_to(std::back_inserter(text),
-                   ",\"seq\":{},\"page\":{},\"tier\":\"{}\",\"key\":{}}}\n", seq, page,
-                   trace_tier_name(kLinkTier), keys.back());
-    sink_.line(std::move(text));
+    write_store(seq, page, kLinkTier, keys.back());
   }
 }
 
-bool TraceEmitter::receive(std::uint64_t tag, std::uint32_t page, BlockId b) {
+void TraceEmitter::receive(std::uint64_t tag, std::uint32_t page, BlockId b) {
   begin();
   const std::vector<std::uint64_t>* keys = sink_.find_staged(tag);
-  if (keys == nullptr || page >= keys->size() || !names_.insert(b).second) return false;
-  std::string text = start("load");
-  fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{},\"block\":{}}}\n",
-                 trace_tier_name(kLinkTier), (*keys)[page], name(b));
-  sink_.line(std::move(text));
-  return true;
+  if (keys == nullptr || page >= keys->size() || !names_.insert(b).second) return;
+  write_load(kLinkTier, (*keys)[page], b);
 }
 
 void TraceEmitter::unstage(std::uint64_t tag) {
   const std::vector<std::uint64_t>* keys = sink_.find_staged(tag);
   if (keys == nullptr) return;
   begin();
-  for (std::uint64_t key : *keys) {
-    std::string text = start("drop");
-    fmt::format_to(std::back_inserter(text), ",\"tier\":\"{}\",\"key\":{}}}\n",
-                   trace_tier_name(kLinkTier), key);
-    sink_.line(std::move(text));
-  }
+  for (std::uint64_t key : *keys) write_drop(kLinkTier, key);
   sink_.forget_staged(tag);
 }
 

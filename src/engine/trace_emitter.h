@@ -130,12 +130,12 @@ class TraceEmitter {
   // decode side may receive, `pages` of them, before its `free`: a `store`
   // each into the link tier, keyed for request `tag`. The decode side's
   // emitter loads page `page` into block b, which its cache then holds, when
-  // its engine receives it (receive: false when the page was not staged),
+  // its engine receives it (receive: nothing when the page was not staged),
   // and drops the request's copies once the transfer is set up (unstage).
   void hand_off_prompts() { hands_off_ = true; }
   bool hands_off() const { return hands_off_; }
   void stage(std::uint64_t tag, std::uint64_t seq, std::uint32_t pages);
-  bool receive(std::uint64_t tag, std::uint32_t page, BlockId b);
+  void receive(std::uint64_t tag, std::uint32_t page, BlockId b);
   void unstage(std::uint64_t tag);
   // Writes the pending decode batch (at the end of the run).
   void flush();
@@ -145,6 +145,11 @@ class TraceEmitter {
   void begin();
   void drain();
   std::string start(std::string_view op);
+  // One line of a tier op, the tier's trace key given (store, drop, load and
+  // the link tier's stage, unstage, receive).
+  void write_store(std::uint64_t seq, std::uint32_t page, std::size_t tier, std::uint64_t key);
+  void write_drop(std::size_t tier, std::uint64_t key);
+  void write_load(std::size_t tier, std::uint64_t key, BlockId b);
   std::uint64_t name(BlockId b) const { return base_ + b; }
 
   TraceSink& sink_;
