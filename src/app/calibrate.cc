@@ -219,7 +219,11 @@ Result<Schedule, std::string> Schedule::record(const Workload& workload,
     r.id = std::to_string(i + 1);
     r.prompt = workload.input_tokens;
     r.output = workload.output_tokens;
-    if (!load.set_arrival(r) || !sim.run_until(r.arrival)) break;
+    if (!load.set_arrival(r)) {
+      if (load.error()) return Unexpected{load.error()->to_string()};
+      break;
+    }
+    if (!sim.run_until(r.arrival)) break;
     sim.submit(std::move(r));
   }
   if (!sim.violation()) sim.run_until(std::numeric_limits<double>::infinity());

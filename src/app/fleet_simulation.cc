@@ -609,6 +609,7 @@ InputResult<SimulationResult> simulate_fleet_file(
     if (!more) return Unexpected{more.error()};
     if (!more.value()) break;
     if (!load_generator.set_arrival(request)) {
+      if (load_generator.error()) return Unexpected{*load_generator.error()};
       violated = true;
       break;
     }

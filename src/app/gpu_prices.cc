@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <fstream>
 #include <iterator>
 
+#include "app/options.h"
 #include "io/json_file.h"
 #include "model/gpu.h"
 
@@ -16,15 +16,8 @@ namespace {
 
 constexpr std::uint64_t kMaxPricesBytes = 1 << 20;
 
-// The line of the first `"key"` in the file (a price file is small and has
-// read as JSON already); 0 when the file cannot be read again (a pipe).
-std::size_t line_of_key(const std::string& path, const std::string& key) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return 0;
-  std::string text;
-  text.resize(kMaxPricesBytes);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
+// The line of the first `"key"` in the price file's text; 0 when not found.
+std::size_t line_of_key(const std::string& text, const std::string& key) {
   const std::size_t at = text.find(nlohmann::json(key).dump());
   if (at == std::string::npos) return 0;
   return 1 + static_cast<std::size_t>(
@@ -34,9 +27,11 @@ std::size_t line_of_key(const std::string& path, const std::string& key) {
 }  // namespace
 
 Result<std::map<std::string, double>, std::string> read_gpu_prices(const std::string& path) {
-  auto json = read_json_file(path, kMaxPricesBytes, "not a price file");
-  if (!json) return Unexpected{json.error()};
-  if (!json.value().is_object()) {
+  // Read once, text and document (a FIFO or a pipe has no second reading).
+  auto read = read_json_text(path, kMaxPricesBytes, "not a price file");
+  if (!read) return Unexpected{read.error()};
+  const JsonText& json = read.value();
+  if (!json.document.is_object()) {
     return Unexpected{
         fmt::format("{}:1: --gpu-prices: not a JSON object of GPU presets and $ an hour (e.g. "
                     "{{\"h100-80gb\": 2.99}})",
@@ -48,11 +43,11 @@ Result<std::map<std::string, double>, std::string> read_gpu_prices(const std::st
                            : nlohmann::json(key).dump();
   };
   auto where = [&](const std::string& key) {
-    const std::size_t line = line_of_key(path, key);
+    const std::size_t line = line_of_key(json.text, key);
     return line == 0 ? path : fmt::format("{}:{}", path, line);
   };
   std::map<std::string, double> prices;
-  for (auto it = json.value().begin(); it != json.value().end(); ++it) {
+  for (auto it = json.document.begin(); it != json.document.end(); ++it) {
     const GpuSpec* gpu = find_gpu_preset(it.key());
     if (gpu == nullptr) {
       return Unexpected{fmt::format("{}: --gpu-prices: {}: unknown GPU (known: {})",
@@ -79,7 +74,7 @@ void PriceOptions::add_to(CLI::App& app, const std::string& group) {
   flat = app.add_option("--gpu-hour-usd", gpu_hour_usd,
                         "price of one GPU for an hour: the report's cost_usd ($/hour, $ per "
                         "million output tokens within the SLOs)")
-             ->check(CLI::Range(1e-9, 1e9))
+             ->check(number_range(1e-9, 1e9))
              ->group(group);
   file = app.add_option("--gpu-prices", prices_path,
                         "a JSON file of prices per GPU preset, $ an hour (e.g. "

@@ -108,6 +108,15 @@ bool LoadGenerator::set_arrival(Request& request) {
     }
     request.arrival = std::max(free, last_arrival_);
   }
+  if (!(request.arrival <= kMaxArrivalSeconds)) {
+    error_ = InputError{
+        "command line", 0, options_.request_rate ? "--request-rate" : "--concurrency",
+        fmt::format("request {} (line {}) would arrive at {:.6g} s, past the 2^33 s (about 272 "
+                    "years) a trace may use{}",
+                    request.id.substr(0, 40), request.line, request.arrival,
+                    options_.request_rate ? ": give a higher rate" : "")};
+    return false;
+  }
   last_arrival_ = request.arrival;
   if (!measuring_) {
     ++warmup_sent_;

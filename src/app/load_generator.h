@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "engine/fleet.h"
 #include "engine/simulator.h"
+#include "io/input_error.h"
 
 namespace kvreplay {
 
@@ -51,8 +53,11 @@ class LoadGenerator {
 
   // Sets `request.arrival` (unchanged without a load option), running the
   // simulation as far as a closed loop or the warm-up needs. False when a
-  // check failed.
+  // check failed, or when the arrival would pass the 2^33 s a trace may use
+  // (kMaxArrivalSeconds: a --request-rate far too low for the trace), which
+  // error() then names: an input error (exit 2), not a failed check.
   bool set_arrival(Request& request);
+  const std::optional<InputError>& error() const { return error_; }
 
   // The report's "load": the generator, the warm-up, the window and the
   // throughput and latency in it.
@@ -71,6 +76,7 @@ class LoadGenerator {
   // still end (+inf when none is), and the simulation's run_until.
   std::function<double()> frontier_;
   std::function<bool(double)> run_until_;
+  std::optional<InputError> error_;
   std::mt19937_64 random_;
   double next_poisson_ = 0;
   std::priority_queue<double, std::vector<double>, std::greater<>> free_at_;

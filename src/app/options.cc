@@ -46,14 +46,60 @@ const CLI::Validator kNonEmptyValidator(
     },
     "", "non-empty");
 
+// An integer option's value, in decimal: CLI11 reads integers with strtoull
+// (base 0), so without this "-1" wraps to 2^64 - 1, 2^64 saturates to it and
+// "010" is eight. An unsigned option takes digits alone, a signed one a minus
+// sign too; the value must fit 64 bits (the option's own type narrows it
+// further, through CLI11's check or the option's range).
+CLI::Validator integer_text(bool is_signed) {
+  return CLI::Validator(
+      [is_signed](std::string& value) -> std::string {
+        std::string_view digits = value;
+        const bool negative = is_signed && !digits.empty() && digits.front() == '-';
+        if (negative) digits.remove_prefix(1);
+        const bool decimal = !digits.empty() &&
+                             digits.find_first_not_of("0123456789") == std::string_view::npos &&
+                             (digits.size() == 1 || digits.front() != '0');
+        std::uint64_t magnitude = 0;
+        const bool fits =
+            decimal &&
+            std::from_chars(digits.data(), digits.data() + digits.size(), magnitude).ec ==
+                std::errc() &&
+            (!is_signed ||
+             magnitude <= (negative ? std::uint64_t{1} << 63 : (std::uint64_t{1} << 63) - 1));
+        if (fits) return std::string();
+        return fmt::format("'{}' is not {} (decimal digits{})", value.substr(0, 40),
+                           is_signed ? "an integer" : "a whole number from 0",
+                           is_signed ? ", a minus sign allowed" : "");
+      },
+      "", is_signed ? "decimal" : "unsigned decimal");
+}
+
 }  // namespace
+
+CLI::Validator number_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& value) -> std::string {
+        const char* begin = value.c_str();
+        char* end = nullptr;
+        const double number = std::strtod(begin, &end);
+        if (end == begin) return std::string();  // CLI11's own conversion error
+        return number >= lo && number <= hi
+                   ? std::string()
+                   : fmt::format("value {} not in range {:g} to {:g}", value.substr(0, 40), lo, hi);
+      },
+      fmt::format("[{:g} - {:g}]", lo, hi), "number range");
+}
 
 void add_value_checks(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
     if (option->get_expected_min() > 0 || option->get_positional()) {
       option->check(kNonEmptyValidator);
     }
-    if (option->get_type_name().rfind("FLOAT", 0) == 0) option->check(kFiniteValidator);
+    const std::string type = option->get_type_name();
+    if (type.rfind("FLOAT", 0) == 0) option->check(kFiniteValidator);
+    if (type.rfind("UINT", 0) == 0) option->check(integer_text(false));
+    if (type.rfind("INT", 0) == 0) option->check(integer_text(true));
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
     add_value_checks(*sub);
@@ -208,7 +254,7 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
       app.add_option("--schedule-conservativeness", defaults.sglang.schedule_conservativeness,
                      "sglang: scales the output reserved for running requests (new_token_ratio; "
                      "default 1)")
-          ->check(CLI::Range(0.0, 100.0))
+          ->check(number_range(0.0, 100.0))
           ->group("Simulation"));
   app.add_option("--allocator", allocator,
                  "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
@@ -230,7 +276,7 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                            ->group("Simulation");
   watermark = app.add_option("--watermark", defaults.watermark,
                              "fraction of blocks kept free at admission (default 0.01; vllm: 0)")
-                  ->check(CLI::Range(0.0, 0.5))
+                  ->check(number_range(0.0, 0.5))
                   ->group("Simulation");
   app.add_option("--cost-model", cost_model,
                  "virtual time: roofline (the model's FLOPs and bytes on --gpu, else h100-80gb), "
@@ -258,7 +304,7 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   };
   auto declare = [&](const Constant& c) {
     return app.add_option(c.name, *c.value, c.help)
-        ->check(CLI::Range(c.lo, c.hi))
+        ->check(number_range(c.lo, c.hi))
         ->group("Cost model");
   };
   app_cost_profile =
@@ -272,24 +318,24 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
     roofline_options.push_back(
         app.add_option(info.option, defaults.cost.given.*info.field,
                        fmt::format("{} (default: the cost profile's)", info.help))
-            ->check(CLI::Range(info.lo, info.hi))
+            ->check(number_range(info.lo, info.hi))
             ->group("Cost model"));
   }
   compute_efficiency = app.add_option("--compute-efficiency", compute_efficiency_value,
                                       "roofline: --prefill-efficiency and --decode-efficiency "
                                       "both")
-                           ->check(CLI::Range(1e-3, 1.0))
+                           ->check(number_range(1e-3, 1.0))
                            ->group("Cost model");
   compute_efficiency->excludes(roofline_options[0]);  // prefill_efficiency
   compute_efficiency->excludes(roofline_options[1]);  // decode_efficiency
   for (const Constant& c : linear_constants) linear_options.push_back(declare(c));
   slo_ttft = app.add_option("--slo-ttft-ms", slo_ttft_ms,
                             "SLO: time to first token, ms (SLO attainment and goodput)")
-                 ->check(CLI::Range(0.0, 1e12))
+                 ->check(number_range(0.0, 1e12))
                  ->group("Latency");
   slo_tpot =
       app.add_option("--slo-tpot-ms", slo_tpot_ms, "SLO: time per output token after the first, ms")
-          ->check(CLI::Range(0.0, 1e12))
+          ->check(number_range(0.0, 1e12))
           ->group("Latency");
   app.add_option("--check", check, check_help)->check(kCheckValidator);
   add_offload_to(app);
@@ -322,7 +368,7 @@ void SimOptionsCli::add_offload_to(CLI::App& app) {
   };
   for (const auto& link : links) {
     offload_options.push_back(app.add_option(link.name, *link.value, link.help)
-                                  ->check(CLI::Range(link.lo, 1e9))
+                                  ->check(number_range(link.lo, 1e9))
                                   ->group("Offload"));
   }
 }
@@ -538,7 +584,7 @@ void LoadOptionsCli::add_to(CLI::App& app, const std::string& group) {
   rate_option = app.add_option("--request-rate", request_rate,
                                "send the trace's requests, in order, at seeded Poisson times: R "
                                "requests a second on average (the trace's times are ignored)")
-                    ->check(CLI::Range(1e-9, 1e9))
+                    ->check(number_range(1e-9, 1e9))
                     ->group(group);
   concurrency_option =
       app.add_option("--concurrency", concurrency,

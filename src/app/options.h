@@ -32,6 +32,10 @@ extern const CLI::Validator kCheckValidator;
 //     (`--report ''` is a usage error, never "no output").
 void add_value_checks(CLI::App& app);
 
+// A number option's range, lo and hi included, as CLI::Range checks it but
+// with the bounds written as numbers are read ("1e-09", not "0.000000").
+CLI::Validator number_range(double lo, double hi);
+
 // Raw option storage; copied into ConfigOverrides for the options actually given.
 struct ConfigOptions {
   std::string model, model_config, dtype, kv_memory, alloc_order, gpu;

@@ -68,12 +68,13 @@ int run_plan_steps(const PlanRequest& request) {
   }
   // The table never mixes with an output on stdout.
   std::FILE* table_stream = outputs.writes_stdout() ? stderr : stdout;
-  // A trace on standard input is read once, into a temporary file every
-  // simulation then reads (each reads the trace as it goes).
+  // A trace that cannot be read twice (standard input, a FIFO) is read once,
+  // into a temporary file every simulation then reads (each reads the trace
+  // as it goes).
   std::optional<SpooledInput> spooled;
   std::string trace_file = request.trace_path;
-  if (request.trace_path == "-" && !sweep.merging) {
-    auto spool = spool_standard_input(request.format);  // checked as it is spooled
+  if (needs_spool(request.trace_path) && !sweep.merging) {
+    auto spool = spool_input(request.trace_path, request.format);  // checked as it is spooled
     if (!spool) {
       eprint("{}\n", spool.error());
       return kExitInput;
@@ -210,7 +211,7 @@ class PlanCommand final : public Command {
     app.add_option("--slo-attainment", request_.slo_attainment,
                    "with --slo-ttft-ms/--slo-tpot-ms: the share of requests that must meet them "
                    "(default 0.99)")
-        ->check(CLI::Range(0.0, 1.0))
+        ->check(number_range(0.0, 1.0))
         ->group("Latency");
     app.add_flag("-q,--quiet", request_.quiet, "print no table");
     declare_fleet(app);
@@ -255,13 +256,13 @@ class PlanCommand final : public Command {
     transfer_.push_back(
         app.add_option("--kv-transfer-gbps", transfer_defaults_.kv_transfer_gbps,
                        "with --pd: GB/s of the link KV crosses from prefill to decode (default 50)")
-            ->check(CLI::Range(1e-6, 1e6))
+            ->check(number_range(1e-6, 1e6))
             ->group("Fleet"));
     transfer_.push_back(app.add_option("--kv-transfer-latency-us",
                                        transfer_defaults_.kv_transfer_latency_us,
                                        "with --pd: fixed cost of one request's transfer, us "
                                        "(default 20)")
-                            ->check(CLI::Range(0.0, 1e9))
+                            ->check(number_range(0.0, 1e9))
                             ->group("Fleet"));
     prices_.add_to(app, "Fleet");
     // Load generators (SPEC 3.5): every cell runs the trace's requests so.
@@ -334,10 +335,10 @@ class PlanCommand final : public Command {
       if (!request_.html_path.empty()) {
         return usage_error("--html: not with --shard: plan-merge writes the page from the parts");
       }
-      if (request_.trace_path == "-" && (replicas_->count() > 0 || pd_->count() > 0)) {
+      if (needs_spool(request_.trace_path) && (replicas_->count() > 0 || pd_->count() > 0)) {
         return usage_error(
             "--shard: plan-merge verifies a fleet plan's answer by simulating it again, which "
-            "needs the trace: shard a trace file, not standard input");
+            "needs the trace: shard a trace file, not standard input or a FIFO");
       }
       request_.shard = shard.value();
       request_.command = arguments_after("plan");

@@ -175,10 +175,10 @@ std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
     for (const FleetAnswer::RouterBest& best : answer.by_router) choose(best.cell);
   }
   if (chosen.empty()) return std::nullopt;
-  if (sweep.merging && request.trace_path == "-") {
+  if (sweep.merging && needs_spool(request.trace_path)) {
     eprint(
         "kvreplay plan-merge: the fleet answer is verified by simulating it again, which needs "
-        "the trace, but the shards read it from standard input: shard a trace file\n");
+        "the trace, but the shards read it from standard input or a FIFO: shard a trace file\n");
     return kExitInput;
   }
   // As the sweep's own simulations (a merge ran none): those at once must fit.

@@ -217,12 +217,12 @@ class SimulateCommand final : public Command {
         app.add_option("--kv-transfer-gbps", request_.fleet.kv_transfer_gbps,
                        "disaggregated: GB/s of the link KV crosses from prefill to decode "
                        "(default 50: a 400 Gb/s RDMA NIC per GPU)")
-            ->check(CLI::Range(1e-6, 1e6))
+            ->check(number_range(1e-6, 1e6))
             ->group("Fleet"));
     transfer_options_.push_back(
         app.add_option("--kv-transfer-latency-us", request_.fleet.kv_transfer_latency_us,
                        "disaggregated: fixed cost of one request's transfer, us (default 20)")
-            ->check(CLI::Range(0.0, 1e9))
+            ->check(number_range(0.0, 1e9))
             ->group("Fleet"));
     router_options_.push_back(
         app.add_option("--router", router_,
@@ -234,13 +234,13 @@ class SimulateCommand final : public Command {
         app.add_option("--router-overlap-weight", request_.fleet.router.overlap_weight,
                        "prefix-aware: weight of the prompt blocks to compute against the "
                        "decode blocks (Dynamo's kv_overlap_score_weight; default 1)")
-            ->check(CLI::Range(0.0, 1e6))
+            ->check(number_range(0.0, 1e6))
             ->group("Fleet"));
     prefix_options_.push_back(
         app.add_option("--router-temperature", request_.fleet.router.temperature,
                        "prefix-aware: 0 takes the lowest cost (default); above 0, a seeded "
                        "softmax over the normalised costs")
-            ->check(CLI::Range(0.0, 1e6))
+            ->check(number_range(0.0, 1e6))
             ->group("Fleet"));
     prefix_options_.push_back(
         app.add_option("--router-view", view_,
@@ -259,7 +259,7 @@ class SimulateCommand final : public Command {
         app.add_option("--router-approx-ttl-s", request_.fleet.router.approx_ttl_s,
                        "approximate view: seconds an entry lives after the last request that "
                        "named it (default 120)")
-            ->check(CLI::Range(0.0, 1e9))
+            ->check(number_range(0.0, 1e9))
             ->group("Fleet"));
     router_options_.push_back(
         app.add_option("--router-seed", request_.fleet.router.seed,

@@ -5,6 +5,7 @@
 #include "app/simulation_internal.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -204,13 +205,20 @@ InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
   return config;
 }
 
-Result<SpooledInput, std::string> spool_standard_input(std::optional<RequestFormat> format) {
+bool needs_spool(const std::string& path) {
+  if (path == "-") return true;
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode);
+}
+
+Result<SpooledInput, std::string> spool_input(const std::string& path,
+                                              std::optional<RequestFormat> format) {
   auto made = SpooledInput::create();
-  if (!made) return Unexpected{"<stdin>: " + made.error()};
+  if (!made) return Unexpected{(path == "-" ? "<stdin>" : path) + ": " + made.error()};
   SpooledInput spool = std::move(made).value();
-  ByteSource::tee_standard_input(spool.fd());
-  auto reader = RequestReader::open("-", format);
-  ByteSource::tee_standard_input(-1);  // in case open() failed before taking it
+  ByteSource::tee_next_source(spool.fd());
+  auto reader = RequestReader::open(path, format);
+  ByteSource::tee_next_source(-1);  // in case open() failed before taking it
   if (!reader) return Unexpected{reader.error().to_string()};
   Request request;
   for (;;) {
@@ -612,6 +620,7 @@ InputResult<SimulationResult> simulate_file(
     if (!more) return Unexpected{more.error()};
     if (!more.value()) break;
     if (!load.set_arrival(request)) {
+      if (load.error()) return Unexpected{*load.error()};
       violated = true;
       break;
     }

@@ -116,10 +116,15 @@ inline constexpr std::string_view kDefaultSimModel = "llama-3.1-8b";
 // only, kDefaultSimModel when no model or geometry is given; a pool size
 // (--pool-blocks, --kv-memory or --gpu) is required. `overrides` should have
 // context_default set and the batch limits (set_activation_limits).
-// plan's standard input: copied into an unnamed spool file while every record
-// is read and checked, so that a bad (or endless) input stops at its first
-// error, not after filling the disk. Error: the line to print (exit 2).
-Result<SpooledInput, std::string> spool_standard_input(std::optional<RequestFormat> format);
+// plan's trace when it cannot be read twice (standard input, a FIFO, a
+// device, a /proc descriptor): copied into an unnamed spool file while every
+// record is read and checked, so that a bad (or endless) input stops at its
+// first error, not after filling the disk. Error: the line to print (exit 2).
+Result<SpooledInput, std::string> spool_input(const std::string& path,
+                                              std::optional<RequestFormat> format);
+// Whether `path` must be spooled before it is read twice: "-", or anything
+// but a regular file (a path that cannot be stat'ed is read, and refused, as is).
+bool needs_spool(const std::string& path);
 
 // Refuses a pool whose simulation would not fit this machine's memory
 // (simulation_memory_bytes against core/memory_budget.h's limit).

@@ -46,7 +46,8 @@ MemoryLimit read_limit() {
   if (cgroup >> text && text != "max") {
     if (auto bytes = parse_limit(text)) lower(*bytes, "cgroup memory.max");
   }
-  if (const char* env = std::getenv("KVREPLAY_MEMORY_LIMIT"); env != nullptr && *env != '\0') {
+  if (const char* env = std::getenv("KVREPLAY_MEMORY_LIMIT"); env != nullptr) {
+    // One that does not parse (or is 0) is refused by check_memory().
     if (auto bytes = parse_limit(env)) lower(*bytes, "KVREPLAY_MEMORY_LIMIT");
   }
   return limit;
@@ -82,10 +83,16 @@ std::string memory_text(std::uint64_t bytes) {
 
 std::optional<std::string> check_memory(std::uint64_t need_bytes, std::string_view what,
                                         std::string_view formula) {
-  if (const char* env = std::getenv("KVREPLAY_MEMORY_LIMIT");
-      env != nullptr && *env != '\0' && !parse_limit(env)) {
-    return fmt::format("KVREPLAY_MEMORY_LIMIT: '{}' is not a size (8GiB, 512MiB, 2GB or bytes)",
-                       env);
+  // Set, it must be a size: empty or 0 is refused, never read as "no limit".
+  if (const char* env = std::getenv("KVREPLAY_MEMORY_LIMIT"); env != nullptr) {
+    const auto bytes = parse_limit(env);
+    if (!bytes || *bytes == 0) {
+      const std::string shown = std::string(env).substr(0, 40);
+      return fmt::format(
+          "KVREPLAY_MEMORY_LIMIT: '{}' is not a memory limit (a size above 0: 8GiB, 512MiB, 2GB "
+          "or bytes; unset it for the machine's own limit)",
+          shown);
+    }
   }
   const MemoryLimit limit = memory_limit();
   if (need_bytes <= limit.bytes) return std::nullopt;

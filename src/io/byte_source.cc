@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "io/input_registry.h"
+
 namespace kvreplay {
 
 namespace {
@@ -21,10 +23,10 @@ std::string corrupt_gzip(const char* message) {
 }
 }  // namespace
 
-static std::atomic<int> g_stdin_tee{-1};
+static std::atomic<int> g_next_tee{-1};
 
-void ByteSource::tee_standard_input(int fd) {
-  g_stdin_tee.store(fd);
+void ByteSource::tee_next_source(int fd) {
+  g_next_tee.store(fd);
 }
 
 bool ByteSource::tee(const void* bytes, std::size_t n) {
@@ -33,7 +35,7 @@ bool ByteSource::tee(const void* bytes, std::size_t n) {
     const ssize_t put = ::write(tee_fd_, data, n);
     if (put < 0 && errno == EINTR) continue;
     if (put <= 0) {
-      error_ = std::string("cannot spool standard input: ") + std::strerror(put < 0 ? errno : EIO);
+      error_ = std::string("cannot spool the input: ") + std::strerror(put < 0 ? errno : EIO);
       return false;
     }
     data += put;
@@ -45,9 +47,10 @@ bool ByteSource::tee(const void* bytes, std::size_t n) {
 Result<std::unique_ptr<ByteSource>, std::string> ByteSource::open(const std::string& path) {
   int fd = path == "-" ? dup(STDIN_FILENO) : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Unexpected{std::string(std::strerror(errno))};
+  record_input(fd, path);  // no output of this run may replace it
   std::unique_ptr<ByteSource> source(new ByteSource());
   source->fd_ = fd;
-  if (path == "-") source->tee_fd_ = g_stdin_tee.exchange(-1);
+  source->tee_fd_ = g_next_tee.exchange(-1);
   source->input_.resize(kChunk);
   source->data_.resize(kChunk);
   return source;

@@ -24,12 +24,13 @@ class ByteSource {
  public:
   // Opens `path` ("-" for standard input). Error: why it cannot be read.
   static Result<std::unique_ptr<ByteSource>, std::string> open(const std::string& path);
-  // The next source opened on standard input ("-") also copies every raw byte
-  // it reads to `fd` (plan's spool: standard input is read once, and checked
-  // record by record as it is spooled, so a bad or endless input stops at its
-  // first error instead of filling the disk first). A failed copy stops the
-  // source with error() "cannot spool standard input: WHY". -1: none.
-  static void tee_standard_input(int fd);
+  // The next source opened (standard input, a FIFO, any path) also copies
+  // every raw byte it reads to `fd` (plan's spool: an input that cannot be
+  // read twice is read once, and checked record by record as it is spooled,
+  // so a bad or endless input stops at its first error instead of filling the
+  // disk first). A failed copy stops the source with error() "cannot spool
+  // the input: WHY". -1: none.
+  static void tee_next_source(int fd);
   // An in-memory source (tests, fuzzers).
   static std::unique_ptr<ByteSource> from_string(std::string data);
   ~ByteSource();

@@ -2,17 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+
 #include "io/byte_source.h"
 #include "io/json_cursor.h"
 
 namespace kvreplay {
 
-Result<nlohmann::json, std::string> read_json_file(const std::string& path, std::uint64_t max_bytes,
-                                                   std::string_view too_large) {
-  auto opened = ByteSource::open(path);
-  if (!opened) return Unexpected{fmt::format("{}: cannot open: {}", path, opened.error())};
-  ByteSource& source = *opened.value();
-  source.set_limit(max_bytes, fmt::format("larger than {} MiB, {}", max_bytes >> 20, too_large));
+namespace {
+
+// One document from `source` (already capped), with the discipline above.
+Result<nlohmann::json, std::string> parse_document(ByteSource& source, const std::string& path,
+                                                   std::uint64_t max_bytes) {
   JsonCursor cursor(source, JsonCursor::Limits{max_bytes, max_bytes});
   auto problem = [&](const std::string& what) -> Unexpected<std::string> {
     // The source's own failure (I/O, gzip, the size cap) explains a parse error.
@@ -28,6 +29,43 @@ Result<nlohmann::json, std::string> read_json_file(const std::string& path, std:
   }
   if (!source.error().empty()) return Unexpected{fmt::format("{}: {}", path, source.error())};
   return document;
+}
+
+Result<std::unique_ptr<ByteSource>, std::string> open_capped(const std::string& path,
+                                                             std::uint64_t max_bytes,
+                                                             std::string_view too_large) {
+  auto opened = ByteSource::open(path);
+  if (!opened) return Unexpected{fmt::format("{}: cannot open: {}", path, opened.error())};
+  opened.value()->set_limit(max_bytes,
+                            fmt::format("larger than {} MiB, {}", max_bytes >> 20, too_large));
+  return std::move(opened).value();
+}
+
+}  // namespace
+
+Result<nlohmann::json, std::string> read_json_file(const std::string& path, std::uint64_t max_bytes,
+                                                   std::string_view too_large) {
+  auto source = open_capped(path, max_bytes, too_large);
+  if (!source) return Unexpected{source.error()};
+  return parse_document(*source.value(), path, max_bytes);
+}
+
+Result<JsonText, std::string> read_json_text(const std::string& path, std::uint64_t max_bytes,
+                                             std::string_view too_large) {
+  auto opened = open_capped(path, max_bytes, too_large);
+  if (!opened) return Unexpected{opened.error()};
+  ByteSource& source = *opened.value();
+  JsonText out;
+  while (source.refill()) {
+    out.text.append(source.begin(), source.end());
+    source.advance_to(source.end());
+  }
+  if (!source.error().empty()) return Unexpected{fmt::format("{}: {}", path, source.error())};
+  auto copy = ByteSource::from_string(out.text);
+  auto document = parse_document(*copy, path, max_bytes);
+  if (!document) return Unexpected{document.error()};
+  out.document = std::move(document).value();
+  return out;
 }
 
 }  // namespace kvreplay

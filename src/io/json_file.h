@@ -22,4 +22,15 @@ namespace kvreplay {
 Result<nlohmann::json, std::string> read_json_file(const std::string& path, std::uint64_t max_bytes,
                                                    std::string_view too_large);
 
+// The same document and the text it was read from, for a reader that names
+// the line of a key in its messages (a price file, a cost profile): the input
+// is read once, so a FIFO or standard input works as a file does. The text is
+// held whole (at most `max_bytes`, after gzip decompression).
+struct JsonText {
+  nlohmann::json document;
+  std::string text;
+};
+Result<JsonText, std::string> read_json_text(const std::string& path, std::uint64_t max_bytes,
+                                             std::string_view too_large);
+
 }  // namespace kvreplay

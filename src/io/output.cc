@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "io/input_registry.h"
 #include "io/temporaries.h"
 
 namespace kvreplay {
@@ -249,12 +250,33 @@ bool FileIdentity::same_as(const FileIdentity& other) const {
 }
 
 void OutputSet::add_input(std::string name, const std::string& path) {
+  record_input_path(path, name);
   Input input{std::move(name), path, {}};
   struct stat info {};
   const int status = path == "-" ? ::fstat(STDIN_FILENO, &info) : ::stat(path.c_str(), &info);
   if (status != 0 || !S_ISREG(info.st_mode)) return;
   input.identity = {true, info.st_dev, info.st_ino, {}};
   inputs_.push_back(std::move(input));
+}
+
+std::optional<std::string> OutputSet::replaces_input(const OutputFile& file,
+                                                     const FileIdentity& identity) const {
+  if (!identity.exists) return std::nullopt;
+  const std::string label = file.flag_.empty() ? file.what_ : file.flag_;
+  auto refusal = [&](const std::string& input) {
+    return fmt::format(
+        "command line: {} {} is {}: an output never replaces an input (nothing written)", label,
+        file.path_, input);
+  };
+  for (const Input& input : inputs_) {
+    if (identity.same_as(input.identity)) return refusal(input.name + " " + input.path);
+  }
+  // Every file the run has opened for reading, wherever its path came from.
+  if (auto input = find_input(identity.device, identity.inode)) {
+    return refusal(input->name.empty() ? fmt::format("{}, which this run reads", input->path)
+                                       : input->name + " " + input->path);
+  }
+  return std::nullopt;
 }
 
 OutputFile* OutputSet::open(std::string what, const std::string& path, OutputFile::Flow flow,
@@ -272,15 +294,9 @@ OutputFile* OutputSet::open(std::string what, const std::string& path, OutputFil
     error_ = file->message();
     return nullptr;
   }
-  auto label = [](const OutputFile& f) { return f.flag_.empty() ? f.what_ : f.flag_; };
-  if (target.identity.known()) {
-    for (const Input& input : inputs_) {
-      if (!target.identity.same_as(input.identity)) continue;
-      error_ = fmt::format(
-          "command line: {} {} is {} {}: an output never replaces an input (nothing written)",
-          label(*file), path, input.name, input.path);
-      return nullptr;
-    }
+  if (auto refusal = replaces_input(*file, target.identity)) {
+    error_ = std::move(*refusal);
+    return nullptr;
   }
   for (const auto& other : files_) {
     if (target.kind == Target::Kind::kStdout && other->is_stdout()) {
@@ -382,6 +398,21 @@ bool OutputSet::commit() {
   };
   for (const auto& file : files_) {
     if (file->failed()) return give_up(*file);
+  }
+  // An input read since the output was opened (a path named inside another
+  // input) is checked now, before any byte reaches anything.
+  for (const auto& file : files_) {
+    if (file->kind_ != Kind::kTemporary) continue;
+    std::optional<std::string> refusal = replaces_input(*file, file->identity_);
+    struct stat info {};
+    if (!refusal && ::stat(file->target_.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+      refusal = replaces_input(*file, FileIdentity{true, info.st_dev, info.st_ino, {}});
+    }
+    if (refusal) {
+      error_ = std::move(*refusal);
+      abandon();
+      return false;
+    }
   }
   // Temporaries first, then devices and FIFOs, standard output last: what
   // cannot be taken back is written only once everything else succeeded.

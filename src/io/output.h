@@ -48,6 +48,11 @@
 //   command line: the report and the timeline both write to standard output
 //   command line: --report a.csv is REQUESTS a.csv: an output never replaces an input
 //   command line: --requests and --report are one file, out/./y.csv
+// Every output is compared with every input (io/input_registry.h: each file
+// the run opened for reading, and each add_input()) when it is opened, and its
+// temporary's target again at the start of commit(), before any byte reaches
+// anything: an input read during the run (a path named inside another input)
+// cannot be replaced either.
 // Files are compared by identity before anything is written (SPEC §8): device
 // and inode for a file that exists (hard links and symlinks included, and
 // standard input when it is a regular file), else the path with its folder
@@ -61,6 +66,7 @@
 
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -174,6 +180,11 @@ class OutputSet {
     std::string name, path;
     FileIdentity identity;
   };
+  // The refusal when `identity` (of `file`'s target) is an input: one of
+  // add_input()'s, or any file the run opened for reading (io/input_registry.h).
+  std::optional<std::string> replaces_input(const OutputFile& file,
+                                            const FileIdentity& identity) const;
+
   std::vector<std::unique_ptr<OutputFile>> files_;
   std::vector<Input> inputs_;
   std::string error_;

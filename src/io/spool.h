@@ -22,7 +22,7 @@ class SpooledInput {
   // The same, from any descriptor (tests).
   static Result<SpooledInput, std::string> from_fd(int fd);
   // An empty spool, for a caller that copies into fd() itself while it reads
-  // (ByteSource::tee_standard_input): made with O_TMPFILE where the file
+  // (ByteSource::tee_next_source): made with O_TMPFILE where the file
   // system has it, so it never has a name, even for an instant.
   static Result<SpooledInput, std::string> create();
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <fstream>
 #include <iterator>
 
 #include "io/json_file.h"
@@ -150,17 +149,10 @@ const CostProfile& CostProfile::shipped() {
 }
 
 Result<CostProfile, std::string> CostProfile::load(const std::string& path) {
-  auto json = read_json_file(path, kMaxProfileBytes, "not a cost profile");
+  // Read once, text and document (a FIFO or a pipe has no second reading).
+  auto json = read_json_text(path, kMaxProfileBytes, "not a cost profile");
   if (!json) return Unexpected{json.error()};
-  // The text again, for the lines of keys (a pipe reads once: line 1).
-  std::string text;
-  if (path != "-") {
-    std::ifstream in(path, std::ios::binary);
-    text.resize(kMaxProfileBytes);
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<std::size_t>(std::max<std::streamsize>(in.gcount(), 0)));
-  }
-  return parse(json.value(), path, text);
+  return parse(json.value().document, path, json.value().text);
 }
 
 Result<CostProfile, std::string> CostProfile::parse(const nlohmann::json& document,

@@ -26,6 +26,8 @@
 #include <string>
 #include <thread>
 
+#include "io/byte_source.h"
+#include "io/input_registry.h"
 #include "io/temporaries.h"
 
 namespace {
@@ -47,6 +49,7 @@ struct TempDir {
   ~TempDir() {
     fs::permissions(path, fs::perms::owner_all, fs::perm_options::add);
     fs::remove_all(path);
+    kvreplay::forget_inputs();  // the inodes of its files may be reused
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
@@ -449,6 +452,44 @@ TEST_CASE("an output that is an input is refused before anything is written") {
     CHECK(set.open("the timeline", "/dev/null") != nullptr);
     CHECK(set.open("the HTML report", "/dev/null") != nullptr);
   }
+}
+
+TEST_CASE("a file read after the output was opened is refused when the set commits") {
+  TempDir dir;
+  write_all(dir.file("cfg.json"), "{}\n");
+  write_all(dir.file("prof.json"), "{\"profiles\": []}\n");
+  for (const std::string& target : {dir.file("cfg.json"), dir.file("prof.json")}) {
+    INFO(target);
+    OutputSet set;
+    OutputFile* report =
+        set.open("the report", dir.file("r.json"), OutputFile::Flow::kWhole, "--report");
+    OutputFile* results = set.open("the results", target, OutputFile::Flow::kWhole, "--results");
+    REQUIRE(report != nullptr);
+    REQUIRE(results != nullptr);  // not read yet: nothing to refuse
+    // Read through a hard link: the same file by identity.
+    const std::string link = dir.file("link");
+    fs::remove(link);
+    REQUIRE(::link(target.c_str(), link.c_str()) == 0);
+    auto source = kvreplay::ByteSource::open(link);
+    REQUIRE(static_cast<bool>(source));
+    report->write("report\n");
+    results->write("results\n");
+    CHECK_FALSE(set.commit());
+    CHECK(set.error() == "command line: --results " + target + " is " + link +
+                             ", which this run reads: an output never replaces an input "
+                             "(nothing written)");
+    fs::remove(link);
+  }
+  // Nothing was renamed: neither the input nor the other output.
+  CHECK(read_all(dir.file("cfg.json")) == "{}\n");
+  CHECK(read_all(dir.file("prof.json")) == "{\"profiles\": []}\n");
+  CHECK(dir.names() == std::set<std::string>{"cfg.json", "prof.json"});
+  // A name given by the command (add_input) is the one the message uses.
+  OutputSet named;
+  named.add_input("--cost-profile", dir.file("prof.json"));
+  CHECK(named.open("the report", dir.file("prof.json"), OutputFile::Flow::kWhole, "--report") ==
+        nullptr);
+  CHECK(named.error().find("is --cost-profile " + dir.file("prof.json")) != std::string::npos);
 }
 
 TEST_CASE("standard input redirected from a file is that file") {
