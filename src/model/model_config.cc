@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include "core/enum_names.h"
@@ -574,7 +576,9 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   return spec;
 }
 
-InputResult<ModelSpec> load_model_config(const std::string& path) {
+namespace {
+
+InputResult<ModelSpec> read_model_config_file(const std::string& path) {
   auto document = read_json_file(path, kMaxConfigBytes, "not a config.json");
   if (!document) {
     // read_json_file's message starts with the path: "PATH:LINE: not valid JSON: ...".
@@ -600,6 +604,19 @@ InputResult<ModelSpec> load_model_config(const std::string& path) {
     return Unexpected{InputError{path, 0, "file", std::string(rest)}};
   }
   return read_model_config(document.value(), path);
+}
+
+}  // namespace
+
+InputResult<ModelSpec> load_model_config(const std::string& path) {
+  // Each path is read once a run (plan resolves it for every cell, from
+  // several threads): a FIFO or /dev/stdin gives its document once.
+  static std::mutex mutex;
+  static std::map<std::string, InputResult<ModelSpec>> read;
+  std::lock_guard lock(mutex);
+  auto it = read.find(path);
+  if (it == read.end()) it = read.emplace(path, read_model_config_file(path)).first;
+  return it->second;
 }
 
 #undef KVREPLAY_TRY
