@@ -5,8 +5,12 @@
 // profile's most specific entry wins.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -195,6 +199,60 @@ TEST_CASE("calibrate: a workload's exception under -j 2 is rethrown by record_sc
       workloads, [](const Workload&) { return RooflineConstants{}; }, 2, "m.csv");
   REQUIRE(fine.ok());
   CHECK(fine.value().size() == 3);
+}
+
+namespace {
+
+// Reads `text` as MEASURED.csv; the problem as FILE:LINE: FIELD: problem, or "".
+std::string read_csv_problem(const std::string& text, std::size_t* rows = nullptr) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("kvreplay-calibrate-test-" + std::to_string(::getpid()) + ".csv");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+  }
+  auto read = read_measured_csv(path.string());
+  std::filesystem::remove(path);
+  if (!read) {
+    const std::string shown = read.error().to_string();
+    return shown.substr(shown.find(".csv") + 4);  // from ":LINE: FIELD: problem"
+  }
+  if (rows != nullptr) *rows = read.value().size();
+  return "";
+}
+
+const char* const kHeaderLine =
+    "model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value\n";
+
+}  // namespace
+
+TEST_CASE("calibrate: MEASURED.csv refusals are FILE:LINE: FIELD: problem, and a BOM is read") {
+  std::size_t rows = 0;
+  // A UTF-8 byte order mark before the header, as a spreadsheet writes it.
+  CHECK(read_csv_problem(std::string("\xEF\xBB\xBF") + kHeaderLine +
+                             "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,7\r\n",
+                         &rows) == "");
+  CHECK(rows == 1);
+  // TPOT of one output token is undefined.
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,1,1,2,tpot_ms,7\n") ==
+        ":2: output_tokens: 1 output token has no time per output token (a tpot_ms row needs "
+        "at least 2)");
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,1,1,2,ttft_ms,7\n") == "");
+  // Figures no benchmark gives: their errors would be inf.
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,128,1,2,ttft_ms,1e-308\n") ==
+        ":2: value: '1e-308' is out of range: a measured ttft_ms is from 0.001 to 1e9 "
+        "(the errors are shares of it, and would overflow)");
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,128,1,2,output_tok_s,2e9\n")
+            .starts_with(":2: value: '2e9' is out of range"));
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,0.001\n") == "");
+  // A line of 20 MiB is refused at 16 MiB, naming its line.
+  CHECK(read_csv_problem(std::string(kHeaderLine) + std::string(20u << 20, 'x')) ==
+        ":2: row: past 16 MiB of input: not a measurement file");
 }
 
 TEST_CASE("cost profile: the most specific entry wins, constant by constant") {

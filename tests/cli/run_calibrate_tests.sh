@@ -72,6 +72,11 @@ bad tp "llama-3.1-8b,h100-80gb,0,128,128,1,2,tpot_ms,7" "tp: '0' is not an integ
 bad gpu "llama-3.1-8b,h1000,1,128,128,1,2,tpot_ms,7" "gpu: unknown GPU"
 bad model "llama-9,h100-80gb,1,128,128,1,2,tpot_ms,7" "model: 'llama-9' is neither a preset"
 bad short "llama-3.1-8b,h100-80gb,1,128" "row: 4 fields, expected at least 9"
+bad tpot1 "llama-3.1-8b,h100-80gb,1,128,1,1,2,tpot_ms,7" \
+  "output_tokens: 1 output token has no time per output token (a tpot_ms row needs at least 2)"
+bad tiny "llama-3.1-8b,h100-80gb,1,128,128,1,2,ttft_ms,1e-308" \
+  "value: '1e-308' is out of range: a measured ttft_ms is from 0.001 to 1e9"
+bad huge "llama-3.1-8b,h100-80gb,1,128,128,1,2,output_tok_s,1e10" "value: '1e10' is out of range"
 # A run that fails (here a prompt no pool holds) names its row too.
 bad never "llama-3.1-8b,h100-80gb,1,16000000,16,1,2,ttft_ms,7" \
   "row: llama-3.1-8b on h100-80gb TP1, 16000000/16 tokens, concurrency 1: "
@@ -81,6 +86,15 @@ check '[[ $rc -eq 2 ]] && grep -qF "$work/header.csv:1: header: expected model,g
   "a bad header: exit $rc: $(err_text)"
 run calibrate "$example" --report "$example"
 check '[[ $rc -eq 2 ]] && grep -qF "never replaces an input" "$work/err"' "the input overwritten: exit $rc: $(err_text)"
+# A UTF-8 byte order mark before the header is read, as a spreadsheet writes it.
+printf '\xEF\xBB\xBFmodel,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value\r\n%s\r\n' \
+  "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,7" >"$work/bom.csv"
+run calibrate "$work/bom.csv" --no-fit -q
+check '[[ $rc -eq 0 ]]' "a BOM before the header: exit $rc: $(err_text)"
+# An endless line: refused once 16 MiB of it are read, not held whole first.
+run_cmd bash -c 'tr "\0" x </dev/zero | "$0" calibrate - --report "$1"' "$kvreplay" "$work/endless.json"
+check '[[ $rc -eq 2 && $(cat "$work/err") == "-:1: row: past 16 MiB of input: not a measurement file" && ! -e $work/endless.json ]]' \
+  "an endless line: exit $rc: $(err_text)"
 finish "calibrate: every bad row is FILE:LINE: FIELD, exit 2, nothing written"
 
 # 4. Bad profiles: FILE:LINE: the key, exit 2.
