@@ -3,11 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <mutex>
+#include <system_error>
+#include <thread>
 
 #include "app/load_generator.h"
 #include "engine/simulator.h"
@@ -17,6 +22,10 @@ namespace kvreplay {
 namespace {
 
 constexpr std::uint64_t kMaxCsvBytes = 16u << 20;
+// A measured figure outside this range is no benchmark's (1e-308 ms, say),
+// and the errors, shares of it, would overflow to inf.
+constexpr double kMinValue = 1e-3, kMaxValue = 1e9;
+constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
 constexpr const char* kHeader[] = {"model",        "gpu",           "tp",
                                    "input_tokens", "output_tokens", "concurrency",
                                    "requests",     "metric",        "value"};
@@ -90,16 +99,38 @@ InputResult<MeasuredRow> parse_row(const std::vector<std::string>& fields, const
     return fail("metric", fmt::format("'{}' is none of ttft_ms, tpot_ms, output_tok_s",
                                       metric.substr(0, 40)));
   }
+  if (row.metric == CalibrationMetric::kTpotMs && row.output_tokens < 2) {
+    return fail("output_tokens",
+                "1 output token has no time per output token (a tpot_ms row needs at least 2)");
+  }
   const std::string& value = fields[8];
   double x = 0;
   const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), x);
-  if (error != std::errc() || end != value.data() + value.size() || !std::isfinite(x) || !(x > 0) ||
-      x > 1e12) {
-    return fail("value",
-                fmt::format("'{}' is not a positive number (at most 1e12)", value.substr(0, 40)));
+  if (error != std::errc() || end != value.data() + value.size() || !std::isfinite(x) || !(x > 0)) {
+    return fail("value", fmt::format("'{}' is not a positive number", value.substr(0, 40)));
+  }
+  if (x < kMinValue || x > kMaxValue) {
+    return fail("value", fmt::format("'{}' is out of range: a measured {} is from 0.001 to 1e9 "
+                                     "(the errors are shares of it, and would overflow)",
+                                     value.substr(0, 40), metric));
   }
   row.value = x;
   return row;
+}
+
+// The next line of `in` into `text`, without its newline; false at the end of
+// input. `bytes` counts what was read, newlines included; the read stops as
+// soon as it passes `limit`, so a line of any length holds at most that much.
+bool read_line(std::streambuf& in, std::string& text, std::uint64_t& bytes, std::uint64_t limit) {
+  text.clear();
+  for (bool any = false;; any = true) {
+    const int c = in.sbumpc();
+    if (c == std::char_traits<char>::eof()) return any;
+    ++bytes;
+    if (c == '\n') return true;
+    if (bytes > limit) return true;
+    text.push_back(static_cast<char>(c));
+  }
 }
 
 }  // namespace
@@ -137,15 +168,15 @@ InputResult<std::vector<MeasuredRow>> read_measured_csv(const std::string& path,
   std::vector<MeasuredRow> rows;
   std::string text;
   std::uint64_t line = 0, bytes = 0;
-  while (std::getline(in, text)) {
+  while (read_line(*in.rdbuf(), text, bytes, kMaxCsvBytes)) {
     ++line;
-    bytes += text.size() + 1;
     if (bytes > kMaxCsvBytes) {
       return Unexpected{
-          InputError{path, line, "row", "larger than 16 MiB: not a measurement file"}};
+          InputError{path, line, "row", "past 16 MiB of input: not a measurement file"}};
     }
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (line == 1) {
+      if (text.starts_with(kByteOrderMark)) text.erase(0, kByteOrderMark.size());
       const auto header = split_csv(text);
       bool ok = header.size() >= std::size(kHeader);
       for (std::size_t i = 0; ok && i < std::size(kHeader); ++i) ok = header[i] == kHeader[i];
@@ -184,6 +215,55 @@ InputResult<std::vector<MeasuredRow>> read_measured_csv(const std::string& path,
         set.empty() ? std::string("no measurement rows") : fmt::format("no row of set '{}'", set)}};
   }
   return rows;
+}
+
+void run_jobs(std::size_t count, unsigned jobs, const std::function<void(std::size_t)>& job) {
+  std::atomic<std::size_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  auto worker = [&]() noexcept {
+    try {
+      for (std::size_t i = next++; i < count; i = next++) job(i);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next = count;
+    }
+  };
+  const std::size_t threads = std::clamp<std::size_t>(std::min<std::size_t>(jobs, count), 1, 1024);
+  std::vector<std::thread> pool;
+  try {
+    pool.reserve(threads - 1);  // so that emplace_back below only fails to start a thread
+    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  } catch (const std::system_error&) {  // no more threads: the others take their jobs
+  } catch (const std::bad_alloc&) {
+  }
+  worker();
+  for (std::thread& thread : pool) thread.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+InputResult<std::vector<Schedule>> record_schedules(
+    const std::vector<Workload>& workloads,
+    const std::function<RooflineConstants(const Workload&)>& constants_of, unsigned jobs,
+    const std::string& path) {
+  std::vector<std::optional<Result<Schedule, std::string>>> done(workloads.size());
+  run_jobs(workloads.size(), jobs, [&](std::size_t i) {
+    done[i] = Schedule::record(workloads[i], constants_of(workloads[i]));
+  });
+  std::vector<Schedule> out;
+  out.reserve(done.size());
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    const Workload& w = workloads[i];
+    if (!*done[i]) {
+      return Unexpected{InputError{
+          path, w.line, "row",
+          fmt::format("{} on {} TP{}, {}/{} tokens, concurrency {}: {}", w.model, w.gpu, w.tp,
+                      w.input_tokens, w.output_tokens, w.concurrency, done[i]->error())}};
+    }
+    out.push_back(std::move(*done[i]).value());
+  }
+  return out;
 }
 
 Result<Schedule, std::string> Schedule::record(const Workload& workload,

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -90,5 +91,20 @@ class Schedule {
   std::vector<Times> times_;
   Figures simulated_;
 };
+
+// Runs job(0) .. job(count - 1) on up to `jobs` threads, the calling one
+// among them; job i writes only its own results. An exception in a job
+// (std::bad_alloc, ...) stops the others from starting more jobs, and the
+// first one thrown is rethrown here once every thread has joined: never
+// std::terminate. A thread that cannot be started leaves its jobs to the others.
+void run_jobs(std::size_t count, unsigned jobs, const std::function<void(std::size_t)>& job);
+
+// Records every workload's schedule under constants_of(workload), `jobs` at
+// once. Error: the first workload (in order) whose run fails, as
+// PATH:LINE: row: ... at its first row. What a worker throws is rethrown.
+InputResult<std::vector<Schedule>> record_schedules(
+    const std::vector<Workload>& workloads,
+    const std::function<RooflineConstants(const Workload&)>& constants_of, unsigned jobs,
+    const std::string& path);
 
 }  // namespace kvreplay

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <future>
 #include <map>
 #include <thread>
 
@@ -90,36 +89,6 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
   return out;
 }
 
-// Records every workload's schedule under `constants_of(workload)`, `jobs` at once.
-Result<std::vector<Schedule>, std::string> record_all(
-    const std::vector<Workload>& workloads,
-    const std::function<RooflineConstants(const Workload&)>& constants_of, unsigned jobs) {
-  std::vector<std::optional<Result<Schedule, std::string>>> done(workloads.size());
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < workloads.size();) {
-      done[i] = Schedule::record(workloads[i], constants_of(workloads[i]));
-    }
-  };
-  std::vector<std::thread> threads;
-  for (unsigned t = 1; t < std::min<std::size_t>(jobs, workloads.size()); ++t) {
-    threads.emplace_back(worker);
-  }
-  worker();
-  for (std::thread& t : threads) t.join();
-  std::vector<Schedule> out;
-  for (std::size_t i = 0; i < done.size(); ++i) {
-    if (!*done[i]) {
-      return Unexpected{fmt::format(
-          "line {}: {} on {} TP{}, {}/{} tokens, concurrency {}: {}", workloads[i].line,
-          workloads[i].model, workloads[i].gpu, workloads[i].tp, workloads[i].input_tokens,
-          workloads[i].output_tokens, workloads[i].concurrency, done[i]->error())};
-    }
-    out.push_back(std::move(*done[i]).value());
-  }
-  return out;
-}
-
 std::string percent(double x) {
   return fmt::format("{:.1f}%", 100 * x);
 }
@@ -150,7 +119,8 @@ struct GpuFit {
 
 std::map<std::string, GpuFit> fit_by_gpu(const std::vector<MeasuredRow>& rows,
                                          const std::vector<Workload>& workloads,
-                                         const std::vector<Schedule>& schedules, bool no_fit) {
+                                         const std::vector<Schedule>& schedules, bool no_fit,
+                                         unsigned jobs) {
   std::map<std::string, GpuFit> out;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     out[workloads[rows[i].workload].gpu].rows.push_back(i);
@@ -163,7 +133,7 @@ std::map<std::string, GpuFit> fit_by_gpu(const std::vector<MeasuredRow>& rows,
     std::vector<FitPoint> points;
     for (std::size_t i : group.rows) points.push_back({&rows[i], &schedules[rows[i].workload]});
     const std::uint32_t held = no_fit ? ~0u : w.options.cost.given_mask;
-    group.fit = fit_constants(points, group.start, held);
+    group.fit = fit_constants(points, group.start, held, jobs);
   }
   return out;
 }
@@ -215,11 +185,11 @@ int report_and_write(const CalibrateRequest& request, std::vector<MeasuredRow>& 
                      const std::vector<Workload>& workloads, const std::vector<Schedule>& schedules,
                      OutputSet& outputs, OutputFile* report, OutputFile* results, unsigned jobs,
                      std::chrono::steady_clock::time_point started) {
-  const auto fits = fit_by_gpu(rows, workloads, schedules, request.no_fit);
+  const auto fits = fit_by_gpu(rows, workloads, schedules, request.no_fit, jobs);
   auto fitted_of = [&](const Workload& w) { return fits.at(w.gpu).fit.constants; };
-  auto again = record_all(workloads, fitted_of, jobs);
+  auto again = record_schedules(workloads, fitted_of, jobs, request.measured_path);
   if (!again) {
-    eprint("{}: {}\n", request.measured_path, again.error());
+    eprint("{}\n", again.error().to_string());
     return kExitInput;
   }
   std::vector<double> before(rows.size()), after(rows.size());
@@ -342,11 +312,27 @@ class CalibrateCommand final : public Command {
   int run() override;
 
  private:
+  int run_steps();
   CalibrateRequest request_;
   SimOptionsCli options_;
 };
 
+// What a worker thread throws is rethrown on this one (run_jobs), so it ends
+// as any other exception does, the outputs' temporaries removed as run_steps
+// unwinds: exit 2, one line, nothing written. Out of memory here, with the
+// option that lowers it; anything else in main's one line.
 int CalibrateCommand::run() {
+  try {
+    return run_steps();
+  } catch (const std::bad_alloc&) {
+    eprint(
+        "kvreplay calibrate: out of memory (nothing written): simulate fewer workloads at once "
+        "(-j)\n");
+  }
+  return kExitInput;
+}
+
+int CalibrateCommand::run_steps() {
   const auto started = std::chrono::steady_clock::now();
   auto rows = read_measured_csv(request_.measured_path, request_.set);
   if (!rows) {
@@ -376,9 +362,9 @@ int CalibrateCommand::run() {
   auto start_of = [](const Workload& w) {
     return w.options.cost.roofline_for(w.gpu, w.options.engine);
   };
-  auto schedules = record_all(workloads.value(), start_of, jobs);
+  auto schedules = record_schedules(workloads.value(), start_of, jobs, request_.measured_path);
   if (!schedules) {
-    eprint("{}: {}\n", request_.measured_path, schedules.error());
+    eprint("{}\n", schedules.error().to_string());
     return kExitInput;
   }
   return report_and_write(request_, rows.value(), workloads.value(), schedules.value(), outputs,

@@ -3,10 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <numeric>
-#include <thread>
 
 #include "model/cost_profile.h"
 
@@ -27,23 +25,15 @@ std::size_t info_index(const char* name) {
   return infos.size();
 }
 
-// The figures of each distinct schedule once, `threads` at a time.
-std::vector<double> errors(const std::vector<FitPoint>& points, const RooflineConstants& c) {
+// The figures of each distinct schedule once, `jobs` at a time.
+std::vector<double> errors(const std::vector<FitPoint>& points, const RooflineConstants& c,
+                           unsigned jobs) {
   std::vector<const Schedule*> schedules;
   for (const FitPoint& p : points) schedules.push_back(p.schedule);
   std::sort(schedules.begin(), schedules.end());
   schedules.erase(std::unique(schedules.begin(), schedules.end()), schedules.end());
   std::vector<Figures> figures(schedules.size());
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < schedules.size();) figures[i] = schedules[i]->figures(c);
-  };
-  const auto threads = static_cast<unsigned>(
-      std::min<std::size_t>(schedules.size(), std::max(1u, std::thread::hardware_concurrency())));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
+  run_jobs(schedules.size(), jobs, [&](std::size_t i) { figures[i] = schedules[i]->figures(c); });
   std::vector<double> out;
   out.reserve(points.size());
   for (const FitPoint& p : points) {
@@ -54,8 +44,8 @@ std::vector<double> errors(const std::vector<FitPoint>& points, const RooflineCo
   return out;
 }
 
-double objective(const std::vector<FitPoint>& points, const RooflineConstants& c) {
-  const std::vector<double> e = errors(points, c);
+double objective(const std::vector<FitPoint>& points, const RooflineConstants& c, unsigned jobs) {
+  const std::vector<double> e = errors(points, c, jobs);
   const double mean = std::accumulate(e.begin(), e.end(), 0.0) / static_cast<double>(e.size());
   return median(e) + 0.01 * mean;
 }
@@ -136,11 +126,11 @@ double median(std::vector<double> values) {
 }
 
 FitResult fit_constants(const std::vector<FitPoint>& points, const RooflineConstants& start,
-                        std::uint32_t held) {
+                        std::uint32_t held, unsigned jobs) {
   const auto& infos = roofline_constant_infos();
   FitResult out;
   out.constants = start;
-  out.median_before = median(errors(points, start));
+  out.median_before = median(errors(points, start, jobs));
   // Which constants to fit: not held, and some row moves when it does.
   std::vector<double> base;
   for (const FitPoint& p : points) base.push_back(p.schedule->figures(start).of(p.row->metric));
@@ -184,7 +174,7 @@ FitResult fit_constants(const std::vector<FitPoint>& points, const RooflineConst
   };
   std::vector<double> x;
   for (std::size_t i : out.fitted) x.push_back(coordinate_of(infos[i], start.*infos[i].field));
-  auto f = [&](const std::vector<double>& at) { return objective(points, constants_at(at)); };
+  auto f = [&](const std::vector<double>& at) { return objective(points, constants_at(at), jobs); };
   double best = f(x);
   for (int round = 0; round < 6; ++round) {  // restarts from the best, smaller steps
     x = nelder_mead(f, x, round == 0 ? 0.5 : 0.2, 200 * static_cast<int>(x.size()));
@@ -196,8 +186,10 @@ FitResult fit_constants(const std::vector<FitPoint>& points, const RooflineConst
     best = now;
   }
   out.constants = constants_at(x);
-  if (objective(points, out.constants) > objective(points, start)) out.constants = start;
-  out.median_after = median(errors(points, out.constants));
+  if (objective(points, out.constants, jobs) > objective(points, start, jobs)) {
+    out.constants = start;
+  }
+  out.median_after = median(errors(points, out.constants, jobs));
   return out;
 }
 

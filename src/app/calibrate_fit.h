@@ -33,8 +33,9 @@ struct FitResult {
 // bandwidth, decode, overhead, prefill, fp8, all-reduce latency, link. The
 // objective is the median absolute percentage error plus 1% of the mean (which
 // breaks the median's ties); Nelder-Mead over the logarithms, restarted until
-// it gains nothing.
+// it gains nothing. Each pass over the rows prices their schedules `jobs` at
+// a time (-j); what a job throws is rethrown here.
 FitResult fit_constants(const std::vector<FitPoint>& points, const RooflineConstants& start,
-                        std::uint32_t held);
+                        std::uint32_t held, unsigned jobs = 1);
 
 }  // namespace kvreplay

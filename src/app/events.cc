@@ -21,9 +21,6 @@ namespace kvreplay {
 
 namespace {
 
-// A longer line is refused rather than held (memory stays bounded).
-constexpr std::size_t kMaxLine = std::size_t{64} << 20;
-
 struct EventsRequest {
   std::string path;
   std::string json;  // --json: empty for none
@@ -32,8 +29,12 @@ struct EventsRequest {
 };
 
 // The next line of `in`, without its newline, into `line`: false at the end of
-// input. Error: why the input cannot be read, or the line is too long.
-Result<bool, std::string> next_line(ByteSource& in, std::string& line) {
+// input. Error: why the input cannot be read, or why the line is not read on
+// (`checker`: longer than 64 MiB, or than the memory limit leaves room for),
+// asked as it grows, so that memory stays bounded.
+Result<bool, std::string> next_line(ByteSource& in, std::string& line,
+                                    const EventsChecker& checker) {
+  if (line.capacity() > (std::size_t{1} << 20)) line = std::string();  // a long line's
   line.clear();
   bool any = false;
   for (;;) {
@@ -44,8 +45,9 @@ Result<bool, std::string> next_line(ByteSource& in, std::string& line) {
       const auto* newline =
           static_cast<const char*>(std::memchr(begin, '\n', static_cast<std::size_t>(end - begin)));
       const char* stop = newline != nullptr ? newline : end;
-      if (line.size() + static_cast<std::size_t>(stop - begin) > kMaxLine) {
-        return Unexpected{fmt::format("line longer than {} MiB", kMaxLine >> 20)};
+      if (auto problem =
+              checker.line_problem(line.size() + static_cast<std::size_t>(stop - begin))) {
+        return Unexpected{std::move(*problem)};
       }
       line.append(begin, stop);
       if (newline != nullptr) {
@@ -80,10 +82,12 @@ int run_events(const EventsRequest& request) {
     eprint("{}\n", InputError{name, 0, "file", "cannot open: " + source.error()}.to_string());
     return kExitInput;
   }
-  EventsChecker checker(name, EventsOptions{request.duplicates});
+  EventsOptions options;
+  options.duplicates = request.duplicates;
+  EventsChecker checker(name, options);
   std::string line;
   for (std::uint64_t number = 1;; ++number) {
-    auto more = next_line(*source.value(), line);
+    auto more = next_line(*source.value(), line, checker);
     if (!more) {
       const bool long_line = source.value()->error().empty();
       eprint("{}\n",

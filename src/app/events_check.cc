@@ -16,6 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "app/events_store_stack.h"
+#include "app/events_usage.h"
+#include "core/memory_budget.h"
 #include "io/byte_source.h"
 #include "io/json_cursor.h"
 #include "io/json_object.h"
@@ -74,7 +77,7 @@ std::string upper(std::string text) {
 
 class BatchParser {
  public:
-  explicit BatchParser(JsonCursor& in) : in_(in) {}
+  BatchParser(JsonCursor& in, EventsUsage& usage) : in_(in), usage_(usage) {}
 
   // False: a blank line.
   Result<bool, Problem> parse(ParsedBatch& out) {
@@ -183,9 +186,12 @@ class BatchParser {
 
   Status read_hashes(const std::string& field, std::vector<Hash>& out) {
     out.clear();
-    return read_array(field, [&](std::size_t i) {
+    return read_array(field, [&](std::size_t i) -> Status {
       out.emplace_back();
-      return read_hash(fmt::format("{}[{}]", field, i), out.back());
+      const std::string where = fmt::format("{}[{}]", field, i);
+      if (auto r = read_hash(where, out.back()); !r) return r;
+      return grow(where,
+                  EventsUsage::kParsedHash + (out.back().is_string ? out.back().text.size() : 0));
     });
   }
 
@@ -195,7 +201,7 @@ class BatchParser {
     Hash hash;
     if (auto r = read_hash(field, hash); !r) return r;
     out = std::move(hash);
-    return {};
+    return grow(field, out->text.size());
   }
 
   // token_ids: integers, checked and dropped (the checks need hashes only).
@@ -212,7 +218,7 @@ class BatchParser {
     if (in_.peek() != '"') return expected(field, "a string or null");
     if (auto r = in_.read_string(scratch_); !r) return fail(field, r.error());
     out = upper(scratch_);
-    return {};
+    return grow(field, out.size());
   }
 
   Status read_type(const std::string& field, Kind& out) {
@@ -335,6 +341,7 @@ class BatchParser {
     return read_array("events", [&](std::size_t i) -> Status {
       const std::string where = fmt::format("events[{}]", i);
       out.emplace_back();
+      if (auto r = grow(where, EventsUsage::kParsedEvent); !r) return r;
       const int c = in_.peek();
       if (c == '{') return read_event_object(where, out.back());
       if (c == '[') return read_event_array(where, out.back());
@@ -399,77 +406,17 @@ class BatchParser {
     return {};
   }
 
+  // The line's parsed events and hashes grow by `bytes`; over the limit: the
+  // field's problem.
+  Status grow(const std::string& field, std::uint64_t bytes) {
+    usage_.parsed += bytes;
+    if (usage_.over()) return fail(field, usage_.problem());
+    return {};
+  }
+
   JsonCursor& in_;
+  EventsUsage& usage_;
   std::string scratch_;
-};
-
-// ---------------------------------------------------------------------------
-// LRU stack distances over store events (Mattson et al., 1970), counted with a
-// Fenwick tree over store positions (Bennett and Kruskal, 1975): a position
-// holds 1 while it is the latest store of its hash, so the distinct hashes
-// stored since a hash's previous store are the ones after that position.
-// O(log n) a store; positions are renumbered when fewer than half are latest,
-// so memory follows the distinct hashes, not the stores.
-class StoreStack {
- public:
-  // A store of `id`, whose previous store is at `previous` (kNone: none). Its
-  // new position; `distance`: the distinct other ids stored since `previous`.
-  std::uint32_t store(std::uint32_t id, std::uint32_t previous, std::uint64_t& distance) {
-    const auto end = static_cast<std::uint32_t>(owner_.size());
-    distance = 0;
-    if (previous != kNone) {
-      distance = prefix(end) - prefix(previous + 1);
-      add(previous, -1);
-      owner_[previous] = kNone;
-      --live_;
-    }
-    push(id);
-    return end;
-  }
-  bool sparse() const { return owner_.size() >= 4096 && owner_.size() >= 2 * live_; }
-  // Renumbers the latest stores 0, 1, ... in order; relocate(id, position) for each.
-  template <class F>
-  void compact(F&& relocate) {
-    std::vector<std::uint32_t> owners;
-    owners.reserve(live_);
-    for (std::uint32_t id : owner_) {
-      if (id != kNone) owners.push_back(id);
-    }
-    owner_ = std::move(owners);
-    // Every position holds 1: node i (1-based) covers lowbit(i) positions.
-    tree_.assign(owner_.size(), 0);
-    for (std::size_t i = 1; i <= tree_.size(); ++i) {
-      tree_[i - 1] = static_cast<std::uint32_t>(i & (~i + 1));
-      relocate(owner_[i - 1], static_cast<std::uint32_t>(i - 1));
-    }
-  }
-
-  static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
-
- private:
-  // The marks at positions [0, n).
-  std::uint64_t prefix(std::size_t n) const {
-    std::uint64_t sum = 0;
-    for (std::size_t i = n; i > 0; i &= i - 1) sum += tree_[i - 1];
-    return sum;
-  }
-  void add(std::size_t position, int delta) {
-    for (std::size_t i = position + 1; i <= tree_.size(); i += i & (~i + 1)) {
-      tree_[i - 1] = static_cast<std::uint32_t>(static_cast<std::int64_t>(tree_[i - 1]) + delta);
-    }
-  }
-  // Appends a marked position: node i covers (i - lowbit(i), i].
-  void push(std::uint32_t id) {
-    const std::size_t i = tree_.size() + 1;
-    const std::size_t low = i & (~i + 1);
-    tree_.push_back(static_cast<std::uint32_t>(1 + prefix(i - 1) - prefix(i - low)));
-    owner_.push_back(id);
-    ++live_;
-  }
-
-  std::vector<std::uint32_t> tree_;   // Fenwick nodes, node i at tree_[i - 1]
-  std::vector<std::uint32_t> owner_;  // the id stored at each position, kNone once stored again
-  std::uint64_t live_ = 0;
 };
 
 struct HashState {
@@ -485,7 +432,10 @@ struct MediumState {
   StoreStack stack;
   std::uint64_t stored = 0, removed = 0, cleared = 0, cached = 0, peak = 0;
   double peak_ts = 0;
-  std::vector<std::uint64_t> distances;
+  std::uint64_t reuses = 0;
+  // distance_counts[d]: the re-stores at LRU stack distance d (d is below the
+  // hashes of the medium, so it is as long as they are at most).
+  std::vector<std::uint64_t> distance_counts;
   std::vector<double> reuse_times;
   std::vector<std::pair<double, std::uint64_t>> history;  // (ts, cached) where it changed
   // AllBlocksCleared is O(1): a hash cached in an earlier epoch was cleared at
@@ -511,12 +461,15 @@ struct MediumState {
     clear_ts.push_back(ts);
     ++epoch;
   }
-  void after_batch(double ts) {
+  // True when the history grew.
+  bool after_batch(double ts) {
     if (!history.empty() && history.back().first == ts) {
       history.back().second = cached;
     } else if (history.empty() ? cached != 0 : history.back().second != cached) {
       history.emplace_back(ts, cached);
+      return true;
     }
+    return false;
   }
   std::uint64_t cached_at(double ts) const {
     auto it = std::upper_bound(history.begin(), history.end(), ts,
@@ -532,6 +485,18 @@ T percentile(const std::vector<T>& sorted, std::uint64_t p) {
   const std::uint64_t n = sorted.size();
   const std::uint64_t rank = std::max<std::uint64_t>((p * n + 99) / 100, 1);
   return sorted[rank - 1];
+}
+
+// The same of the values counted in `counts` (counts[v]: how many are v), `n` in all.
+std::uint64_t percentile_of_counts(const std::vector<std::uint64_t>& counts, std::uint64_t n,
+                                   std::uint64_t p) {
+  const std::uint64_t rank = std::max<std::uint64_t>((p * n + 99) / 100, 1);
+  std::uint64_t seen = 0;
+  for (std::size_t v = 0; v < counts.size(); ++v) {
+    seen += counts[v];
+    if (seen >= rank) return v;
+  }
+  return counts.empty() ? 0 : counts.size() - 1;
 }
 
 int medium_rank(const std::string& medium) {
@@ -559,6 +524,13 @@ struct EventsChecker::Impl {
   EventsSummary totals;
   ParsedBatch batch;
   std::vector<MediumState*> touched;
+  EventsUsage usage;
+
+  // Over the memory limit: the problem of `field`.
+  Status check(const std::string& field) const {
+    if (usage.over()) return fail(field, usage.problem());
+    return {};
+  }
 
   std::optional<std::uint32_t> find_id(const Hash& hash) const {
     if (hash.is_string) {
@@ -571,18 +543,26 @@ struct EventsChecker::Impl {
     return it->second;
   }
   std::uint32_t intern(const Hash& hash) {
-    auto take = [this](auto& ids, const auto& key) {
+    auto take = [this, &hash](auto& ids, const auto& key) {
       auto [it, fresh] = ids.try_emplace(key, next_id);
-      if (fresh) ++next_id;
+      if (fresh) {
+        ++next_id;
+        ++usage.ids;
+        if (hash.is_string) usage.names += EventsUsage::kStringId + hash.text.size();
+      }
       return it->second;
     };
     return hash.is_string ? take(string_ids, hash.text) : take(int_ids, hash.value);
   }
 
   MediumState& medium(std::uint64_t instance, const std::string& name) {
-    MediumState& state = media[{instance, name}];
-    touch(state);
-    return state;
+    auto [it, fresh] = media.try_emplace({instance, name});
+    if (fresh) {
+      ++usage.media;
+      usage.names += name.size();
+    }
+    touch(it->second);
+    return it->second;
   }
   void touch(MediumState& state) {
     if (state.touched != totals.batches) {
@@ -624,15 +604,22 @@ Status EventsChecker::Impl::store(const ParsedEvent& event, const std::string& w
                               hash.shown(), place, entry.line));
     }
     if (state.stack.sparse()) {
+      usage.positions -= state.stack.positions();
       state.stack.compact([&](std::uint32_t owner, std::uint32_t position) {
         state.hashes[owner].position = position;
       });
+      usage.positions += state.stack.positions();
     }
     std::uint64_t distance = 0;
     entry.position = state.stack.store(id, fresh ? StoreStack::kNone : entry.position, distance);
+    ++usage.positions;
+    if (fresh) ++usage.entries;
     if (!fresh && entry.count == 0) {
-      state.distances.push_back(distance);
+      if (distance >= state.distance_counts.size()) state.distance_counts.resize(distance + 1);
+      ++state.distance_counts[distance];
+      ++state.reuses;
       state.reuse_times.push_back(ts - entry.removed_ts);
+      ++usage.reuses;
     }
     ++entry.count;
     entry.line = line;
@@ -641,6 +628,7 @@ Status EventsChecker::Impl::store(const ParsedEvent& event, const std::string& w
       state.peak = state.cached;
       state.peak_ts = ts;
     }
+    if (auto r = check(fmt::format("{}.block_hashes[{}]", where, i)); !r) return r;
   }
   return {};
 }
@@ -667,7 +655,10 @@ Status EventsChecker::Impl::remove(const ParsedEvent& event, const std::string& 
 
 Status EventsChecker::Impl::apply(std::uint64_t line) {
   auto [last, first] = instances.try_emplace(batch.instance, LastBatch{batch.ts, line});
-  if (!first) {
+  if (first) {
+    ++usage.instances;
+    if (auto r = check("ts"); !r) return r;
+  } else {
     if (batch.ts < last->second.ts) {
       return fail("ts", fmt::format("{} goes back from {} (line {}, instance {})", batch.ts,
                                     last->second.ts, last->second.line, batch.instance));
@@ -692,13 +683,15 @@ Status EventsChecker::Impl::apply(std::uint64_t line) {
       for (auto it = media.lower_bound({batch.instance, std::string()});
            it != media.end() && it->first.first == batch.instance; ++it) {
         it->second.clear(batch.ts);
+        ++usage.changes;
         touch(it->second);
       }
+      status = check(where);
     }
     if (!status) return status;
   }
-  for (MediumState* state : touched) state->after_batch(batch.ts);
-  return {};
+  for (MediumState* state : touched) usage.changes += state->after_batch(batch.ts) ? 1 : 0;
+  return check("events");
 }
 
 EventsChecker::EventsChecker(std::string file, EventsOptions options)
@@ -706,6 +699,17 @@ EventsChecker::EventsChecker(std::string file, EventsOptions options)
   impl_->file = std::move(file);
   impl_->options = options;
   impl_->totals.duplicates = options.duplicates;
+  impl_->usage.limit = options.memory_limit.value_or(memory_limit().bytes);
+}
+
+std::optional<std::string> EventsChecker::line_problem(std::uint64_t bytes) const {
+  if (bytes > EventsUsage::kLineMax)
+    return fmt::format("line longer than {} MiB", EventsUsage::kLineMax >> 20);
+  EventsUsage usage = impl_->usage;
+  usage.line = bytes;
+  usage.parsed = 0;
+  if (usage.over()) return usage.problem();
+  return std::nullopt;
 }
 
 EventsChecker::~EventsChecker() = default;
@@ -716,8 +720,11 @@ InputStatus EventsChecker::add_line(std::string_view text, std::uint64_t line) {
   if (line == 1) in.skip_byte_order_mark();
   Impl& impl = *impl_;
   impl.batch.events.clear();
+  if (impl.batch.events.capacity() > 4096) impl.batch.events.shrink_to_fit();  // a long line's
   impl.batch.instance = 0;
-  BatchParser parser(in);
+  impl.usage.line = text.size();
+  impl.usage.parsed = 0;
+  BatchParser parser(in, impl.usage);
   auto parsed = parser.parse(impl.batch);
   Status status;
   if (!parsed) {
@@ -753,14 +760,13 @@ EventsSummary EventsChecker::summary() const {
     m.peak_ts = state.peak_ts;
     if (span > 0) m.churn = static_cast<double>(state.stored + state.removed) / span;
     for (double ts : out.sample_ts) m.samples.push_back(state.cached_at(ts));
-    m.reuses = state.distances.size();
+    m.reuses = state.reuses;
     if (m.reuses > 0) {
-      std::vector<std::uint64_t> distances = state.distances;
-      std::sort(distances.begin(), distances.end());
-      m.distance_p50 = percentile(distances, 50);
-      m.distance_p90 = percentile(distances, 90);
-      m.distance_p99 = percentile(distances, 99);
-      m.distance_max = distances.back();
+      const auto& counts = state.distance_counts;
+      m.distance_p50 = percentile_of_counts(counts, m.reuses, 50);
+      m.distance_p90 = percentile_of_counts(counts, m.reuses, 90);
+      m.distance_p99 = percentile_of_counts(counts, m.reuses, 99);
+      m.distance_max = counts.size() - 1;
       std::vector<double> times = state.reuse_times;
       std::sort(times.begin(), times.end());
       m.time_p50 = percentile(times, 50);

@@ -26,6 +26,13 @@
 // hash is not cached already (--duplicates: a medium is a multiset, as vLLM's
 // BlockPool may cache one hash in several blocks). AllBlocksCleared empties
 // every medium of its instance.
+//
+// Memory (README, "Memory bounds"): what the check keeps grows with the
+// distinct hashes, the re-stores and the changes of a cached count, and a line
+// is held whole while it is checked. Each of them is counted as it grows, at an
+// upper bound of its bytes, and the line at which their sum passes the memory
+// limit fails: FILE:LINE: FIELD: "checking the stream ... needs X (FORMULA),
+// over the memory limit of Y (SOURCE)".
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -43,6 +50,8 @@ namespace kvreplay {
 
 struct EventsOptions {
   bool duplicates = false;  // --duplicates: a medium holds a hash any number of times
+  // The memory the check may hold (bytes); none: memory_limit() (core/memory_budget.h).
+  std::optional<std::uint64_t> memory_limit;
 };
 
 // The figures of one (instance, medium). Percentiles are nearest-rank: the
@@ -91,6 +100,11 @@ class EventsChecker {
   // blank line is no batch. The first problem of the line; after a problem the
   // checker's state is undefined (the command stops there).
   InputStatus add_line(std::string_view text, std::uint64_t line);
+  // Why a line of `bytes` bytes is not read on: longer than 64 MiB, or more
+  // than the memory limit leaves room for (the line is held 4 times over:
+  // read, copied, parsed); none when it may grow to that. Asked as the line
+  // is read, so that a long one is refused before it is held.
+  std::optional<std::string> line_problem(std::uint64_t bytes) const;
   EventsSummary summary() const;
 
  private:

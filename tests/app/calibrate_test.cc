@@ -5,7 +5,19 @@
 // profile's most specific entry wins.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <mutex>
+#include <new>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "app/calibrate.h"
@@ -127,6 +139,120 @@ TEST_CASE("calibrate: the fit recovers the constants that made the measurements"
   CHECK(fit.constants.step_overhead_ms == Approx(1.0).epsilon(0.05));
   // Held constants stay where they were.
   CHECK(fit.constants.prefill_efficiency == RooflineConstants{}.prefill_efficiency);
+  // -j: each pass over the rows on 3 threads gives the same fit.
+  const FitResult threaded = fit_constants(points, RooflineConstants{}, held, 3);
+  CHECK(threaded.constants == fit.constants);
+  CHECK(threaded.median_after == fit.median_after);
+}
+
+TEST_CASE("calibrate: what a worker thread throws reaches the caller, never std::terminate") {
+  // Two jobs, each waiting until both have started, so that each runs on its
+  // own thread; the one not on the calling thread throws.
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int> started{0};
+  std::atomic<int> ran{0};
+  auto job = [&](std::size_t) {
+    ++started;
+    for (long spins = 0; started.load() < 2 && spins < 100000000; ++spins) {
+      std::this_thread::yield();
+    }
+    ++ran;
+    if (std::this_thread::get_id() != caller) throw std::bad_alloc();
+  };
+  CHECK_THROWS_AS(run_jobs(2, 2, job), std::bad_alloc);
+  CHECK(ran == 2);  // both joined before the rethrow
+  // Any exception, from the calling thread too; the jobs after it are not started.
+  std::atomic<std::size_t> done{0};
+  CHECK_THROWS_WITH(run_jobs(1000, 1,
+                             [&](std::size_t i) {
+                               ++done;
+                               if (i == 3) throw std::runtime_error("job 3");
+                             }),
+                    "job 3");
+  CHECK(done == 4);
+  // -j N: at most N threads, the calling one among them; every job runs once.
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  std::vector<int> runs(64, 0);
+  run_jobs(runs.size(), 3, [&](std::size_t i) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    threads.insert(std::this_thread::get_id());
+    ++runs[i];
+  });
+  CHECK(threads.size() <= 3);
+  CHECK(std::count(runs.begin(), runs.end(), 1) == 64);
+  threads.clear();
+  run_jobs(16, 1, [&](std::size_t) { threads.insert(std::this_thread::get_id()); });
+  CHECK(threads == std::set<std::thread::id>{caller});
+}
+
+TEST_CASE("calibrate: a workload's exception under -j 2 is rethrown by record_schedules") {
+  const std::vector<Workload> workloads = {make_workload("llama-3.1-8b", 1, 128, 16, 1, 2),
+                                           make_workload("llama-3.1-8b", 1, 256, 16, 1, 2),
+                                           make_workload("llama-3.1-8b", 1, 512, 16, 1, 2)};
+  auto throwing = [](const Workload& w) {
+    if (w.input_tokens == 256) throw std::bad_alloc();
+    return RooflineConstants{};
+  };
+  CHECK_THROWS_AS(record_schedules(workloads, throwing, 2, "m.csv"), std::bad_alloc);
+  auto fine = record_schedules(
+      workloads, [](const Workload&) { return RooflineConstants{}; }, 2, "m.csv");
+  REQUIRE(fine.ok());
+  CHECK(fine.value().size() == 3);
+}
+
+namespace {
+
+// Reads `text` as MEASURED.csv; the problem as FILE:LINE: FIELD: problem, or "".
+std::string read_csv_problem(const std::string& text, std::size_t* rows = nullptr) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("kvreplay-calibrate-test-" + std::to_string(::getpid()) + ".csv");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+  }
+  auto read = read_measured_csv(path.string());
+  std::filesystem::remove(path);
+  if (!read) {
+    const std::string shown = read.error().to_string();
+    return shown.substr(shown.find(".csv") + 4);  // from ":LINE: FIELD: problem"
+  }
+  if (rows != nullptr) *rows = read.value().size();
+  return "";
+}
+
+const char* const kHeaderLine =
+    "model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value\n";
+
+}  // namespace
+
+TEST_CASE("calibrate: MEASURED.csv refusals are FILE:LINE: FIELD: problem, and a BOM is read") {
+  std::size_t rows = 0;
+  // A UTF-8 byte order mark before the header, as a spreadsheet writes it.
+  CHECK(read_csv_problem(std::string("\xEF\xBB\xBF") + kHeaderLine +
+                             "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,7\r\n",
+                         &rows) == "");
+  CHECK(rows == 1);
+  // TPOT of one output token is undefined.
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,1,1,2,tpot_ms,7\n") ==
+        ":2: output_tokens: 1 output token has no time per output token (a tpot_ms row needs "
+        "at least 2)");
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,1,1,2,ttft_ms,7\n") == "");
+  // Figures no benchmark gives: their errors would be inf.
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,128,1,2,ttft_ms,1e-308\n") ==
+        ":2: value: '1e-308' is out of range: a measured ttft_ms is from 0.001 to 1e9 "
+        "(the errors are shares of it, and would overflow)");
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,128,1,2,output_tok_s,2e9\n")
+            .starts_with(":2: value: '2e9' is out of range"));
+  CHECK(read_csv_problem(std::string(kHeaderLine) +
+                         "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,0.001\n") == "");
+  // A line of 20 MiB is refused at 16 MiB, naming its line.
+  CHECK(read_csv_problem(std::string(kHeaderLine) + std::string(20u << 20, 'x')) ==
+        ":2: row: past 16 MiB of input: not a measurement file");
 }
 
 TEST_CASE("cost profile: the most specific entry wins, constant by constant") {

@@ -246,14 +246,14 @@ TEST_CASE("events: a double store, and --duplicates' multiset") {
         "on line 1; --duplicates allows it)");
   EventsSummary s;
   REQUIRE(check(twice + "\n" + R"({"ts": 2, "events": [["BlockRemoved", [7, 7]]]})", &s,
-                EventsOptions{true})
+                EventsOptions{true, std::nullopt})
               .empty());
   CHECK(s.duplicates);
   CHECK(medium(s, 0, "GPU").peak == 2);
   CHECK(medium(s, 0, "GPU").cached == 0);
   CHECK(medium(s, 0, "GPU").reuses == 0);  // the second store came while it was cached
   CHECK(check(twice + "\n" + R"({"ts": 2, "events": [["BlockRemoved", [7, 7, 7]]]})", nullptr,
-              EventsOptions{true}) ==
+              EventsOptions{true, std::nullopt}) ==
         "s.jsonl:3: events[0].block_hashes[2]: 7 is not cached in instance 0's GPU");
 }
 
@@ -376,4 +376,62 @@ TEST_CASE("events: reuse distances match a brute-force LRU stack, across renumbe
   CHECK(gpu.distance_p90 == rank(90));
   CHECK(gpu.distance_p99 == rank(99));
   CHECK(gpu.distance_max == expected.back());
+}
+
+TEST_CASE("events: what the check keeps is counted against the memory limit as it grows") {
+  // 20,000 distinct hashes, 100 a batch: ~4 MiB of state over the 16 MiB base.
+  std::string text;
+  for (int batch = 0; batch < 200; ++batch) {
+    text += "{\"ts\": " + std::to_string(batch) + ", \"events\": [[\"BlockStored\", [";
+    for (int k = 0; k < 100; ++k) text += (k > 0 ? "," : "") + std::to_string(batch * 100 + k);
+    text += "]]]}\n";
+  }
+  // Without a limit below it, the stream passes.
+  EventsOptions roomy;
+  roomy.memory_limit = std::uint64_t{64} << 20;
+  EventsSummary s;
+  REQUIRE(check(text, &s, roomy).empty());
+  CHECK(medium(s, 0, "GPU").cached == 20000);
+  // Under 18 MiB it fails at the hash that passes the limit, in one line.
+  EventsOptions tight;
+  tight.memory_limit = std::uint64_t{18} << 20;
+  const std::string problem = check(text, nullptr, tight);
+  INFO(problem);
+  CHECK(problem.starts_with("s.jsonl:"));
+  CHECK(problem.find(": events[0].block_hashes[") != std::string::npos);
+  CHECK(problem.find("checking the stream up to here needs 18.00 MiB (16 MiB + 4 x ") !=
+        std::string::npos);
+  CHECK(problem.find(" distinct hashes + ") != std::string::npos);
+  CHECK(problem.find("over the memory limit of 18.00 MiB") != std::string::npos);
+  CHECK(problem.find('\n') == std::string::npos);
+  // Before line 200: the state, not the stream's end, passed the limit.
+  const auto line = std::stoull(problem.substr(std::string("s.jsonl:").size()));
+  CHECK(line > 1);
+  CHECK(line < 200);
+}
+
+TEST_CASE("events: a line is refused as it grows past 64 MiB or what the limit leaves") {
+  EventsOptions options;
+  options.memory_limit = std::uint64_t{20} << 20;  // 4 MiB over the base: a line of 1 MiB
+  EventsChecker checker("s.jsonl", options);
+  CHECK_FALSE(checker.line_problem(1000).has_value());
+  CHECK_FALSE(checker.line_problem(std::uint64_t{1} << 20).has_value());
+  const auto long_line = checker.line_problem((std::uint64_t{1} << 20) + 1);
+  REQUIRE(long_line.has_value());
+  CHECK(
+      long_line->starts_with("checking the stream up to here needs 20.00 MiB (16 MiB + 4 x "
+                             "1048577 bytes of the line)"));
+  // A batch whose parsed events pass the limit (a 600 KiB line of 60,000
+  // hashes parses to more than it holds as text) fails at the hash.
+  std::string line = "{\"ts\": 1, \"events\": [[\"BlockStored\", [";
+  for (int k = 0; k < 60000; ++k) line += (k > 0 ? "," : "") + std::to_string(k);
+  line += "]]]}";
+  REQUIRE_FALSE(checker.line_problem(line.size()).has_value());
+  auto status = checker.add_line(line, 1);
+  REQUIRE_FALSE(status.ok());
+  CHECK(status.error().field.starts_with("events[0].block_hashes["));
+  CHECK(status.error().problem.find("bytes of its events") != std::string::npos);
+  // Whatever the limit, no line is longer than 64 MiB.
+  EventsChecker unlimited("s.jsonl", EventsOptions{});
+  CHECK(unlimited.line_problem((std::uint64_t{64} << 20) + 1) == "line longer than 64 MiB");
 }

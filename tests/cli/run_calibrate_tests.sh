@@ -72,12 +72,29 @@ bad tp "llama-3.1-8b,h100-80gb,0,128,128,1,2,tpot_ms,7" "tp: '0' is not an integ
 bad gpu "llama-3.1-8b,h1000,1,128,128,1,2,tpot_ms,7" "gpu: unknown GPU"
 bad model "llama-9,h100-80gb,1,128,128,1,2,tpot_ms,7" "model: 'llama-9' is neither a preset"
 bad short "llama-3.1-8b,h100-80gb,1,128" "row: 4 fields, expected at least 9"
+bad tpot1 "llama-3.1-8b,h100-80gb,1,128,1,1,2,tpot_ms,7" \
+  "output_tokens: 1 output token has no time per output token (a tpot_ms row needs at least 2)"
+bad tiny "llama-3.1-8b,h100-80gb,1,128,128,1,2,ttft_ms,1e-308" \
+  "value: '1e-308' is out of range: a measured ttft_ms is from 0.001 to 1e9"
+bad huge "llama-3.1-8b,h100-80gb,1,128,128,1,2,output_tok_s,1e10" "value: '1e10' is out of range"
+# A run that fails (here a prompt no pool holds) names its row too.
+bad never "llama-3.1-8b,h100-80gb,1,16000000,16,1,2,ttft_ms,7" \
+  "row: llama-3.1-8b on h100-80gb TP1, 16000000/16 tokens, concurrency 1: "
 printf 'model,gpu,tp\n' >"$work/header.csv"
 run calibrate "$work/header.csv"
 check '[[ $rc -eq 2 ]] && grep -qF "$work/header.csv:1: header: expected model,gpu,tp," "$work/err"' \
   "a bad header: exit $rc: $(err_text)"
 run calibrate "$example" --report "$example"
 check '[[ $rc -eq 2 ]] && grep -qF "never replaces an input" "$work/err"' "the input overwritten: exit $rc: $(err_text)"
+# A UTF-8 byte order mark before the header is read, as a spreadsheet writes it.
+printf '\xEF\xBB\xBFmodel,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value\r\n%s\r\n' \
+  "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,7" >"$work/bom.csv"
+run calibrate "$work/bom.csv" --no-fit -q
+check '[[ $rc -eq 0 ]]' "a BOM before the header: exit $rc: $(err_text)"
+# An endless line: refused once 16 MiB of it are read, not held whole first.
+run_cmd bash -c 'tr "\0" x </dev/zero | "$0" calibrate - --report "$1"' "$kvreplay" "$work/endless.json"
+check '[[ $rc -eq 2 && $(cat "$work/err") == "-:1: row: past 16 MiB of input: not a measurement file" && ! -e $work/endless.json ]]' \
+  "an endless line: exit $rc: $(err_text)"
 finish "calibrate: every bad row is FILE:LINE: FIELD, exit 2, nothing written"
 
 # 4. Bad profiles: FILE:LINE: the key, exit 2.
@@ -105,6 +122,24 @@ run simulate traces/requests/azure_conv.csv --kv-memory 16GiB -q --cost-model li
 check '[[ $rc -eq 2 ]] && grep -qF -- "--cost-profile is a constant of the roofline" "$work/err"' \
   "--cost-profile with --cost-model linear: exit $rc: $(err_text)"
 finish "--cost-profile: every bad key is FILE:LINE, exit 2"
+
+# 5. Out of memory in a worker thread (-j 2): exit 2, one line, nothing
+# written, as with -j 1; never std::terminate (exit 134). Two workloads of a
+# million requests need ~1.5 GiB; under `ulimit -v` 400 MB one of them runs
+# out. Skipped where the binary cannot run under `ulimit -v` at all.
+if (ulimit -v 400000 && "$kvreplay" --version) >/dev/null 2>&1; then
+  printf 'model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value\n%s\n%s\n' \
+    "llama-3.1-8b,h100-80gb,1,16,2,1000000,1000000,ttft_ms,7" \
+    "llama-3.1-8b,h100-80gb,1,32,2,1000000,1000000,ttft_ms,7" >"$work/heavy.csv"
+  mkdir -p "$work/heavy"
+  run_cmd bash -c 'ulimit -v 400000 && exec "$0" calibrate "$1" -j 2 --report "$2" --results "$3"' \
+    "$kvreplay" "$work/heavy.csv" "$work/heavy/profile.json" "$work/heavy/results.csv"
+  check '[[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 ]]' "exit $rc: $(err_text)"
+  check 'grep -qx "kvreplay calibrate: out of memory (nothing written): simulate fewer workloads at once (-j)" "$work/err"' \
+    "not the out-of-memory line: $(err_text)"
+  check '[[ -z $(ls -A "$work/heavy") && ! -s $work/out ]]' "wrote $(ls -A "$work/heavy") or to stdout"
+  finish "calibrate -j 2 out of memory in a worker: exit 2, one line, nothing written"
+fi
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

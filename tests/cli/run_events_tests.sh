@@ -135,6 +135,46 @@ check '[[ $rc -eq 2 ]] && cmp -s "$work/in.jsonl" "$events/summary.jsonl"' \
   "--json onto the input: exit $rc, $(err_text)"
 finish "--json through a symlink; a failed run writes nothing; never onto the input"
 
+# --- memory: what the check keeps (a hash table entry per distinct hash, ...) is
+# counted against the memory limit as it grows; a stream that passes it is exit 2,
+# one line, at the line where it did, and the process stays within the limit.
+# 1,000,000 distinct hashes, 1,000 a batch: ~200 MiB of state.
+awk 'BEGIN { for (b = 0; b < 1000; b++) {
+  printf "{\"ts\": %d, \"events\": [[\"BlockStored\", [", b
+  for (k = 0; k < 1000; k++) printf "%s%d", (k ? "," : ""), b * 1000 + k
+  print "]]]}" } }' >"$work/distinct.jsonl"
+mkdir -p "$work/mem"
+rss() { awk '/^maxrss/ { print $2 }' "$work/rss"; }  # KiB, of the last run under measured
+measured() { /usr/bin/time -f "maxrss %M" -o "$work/rss" "$@"; }
+if [[ -x /usr/bin/time ]]; then timer=measured; else timer=; fi
+run_cmd $timer env KVREPLAY_MEMORY_LIMIT=100MiB "$kvreplay" events "$work/distinct.jsonl" \
+  --json "$work/mem/summary.json"
+check '[[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 ]]' "exit $rc, $(err_text)"
+check 'grep -qE "^$work/distinct.jsonl:[0-9]+: events\[0\]\.block_hashes\[[0-9]+\]: checking the stream up to here needs 100\.00 MiB \(16 MiB \+ 4 x [0-9]+ bytes of the line \+ .* distinct hashes \+ .*\), over the memory limit of 100\.00 MiB \(KVREPLAY_MEMORY_LIMIT\)$" "$work/err"' \
+  "not the memory limit's line: $(err_text)"
+check '[[ -z $(ls -A "$work/mem") && ! -s $work/out ]]' "wrote $(ls -A "$work/mem") or to stdout"
+if [[ -n $timer ]]; then
+  check '[[ $(rss) -le 102400 ]]' "peak RSS $(rss) KiB over the limit of 100 MiB"
+fi
+run_cmd $timer "$kvreplay" events "$work/distinct.jsonl" --json "$work/mem/summary.json" -q
+check '[[ $rc -eq 0 && $(jq ".media[0].cached" "$work/mem/summary.json") == 1000000 ]]' \
+  "without the limit: exit $rc, $(err_text)"
+if [[ -n $timer ]]; then
+  check '[[ $(rss) -gt 102400 ]]' "peak RSS $(rss) KiB: the stream does not need more than the limit"
+fi
+rm -rf "$work/mem" && mkdir -p "$work/mem"
+finish "a stream whose state passes KVREPLAY_MEMORY_LIMIT: exit 2, one line, within the limit"
+
+# A line is refused as it grows past what the limit leaves (held 4 times over).
+run_cmd env KVREPLAY_MEMORY_LIMIT=100MiB bash -c \
+  'head -c 41943040 /dev/zero | tr "\0" " " | "$0" events - --json "$1"' "$kvreplay" \
+  "$work/mem/line.json"
+check '[[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 ]]' "exit $rc, $(err_text)"
+check 'grep -qE "^<stdin>:1: json: checking the stream up to here needs [0-9.]+ MiB \(16 MiB \+ 4 x [0-9]+ bytes of the line\), over the memory limit of 100\.00 MiB \(KVREPLAY_MEMORY_LIMIT\)$" "$work/err"' \
+  "not the memory limit's line: $(err_text)"
+check '[[ -z $(ls -A "$work/mem") ]]' "wrote $(ls -A "$work/mem")"
+finish "a 40 MiB line under a 100 MiB limit: exit 2 before it is held"
+
 # --- usage
 run events "$events/summary.jsonl" --no-such-option
 check '[[ $rc -eq 2 ]]' "unknown option: exit $rc"
