@@ -395,9 +395,22 @@ nlohmann::json fleet_totals(const Fleet& fleet, const std::vector<nlohmann::json
   }
   report["invariants"]["violations"] = std::move(violations);
   report["timing"] = {{"wall_seconds", wall}, {"kernels", nlohmann::json::object()}};
-  report["requests"]["total"] = all_requests;
-  report["requests"]["skipped"] =
-      report["requests"]["skipped"].get<std::uint64_t>() + run.reader_skipped;
+  // Each request of the trace once, whichever side it ended on: the trace's
+  // (those routed, and those the reader skipped); finished where it finished
+  // (below); skipped where it was skipped (by the reader, or by the one
+  // instance that gave up on it: under P/D the prefill side, on admission,
+  // for a request either side can never run).
+  std::uint64_t skipped[4] = {run.reader_skipped, 0, 0, 0};
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const SimTotals& st = fleet.instance(i).sim_totals();
+    skipped[0] += st.skipped;
+    skipped[1] += st.skipped - st.skipped_too_long - st.skipped_too_many_samples;
+    skipped[2] += st.skipped_too_long;
+    skipped[3] += st.skipped_too_many_samples;
+  }
+  report["requests"] = {{"total", all_requests},          {"finished", 0},
+                        {"skipped", skipped[0]},          {"skipped_pool_too_small", skipped[1]},
+                        {"skipped_too_long", skipped[2]}, {"skipped_too_many_samples", skipped[3]}};
 
   // Ratios and distributions, from the fleet's own sums.
   std::uint64_t query_tokens = 0, hit_tokens = 0, hit_rate_requests = 0, output_tokens = 0,

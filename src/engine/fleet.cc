@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "core/enum_names.h"
-#include "core/mix64.h"
+#include "engine/key_spaces.h"
 
 namespace kvreplay {
 
@@ -19,18 +19,12 @@ constexpr EnumName<InstanceRole> kRoleNames[] = {
 };
 static_assert(enum_names_unique(kRoleNames));
 
-// Hash ids the decode side keys a prompt's pages by where the trace names
-// none: the two top bits set (above the engines' named-prefix chains), the
-// request's tag and the block's index below.
-constexpr std::uint64_t kSyntheticIds = 0xC000000000000000ULL;
-// Those of a named prefix's pages: the top bit alone set, a hash of the
-// name and the page's index below.
-constexpr std::uint64_t kPrefixIds = 0x8000000000000000ULL;
-
-// SplitMix64's finalizer: a page index and a name's hash to 64 bits.
-std::uint64_t mix64(std::uint64_t x) {
-  return mix64_finalize(x);
-}
+// The hash ids the decode side keys a prompt's pages by where the trace
+// names none come from a counter in kvreplay's reserved range
+// (engine/key_spaces.h): no trace id (the readers refuse one there) and no
+// engine's own or named-prefix chain can alias them, whatever the prompt's
+// length or the number of requests.
+static_assert(kFleetKeyBase > kPrefixKeyBase);
 
 std::uint64_t blocks_of(std::uint64_t tokens, std::uint64_t page) {
   return (tokens + page - 1) / page;
@@ -48,6 +42,7 @@ Fleet::Fleet(const RunConfig& config, const SimOptions& options, const FleetOpti
       prefill_count_(fleet.disaggregated() ? fleet.prefill_replicas : fleet.instances()),
       router_(fleet.router, prefill_count_, config.kv.page_tokens,
               std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens) {
+  next_key_ = kFleetKeyBase;
   const std::uint32_t n = fleet.instances();
   views_.resize(n);
   routed_.resize(n);
@@ -87,7 +82,7 @@ Fleet::Fleet(const RunConfig& config, const SimOptions& options, const FleetOpti
           user.n = it->second.request.n;
           on_request_end(user, end);
         }
-        instances_[i]->release_received(it->second.held);
+        instances_[i]->release_received(it->second.held, instances_[i]->now());
         in_flight_.erase(it);
       }
     };
@@ -138,7 +133,17 @@ std::uint32_t Fleet::submit(Request request) {
   prefill.n = 1;
   routed.output_tokens += 1;
   request.tag = tag;
-  in_flight_.emplace(tag, InFlight{std::move(request), 0, 0.0, {}});
+  InFlight& flight =
+      in_flight_.emplace(tag, InFlight{std::move(request), 0, 0.0, {}, 0}).first->second;
+  // A request the decode side can never run (every decode instance is the
+  // same engine and pool) is skipped here, once, before its prefill and
+  // transfer: counted as the prefill instance's skipped request.
+  std::uint64_t need = 0;
+  if (auto reason = instances_[prefill_count_]->never_fits(flight.request, need)) {
+    instances_[target]->skip(prefill, *reason, need);
+    return target;
+  }
+  assign_keys(flight);
   instances_[target]->submit(std::move(prefill));
   return target;
 }
@@ -154,20 +159,49 @@ void Fleet::prefill_done(const RequestTimes& times) {
   pending_.push(Pending{times.finished, Pending::kReady, times.tag, 0});
 }
 
-Request Fleet::decode_copy(const Request& request) const {
-  Request out = request;
-  const std::uint64_t tag_bits = request.tag << 16;
-  if (out.hash_ids.empty() && !out.prefix.empty() && out.prefix_tokens >= page_tokens_) {
+std::uint64_t Fleet::take_keys(std::uint64_t count) {
+  // 2^62 ids, one a prompt page: no run comes near their end.
+  assert(count <= ~std::uint64_t{0} - next_key_);
+  const std::uint64_t first = next_key_;
+  next_key_ += count;
+  return first;
+}
+
+void Fleet::assign_keys(InFlight& flight) {
+  const Request& request = flight.request;
+  if (request.hash_ids.empty() && !request.prefix.empty() &&
+      request.prefix_tokens >= page_tokens_) {
     // A named prefix: one id per page, those within the prefix the same for
     // every request naming it (so the decode side's cache shares them), the
     // rest the request's own.
-    std::uint64_t name = 0xcbf29ce484222325ULL;  // FNV-1a of the prefix's name
-    for (char c : out.prefix) name = (name ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+    const std::uint64_t pages = blocks_of(request.prompt, page_tokens_);
+    const std::uint64_t shared =
+        std::min<std::uint64_t>(request.prefix_tokens / page_tokens_, pages);
+    std::vector<std::uint64_t>& ids = prefix_keys_[request.prefix];
+    while (ids.size() < shared) ids.push_back(take_keys(1));
+    flight.own_keys = take_keys(pages - shared);
+    return;
+  }
+  if (request.hash_ids.empty()) {
+    flight.own_keys = take_keys(1);  // one block of the whole prompt
+    return;
+  }
+  // Hash ids short of the prompt: the blocks past them are the request's own.
+  const std::uint64_t block = std::max<std::uint32_t>(request.hash_block_tokens, 1);
+  const std::uint64_t blocks = blocks_of(request.prompt, block);
+  flight.own_keys =
+      take_keys(blocks > request.hash_ids.size() ? blocks - request.hash_ids.size() : 0);
+}
+
+Request Fleet::decode_copy(const InFlight& flight) const {
+  Request out = flight.request;
+  if (out.hash_ids.empty() && !out.prefix.empty() && out.prefix_tokens >= page_tokens_) {
+    const std::vector<std::uint64_t>& prefix = prefix_keys_.at(out.prefix);
     out.hash_block_tokens = static_cast<std::uint32_t>(page_tokens_);
+    std::uint64_t own = flight.own_keys;
     for (std::uint64_t k = 0; k * page_tokens_ < out.prompt; ++k) {
       const bool shared = (k + 1) * page_tokens_ <= out.prefix_tokens;
-      out.hash_ids.push_back(shared ? kPrefixIds | (mix64(name + k) >> 2)
-                                    : kSyntheticIds | tag_bits | (k & 0xFFFF));
+      out.hash_ids.push_back(shared ? prefix[k] : own++);
     }
     out.prefix.clear();
     out.prefix_tokens = 0;
@@ -177,12 +211,13 @@ Request Fleet::decode_copy(const Request& request) const {
     out.prefix.clear();
     out.prefix_tokens = 0;
     out.hash_block_tokens = std::max<std::uint32_t>(out.prompt, 1);
-    out.hash_ids.push_back(kSyntheticIds | tag_bits);
+    out.hash_ids.push_back(flight.own_keys);
     return out;
   }
   const std::uint64_t block = std::max<std::uint32_t>(out.hash_block_tokens, 1);
+  std::uint64_t own = flight.own_keys;
   for (std::uint64_t k = out.hash_ids.size(); k * block < out.prompt; ++k) {
-    out.hash_ids.push_back(kSyntheticIds | tag_bits | (k & 0xFFFF));
+    out.hash_ids.push_back(own++);
   }
   return out;
 }
@@ -191,7 +226,7 @@ std::optional<double> Fleet::start_transfer(std::uint64_t tag, double now) {
   InFlight& flight = in_flight_.at(tag);
   const std::size_t first = prefill_count_;
   const std::size_t count = instances_.size() - first;
-  const Request keyed = decode_copy(flight.request);
+  const Request keyed = decode_copy(flight);
   fill_views(first, count, keyed, false);
   const RouteChoice choice =
       decode_router_->route(keyed, now, std::span<InstanceView>(views_.data() + first, count));
@@ -236,6 +271,7 @@ std::optional<double> Fleet::start_transfer(std::uint64_t tag, double now) {
   transfers_.bytes += bytes;
   transfers_.ms.add(seconds * 1e3);
   landings_[decode - first].insert(now + seconds);
+  instances_[decode]->expect_kv(now + seconds);
   pending_.push(Pending{now + seconds, Pending::kArrive, tag, decode});
   return std::nullopt;
 }
@@ -289,9 +325,9 @@ bool Fleet::run_until(double horizon) {
     // The KV is in: the held pages become the decode side's cached pages,
     // the most recently used (evictable again, so that a request waiting at
     // the head of the queue can always have them back).
-    instances_[event.decode]->release_received(flight.held);
+    instances_[event.decode]->release_received(flight.held, event.time, /*landed=*/true);
     flight.held.clear();
-    Request decode = decode_copy(flight.request);
+    Request decode = decode_copy(flight);
     decode.arrival = event.time;
     views_[event.decode].active_blocks += blocks_of(decode.prompt, page_tokens_);
     Routed& routed = routed_[event.decode];

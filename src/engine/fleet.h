@@ -14,25 +14,30 @@
 // Disaggregated prefill (prefill and decode instances), after vLLM's
 // disaggregated serving with the NixlConnector: the router sends a request's
 // prompt to a prefill instance, which computes it and its first token (the
-// proxy's max_tokens = 1). When that step ends, a decode instance is chosen
-// (least KV usage). The transfer starts once that instance has no request
-// waiting and room for the prompt (free and evictable blocks): the decode
-// side admits in queue order and allocates before the KV moves. Transfers
-// start in prefill order; a waiting one looks again when that instance's
-// step ends or a transfer to it lands. It then
+// proxy's max_tokens = 1); a request the decode side can never run is
+// skipped there on admission, before its prefill. When that step ends, a
+// decode instance is chosen (least KV usage). The transfer starts once that
+// instance has no request waiting and room for the prompt (free and
+// evictable blocks): the decode side admits in queue order and allocates
+// before the KV moves. Transfers start in prefill order; a waiting one looks
+// again when that instance's step ends or a transfer to it lands. It then
 // takes blocks for the prompt pages its own prefix cache lacks
 // (Scheduler::receive_kv) and holds them, with its own hits, while the KV
 // crosses the link: latency + bytes / bandwidth, bytes = blocks x block
-// bytes. The request arrives at the decode instance with those pages cached
-// and most recently used; admission finds them and computes only the tail no
-// full page holds. The decode instance produces every output token, the
-// first one included (the proxy streams its tokens), so TTFT as the user sees
-// it is prefill + wait + transfer + the first decode step. Deviations, each
-// documented in the README: the held pages are released (kept cached) when
-// the KV lands rather than when the request is admitted; a page that finds no
-// free or evictable block is computed on the decode side; the prefill
-// instance frees its blocks when its step ends (its prompt pages stay
-// cached) rather than when the transfer completes.
+// bytes. The instance, told when it lands (Simulator::expect_kv), waits for
+// it without stepping when it has nothing to run. Pages the trace names no
+// hash for are keyed there by ids from a counter in kvreplay's reserved
+// range (engine/key_spaces.h), so that none alias. The request arrives at
+// the decode instance with those pages cached and most recently used;
+// admission finds them and computes only the tail no full page holds. The
+// decode instance produces every output token, the first one included (the
+// proxy streams its tokens), so TTFT as the user sees it is prefill + wait +
+// transfer + the first decode step. Deviations, each documented in the
+// README: the held pages are released (kept cached) when the KV lands rather
+// than when the request is admitted; a page that finds no free or evictable
+// block is computed on the decode side; the prefill instance frees its
+// blocks when its step ends (its prompt pages stay cached) rather than when
+// the transfer completes.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +47,7 @@
 #include <optional>
 #include <queue>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -166,6 +172,9 @@ class Fleet {
     std::uint32_t decode = 0;
     double ready = 0;           // when its prefill ended
     std::vector<BlockId> held;  // on the decode instance, while the KV crosses
+    // The first of its own decode-side page keys (assign_keys), one a page
+    // its trace names no hash for.
+    std::uint64_t own_keys = 0;
   };
   void fill_views(std::size_t first, std::size_t count, const Request& request, bool precise);
   bool run_instances(std::size_t first, std::size_t count, double horizon);
@@ -176,8 +185,14 @@ class Fleet {
   // Starts the ready transfers in order until one must wait.
   void start_transfers(double now);
   // The request as its decode instance receives it: its prompt keyed page by
-  // page (synthetic hash ids where the trace names none).
-  Request decode_copy(const Request& request) const;
+  // page (hash ids from assign_keys where the trace names none), the same
+  // for every call.
+  Request decode_copy(const InFlight& flight) const;
+  // Takes the decode-side keys of a request in flight: its own pages', and a
+  // named prefix's the first time it needs them.
+  void assign_keys(InFlight& flight);
+  // `count` consecutive ids from the fleet's key space; the first of them.
+  std::uint64_t take_keys(std::uint64_t count);
 
   FleetOptions fleet_;
   std::uint64_t page_tokens_;
@@ -191,6 +206,9 @@ class Fleet {
   std::vector<Routed> routed_;
   std::optional<std::size_t> violated_;
   std::uint64_t next_tag_ = 1;
+  std::uint64_t next_key_ = 0;  // the next decode-side page key (kFleetKeyBase up)
+  // Per named prefix, the decode-side keys of its pages, in order.
+  std::unordered_map<std::string, std::vector<std::uint64_t>> prefix_keys_;
   std::unordered_map<std::uint64_t, InFlight> in_flight_;
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending_;
   std::deque<std::uint64_t> ready_;  // prefills done, transfers not started, in order

@@ -6,6 +6,7 @@
 
 #include "core/enum_names.h"
 #include "core/mix64.h"
+#include "engine/key_spaces.h"
 
 namespace kvreplay {
 
@@ -39,7 +40,10 @@ std::uint64_t text_hash(std::string_view text) {
   return h;
 }
 
-constexpr std::uint64_t kPrefixKeyBit = 1ULL << 63;
+// A named prefix's key: above every trace hash id (the request readers refuse
+// one past kMaxTraceHashId), so a prefix's key and a hash id never alias.
+constexpr std::uint64_t kPrefixKeyBit = kPrefixKeyBase;
+static_assert(kMaxTraceHashId < kPrefixKeyBit);
 
 }  // namespace
 
@@ -94,7 +98,7 @@ std::vector<std::pair<std::uint64_t, std::uint32_t>> Router::keys_of(const Reque
     for (std::size_t k = 0; k < request.hash_ids.size() && k * block < request.prompt; ++k) {
       const auto end =
           static_cast<std::uint32_t>(std::min<std::uint64_t>((k + 1) * block, request.prompt));
-      keys.emplace_back(request.hash_ids[k] & ~kPrefixKeyBit, end);
+      keys.emplace_back(request.hash_ids[k], end);
     }
   } else if (!request.prefix.empty() && request.prefix_tokens > 0) {
     keys.emplace_back(text_hash(request.prefix) | kPrefixKeyBit,

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/enum_names.h"
+#include "engine/key_spaces.h"
 #include "engine/sglang_req.h"
 
 namespace kvreplay {
@@ -30,10 +31,10 @@ constexpr EnumName<SchedulePolicy> kPolicyNames[] = {
 static_assert(enum_names_unique(kPolicyNames));
 
 // Token ids of a request's own tokens (those the trace names for no other
-// request) and of a trace's named prefixes, above any hash id a trace gives
-// in practice (the vllm engine's keys use the same bases).
-constexpr std::uint64_t kOwnBase = 1ull << 62;
-constexpr std::uint64_t kPrefixBase = 1ull << 63;
+// request) and of a trace's named prefixes, above every trace hash id (the
+// readers refuse larger ones; engine/key_spaces.h, as the vllm engine's keys).
+constexpr std::uint64_t kOwnBase = kOwnKeyBase;
+constexpr std::uint64_t kPrefixBase = kPrefixKeyBase;
 constexpr std::uint32_t kOpenEnd = std::numeric_limits<std::uint32_t>::max();
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {

@@ -298,19 +298,28 @@ bool Simulator::idle() const {
   return arriving_.empty() && !scheduler_->has_requests();
 }
 
-void Simulator::submit(Request request) {
+std::optional<SkipReason> Simulator::never_fits(const Request& request, std::uint64_t& need) const {
+  return scheduler_->never_fits(request, need);
+}
+
+void Simulator::skip(const Request& request, SkipReason reason, std::uint64_t need) {
   SimTotals& sim = shell_.sim;
   ++sim.requests;
+  ++sim.skipped;
+  if (reason == SkipReason::kTooLong) ++sim.skipped_too_long;
+  if (reason == SkipReason::kTooManySamples) ++sim.skipped_too_many_samples;
+  auto& first = shell_.first_skipped[static_cast<std::size_t>(reason)];
+  if (!first) first = SkippedRequest{request.line, request.id, need};
+  skip_request(request);
+}
+
+void Simulator::submit(Request request) {
   std::uint64_t need = 0;
   if (auto reason = scheduler_->never_fits(request, need)) {
-    ++sim.skipped;
-    if (*reason == SkipReason::kTooLong) ++sim.skipped_too_long;
-    if (*reason == SkipReason::kTooManySamples) ++sim.skipped_too_many_samples;
-    auto& first = shell_.first_skipped[static_cast<std::size_t>(*reason)];
-    if (!first) first = SkippedRequest{request.line, request.id, need};
-    skip_request(request);
+    skip(request, *reason, need);
     return;
   }
+  ++shell_.sim.requests;
   if (!any_arrival_) overload_.first_arrival = request.arrival;
   any_arrival_ = true;
   overload_.last_arrival = request.arrival;
@@ -370,11 +379,15 @@ bool Simulator::step(double horizon) {
   if (shell_.work.tokens() != 0 || !shell_.step_done.empty() || !shell_.step_first_tokens.empty()) {
     idle_steps_ = 0;
   } else {
-    if (auto wake = scheduler_->wake_at(); wake && *wake > now_) {
+    std::optional<double> wake = scheduler_->wake_at();
+    if (!kv_landings_.empty())
+      wake = std::min(wake.value_or(*kv_landings_.begin()), *kv_landings_.begin());
+    if (wake && *wake > now_) {
       idle_steps_ = 0;
       // Nothing ran: the requests wait for transfers (KV loads from an
-      // offload tier). The clock moves on to the first landing, the next
-      // arrival or the horizon, whichever comes first, without a step.
+      // offload tier, or a disaggregated fleet's KV crossing to this decode
+      // instance: expect_kv). The clock moves on to the first landing, the
+      // next arrival or the horizon, whichever comes first, without a step.
       double next = *wake;
       if (!arriving_.empty()) next = std::min(next, arriving_.front().arrival);
       waiting_until_ = std::max(now_, next);
@@ -385,11 +398,7 @@ bool Simulator::step(double horizon) {
     // its state (a preemption, a request given up on) and run the next time,
     // but not for this many steps in a row. Held in place, the run would
     // never end: it stops here, as a failed check, saying where it stood.
-    // A decode instance whose blocks are held for a KV transfer in flight
-    // awaits its landing (the fleet's event): it steps on, priced as empty.
-    if (scheduler_->receiving()) {
-      idle_steps_ = 0;
-    } else if (++idle_steps_ >= kStallSteps) {
+    if (++idle_steps_ >= kStallSteps) {
       shell_.violation = Violation{
           shell_.sim.steps + 1, 0, "P1",
           fmt::format("the engine ran nothing for {} steps in a row at {:.6f} s of virtual time "
@@ -465,8 +474,10 @@ bool Simulator::finish() {
   if (unrecorded_) {
     // A decode instance that received KV for a request it then skipped takes
     // no step after: its figures and KV events see the pool as it ends.
+    // Its KV events are stamped when the KV last moved here (a landing),
+    // not at its last step's end.
     if (!shell_.events.empty()) {
-      if (on_kv_events) on_kv_events(now_, shell_.events);
+      if (on_kv_events) on_kv_events(std::max(now_, kv_clock_), shell_.events);
       shell_.events.clear();
     }
     scheduler_->record();

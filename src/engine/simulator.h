@@ -1,10 +1,12 @@
 // Simulator: the shell that runs an engine over a request trace (SPEC 3).
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -36,6 +38,13 @@ class Simulator {
 
   // Feeds the next request (arrivals must not decrease).
   void submit(Request request);
+  // Whether the engine can never run `request` (Scheduler::never_fits), and
+  // the blocks it would need in `need`; submits nothing.
+  std::optional<SkipReason> never_fits(const Request& request, std::uint64_t& need) const;
+  // Takes `request` and skips it for `reason`, counted as submit counts one
+  // that never fits (a fleet's prefill instance skips a request its decode
+  // side can never fit, before its prefill).
+  void skip(const Request& request, SkipReason reason, std::uint64_t need);
   // Runs steps until every submitted request whose arrival is before
   // `horizon` has been admitted, or everything is done when horizon is +inf.
   // Returns false when an invariant check failed.
@@ -149,19 +158,32 @@ class Simulator {
   // Disaggregated prefill: Scheduler::receive_kv and release_received.
   // At `now`, under --emit-trace, the pages received are loaded from the
   // trace's link tier, and the copies the prefill side staged dropped.
+  // The KV events they log are stamped no earlier than the latest such
+  // `now` (a decode instance that takes no step after them: finish()).
   std::optional<Scheduler::ReceivedKv> receive_kv(const Request& request, double now) {
     waiting_until_.reset();
     unrecorded_ = true;
+    kv_clock_ = std::max(kv_clock_, now);
     if (trace_ != nullptr) trace_->at(now);
     std::optional<Scheduler::ReceivedKv> received = scheduler_->receive_kv(request);
     if (trace_ != nullptr) trace_->unstage(request.tag);
     return received;
   }
-  void release_received(std::span<const BlockId> blocks) {
+  // At `now`: the KV landed (`landed`: the landing expect_kv announced for
+  // then is done), or the request it was for ended.
+  void release_received(std::span<const BlockId> blocks, double now, bool landed = false) {
     waiting_until_.reset();
     unrecorded_ = true;
+    kv_clock_ = std::max(kv_clock_, now);
+    if (auto it = kv_landings_.find(now); landed && it != kv_landings_.end())
+      kv_landings_.erase(it);
     scheduler_->release_received(blocks);
   }
+  // A transfer to this instance lands at `at` (release_received then). A
+  // step that runs nothing while one is in flight moves the clock on to the
+  // first landing (or the next arrival) without stepping, as it does for
+  // offload loads (wake_at).
+  void expect_kv(double at) { kv_landings_.insert(at); }
   // The earliest time this instance can change on its own: now() (the end
   // of the step in progress, or the next step to begin), or, when its last
   // step found nothing to run while KV loads were in flight, the first
@@ -192,6 +214,9 @@ class Simulator {
   // KV received or released (receive_kv, release_received) since the last
   // step's record: finish() records the pool as it ends.
   bool unrecorded_ = false;
+  // The latest time KV was received or released here; landings announced.
+  double kv_clock_ = 0.0;
+  std::multiset<double> kv_landings_;
   // Steps in a row that ran nothing and awaited nothing; at kStallSteps the
   // run stops with a violation (P1) instead of stepping in place forever.
   std::uint64_t idle_steps_ = 0;

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "engine/hashed_pages.h"
+#include "engine/key_spaces.h"
 #include "engine/vllm_scheduler.h"
 
 namespace kvreplay {
@@ -26,8 +27,9 @@ namespace kvreplay {
 namespace {
 
 // Cache keys of pages no trace hash names: a request's own pages (or the prompt
-// its siblings share). Above the hash ids of real traces, below kPrefixChainBase.
-constexpr std::uint64_t kOwnChainBase = 1ull << 62;
+// its siblings share). Above every trace hash id, below kPrefixChainBase
+// (engine/key_spaces.h).
+constexpr std::uint64_t kOwnChainBase = kOwnKeyBase;
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
   return (a + b - 1) / b;
@@ -38,7 +40,9 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
 VllmScheduler::VllmScheduler(EngineShell& shell)
     : PagedScheduler(shell),
       coordinator_(groups_, KvCacheContext{config_.kv.page_tokens, pool_, cache_, tick_, state_,
-                                           sim_, violation_, request_entries_, null_block_}) {}
+                                           sim_, violation_, request_entries_, null_block_}) {
+  static_assert(kPrefixChainBase == kPrefixKeyBase && kOwnChainBase < kPrefixChainBase);
+}
 
 std::optional<SkipReason> VllmScheduler::never_fits(const Request& request,
                                                     std::uint64_t& need) const {

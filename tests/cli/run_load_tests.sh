@@ -155,9 +155,9 @@ run simulate "$work/alike.jsonl" "${small[@]}" --concurrency 3 --prefill-replica
 check '[[ $rc -eq 0 && $(jq ".load.sent == 37 and .load.finished == 37" "$work/pd.json") == true ]]' \
   "--pd 1:2 closed loop: exit $rc, $(jq -c .load "$work/pd.json")"
 check '[[ $(in_flight "$work/pd.csv") -le 3 ]]' "--pd 1:2: in flight at most $(in_flight "$work/pd.csv"), above 3"
-# One client, disaggregated, a prompt the prefill instance computes and the
-# decode instance refuses (more blocks than its pool): the client is free
-# when it is refused, after its prefill, so no request queues behind it.
+# One client, disaggregated, a request the decode instance can never fit
+# (more blocks than its pool): it is refused on admission, before its
+# prefill, and the client is free then, so no request queues behind it.
 {
   printf '{"timestamp": 0, "input_length": 1024, "output_length": 32, "hash_ids": [1, 2]}\n'
   printf '{"timestamp": 0, "input_length": 32000, "output_length": 2000, "hash_ids": [%s]}\n' "$(seq -s, 100 162)"

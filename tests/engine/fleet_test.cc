@@ -424,11 +424,12 @@ TEST_CASE("fleet: a named prefix is shared on the decode side: its pages move on
 }
 
 TEST_CASE(
-    "fleet: a decode instance's figures end with the KV it received for a request it skipped") {
+    "fleet: a request the decode side can never fit is skipped on admission, before its prefill "
+    "and transfer, once") {
   // Pools of 12 blocks (4 tokens each; vllm keeps a null block). The prompt
   // (7 pages) fits the prefill side; prompt and output (14 pages) do not fit
-  // the decode side, which receives 6 pages and then skips the request, with
-  // no step after: the pages stay cached there, and its figures say so.
+  // the decode side. It is skipped at the prefill instance, counted there
+  // once: nothing is prefilled, moved or received.
   for (EngineKind engine : {EngineKind::kVllm, EngineKind::kGeneric}) {
     INFO(to_string(engine));
     FleetOptions pd;
@@ -437,14 +438,97 @@ TEST_CASE(
     Fleet fleet(tiny_config(12), options_of(engine), pd);
     Request r = request(0.0, 27, 30, {1, 2, 3, 4, 5, 6, 7});
     r.hash_block_tokens = 4;
-    run_fleet(fleet, {r});
-    const Simulator& decode = fleet.instance(1);
-    CHECK(decode.sim_totals().skipped == 1);
-    CHECK(fleet.transfers().blocks == 6);
-    CHECK(decode.used_blocks() == 6);
-    CHECK(decode.state().used == decode.used_blocks());
-    CHECK(decode.totals().peak_used >= decode.used_blocks());
+    Request fits = request(1.0, 9, 2, {8, 9, 10});
+    fits.hash_block_tokens = 4;
+    std::uint64_t ended = 0, skipped = 0;
+    fleet.on_request_end = [&](const RequestTimes& times, double) {
+      ++ended;
+      if (times.skipped) {
+        ++skipped;
+        CHECK(times.output == 30);  // the user's request
+      }
+    };
+    run_fleet(fleet, {r, fits});
+    const SimTotals& prefill = fleet.instance(0).sim_totals();
+    const SimTotals& decode = fleet.instance(1).sim_totals();
+    CHECK(ended == 2);
+    CHECK(skipped == 1);
+    CHECK(prefill.requests == 2);
+    CHECK(prefill.skipped == 1);
+    CHECK(prefill.skipped_too_long == 0);        // the pool: 14 blocks of 11
+    CHECK(prefill.prompt_tokens_computed == 9);  // only the second prompt
+    CHECK(decode.requests == 1);
+    CHECK(decode.skipped == 0);
+    CHECK(decode.finished == 1);
+    CHECK(fleet.transfers().requests == 1);
+    CHECK(fleet.transfers().blocks == 2);
+    CHECK(fleet.routed()[1].requests == 1);
   }
+}
+
+TEST_CASE(
+    "fleet: KV a decode instance received and then took no step for is stamped when it landed") {
+  // A decode instance receives a request's pages at 0.5 s and they land at
+  // 10 s; the only request it is then given can never fit, so it takes no
+  // step: its KV events (the stored pages) carry the landing's time, not
+  // its clock (0).
+  SimOptions options = options_of(EngineKind::kVllm);
+  options.kv_events = true;
+  Simulator sim(tiny_config(12), options);
+  std::vector<double> stamps;
+  std::size_t stored = 0;
+  sim.on_kv_events = [&](double ts, const KvEventLog& log) {
+    stamps.push_back(ts);
+    stored += log.gpu.size();
+  };
+  Request received = request(0.0, 9, 2, {1, 2, 3});
+  received.hash_block_tokens = 4;
+  received.tag = 1;
+  auto kv = sim.receive_kv(received, 0.5);
+  REQUIRE(kv);
+  CHECK(kv->transferred == 2);
+  sim.expect_kv(10.0);
+  sim.release_received(kv->held, 10.0, /*landed=*/true);
+  sim.submit(request(10.0, 27, 30));  // 14 pages of 11: skipped
+  REQUIRE(sim.run_until(std::numeric_limits<double>::infinity()));
+  REQUIRE(sim.finish());
+  CHECK(sim.sim_totals().skipped == 1);
+  CHECK(sim.sim_totals().steps == 0);
+  REQUIRE(stamps.size() == 1);
+  CHECK(stamps.front() == 10.0);
+  CHECK(stored > 0);
+}
+
+TEST_CASE(
+    "fleet: a named-prefix prompt of more pages than any bit field holds moves each of its pages "
+    "once, keyed apart") {
+  // 70,001 one-token pages: past 65,536, where keys made of a truncated page
+  // index aliased (page k and k + 65,536 took one key, so the decode side
+  // "hit" its own earlier page and moved fewer blocks). Every page within
+  // prompt - 1 tokens moves, and the decode side computes only the last
+  // token; a second request naming the prefix moves only its own pages.
+  FleetOptions pd;
+  pd.prefill_replicas = 1;
+  pd.decode_replicas = 1;
+  SimOptions options = options_of(EngineKind::kVllm);
+  options.max_batched_tokens = 1 << 20;
+  options.check = CheckPolicy{CheckPolicy::Mode::kOff, 1};
+  RunConfig config = tiny_config(300000, 1);
+  config.kv.max_seq_tokens = 1 << 20;
+  Fleet fleet(config, options, pd);
+  Request a = request(0.0, 70001, 2);
+  a.prefix = "system";
+  a.prefix_tokens = 10;
+  Request b = request(1e6, 70001, 2);
+  b.prefix = "system";
+  b.prefix_tokens = 10;
+  run_fleet(fleet, {a, b});
+  CHECK(fleet.transfers().requests == 2);
+  CHECK(fleet.transfers().blocks == 70000 + (70000 - 10));
+  const SimTotals& d = fleet.instance(1).sim_totals();
+  CHECK(d.finished == 2);
+  CHECK(d.hit_tokens == 2 * 70000);
+  CHECK(d.prompt_tokens_computed == 2);
 }
 
 TEST_CASE(
@@ -496,13 +580,15 @@ TEST_CASE(
 
 TEST_CASE(
     "fleet: a decode instance that can run nothing while a slow transfer holds its blocks "
-    "waits for the landing, however many empty steps that takes") {
+    "waits for the landing without stepping") {
   // Decode pool of 12 blocks (11 beside vLLM's null block), prompts of 5
   // pages growing to 10, a link of 1 byte/s (4 pages: 512 s). A transfer
   // starts once there is room for its prompt; the request decoding then
   // needs a page none is free for (the transfer holds its blocks), is
-  // preempted, and cannot come back until the transfer lands: about 100,000
-  // empty steps of 5 ms. That is waiting, not a stall (P1 stopped it).
+  // preempted, and cannot come back until the transfer lands. Its clock
+  // moves on to the landing without a step (it used to take an empty 5 ms
+  // step after another: about 100,000 of them); that is waiting, not a
+  // stall (P1).
   FleetOptions pd;
   pd.prefill_replicas = 1;
   pd.decode_replicas = 1;
@@ -515,6 +601,10 @@ TEST_CASE(
   const SimTotals& d = fleet.instance(1).sim_totals();
   CHECK(d.finished == 3);
   CHECK(d.preemptions > 0);
-  CHECK(d.steps > 10000);
+  // Three prompts and 60 output tokens: a few hundred steps at most.
+  CHECK(d.steps < 500);
   CHECK(fleet.transfers().ms.summary().max > 500e3);
+  // The clock still covers the transfers (512 s each): the last to land
+  // started when an earlier one had landed.
+  CHECK(fleet.instance(1).now() > 2 * 512.0);
 }

@@ -233,6 +233,9 @@ InputStatus JsonLines::read_hash_ids(std::vector<std::uint64_t>& ids) {
   for (;;) {
     auto value = read_uint("hash_ids", 0, std::numeric_limits<std::uint64_t>::max());
     if (!value) return Unexpected{value.error()};
+    if (value.value() > kMaxTraceHashId) {
+      return Unexpected{error("hash_ids", reserved_hash_id(value.value()))};
+    }
     if (ids.size() >= kMaxHashIds) {
       return Unexpected{error("hash_ids", fmt::format("more than {} entries", kMaxHashIds))};
     }

@@ -7,7 +7,8 @@
 //                  the record before
 //   input_length   int 1..2^32-1 (required) -> prompt
 //   output_length  int 1..2^32-1 (required) -> output
-//   hash_ids       array of ints 0..2^64-1 (required): one per 512-token block,
+//   hash_ids       array of ints 0..2^62-1 (required; kMaxTraceHashId in
+//                  request.h): one per 512-token block,
 //                  exactly ceil(input_length / 512) of them
 // The id is the record's line number. Example:
 //   {"timestamp": 0, "input_length": 6955, "output_length": 52, "hash_ids": [0, 1, ... 13]}

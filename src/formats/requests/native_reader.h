@@ -10,7 +10,8 @@
 //   n                  int 1..2^32-1, default 1: parallel samples
 //   prefix             non-empty string: a named shared prefix
 //   prefix_tokens      int 1..prompt, required with prefix (and only with it)
-//   hash_ids           array of ints 0..2^64-1: one content hash per block of
+//   hash_ids           array of ints 0..2^62-1 (kMaxTraceHashId in request.h):
+//                      one content hash per block of
 //                      hash_block_tokens prompt tokens (the last may be partial),
 //                      exactly ceil(prompt / hash_block_tokens) of them
 //   hash_block_tokens  int >= 1, default 512; only with hash_ids

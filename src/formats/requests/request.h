@@ -24,6 +24,15 @@ inline constexpr double kMaxArrivalSeconds = 8589934592.0;  // 2^33
 // "VALUE is past the arrival bound of 2^33 s (...)": the problem, for every reader.
 std::string past_arrival_bound(std::string_view value);
 
+// Trace hash ids are below 2^62. kvreplay keys the pages no trace hash names
+// above it (a request's own pages, a named prefix's, the keys a
+// disaggregated fleet's decode side gives a prompt: engine/key_spaces.h), so
+// a trace id there could alias one of them. Every reader refuses a larger id
+// as an input error.
+inline constexpr std::uint64_t kMaxTraceHashId = (std::uint64_t{1} << 62) - 1;
+// "VALUE is in kvreplay's reserved range (...)": the problem, for every reader.
+std::string reserved_hash_id(std::uint64_t value);
+
 struct Request {
   std::uint64_t line = 0;    // where the record starts in its file
   double arrival = 0.0;      // seconds from the trace's time origin

@@ -63,6 +63,12 @@ std::string past_arrival_bound(std::string_view value) {
       value);
 }
 
+std::string reserved_hash_id(std::uint64_t value) {
+  return fmt::format(
+      "{} is past the hash id limit of 2^62 - 1 ({}; kvreplay keys its own pages above it)", value,
+      kMaxTraceHashId);
+}
+
 struct RequestReader::Impl {
   Impl(std::unique_ptr<ByteSource> byte_source, std::string file_name)
       : source(std::move(byte_source)), name(std::move(file_name)) {}
