@@ -103,6 +103,10 @@ int run_plan_steps(const PlanRequest& request) {
   if (sweep.fleet_sweep && !request.shard) {
     if (auto code = answer_fleets(request, sweep, simulator, jobs)) return *code;
   }
+  // A merge's other answers, and the cells that decide them, simulated again.
+  if (sweep.merging) {
+    if (auto code = verify_merged_answers(request, sweep, simulator, jobs)) return *code;
+  }
   if (request.shard) {
     // The part: this shard's figures, and what plan-merge checks them by.
     auto trace_sha256 = trace_identity(trace_file, request.trace_path, request.format);
@@ -335,9 +339,12 @@ class PlanCommand final : public Command {
       if (!request_.html_path.empty()) {
         return usage_error("--html: not with --shard: plan-merge writes the page from the parts");
       }
-      if (needs_spool(request_.trace_path) && (replicas_->count() > 0 || pd_->count() > 0)) {
+      // Answers: a fleet's, the smallest KV memory, the smallest deployment.
+      const bool answered =
+          replicas_->count() > 0 || pd_->count() > 0 || !no_search_ || request_.kv_memories.empty();
+      if (needs_spool(request_.trace_path) && answered) {
         return usage_error(
-            "--shard: plan-merge verifies a fleet plan's answer by simulating it again, which "
+            "--shard: plan-merge verifies the plan's answers by simulating them again, which "
             "needs the trace: shard a trace file, not standard input or a FIFO");
       }
       request_.shard = shard.value();

@@ -20,6 +20,17 @@
 
 namespace kvreplay {
 
+// What a re-simulation must reproduce of a cell: every figure the answer and
+// the table show.
+nlohmann::json answer_figures(const CellFigures& f) {
+  return {{"trace", f.trace_sha256},      {"requests", f.requests_total},
+          {"finished", f.finished},       {"skipped", f.skipped},
+          {"preemptions", f.preemptions}, {"peak_used", f.peak_used},
+          {"hit_rate", f.hit_rate},       {"output_tokens_per_second", f.output_tokens_per_second},
+          {"latency", f.latency},         {"slo", f.slo},
+          {"cost_usd", f.cost_usd},       {"virtual_seconds", f.virtual_seconds}};
+}
+
 namespace {
 
 // The order answers are chosen by: GPUs, $ an hour, $ per million output
@@ -51,15 +62,28 @@ std::optional<std::size_t> best_cell(const PlanRequest& request, const PlanSweep
   return best;
 }
 
-// What a re-simulation must reproduce of a cell: every figure the answer and
-// the table show.
-nlohmann::json answer_figures(const CellFigures& f) {
-  return {{"trace", f.trace_sha256},      {"requests", f.requests_total},
-          {"finished", f.finished},       {"skipped", f.skipped},
-          {"preemptions", f.preemptions}, {"peak_used", f.peak_used},
-          {"hit_rate", f.hit_rate},       {"output_tokens_per_second", f.output_tokens_per_second},
-          {"latency", f.latency},         {"slo", f.slo},
-          {"cost_usd", f.cost_usd},       {"virtual_seconds", f.virtual_seconds}};
+// Every cell `in` admits that could have been the best in place of `best`:
+// those with no more GPUs and no higher $ an hour (both of the deployment),
+// whose other figures decide between them; with no best, every one.
+template <typename Admit, typename Choose>
+void could_win(const PlanSweep& sweep, const FleetAnswer& answer,
+               const std::optional<std::size_t>& best, Admit in, Choose choose) {
+  for (std::size_t i = 0; i < sweep.cells.size(); ++i) {
+    const PlanCell& cell = sweep.cells[i];
+    if (cell.model != answer.model || cell.page_tokens != answer.page_tokens ||
+        !in(sweep.deployments[cell.deployment])) {
+      continue;
+    }
+    if (best) {
+      const AnswerKey key = answer_key(sweep, i);
+      const AnswerKey best_key = answer_key(sweep, *best);
+      if (std::tie(std::get<0>(key), std::get<1>(key)) >
+          std::tie(std::get<0>(best_key), std::get<1>(best_key))) {
+        continue;
+      }
+    }
+    choose(std::optional<std::size_t>(i));
+  }
 }
 
 // `kvreplay simulate` options that pick out exactly this cell's fleet, with
@@ -118,9 +142,9 @@ std::optional<int> verify_cell(const PlanRequest& request, const PlanSweep& swee
   if (figures.violated || answer_figures(figures) != answer_figures(*cell.figures)) {
     if (sweep.merging) {
       eprint(
-          "kvreplay plan-merge: the parts' figures of {} are not what simulating it gives: a part "
-          "was altered, or written by another build\n",
-          label);
+          "{}.report: the figures of {} are not what simulating it gives: the part was altered, "
+          "or written by another build\n",
+          cell.from, label);
       return kExitInput;
     }
     eprint(
@@ -173,6 +197,23 @@ std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
   for (const FleetAnswer& answer : sweep.fleet_answers) {
     choose(answer.cell);
     for (const FleetAnswer::RouterBest& best : answer.by_router) choose(best.cell);
+  }
+  // A merge took every cell's figures from the parts: it simulates again, too,
+  // every cell that could have won in its stead, so that a part that forged a
+  // better cell's figures worse cannot move an answer.
+  if (sweep.merging) {
+    for (const FleetAnswer& answer : sweep.fleet_answers) {
+      could_win(
+          sweep, answer, answer.cell, [](const PlanDeployment&) { return true; }, choose);
+      for (const FleetAnswer::RouterBest& best : answer.by_router) {
+        could_win(
+            sweep, answer, best.cell,
+            [&](const PlanDeployment& d) {
+              return !d.fleet.routed() || to_string(d.fleet.router.policy) == best.router;
+            },
+            choose);
+      }
+    }
   }
   if (chosen.empty()) return std::nullopt;
   if (sweep.merging && needs_spool(request.trace_path)) {

@@ -75,6 +75,8 @@ struct PlanCell {
   std::optional<SimulationResult> result;
   std::optional<CellFigures> figures;  // read once from `result`
   std::optional<InputError> error;
+  // plan-merge: where the figures came from, "FILE: cells[K]".
+  std::string from;
 };
 
 struct ViolationText {
@@ -103,6 +105,8 @@ struct MinSearch {
   // The last probe's pool and, when it did not serve, why (for the message).
   std::uint32_t last_probe_blocks = 0;
   std::string last_shortfall;
+  // plan-merge: where the answer came from, "FILE: searches[K]".
+  std::string from;
 };
 
 // A swept deployment the model cannot run on (its weights do not fit, or its
@@ -149,7 +153,8 @@ struct PlanSweep {
   std::vector<std::size_t> cell_group;  // each cell's search
   // --shard splits the sweep into units dealt round-robin: with the search, a
   // group (its cells and its search, which is verified against them); without,
-  // a cell. A merge simulates nothing: its parts hold every unit's figures.
+  // a cell. A merge simulates no unit: its parts hold every unit's figures
+  // (it simulates again only what decides the answers: plan_merge_verify.cc).
   std::size_t units = 0;
   std::string sweep_sha256;
   std::vector<std::size_t> run_cells;  // the cells this run simulates
@@ -193,6 +198,12 @@ std::string deployment_label(const PlanDeployment& d);
 // plan.json's deployment.fleet: the instances, their split and router.
 nlohmann::json fleet_json(const FleetOptions& fleet);
 bool serves(const CellFigures& figures, double slo_attainment);
+// Whether the pool of `blocks` held a simulation back (plan_search.cc): when
+// not, any larger pool runs the very same simulation.
+bool pool_mattered(const CellFigures& figures, std::uint32_t blocks, double watermark);
+// What a simulation again must reproduce of a cell (plan_fleet.cc): every
+// figure the answers and the table show.
+nlohmann::json answer_figures(const CellFigures& figures);
 InputResult<std::string> trace_identity(const std::string& file, const std::string& shown,
                                         std::optional<RequestFormat> format);
 // The cells, unfit deployments and searches of `request`, and what this run
@@ -238,6 +249,24 @@ nlohmann::json deployment_json(const PlanSweep& sweep, std::size_t d);
 // figure range-checked. Returns the line to print when a part is refused.
 std::optional<std::string> fill_from_parts(const std::vector<PlanPart>& parts, PlanSweep& sweep,
                                            bool search_min, bool slo);
+// plan_merge_verify.cc: what in a part's cell report contradicts the sweep
+// cell it claims to be (its configuration, deployment, fleet, router, GPUs,
+// SLOs and price) or the figures derived from its own counts (hit rate,
+// throughput, SLO attainment, $), as "FIELD: PROBLEM" under `field`. Run
+// after plan_merge.cc's range checks.
+std::optional<std::string> cell_identity_problem(const nlohmann::json& report,
+                                                 const std::string& field, const PlanCell& cell,
+                                                 const PlanDeployment& deployment);
+// plan_merge_verify.cc: a merge's answers simulated again, and every cell
+// whose figures decide them (README, "Plans on a cluster"): the smallest KV
+// memory each search found (its pool serves, one block less does not, every
+// swept pool above it serves) or why none (compute-bound: the pool held
+// nothing back), and the smallest deployment per GPU kind. An exit code (2,
+// one line naming the part and field) when a part's figures are not what
+// simulating gives. The fleet answers are answer_fleets'.
+std::optional<int> verify_merged_answers(const PlanRequest& request, const PlanSweep& sweep,
+                                         PlanSimulator& simulator, unsigned jobs);
+
 // plan.cc: the plan of a part's command line, assembled from `parts`; nullopt
 // and `error` when the command line does not parse.
 std::optional<int> merge_plan_command(const std::vector<std::string>& command,

@@ -326,7 +326,6 @@ struct PartReading {
   std::uint64_t shard_count = 1;
   std::string trace_sha256;
 
-  std::string refuse(const std::string& why) const { return "kvreplay plan-merge: " + why; }
   std::optional<std::string> other_shard(std::string_view what, std::size_t i,
                                          std::size_t unit) const {
     if (unit % shard_count == shard_index - 1) return std::nullopt;
@@ -360,12 +359,18 @@ std::optional<std::string> read_part_cell(PartReading& at, std::size_t k) {
     return field_problem(file, field + ".index", *problem);
   }
   if (cell_from[i] != nullptr) {
-    return at.refuse(fmt::format("{} and {} both hold cell {}", *cell_from[i], file, i));
+    return field_problem(file, field + ".index",
+                         fmt::format("cell {} again: {} holds it already", i, cells[i].from));
   }
   cell_from[i] = &file;
-  if (auto problem = cell_report_problem(
-          entry.contains("report") ? entry["report"] : nullptr, field + ".report", cells[i],
-          sweep.deployments[cells[i].deployment], at.trace_sha256, sweep.slo)) {
+  cells[i].from = fmt::format("{}: {}", file, field);
+  const PlanDeployment& deployment = sweep.deployments[cells[i].deployment];
+  const nlohmann::json& report = entry.contains("report") ? entry["report"] : nullptr;
+  if (auto problem = cell_report_problem(report, field + ".report", cells[i], deployment,
+                                         at.trace_sha256, sweep.slo)) {
+    return fmt::format("{}: {}", file, *problem);
+  }
+  if (auto problem = cell_identity_problem(report, field + ".report", cells[i], deployment)) {
     return fmt::format("{}: {}", file, *problem);
   }
   const nlohmann::json* warnings = find_dotted(entry, "warnings");
@@ -427,10 +432,12 @@ std::optional<std::string> read_part_search(PartReading& at, std::size_t k) {
     return field_problem(file, field + ".index", *problem);
   }
   if (search_from[g] != nullptr) {
-    return at.refuse(fmt::format("{} and {} both hold search {}", *search_from[g], file, g));
+    return field_problem(file, field + ".index",
+                         fmt::format("search {} again: {} holds it already", g, searches[g].from));
   }
   search_from[g] = &file;
   MinSearch& search = searches[g];
+  search.from = fmt::format("{}: {}", file, field);
   // Raised past: swept pools of this search's cells, each larger than the last.
   const nlohmann::json* raised = find_dotted(entry, "raised_past_pool_blocks");
   if (raised == nullptr || !raised->is_array()) {

@@ -60,6 +60,8 @@ std::string shortfall_words(const CellFigures& f, double slo_attainment) {
   return fmt::format("{}", fmt::join(words, ", "));
 }
 
+}  // namespace
+
 // Whether the pool of `blocks` held a simulation back: it preempted, skipped a
 // request for the pool's size, evicted a cached block, or filled (its peak use,
 // the watermark and one block of margin, for vLLM's null block, reach it).
@@ -71,8 +73,6 @@ bool pool_mattered(const CellFigures& f, std::uint32_t blocks, double watermark)
   return f.preemptions > 0 || f.skipped_pool_too_small > 0 || f.evictions > 0 ||
          f.instance_peak_used + watermark_blocks + 1 >= blocks;
 }
-
-}  // namespace
 
 std::uint64_t simulation_memory_bound(std::uint64_t pool_blocks) {
   return add_sat(kSimulationBaseBytes, mul_sat(kSimulationBytesPerBlock, pool_blocks));

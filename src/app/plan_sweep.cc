@@ -365,7 +365,7 @@ std::optional<int> resolve_sweep(const PlanRequest& request, PlanSweep& sweep) {
                   ? memory
                   : reproducible_memory(config.value().kv.pool_blocks, config.value().kv);
           cells.push_back(PlanCell{model.name, d, label, page, config.value(), std::nullopt,
-                                   std::nullopt, std::nullopt});
+                                   std::nullopt, std::nullopt, std::string()});
         }
       }
     }
