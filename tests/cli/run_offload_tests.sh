@@ -315,6 +315,32 @@ check 'grep -q "offload tiers" "$work/err"' "plan's refusal names no tier: $(err
 unset KVREPLAY_MEMORY_LIMIT
 finish "the memory bound counts the offload tiers"
 
+# 9. Runs that end with stores in flight (one output token each, so a
+#    request's last step queues its stores; a disk link of 10 s latency) land
+#    them at the end, under the generic and vllm engines: the KV events
+#    (sent as stores land within the run) show fewer disk blocks than the
+#    report's stored; the emitted trace replays with the simulation's
+#    final_used, frees, allocations and per-tier stores, loads and drops; and
+#    each tier's stored = resident_blocks + evicted, bytes_in = stored x
+#    block_bytes.
+head -n 20 traces/requests/mooncake_conv.jsonl | jq -c '.output_length = 1' >"$work/o1.jsonl"
+for engine in generic vllm; do
+  run simulate "$work/o1.jsonl" "${geometry[@]}" --pool-blocks 3000 --page-tokens 16 --engine "$engine" \
+    --offload cpu:256KiB,disk:4MiB --offload-disk-latency-us 10000000 --kv-events "$work/$engine-end.events" \
+    --emit-trace "$work/$engine-end.kvtrace" --report "$work/$engine-end.json"
+  check '[[ $rc -eq 0 ]]' "$engine: exit $rc: $(err_text)"
+  landed=$(jq "[.events[] | select(.type == \"BlockStored\" and .medium == \"DISK\") | .block_hashes | length] | add" "$work/$engine-end.events" | jq -s add)
+  check '[[ $(jq ".offload.tiers.cpu.evicted > 0 and .offload.tiers.disk.stored > $landed" "$work/$engine-end.json") == true ]]' \
+    "$engine: not a run that ends with stores in flight ($landed disk blocks landed within it): $(jq -c .offload.tiers "$work/$engine-end.json")"
+  check '[[ $(jq "[.offload.tiers[] | .stored == .resident_blocks + .evicted and .bytes_in == .stored * $(jq .offload.block_bytes "$work/$engine-end.json")] | all" "$work/$engine-end.json") == true ]]' \
+    "$engine: stored is not resident_blocks + evicted: $(jq -c .offload.tiers "$work/$engine-end.json")"
+  run replay "$work/$engine-end.kvtrace" --backend cpu --verify -q --report "$work/$engine-end-replay.json"
+  check '[[ $rc -eq 0 ]]' "$engine: the replay: exit $rc: $(err_text)"
+  check '[[ $(jq -c "[.blocks.final_used, .blocks.frees, .blocks.allocations, [.offload.tiers.cpu, .offload.tiers.disk | .stored, .loaded, .evicted]]" "$work/$engine-end.json") == "$(jq -c "[.blocks.final_used, .blocks.frees, .blocks.allocations, [.cache_ops.tiers.cpu, .cache_ops.tiers.disk | .stores, .loads, .drops]]" "$work/$engine-end-replay.json")" ]]' \
+    "$engine: the simulation and its replay differ: $(jq -c "[.blocks, .offload.tiers.cpu.stored, .offload.tiers.disk.stored]" "$work/$engine-end.json") against $(jq -c "[.blocks, .cache_ops.tiers]" "$work/$engine-end-replay.json")"
+done
+finish "stores in flight at the end land: the emitted trace replays with the same figures"
+
 bad() {  # bad WHAT PATTERN ARGS...: the run exits 2 with one line matching PATTERN
   local what=$1 pattern=$2
   shift 2
