@@ -225,9 +225,9 @@ std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
   // As the sweep's own simulations (a merge ran none): those at once must fit.
   std::uint64_t each = 0;
   for (std::size_t i : chosen) {
-    each = std::max(
-        each, fleet_memory_bytes(sweep.cells[i].config.kv.pool_blocks,
-                                 sweep.deployments[sweep.cells[i].deployment].fleet.instances()));
+    const PlanDeployment& deployment = sweep.deployments[sweep.cells[i].deployment];
+    each = std::max(each, run_memory_bytes(sweep.cells[i].config, deployment.options,
+                                           deployment.fleet.instances()));
   }
   const std::uint64_t at_once = jobs_at_once(chosen.size(), jobs);
   if (auto problem = check_memory(

@@ -416,23 +416,31 @@ std::optional<int> check_sweep_memory(const PlanSweep& sweep, unsigned jobs) {
     // A fleet's simulation holds every instance's pool, and each instance's own structures.
     std::uint64_t largest = 0;
     std::uint64_t each = 0;
+    bool tiers = false;
     for (std::size_t i : run_cells) {
       const std::uint64_t instances = sweep.deployments[cells[i].deployment].fleet.instances();
       largest = std::max(largest, std::uint64_t{cells[i].config.kv.pool_blocks} * instances);
-      each = std::max(each, fleet_memory_bytes(cells[i].config.kv.pool_blocks, instances));
+      each = std::max(
+          each, run_memory_bytes(cells[i].config, sweep.deployments[cells[i].deployment].options,
+                                 instances));
+      tiers = tiers || sweep.deployments[cells[i].deployment].options.offload.any();
     }
     const std::uint64_t at_once = jobs_at_once(run_cells.size(), jobs);
     if (auto problem = check_memory(
             mul_sat(at_once, each),
             fmt::format("running {} of the sweep's simulations at once", at_once),
-            fmt::format("{} x ({} + {} bytes a block x {} blocks, the largest swept pool{})",
+            fmt::format("{} x ({} + {} bytes a block x {} blocks, the largest swept pool{}{})",
                         at_once, memory_text(kSimulationBaseBytes), kSimulationBytesPerBlock,
                         largest,
                         sweep.fleet_sweep
                             ? fmt::format(" or fleet (every instance's), + {} KiB an instance "
                                           "after the first",
                                           kFleetInstanceBytes >> 10)
-                            : std::string()))) {
+                            : std::string(),
+                        tiers ? fmt::format(", + each instance's offload tiers, {} bytes a tier "
+                                            "block ({} under arc)",
+                                            kTierBytesPerBlock, kArcTierBytesPerBlock)
+                              : std::string()))) {
       const std::uint64_t fitting = memory_limit().bytes / each;
       eprint("kvreplay plan: {}: {}\n", *problem,
              fitting == 0 ? std::string("sweep smaller pools (a larger --page-tokens, "

@@ -55,17 +55,15 @@ int run_simulate(const SimulateRequest& request) {
     return kExitInput;
   }
   const bool fleet = request.fleet.instances() > 1;
-  if (fleet) {
-    // Every instance's pool at once (resolve_sim_config checked one).
-    const std::uint64_t n = request.fleet.instances();
-    if (auto problem = check_memory(
-            fleet_memory_bytes(config.value().kv.pool_blocks, n),
-            fmt::format("a fleet of {} instances of {} blocks", n, config.value().kv.pool_blocks),
-            fmt::format("{} MiB + {} bytes a block + {} KiB an instance after the first",
-                        kSimulationBaseBytes >> 20, kSimulationBytesPerBlock,
-                        kFleetInstanceBytes >> 10))) {
+  if (fleet || request.options.offload.any()) {
+    // Every instance's pool and tiers at once (resolve_sim_config checked one pool).
+    if (auto problem =
+            check_simulation_memory(config.value(), request.options, request.fleet.instances())) {
       eprint("command line: {}: {}\n",
-             request.fleet.disaggregated() ? "--prefill-replicas" : "--replicas", *problem);
+             request.options.offload.any()   ? "--offload"
+             : request.fleet.disaggregated() ? "--prefill-replicas"
+                                             : "--replicas",
+             *problem);
       return kExitInput;
     }
   }

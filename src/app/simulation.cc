@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "core/memory_budget.h"
@@ -241,6 +242,62 @@ std::uint64_t simulation_memory_bytes(std::uint64_t pool_blocks) {
 std::uint64_t fleet_memory_bytes(std::uint64_t pool_blocks, std::uint64_t instances) {
   return add_sat(simulation_memory_bytes(mul_sat(pool_blocks, instances)),
                  mul_sat(instances - 1, kFleetInstanceBytes));
+}
+
+OffloadMemory offload_memory(const RunConfig& config, const SimOptions& options) {
+  OffloadMemory out;
+  if (!options.offload.any()) return out;
+  const std::vector<KvCacheGroupSpec>& groups =
+      options.kv_groups.empty() ? config.kv_groups : options.kv_groups;
+  const std::uint64_t block = std::max<std::uint64_t>(kv_block_bytes(config.kv, groups), 1);
+  const bool sglang = options.engine == EngineKind::kSglang;
+  std::uint64_t each =
+      options.offload.policy == OffloadPolicy::kArc ? kArcTierBytesPerBlock : kTierBytesPerBlock;
+  if (sglang) each = kHostBytesPerPage;
+  if (options.emit_trace) each += kTraceTierBytesPerBlock;
+  for (const OffloadTierOptions& tier : options.offload.tiers) {
+    const std::uint64_t blocks =
+        std::min<std::uint64_t>(tier.bytes / block, std::numeric_limits<std::uint32_t>::max());
+    out.bytes = add_sat(out.bytes, mul_sat(blocks, each));
+    if (!out.tiers.empty()) out.tiers += ", ";
+    out.tiers += fmt::format("a {} tier of {} {}", to_string(tier.medium), blocks,
+                             sglang ? "pages" : "blocks");
+  }
+  out.formula = fmt::format("{} bytes a tier {}", each, sglang ? "page" : "block");
+  return out;
+}
+
+std::uint64_t run_memory_bytes(const RunConfig& config, const SimOptions& options,
+                               std::uint64_t instances) {
+  const std::uint64_t blocks = config.kv.pool_blocks;
+  const std::uint64_t pools =
+      instances > 1 ? fleet_memory_bytes(blocks, instances) : simulation_memory_bytes(blocks);
+  return add_sat(pools, mul_sat(instances, offload_memory(config, options).bytes));
+}
+
+std::optional<std::string> check_simulation_memory(const RunConfig& config,
+                                                   const SimOptions& options,
+                                                   std::uint64_t instances) {
+  // Options the run refuses (a tier past 2^32 - 1 blocks) are refused with
+  // their own words when the simulator is made.
+  if (options.offload.any() && sim_options_error(config, options)) return std::nullopt;
+  const std::uint64_t blocks = config.kv.pool_blocks;
+  const OffloadMemory tiers = offload_memory(config, options);
+  const std::uint64_t need = run_memory_bytes(config, options, instances);
+  std::string what = instances > 1
+                         ? fmt::format("a fleet of {} instances of {} blocks", instances, blocks)
+                         : fmt::format("a simulation of a pool of {} blocks", blocks);
+  std::string formula = fmt::format("{} MiB + {} bytes a block", kSimulationBaseBytes >> 20,
+                                    kSimulationBytesPerBlock);
+  if (instances > 1) {
+    formula += fmt::format(" + {} KiB an instance after the first", kFleetInstanceBytes >> 10);
+  }
+  if (tiers.bytes != 0) {
+    what += fmt::format(" with {}{}", tiers.tiers, instances > 1 ? " each" : "");
+    formula += " + " + tiers.formula;
+    if (instances > 1) formula += " x instances";
+  }
+  return check_memory(need, what, formula);
 }
 
 namespace sim_detail {

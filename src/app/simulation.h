@@ -146,4 +146,33 @@ std::uint64_t simulation_memory_bytes(std::uint64_t pool_blocks);
 inline constexpr std::uint64_t kFleetInstanceBytes = std::uint64_t{64} << 10;
 std::uint64_t fleet_memory_bytes(std::uint64_t pool_blocks, std::uint64_t instances);
 
+// The offload tiers' residency (--offload), per instance: each tier's
+// capacity in blocks (its bytes over a GPU block, at most 2^32 - 1) x what a
+// resident block costs, measured with the tiers full (README, "Memory
+// bounds"): the tier's slot, key index and recency list, and with
+// --emit-trace the trace's name for its key. arc also keeps evicted keys as
+// ghosts, up to twice the capacity. The sglang engine's host pool holds its
+// pages in the radix tree: a host-only node and its keys, a page each at worst.
+inline constexpr std::uint64_t kTierBytesPerBlock = 160;
+inline constexpr std::uint64_t kArcTierBytesPerBlock = 360;
+inline constexpr std::uint64_t kTraceTierBytesPerBlock = 48;
+inline constexpr std::uint64_t kHostBytesPerPage = 32;
+struct OffloadMemory {
+  std::uint64_t bytes = 0;  // one instance's tiers
+  std::string tiers;        // "a cpu tier of N blocks, a disk tier of M blocks"
+  std::string formula;      // "160 bytes a tier block"
+};
+// Nothing (bytes 0) without --offload.
+OffloadMemory offload_memory(const RunConfig& config, const SimOptions& options);
+// What a simulation (`instances` > 1: a fleet's) needs: its pools
+// (fleet_memory_bytes) and each instance's tiers.
+std::uint64_t run_memory_bytes(const RunConfig& config, const SimOptions& options,
+                               std::uint64_t instances);
+// That need against the memory limit:
+// nullopt when it fits the memory limit, else the problem (check_memory's
+// words) naming the pool and the tiers.
+std::optional<std::string> check_simulation_memory(const RunConfig& config,
+                                                   const SimOptions& options,
+                                                   std::uint64_t instances);
+
 }  // namespace kvreplay

@@ -43,7 +43,7 @@ std::uint64_t block_key(const PageKey& key);
 
 // One tier's figures since the start of the run.
 struct OffloadTierFigures {
-  std::uint64_t stored = 0;      // blocks that landed in the tier
+  std::uint64_t stored = 0;      // blocks stored in the tier (the paged engines: once issued)
   std::uint64_t loaded = 0;      // blocks loaded back into the GPU
   std::uint64_t evicted = 0;     // blocks the tier's policy evicted
   std::uint64_t hit_tokens = 0;  // prompt tokens found in the tier at admission

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "engine/paged_scheduler.h"
@@ -54,7 +55,8 @@ bool PagedScheduler::offload_step_start() {
     OffloadTier& tier = offload_->tier(job.tier);
     OffloadTierFigures& figures = offload_->figures(job.tier);
     if (!job.load) {
-      figures.stored += tier.complete_store(job.keys);
+      // Counted as stored when issued (queue_stores).
+      (void)tier.complete_store(job.keys);
       for (BlockId b : job.blocks) unpin(b);
       continue;
     }
@@ -249,6 +251,10 @@ bool PagedScheduler::queue_stores(Flight& flight) {
       continue;
     }
     offload_->figures(t).evicted += plan->evicted.size();
+    // A block counts as stored once its store is issued, as the emitted
+    // trace's `store` is written then and resident_blocks counts it: stored
+    // = resident_blocks + evicted at every step.
+    offload_->figures(t).stored += plan->stored.size();
     if (trace_ != nullptr) {
       for (std::uint64_t key : plan->evicted) trace_->drop(trace_tier(t), key);
     }
@@ -279,6 +285,27 @@ bool PagedScheduler::queue_stores(Flight& flight) {
     }
     offload_->queue_store(t, std::move(plan->stored), std::move(blocks));
   }
+  return true;
+}
+
+bool PagedScheduler::end_run() {
+  // The run's end: no request is left, but the stores of the last steps may
+  // still be queued or in flight. They land now (the tier's copies become
+  // readable, the GPU blocks they read are let go), as the emitted trace has
+  // them: its `store` copied the page when it was written. The run's time
+  // stays its last step's end, and their KV events are not sent.
+  if (!offload_ || has_requests()) return true;
+  offload_->start_queued(shell_.step_start);
+  for (OffloadConnector::Job& job :
+       offload_->take_landed(std::numeric_limits<double>::infinity())) {
+    if (job.load) continue;  // none: a load's request is still waiting
+    (void)offload_->tier(job.tier).complete_store(job.keys);
+    for (BlockId b : job.blocks) unpin(b);
+  }
+  // The pool as it ends (what the report's final_used reads); the run's
+  // running figures stay the last step's.
+  ReplayTotals unchanged = totals_;
+  record_event(state_, unchanged, used_blocks(), pool_.filled_total(), config_.kv.page_tokens);
   return true;
 }
 

@@ -56,6 +56,7 @@ class PagedScheduler : public Scheduler {
   // --offload (engine/paged_offload.cc): the tiers' landings, the "offload"
   // section and prefix_cache.hits_by_tier, the tiers' gauges.
   std::optional<double> wake_at() const override;
+  bool end_run() override;
   void add_figures(nlohmann::json& report) const override;
   std::size_t offload_tiers() const override { return offload_ ? offload_->num_tiers() : 0; }
   TierGauge offload_gauge(std::size_t t) const override;

@@ -180,6 +180,10 @@ class Scheduler {
   // tier), or nullopt: after a step that ran nothing, the shell moves its
   // clock on to then (or to the next arrival) instead of pricing an empty step.
   virtual std::optional<double> wake_at() const { return std::nullopt; }
+  // The run is over (Simulator::finish): the transfers still in flight are
+  // done with (the paged engines' offload stores land). False when an
+  // invariant failed (shell.violation says which).
+  virtual bool end_run() { return true; }
   // The transfer is done: the held blocks become ordinary cached blocks.
   virtual void release_received(std::span<const BlockId> blocks) { (void)blocks; }
   // Whether blocks received with receive_kv are still held for a transfer

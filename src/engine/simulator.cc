@@ -470,6 +470,7 @@ bool Simulator::check_now() {
 }
 
 bool Simulator::finish() {
+  if (!scheduler_->end_run()) return false;
   if (trace_ != nullptr) trace_->flush();
   if (unrecorded_) {
     // A decode instance that received KV for a request it then skipped takes

@@ -267,6 +267,81 @@ check '[[ $(jq ".requests.finished == 3 and .instances[1].scheduler.preemptions 
 finish "--offload with disaggregated prefill on a small pool, or one closed-loop client, or a slow transfer: the run ends"
 
 # 10. Misuse: exit 2, one line naming the problem.
+# 8. The memory bound counts the tiers (README, "Memory bounds"): under
+#    KVREPLAY_MEMORY_LIMIT, tiers whose residency would pass it are exit 2
+#    with one line naming them, before the run and with nothing written,
+#    under every engine, per instance in a fleet, more under arc, and in
+#    plan's sweep; tiers that fit run.
+geometry=(--layers 1 --kv-heads 1 --head-dim 8 --max-seq-tokens 131072 -q)
+tiny=("${geometry[@]}" --pool-blocks 2000 --page-tokens 16)
+head -n 40 traces/requests/mooncake_conv.jsonl >"$work/m40.jsonl"
+export KVREPLAY_MEMORY_LIMIT=100MiB
+over() {  # over WHAT PATTERN [PAGE_TOKENS] ARGS...: exit 2, one line matching PATTERN, no report
+  local what=$1 pattern=$2 page=16
+  shift 2
+  [[ $1 =~ ^[0-9]+$ ]] && { page=$1; shift; }
+  set -- --pool-blocks 2000 --page-tokens "$page" "$@"
+  rm -f "$work/over.json"
+  run simulate "$work/m40.jsonl" "${geometry[@]}" --report "$work/over.json" "$@"
+  check '[[ $rc -eq 2 ]]' "$what: exit $rc, not 2: $(err_text)"
+  check '[[ $(wc -l <"$work/err") -eq 1 ]]' "$what: not one line: $(err_text)"
+  check 'grep -q -- "$pattern" "$work/err"' "$what: no '$pattern' in: $(err_text)"
+  check '[[ ! -e $work/over.json ]]' "$what: a report was written"
+}
+# A block here is 512 bytes: 1 GiB is 2097152 of them, 128 MiB 262144.
+for engine in vllm generic; do
+  over "$engine, cpu:1GiB" "^command line: --offload: a simulation of a pool of 2000 blocks with a cpu tier of 2097152 blocks needs .* bytes a tier block), over the memory limit of 100.00 MiB (KVREPLAY_MEMORY_LIMIT)" \
+    --engine "$engine" --offload cpu:1GiB
+  over "$engine, cpu and disk" "with a cpu tier of 16384 blocks, a disk tier of 2097152 blocks needs" \
+    --engine "$engine" --offload cpu:8MiB,disk:1GiB
+done
+# The sglang host pool's pages cost less (a page here is one token, 32 bytes).
+over "sglang, cpu:4GiB" "^command line: --offload: a simulation of a pool of 2000 blocks with a cpu tier of 134217728 pages needs .* bytes a tier page)" \
+  1 --engine sglang --offload cpu:4GiB
+over "arc" "with a cpu tier of 262144 blocks needs" --offload cpu:128MiB --offload-policy arc
+over "a fleet" "^command line: --offload: a fleet of 2 instances of 2000 blocks with a cpu tier of 262144 blocks each needs" \
+  --offload cpu:128MiB --replicas 2
+over "--emit-trace" "with a cpu tier of 262144 blocks needs" --offload cpu:128MiB --offload-policy arc \
+  --emit-trace "$work/over.kvtrace"
+for policy in lru arc; do
+  run simulate "$work/m40.jsonl" "${tiny[@]}" --offload cpu:16MiB --offload-policy "$policy" --report "$work/fits.json"
+  check '[[ $rc -eq 0 ]]' "a 16 MiB tier under $policy: exit $rc: $(err_text)"
+done
+run simulate "$work/m40.jsonl" "${tiny[@]}" --offload cpu:128MiB --report "$work/fits.json"
+check '[[ $rc -eq 0 ]]' "a 128 MiB lru tier: exit $rc: $(err_text)"
+run plan "$work/m40.jsonl" --layers 1 --kv-heads 1 --head-dim 8 --kv-memory 1MiB --page-tokens 16 \
+  --max-seq-tokens 131072 --no-search -q --offload cpu:1GiB --report "$work/plan.json"
+check '[[ $rc -eq 2 ]]' "plan with a 1 GiB tier: exit $rc, not 2: $(err_text)"
+check 'grep -q "offload tiers" "$work/err"' "plan's refusal names no tier: $(err_text)"
+unset KVREPLAY_MEMORY_LIMIT
+finish "the memory bound counts the offload tiers"
+
+# 9. Runs that end with stores in flight (one output token each, so a
+#    request's last step queues its stores; a disk link of 10 s latency) land
+#    them at the end, under the generic and vllm engines: the KV events
+#    (sent as stores land within the run) show fewer disk blocks than the
+#    report's stored; the emitted trace replays with the simulation's
+#    final_used, frees, allocations and per-tier stores, loads and drops; and
+#    each tier's stored = resident_blocks + evicted, bytes_in = stored x
+#    block_bytes.
+head -n 20 traces/requests/mooncake_conv.jsonl | jq -c '.output_length = 1' >"$work/o1.jsonl"
+for engine in generic vllm; do
+  run simulate "$work/o1.jsonl" "${geometry[@]}" --pool-blocks 3000 --page-tokens 16 --engine "$engine" \
+    --offload cpu:256KiB,disk:4MiB --offload-disk-latency-us 10000000 --kv-events "$work/$engine-end.events" \
+    --emit-trace "$work/$engine-end.kvtrace" --report "$work/$engine-end.json"
+  check '[[ $rc -eq 0 ]]' "$engine: exit $rc: $(err_text)"
+  landed=$(jq "[.events[] | select(.type == \"BlockStored\" and .medium == \"DISK\") | .block_hashes | length] | add" "$work/$engine-end.events" | jq -s add)
+  check '[[ $(jq ".offload.tiers.cpu.evicted > 0 and .offload.tiers.disk.stored > $landed" "$work/$engine-end.json") == true ]]' \
+    "$engine: not a run that ends with stores in flight ($landed disk blocks landed within it): $(jq -c .offload.tiers "$work/$engine-end.json")"
+  check '[[ $(jq "[.offload.tiers[] | .stored == .resident_blocks + .evicted and .bytes_in == .stored * $(jq .offload.block_bytes "$work/$engine-end.json")] | all" "$work/$engine-end.json") == true ]]' \
+    "$engine: stored is not resident_blocks + evicted: $(jq -c .offload.tiers "$work/$engine-end.json")"
+  run replay "$work/$engine-end.kvtrace" --backend cpu --verify -q --report "$work/$engine-end-replay.json"
+  check '[[ $rc -eq 0 ]]' "$engine: the replay: exit $rc: $(err_text)"
+  check '[[ $(jq -c "[.blocks.final_used, .blocks.frees, .blocks.allocations, [.offload.tiers.cpu, .offload.tiers.disk | .stored, .loaded, .evicted]]" "$work/$engine-end.json") == "$(jq -c "[.blocks.final_used, .blocks.frees, .blocks.allocations, [.cache_ops.tiers.cpu, .cache_ops.tiers.disk | .stores, .loads, .drops]]" "$work/$engine-end-replay.json")" ]]' \
+    "$engine: the simulation and its replay differ: $(jq -c "[.blocks, .offload.tiers.cpu.stored, .offload.tiers.disk.stored]" "$work/$engine-end.json") against $(jq -c "[.blocks, .cache_ops.tiers]" "$work/$engine-end-replay.json")"
+done
+finish "stores in flight at the end land: the emitted trace replays with the same figures"
+
 bad() {  # bad WHAT PATTERN ARGS...: the run exits 2 with one line matching PATTERN
   local what=$1 pattern=$2
   shift 2

@@ -16,6 +16,7 @@
 #include "dataplane/support.h"
 #include "engine/fleet.h"
 #include "engine/micro_config.h"
+#include "engine/paged_scheduler.h"
 #include "engine/sglang_scheduler.h"
 #include "engine/simulator.h"
 #include "engine/trace_emitter.h"
@@ -52,7 +53,8 @@ struct Emitted {
   ReplayTotals totals;
   std::uint64_t evictions = 0;
   std::uint32_t final_used = 0;
-  std::uint64_t moved_pages = 0;  // sglang: SglangScheduler::trace_moved_pages
+  std::uint64_t moved_pages = 0;   // sglang: SglangScheduler::trace_moved_pages
+  std::size_t transfers_left = 0;  // vllm, generic: offload transfers in flight after finish
   nlohmann::json figures;
 };
 
@@ -78,6 +80,10 @@ Emitted simulate(const RunConfig& config, const SimOptions& options,
   out.final_used = sim.used_blocks();
   if (const auto* sglang = dynamic_cast<const SglangScheduler*>(&sim.scheduler())) {
     out.moved_pages = sglang->trace_moved_pages();
+  }
+  if (const auto* paged = dynamic_cast<const PagedScheduler*>(&sim.scheduler());
+      paged != nullptr && paged->offload() != nullptr) {
+    out.transfers_left = paged->offload()->jobs().size();
   }
   out.figures = {{"prefix_cache", nlohmann::json::object()}};
   sim.scheduler().add_figures(out.figures);
@@ -170,6 +176,37 @@ TEST_CASE("emit trace: offload stores, loads and tier evictions replay byte for 
     CHECK(broken.violated);
     REQUIRE(broken.violation);
     CHECK(broken.violation->invariant == "D1");
+  }
+}
+
+TEST_CASE("emit trace: stores in flight at the run's end land, as the trace has them", "[emit]") {
+  // One output token each, so a request's last step queues its stores; a
+  // disk link of 1000 s, so none of the disk's stores lands within the run.
+  for (EngineKind engine : {EngineKind::kGeneric, EngineKind::kVllm}) {
+    INFO(to_string(engine));
+    SimOptions options = vllm_options();
+    options.engine = engine;
+    options.offload.tiers.push_back({OffloadMedium::kCpu, 6 * 128, 1e-3, 1000});
+    options.offload.tiers.push_back({OffloadMedium::kDisk, 20 * 128, 1e-3, 1e9});
+    const Emitted run = simulate(micro_config(14), options, random_requests(5, 60, false, 1));
+    REQUIRE(run.sim.finished == 60);
+    const nlohmann::json& tiers = run.figures["offload"]["tiers"];
+    CHECK(tiers["disk"]["stored"].get<std::uint64_t>() > 0);
+    const test::DataReplay replay = replay_clean(run);
+    for (std::size_t t = 0; t < 2; ++t) {
+      const nlohmann::json& tier = tiers[t == 0 ? "cpu" : "disk"];
+      INFO("tier " << t);
+      CHECK(replay.totals.tier_stores[t] == tier["stored"].get<std::uint64_t>());
+      CHECK(replay.totals.tier_loads[t] == tier["loaded"].get<std::uint64_t>());
+      CHECK(replay.totals.tier_drops[t] == tier["evicted"].get<std::uint64_t>());
+      CHECK(tier["stored"].get<std::uint64_t>() ==
+            tier["resident_blocks"].get<std::uint64_t>() + tier["evicted"].get<std::uint64_t>());
+      CHECK(tier["bytes_in"].get<std::uint64_t>() ==
+            tier["stored"].get<std::uint64_t>() *
+                run.figures["offload"]["block_bytes"].get<std::uint64_t>());
+    }
+    // No transfer is left in flight, so no GPU block held for one.
+    CHECK(run.transfers_left == 0);
   }
 }
 
