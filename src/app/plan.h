@@ -156,9 +156,11 @@ struct SearchCeiling {
   SearchUnmet at_ceiling = SearchUnmet::kBlockCeiling;
 };
 // A fleet's search (`instances` above 1) probes pools of every instance at
-// once: its ceiling is each instance's, within the same memory.
+// once: its ceiling is each instance's, within the same memory. Each instance's
+// offload tiers (`tier_bytes`, offload_memory: their capacity does not grow with
+// the pool) come off the memory first.
 SearchCeiling search_ceiling(std::uint64_t memory_bytes, std::uint64_t at_once,
-                             std::uint64_t instances = 1);
+                             std::uint64_t instances = 1, std::uint64_t tier_bytes = 0);
 
 // Exit 1 when an invariant check fails in any simulation (the sweep point or
 // search probe is named on stderr, and no report is written).

@@ -96,10 +96,11 @@ std::optional<SearchUnmet> parse_search_unmet(std::string_view text) {
 }
 
 SearchCeiling search_ceiling(std::uint64_t memory_bytes, std::uint64_t at_once,
-                             std::uint64_t instances) {
+                             std::uint64_t instances, std::uint64_t tier_bytes) {
   const std::uint64_t share = memory_bytes / at_once;
   const std::uint64_t fixed =
-      add_sat(kSimulationBaseBytes, mul_sat(instances - 1, kFleetInstanceBytes));
+      add_sat(add_sat(kSimulationBaseBytes, mul_sat(instances - 1, kFleetInstanceBytes)),
+              mul_sat(instances, tier_bytes));
   const std::uint64_t fitting_blocks =
       share <= fixed ? 0 : (share - fixed) / kSimulationBytesPerBlock / instances;
   return SearchCeiling{
@@ -254,11 +255,12 @@ void run_search(const PlanRequest& request, const PlanSweep& sweep, MinSearch& s
     }
     return failing;
   };
-  // A fleet's probe holds its pool once per instance.
-  const SearchCeiling ceiling =
-      deployment.fleet.instances() == 1
-          ? SearchCeiling{bounds.ceiling, bounds.at_ceiling}
-          : search_ceiling(bounds.limit.bytes, bounds.at_once, deployment.fleet.instances());
+  // A fleet's probe holds its pool once per instance, and every probe its tiers.
+  const std::uint64_t tier_bytes = offload_memory(search.config, sim_options).bytes;
+  const SearchCeiling ceiling = deployment.fleet.instances() == 1 && tier_bytes == 0
+                                    ? SearchCeiling{bounds.ceiling, bounds.at_ceiling}
+                                    : search_ceiling(bounds.limit.bytes, bounds.at_once,
+                                                     deployment.fleet.instances(), tier_bytes);
   PoolSearchOutcome outcome =
       search_smallest_pool(search.config.kv.pool_blocks, ceiling.blocks, ceiling.at_ceiling, probe,
                            largest_failing_swept);

@@ -5,6 +5,7 @@
 // comes from.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
@@ -48,8 +49,7 @@ void SglangScheduler::hicache_step_start() {
       f.loaded += job.keys.size();
       f.load_ms.add((job.done - job.issued) * 1000.0);
     } else {
-      tree_.write_done(node, job.keys);
-      f.stored += job.keys.size();
+      tree_.write_done(node, job.keys);  // counted as stored when queued
       // Its pages are evictable again: a batch found full for want of room
       // is tried again (kvreplay's choice; SGLang resets batch_is_full when
       // a request's memory is released).
@@ -76,6 +76,10 @@ void SglangScheduler::hicache_step_end() {
       trace_->free(seq);
       trace_moved_pages_ += path.size();
     }
+    // A page counts as stored once its write is issued, as the emitted
+    // trace's `store` is written then and the host's resident pages count it
+    // (the paged engines' tiers count the same): stored = resident + evicted.
+    hicache_->figures(0).stored += write.host.size();
     hicache_->queue_store(0, std::move(write.host), std::move(write.pages), write.node);
   }
   if (trace_ != nullptr) {
@@ -90,6 +94,29 @@ Scheduler::TierGauge SglangScheduler::offload_gauge(std::size_t t) const {
   return TierGauge{
       OffloadMedium::kCpu, tree_.host_capacity(), tree_.host_used(), f.stored, f.loaded,
       tree_.host_evicted()};
+}
+
+bool SglangScheduler::end_run() {
+  // The run's end: no request is left, but the host writes of the last steps
+  // may still be queued or in flight. They land now, as the emitted trace has
+  // them (its `store` copied the page when it was written): the nodes are
+  // unlocked with their host copies, as the paged engines' stores land at the
+  // end. The run's time stays its last step's end; no KV events are sent.
+  if (!hicache_ || has_requests()) return true;
+  hicache_->start_queued(shell_.step_start);
+  OffloadTierFigures& f = hicache_->figures(0);
+  for (OffloadConnector::Job& job :
+       hicache_->take_landed(std::numeric_limits<double>::infinity())) {
+    auto* node = static_cast<RadixCache::Node*>(const_cast<void*>(job.owner));
+    if (job.load) {  // none: a load's request is still running
+      tree_.load_done(node);
+      f.loaded += job.keys.size();
+    } else {
+      tree_.write_done(node, job.keys);
+    }
+  }
+  f.evicted = tree_.host_evicted();
+  return true;
 }
 
 std::optional<double> SglangScheduler::wake_at() const {

@@ -64,6 +64,7 @@ class SglangScheduler final : public Scheduler {
   std::size_t offload_tiers() const override { return hicache_ ? 1 : 0; }
   TierGauge offload_gauge(std::size_t t) const override;
   std::optional<double> wake_at() const override;
+  bool end_run() override;
   // --emit-trace: a request's row of pages is a kvtrace sequence (its first
   // growth an `admit` on the tree's pages as hits), a page the tree takes a
   // `cache`, an eviction an `uncache`. A request the tree moves onto its own
