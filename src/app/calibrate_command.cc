@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -15,6 +17,7 @@
 #include "app/options.h"
 #include "app/simulation.h"
 #include "app/terminal.h"
+#include "core/memory_budget.h"
 #include "io/output.h"
 #include "io/standard_output.h"
 #include "model/presets.h"
@@ -22,6 +25,45 @@
 namespace kvreplay {
 
 namespace {
+
+// Whether a row's model names a file (a FIFO too: load_model_config reads
+// each path once a run), not a folder or nothing.
+bool names_a_file(const std::string& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  return !error && std::filesystem::exists(status) && !std::filesystem::is_directory(status);
+}
+
+// What one workload's simulation holds besides its pool: each request's
+// state and its recorded times, at most this many bytes a request (measured
+// about 800 with every request in flight at once; README "Memory bounds").
+constexpr std::uint64_t kWorkloadBytesPerRequest = 1024;
+
+// The workloads `jobs` at once (the largest ones, as a bound) against the
+// memory limit, before any runs: nullopt, or the line to print (exit 2),
+// "FILE:LINE: requests: ..." naming the largest workload's first row.
+std::optional<std::string> check_workload_memory(const std::vector<Workload>& workloads,
+                                                 unsigned jobs, const std::string& file) {
+  if (workloads.empty()) return std::nullopt;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> needs;  // bytes, line
+  for (const Workload& w : workloads) {
+    needs.emplace_back(add_sat(simulation_memory_bytes(w.config.kv.pool_blocks),
+                               mul_sat(w.requests, kWorkloadBytesPerRequest)),
+                       w.line);
+  }
+  std::sort(needs.begin(), needs.end(), std::greater<>());
+  const std::size_t at_once = std::min<std::size_t>(std::max(jobs, 1u), needs.size());
+  std::uint64_t need = 0;
+  for (std::size_t i = 0; i < at_once; ++i) need = add_sat(need, needs[i].first);
+  auto problem = check_memory(need,
+                              fmt::format("simulating {} workload{} at once (-j {})", at_once,
+                                          at_once == 1 ? "" : "s", jobs),
+                              fmt::format("each {} + {} bytes a pool block + {} bytes a request",
+                                          memory_text(kSimulationBaseBytes),
+                                          kSimulationBytesPerBlock, kWorkloadBytesPerRequest));
+  if (!problem) return std::nullopt;
+  return fmt::format("{}:{}: requests: {}", file, needs.front().second, *problem);
+}
 
 struct CalibrateRequest {
   std::string measured_path;
@@ -69,7 +111,7 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
     ConfigOverrides overrides;
     if (find_model_preset(row.model) != nullptr) {
       overrides.model = row.model;
-    } else if (std::filesystem::is_regular_file(row.model)) {
+    } else if (names_a_file(row.model)) {
       overrides.model_config = row.model;
     } else {
       return fail("model", fmt::format("'{}' is neither a preset ({}) nor a config.json file",
@@ -359,6 +401,10 @@ int CalibrateCommand::run_steps() {
   }
   const unsigned jobs =
       request_.jobs != 0 ? request_.jobs : std::max(1u, std::thread::hardware_concurrency());
+  if (auto problem = check_workload_memory(workloads.value(), jobs, request_.measured_path)) {
+    eprint("{}\n", *problem);
+    return kExitInput;
+  }
   auto start_of = [](const Workload& w) {
     return w.options.cost.roofline_for(w.gpu, w.options.engine);
   };

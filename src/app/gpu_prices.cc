@@ -7,7 +7,9 @@
 #include <iterator>
 
 #include "app/options.h"
+#include "io/input_registry.h"
 #include "io/json_file.h"
+#include "io/read_once.h"
 #include "model/gpu.h"
 
 namespace kvreplay {
@@ -24,9 +26,7 @@ std::size_t line_of_key(const std::string& text, const std::string& key) {
                  std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
 }
 
-}  // namespace
-
-Result<std::map<std::string, double>, std::string> read_gpu_prices(const std::string& path) {
+Result<std::map<std::string, double>, std::string> read_gpu_prices_file(const std::string& path) {
   // Read once, text and document (a FIFO or a pipe has no second reading).
   auto read = read_json_text(path, kMaxPricesBytes, "not a price file");
   if (!read) return Unexpected{read.error()};
@@ -70,6 +70,13 @@ Result<std::map<std::string, double>, std::string> read_gpu_prices(const std::st
   return prices;
 }
 
+}  // namespace
+
+Result<std::map<std::string, double>, std::string> read_gpu_prices(const std::string& path) {
+  struct Tag;
+  return read_once<Tag>(path, read_gpu_prices_file);  // once a run, however often resolved
+}
+
 void PriceOptions::add_to(CLI::App& app, const std::string& group) {
   flat = app.add_option("--gpu-hour-usd", gpu_hour_usd,
                         "price of one GPU for an hour: the report's cost_usd ($/hour, $ per "
@@ -85,6 +92,7 @@ void PriceOptions::add_to(CLI::App& app, const std::string& group) {
 
 std::optional<std::string> PriceOptions::load() {
   if (file->count() == 0) return std::nullopt;
+  record_input_path(prices_path, "--gpu-prices");  // the name an output clash gives it
   auto read = read_gpu_prices(prices_path);
   if (!read) return read.error();
   prices = std::move(read).value();

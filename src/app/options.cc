@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "app/exit_codes.h"
+#include "io/input_registry.h"
 #include "io/standard_output.h"
 #include "model/gpu.h"
 #include "model/presets.h"
@@ -539,6 +540,7 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
     out.cost.given_mask |= 0b11u;
   }
   if (given(app_cost_profile)) {
+    record_input_path(cost_profile_path, "--cost-profile");  // the name an output clash gives it
     auto profile = CostProfile::load(cost_profile_path);
     if (!profile) return profile.error();
     out.cost.profile = std::make_shared<const CostProfile>(std::move(profile).value());

@@ -361,6 +361,7 @@ class PlanCommand final : public Command {
     request_.report_path = merge.report_path;
     request_.html_path = merge.html_path;
     request_.quiet = merge.quiet;
+    request_.merge_verify_all = merge.verify_all;
     return resolve_and_run();
   }
 

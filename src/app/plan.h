@@ -75,6 +75,7 @@ struct PlanRequest {
   // plan-merge: the parts whose figures stand in for the simulations (checked
   // against the sweep this request resolves to); empty: simulate.
   std::vector<PlanPart> parts;
+  bool merge_verify_all = false;  // plan-merge --verify-all
   // Planted faults (tests only): in the simulations of the sweep points at
   // this --kv-memory, or in the search's with "search".
   std::string fault_kv_memory;
@@ -178,6 +179,9 @@ struct PlanMergeRequest {
   std::string report_path;
   std::string html_path;
   bool quiet = false;
+  // --verify-all: every cell simulated again and its whole report compared
+  // (the answers' cells are always).
+  bool verify_all = false;
 };
 int run_plan_merge(const PlanMergeRequest& request);
 

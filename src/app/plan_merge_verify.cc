@@ -60,6 +60,14 @@ std::optional<std::string> config_problem(const nlohmann::json& r, const std::st
                          quoted(claimed), cell_words(cell), quoted(it.value()));
     }
   }
+  if (config.is_object()) {
+    for (auto it = config.begin(); it != config.end(); ++it) {
+      if (it.key() != "simulation" && !expected.contains(it.key())) {
+        return fmt::format("{}.config.{}: not a key of the sweep's cell {}", field, it.key(),
+                           cell_words(cell));
+      }
+    }
+  }
   nlohmann::json simulation = member(config, "simulation");
   if (simulation.is_object()) simulation.erase("cost");
   const nlohmann::json options = sim_options_json(deployment.options);
@@ -389,6 +397,25 @@ std::optional<std::string> recheck_problem(const PlanRequest& request, const Pla
   }
   if (check.expect == Recheck::Expect::kFigures) {
     const PlanCell& cell = sweep.cells[check.cell];
+    if (request.merge_verify_all) {
+      // The whole report but its wall-clock timing, which no two runs share.
+      nlohmann::json claimed = cell.result->report;
+      nlohmann::json simulated = again.report;
+      claimed.erase("timing");
+      simulated.erase("timing");
+      if (claimed == simulated) return std::nullopt;
+      std::string key = "report";
+      for (auto it = simulated.begin(); it != simulated.end(); ++it) {
+        if (!claimed.contains(it.key()) || claimed[it.key()] != it.value()) {
+          key += "." + it.key();
+          break;
+        }
+      }
+      return fmt::format(
+          "{}.{}: not what simulating {} on {} gives: the part was altered, or written by another "
+          "build",
+          cell.from, key, cell_words(cell), deployment_label(sweep.deployments[cell.deployment]));
+    }
     if (answer_figures(figures) == answer_figures(*cell.figures)) return std::nullopt;
     return fmt::format(
         "{}.report: the figures of {} on {} are not what simulating it gives: the part was "
@@ -434,6 +461,11 @@ std::optional<int> verify_merged_answers(const PlanRequest& request, const PlanS
     }
   }
   deployment_rechecks(request, sweep, checks);
+  if (request.merge_verify_all) {
+    for (std::size_t i = 0; i < sweep.cells.size(); ++i) {
+      if (sweep.cells[i].result) checks.push_back(Recheck{Recheck::Expect::kFigures, i, 0, 0});
+    }
+  }
   // Each cell once.
   std::vector<Recheck> unique;
   for (const Recheck& check : checks) {

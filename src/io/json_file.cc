@@ -1,11 +1,13 @@
 #include "io/json_file.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <memory>
 
 #include "io/byte_source.h"
 #include "io/json_cursor.h"
+#include "io/read_once.h"
 
 namespace kvreplay {
 
@@ -41,13 +43,28 @@ Result<std::unique_ptr<ByteSource>, std::string> open_capped(const std::string& 
   return std::move(opened).value();
 }
 
+Result<nlohmann::json, std::string> read_json_now(const std::string& path, std::uint64_t max_bytes,
+                                                  std::string_view too_large) {
+  auto source = open_capped(path, max_bytes, too_large);
+  if (!source) return Unexpected{source.error()};
+  return parse_document(*source.value(), path, max_bytes);
+}
+
+// Whether `path` gives its bytes once: standard input, a FIFO, a device.
+bool readable_once(const std::string& path) {
+  struct stat info {};
+  return path == "-" || (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode));
+}
+
 }  // namespace
 
 Result<nlohmann::json, std::string> read_json_file(const std::string& path, std::uint64_t max_bytes,
                                                    std::string_view too_large) {
-  auto source = open_capped(path, max_bytes, too_large);
-  if (!source) return Unexpected{source.error()};
-  return parse_document(*source.value(), path, max_bytes);
+  if (!readable_once(path)) return read_json_now(path, max_bytes, too_large);
+  // Named twice in one run (compare F F, plan-merge F F), it is read once.
+  struct Tag;
+  return read_once<Tag>(
+      path, [&](const std::string& file) { return read_json_now(file, max_bytes, too_large); });
 }
 
 Result<JsonText, std::string> read_json_text(const std::string& path, std::uint64_t max_bytes,

@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "io/json_file.h"
+#include "io/read_once.h"
 #include "model/embedded_files.h"
 #include "model/gpu.h"
 
@@ -149,10 +150,14 @@ const CostProfile& CostProfile::shipped() {
 }
 
 Result<CostProfile, std::string> CostProfile::load(const std::string& path) {
-  // Read once, text and document (a FIFO or a pipe has no second reading).
-  auto json = read_json_text(path, kMaxProfileBytes, "not a cost profile");
-  if (!json) return Unexpected{json.error()};
-  return parse(json.value().document, path, json.value().text);
+  // Read once a run, text and document (a FIFO or a pipe has no second
+  // reading; calibrate resolves its options for every workload).
+  struct Tag;
+  return read_once<Tag>(path, [](const std::string& file) -> Result<CostProfile, std::string> {
+    auto json = read_json_text(file, kMaxProfileBytes, "not a cost profile");
+    if (!json) return Unexpected{json.error()};
+    return parse(json.value().document, file, json.value().text);
+  });
 }
 
 Result<CostProfile, std::string> CostProfile::parse(const nlohmann::json& document,

@@ -5,12 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <map>
-#include <mutex>
 #include <optional>
 
 #include "core/enum_names.h"
 #include "io/json_file.h"
+#include "io/read_once.h"
 #include "model/embedded_files.h"
 
 namespace kvreplay {
@@ -609,14 +608,9 @@ InputResult<ModelSpec> read_model_config_file(const std::string& path) {
 }  // namespace
 
 InputResult<ModelSpec> load_model_config(const std::string& path) {
-  // Each path is read once a run (plan resolves it for every cell, from
-  // several threads): a FIFO or /dev/stdin gives its document once.
-  static std::mutex mutex;
-  static std::map<std::string, InputResult<ModelSpec>> read;
-  std::lock_guard lock(mutex);
-  auto it = read.find(path);
-  if (it == read.end()) it = read.emplace(path, read_model_config_file(path)).first;
-  return it->second;
+  // Each path is read once a run (plan resolves it for every cell).
+  struct Tag;
+  return read_once<Tag>(path, read_model_config_file);
 }
 
 #undef KVREPLAY_TRY

@@ -128,8 +128,44 @@ timeout 60 "$kvreplay" plan trace.fifo --kv-memory 8GiB --no-search --replicas 2
 rc=$?
 check '[[ $rc -eq 2 ]] && grep -q "needs the trace" err.txt' "a sharded fleet plan of a FIFO: exit $rc: $(cat err.txt)"
 finish "a sharded fleet plan refuses a FIFO trace"
+# calibrate resolves its options for every workload: the profile is read once.
+feed prof.json prof.fifo
+timeout 60 "$kvreplay" calibrate m.csv -j 2 -q --no-fit --cost-profile prof.fifo \
+  --results fifo.csv 2>err.txt
+check '[[ $? -eq 0 ]]' "calibrate --cost-profile FIFO: exit $? (124: a hang): $(cat err.txt)"
+timeout 60 "$kvreplay" calibrate m.csv -j 2 -q --no-fit --cost-profile prof.json \
+  --results file.csv 2>err.txt
+check 'cmp -s fifo.csv file.csv' "calibrate with a FIFO profile differs from the file"
+finish "calibrate --cost-profile FIFO is read once"
+# A config.json a calibrate CSV names, as a FIFO.
+feed cfg.json named.fifo
+sed 's/^llama-3.1-8b,/named.fifo,/' m.csv >fifo_named.csv
+timeout 60 "$kvreplay" calibrate fifo_named.csv -j 2 -q --no-fit --results named.csv.out 2>err.txt
+check '[[ $? -eq 0 ]]' "a FIFO config.json in a calibrate CSV: exit $? (124: a hang): $(cat err.txt)"
+finish "a FIFO config.json named in a calibrate CSV is read once"
+# The same FIFO named twice is read once.
+timeout 60 "$kvreplay" simulate a.csv --kv-memory 8GiB -q --report r1.json 2>err.txt
+feed r1.json r1.fifo
+timeout 60 "$kvreplay" compare r1.fifo r1.fifo >out.txt 2>err.txt
+check '[[ $? -eq 0 ]]' "compare FIFO FIFO: exit $? (124: a hang): $(cat err.txt)"
+finish "compare given one FIFO twice reads it once"
+timeout 60 "$kvreplay" plan a.csv --kv-memory 4GiB,8GiB --no-search -q --shard 1/2 \
+  --report part1.json 2>err.txt
+feed part1.json part.fifo
+timeout 60 "$kvreplay" plan-merge part.fifo part.fifo -q 2>err.txt
+rc=$?
+check '[[ $rc -eq 2 ]] && grep -q "are both shard 1/2" err.txt' \
+  "plan-merge FIFO FIFO: exit $rc (124: a hang): $(cat err.txt)"
+finish "plan-merge given one FIFO twice reads it once"
 kill $(jobs -p) 2>/dev/null
-rm -f trace.fifo prices.fifo prof.fifo
+rm -f trace.fifo prices.fifo prof.fifo named.fifo r1.fifo part.fifo
+
+# --- calibrate's workloads are in the memory bound before they run -----------------
+printf '%s\n' 'model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value' \
+  'llama-3.1-8b,h100-80gb,1,16,2,1000000,1000000,output_tok_s,50000' >huge.csv
+inputs+=(huge.csv)
+KVREPLAY_MEMORY_LIMIT=60MiB refused "huge.csv:2: requests: simulating 1 workload at once" \
+  calibrate huge.csv -j 2 -q --report huge.json
 
 # --- integer options never wrap -------------------------------------------------
 for value in -1 18446744073709551616 0x10 010 1e3 ' 5'; do

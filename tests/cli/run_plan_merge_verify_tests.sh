@@ -98,6 +98,7 @@ forged fleet "$part" "cells[$k].report.fleet.router.policy" ".cells[$k].report.f
 forged fleet "$part" "cells[$k].report.cost_usd.gpus" ".cells[$k].report.cost_usd.gpus = 1"
 forged fleet "$part" "cells[$k].report.fleet.replicas" ".cells[$k].report.fleet.replicas = 4"
 forged fleet "$part" "cells[$k].report.config.tp" ".cells[$k].report.config.tp = 2"
+forged fleet "$part" "cells[$k].report.config.router" ".cells[$k].report.config.router = {\"policy\": \"round-robin\"}"
 forged fleet "$part" "cells[$k].report.prefix_cache.hit_rate" ".cells[$k].report.prefix_cache.hit_rate = 0.5"
 forged fleet "$part" "cells[$k].report.slo.attainment" ".cells[$k].report.slo.attainment = 0.25"
 forged fleet "$part" "cells[$k].report.slo.ttft_ms" ".cells[$k].report.slo.ttft_ms = 1"
@@ -177,6 +178,26 @@ check '[[ $rc == 2 && $(wc -l <"$work/err") == 1 && -z $(ls -A "$work/out-dir") 
   "a merge over an edited trace: exit $rc: $(err_text)"
 check "[[ \$(cat '$work/err') == '$work/trace.csv: not the trace the plan'* ]]" "unclear: $(err_text)"
 finish "plan-merge refuses a trace edited since the shards"
+
+# --verify-all: a losing cell's figure that decides nothing (its mean waste) is
+# trusted by default and refused when every cell is simulated again.
+read -r rpart rk <<<"$(holder fleet "$rr")"
+forgery=$work/fleet/forged-waste.json
+jq -c ".cells[$rk].report.fragmentation.waste_ratio_mean = 0.5" "$rpart" >"$forgery"
+parts=()
+for f in "$work/fleet"/part-*.json; do
+  if [[ $f == "$rpart" ]]; then parts+=("$forgery"); else parts+=("$f"); fi
+done
+rm -rf "$work/out-dir" && mkdir "$work/out-dir"
+run plan-merge "${parts[@]}" --verify-all --report "$work/out-dir/plan.json"
+check '[[ $rc == 2 && $(wc -l <"$work/err") == 1 && -z $(ls -A "$work/out-dir") ]]' \
+  "--verify-all over a forged losing cell: exit $rc: $(err_text)"
+check "[[ \$(cat '$work/err') == '$forgery: cells[$rk].report.fragmentation: not what simulating'* ]]" \
+  "unclear: $(err_text)"
+run plan-merge "$work/fleet"/part-*.json --verify-all --report "$work/out-dir/plan.json" -q
+check '[[ $rc == 0 ]] && cmp -s "$work/out-dir/plan.json" "$work/fleet/whole.json"' \
+  "--verify-all over the honest parts: exit $rc: $(err_text)"
+finish "plan-merge --verify-all checks every figure of every cell"
 
 # A plan with answers shards a trace file: the merge simulates them again.
 run_cmd bash -c '"$1" plan - --kv-memory 1GiB --shard 1/2 --report "$2" <"$3"' _ "$kvreplay" \
