@@ -122,7 +122,12 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
     overrides.context_default = overrides.kv_groups = true;
     set_activation_limits(overrides, w.options);
     auto config = resolve_sim_config(overrides);
-    if (!config) return fail("model", config.error().to_string());
+    // The row, not the command line, gave the model, GPU and TP at fault; a
+    // config.json's own error keeps its FILE:LINE.
+    if (!config) {
+      const InputError& error = config.error();
+      return fail("model", error.file == "command line" ? error.problem : error.to_string());
+    }
     w.config = std::move(config).value();
     row.workload = out.size();
     index.emplace(key, out.size());
