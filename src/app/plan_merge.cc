@@ -642,7 +642,7 @@ class PlanMergeCommand final : public Command {
     app.add_flag("-q,--quiet", request_.quiet, "print no table");
     app.add_flag("--verify-all", request_.verify_all,
                  "simulate every cell again and compare its whole report, not only the cells "
-                 "that decide the answers (as long as the unsharded plan's sweep)");
+                 "that decide the answers (it costs the unsharded sweep's simulations)");
     app.footer(
         "Writes exactly what the unsharded plan would have: the same table, and the same report "
         "and HTML byte for byte. Refuses (exit 2) parts of different traces, sweeps or kvreplay "
