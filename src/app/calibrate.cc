@@ -3,18 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
 #include <cmath>
-#include <exception>
 #include <fstream>
 #include <iostream>
 #include <limits>
-#include <mutex>
-#include <system_error>
-#include <thread>
 
 #include "app/load_generator.h"
+#include "app/parallel.h"
 #include "engine/simulator.h"
 
 namespace kvreplay {
@@ -217,38 +213,12 @@ InputResult<std::vector<MeasuredRow>> read_measured_csv(const std::string& path,
   return rows;
 }
 
-void run_jobs(std::size_t count, unsigned jobs, const std::function<void(std::size_t)>& job) {
-  std::atomic<std::size_t> next{0};
-  std::mutex failure_mutex;
-  std::exception_ptr failure;
-  auto worker = [&]() noexcept {
-    try {
-      for (std::size_t i = next++; i < count; i = next++) job(i);
-    } catch (...) {
-      const std::lock_guard<std::mutex> lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-      next = count;
-    }
-  };
-  const std::size_t threads = std::clamp<std::size_t>(std::min<std::size_t>(jobs, count), 1, 1024);
-  std::vector<std::thread> pool;
-  try {
-    pool.reserve(threads - 1);  // so that emplace_back below only fails to start a thread
-    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  } catch (const std::system_error&) {  // no more threads: the others take their jobs
-  } catch (const std::bad_alloc&) {
-  }
-  worker();
-  for (std::thread& thread : pool) thread.join();
-  if (failure) std::rethrow_exception(failure);
-}
-
 InputResult<std::vector<Schedule>> record_schedules(
     const std::vector<Workload>& workloads,
     const std::function<RooflineConstants(const Workload&)>& constants_of, unsigned jobs,
     const std::string& path) {
   std::vector<std::optional<Result<Schedule, std::string>>> done(workloads.size());
-  run_jobs(workloads.size(), jobs, [&](std::size_t i) {
+  parallel_for(workloads.size(), jobs, [&](std::size_t i) {
     done[i] = Schedule::record(workloads[i], constants_of(workloads[i]));
   });
   std::vector<Schedule> out;

@@ -92,13 +92,6 @@ class Schedule {
   Figures simulated_;
 };
 
-// Runs job(0) .. job(count - 1) on up to `jobs` threads, the calling one
-// among them; job i writes only its own results. An exception in a job
-// (std::bad_alloc, ...) stops the others from starting more jobs, and the
-// first one thrown is rethrown here once every thread has joined: never
-// std::terminate. A thread that cannot be started leaves its jobs to the others.
-void run_jobs(std::size_t count, unsigned jobs, const std::function<void(std::size_t)>& job);
-
 // Records every workload's schedule under constants_of(workload), `jobs` at
 // once. Error: the first workload (in order) whose run fails, as
 // PATH:LINE: row: ... at its first row. What a worker throws is rethrown.

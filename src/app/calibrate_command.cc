@@ -364,7 +364,7 @@ class CalibrateCommand final : public Command {
   SimOptionsCli options_;
 };
 
-// What a worker thread throws is rethrown on this one (run_jobs), so it ends
+// What a worker thread throws is rethrown on this one (parallel_for), so it ends
 // as any other exception does, the outputs' temporaries removed as run_steps
 // unwinds: exit 2, one line, nothing written. Out of memory here, with the
 // option that lowers it; anything else in main's one line.

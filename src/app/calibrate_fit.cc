@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "app/parallel.h"
 #include "model/cost_profile.h"
 
 namespace kvreplay {
@@ -33,7 +34,8 @@ std::vector<double> errors(const std::vector<FitPoint>& points, const RooflineCo
   std::sort(schedules.begin(), schedules.end());
   schedules.erase(std::unique(schedules.begin(), schedules.end()), schedules.end());
   std::vector<Figures> figures(schedules.size());
-  run_jobs(schedules.size(), jobs, [&](std::size_t i) { figures[i] = schedules[i]->figures(c); });
+  parallel_for(schedules.size(), jobs,
+               [&](std::size_t i) { figures[i] = schedules[i]->figures(c); });
   std::vector<double> out;
   out.reserve(points.size());
   for (const FitPoint& p : points) {

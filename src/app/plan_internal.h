@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "app/parallel.h"
 #include "app/plan.h"
 #include "app/simulation.h"
 #include "app/terminal.h"
@@ -189,8 +190,6 @@ class PlanSimulator {
 };
 
 // plan_sweep.cc
-std::size_t jobs_at_once(std::size_t count, unsigned jobs);
-void parallel_for(std::size_t count, unsigned jobs, const std::function<void(std::size_t)>& job);
 ViolationText first_violation(const SimulationResult& result);
 std::string reproducible_memory(std::uint32_t blocks, const PagedKvConfig& kv);
 std::string model_label(const RunConfig& config);

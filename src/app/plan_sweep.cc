@@ -3,15 +3,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <system_error>
-#include <thread>
 #include <utility>
 
 #include "app/exit_codes.h"
@@ -26,43 +22,6 @@
 #include "report/duration_text.h"
 
 namespace kvreplay {
-
-// How many of `count` jobs run at once with `-j jobs`.
-std::size_t jobs_at_once(std::size_t count, unsigned jobs) {
-  return std::max<std::size_t>(1, std::min<std::size_t>(jobs, count));
-}
-
-// Runs `count` jobs on up to `jobs` threads; job i writes only its own slot.
-// An exception in a job (std::bad_alloc) stops the others from starting more
-// jobs and is rethrown here once every thread has joined; a thread that cannot
-// be started leaves the jobs to the others.
-void parallel_for(std::size_t count, unsigned jobs, const std::function<void(std::size_t)>& job) {
-  std::atomic<std::size_t> next{0};
-  std::mutex failure_mutex;
-  std::exception_ptr failure;
-  auto worker = [&] {
-    try {
-      for (std::size_t i = next++; i < count; i = next++) job(i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-      next = count;
-    }
-  };
-  std::vector<std::thread> threads;
-  const std::size_t n = jobs_at_once(count, jobs);
-  threads.reserve(n - 1);  // so that emplace_back below only fails to start a thread
-  for (std::size_t t = 1; t < n; ++t) {
-    try {
-      threads.emplace_back(worker);
-    } catch (const std::system_error&) {
-      break;
-    }
-  }
-  worker();
-  for (std::thread& thread : threads) thread.join();
-  if (failure) std::rethrow_exception(failure);
-}
 
 // The first violation of a simulation: "invariant I1 violated" and its message.
 ViolationText first_violation(const SimulationResult& result) {

@@ -23,6 +23,7 @@
 #include "app/calibrate.h"
 #include "app/calibrate_fit.h"
 #include "app/options.h"
+#include "app/parallel.h"
 #include "app/simulation.h"
 #include "model/cost_profile.h"
 
@@ -159,22 +160,22 @@ TEST_CASE("calibrate: what a worker thread throws reaches the caller, never std:
     ++ran;
     if (std::this_thread::get_id() != caller) throw std::bad_alloc();
   };
-  CHECK_THROWS_AS(run_jobs(2, 2, job), std::bad_alloc);
+  CHECK_THROWS_AS(parallel_for(2, 2, job), std::bad_alloc);
   CHECK(ran == 2);  // both joined before the rethrow
   // Any exception, from the calling thread too; the jobs after it are not started.
   std::atomic<std::size_t> done{0};
-  CHECK_THROWS_WITH(run_jobs(1000, 1,
-                             [&](std::size_t i) {
-                               ++done;
-                               if (i == 3) throw std::runtime_error("job 3");
-                             }),
+  CHECK_THROWS_WITH(parallel_for(1000, 1,
+                                 [&](std::size_t i) {
+                                   ++done;
+                                   if (i == 3) throw std::runtime_error("job 3");
+                                 }),
                     "job 3");
   CHECK(done == 4);
   // -j N: at most N threads, the calling one among them; every job runs once.
   std::mutex mutex;
   std::set<std::thread::id> threads;
   std::vector<int> runs(64, 0);
-  run_jobs(runs.size(), 3, [&](std::size_t i) {
+  parallel_for(runs.size(), 3, [&](std::size_t i) {
     const std::lock_guard<std::mutex> lock(mutex);
     threads.insert(std::this_thread::get_id());
     ++runs[i];
@@ -182,7 +183,7 @@ TEST_CASE("calibrate: what a worker thread throws reaches the caller, never std:
   CHECK(threads.size() <= 3);
   CHECK(std::count(runs.begin(), runs.end(), 1) == 64);
   threads.clear();
-  run_jobs(16, 1, [&](std::size_t) { threads.insert(std::this_thread::get_id()); });
+  parallel_for(16, 1, [&](std::size_t) { threads.insert(std::this_thread::get_id()); });
   CHECK(threads == std::set<std::thread::id>{caller});
 }
 
