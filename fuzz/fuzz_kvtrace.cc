@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/replayer.h"
+#include "engine/replay/replayer.h"
 #include "formats/kvtrace_reader.h"
 #include "fuzz_support.h"
 #include "model/run_config.h"

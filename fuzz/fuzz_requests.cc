@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "app/simulation.h"
+#include "app/simulation/simulation.h"
 #include "engine/simulator.h"
 #include "formats/requests/request_reader.h"
 #include "fuzz_support.h"

@@ -1,5 +1,5 @@
-// kvreplay calibrate MEASURED.csv: the command (app/calibrate.h says what it
-// computes; app/calibrate_fit.h how it fits).
+// kvreplay calibrate MEASURED.csv: the command (engine/calibrate/calibrate.h says what it
+// computes; engine/calibrate/calibrate_fit.h how it fits).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -10,14 +10,14 @@
 #include <map>
 #include <thread>
 
-#include "app/calibrate.h"
-#include "app/calibrate_fit.h"
 #include "app/command.h"
 #include "app/exit_codes.h"
 #include "app/options.h"
-#include "app/simulation.h"
+#include "app/simulation/simulation.h"
 #include "app/terminal.h"
 #include "core/memory_budget.h"
+#include "engine/calibrate/calibrate.h"
+#include "engine/calibrate/calibrate_fit.h"
 #include "io/output.h"
 #include "io/standard_output.h"
 #include "model/presets.h"

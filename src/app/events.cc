@@ -1,7 +1,7 @@
 // kvreplay events FILE: checks and sums up a KV-event stream, the JSON Lines
 // form of vLLM's KV events (vllm/distributed/kv_events.py: KVEventBatch,
 // BlockStored, BlockRemoved, AllBlocksCleared) that `simulate --kv-events`
-// writes (app/kv_events.h). The checks and figures: app/events_check.h.
+// writes (engine/events/kv_events.h). The checks and figures: engine/events/events_check.h.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -10,8 +10,8 @@
 #include <string>
 
 #include "app/command.h"
-#include "app/events_check.h"
 #include "app/exit_codes.h"
+#include "engine/events/events_check.h"
 #include "io/byte_source.h"
 #include "io/input_error.h"
 #include "io/output.h"

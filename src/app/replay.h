@@ -7,7 +7,7 @@
 #include "app/exit_codes.h"
 #include "dataplane/backend.h"
 #include "dataplane/data_plane.h"
-#include "engine/replayer.h"
+#include "engine/replay/replayer.h"
 #include "model/run_config.h"
 
 namespace kvreplay {

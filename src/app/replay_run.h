@@ -15,7 +15,7 @@
 #include "app/terminal.h"
 #include "dataplane/arena.h"
 #include "dataplane/data_plane.h"
-#include "engine/replayer.h"
+#include "engine/replay/replayer.h"
 #include "formats/kvtrace_reader.h"
 #include "io/input_error.h"
 #include "io/standard_output.h"

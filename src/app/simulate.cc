@@ -9,8 +9,8 @@
 
 #include "app/command.h"
 #include "app/exit_codes.h"
-#include "app/gpu_prices.h"
 #include "app/options.h"
+#include "app/plan/gpu_prices.h"
 #include "app/terminal.h"
 #include "core/memory_budget.h"
 #include "io/standard_output.h"

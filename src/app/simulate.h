@@ -6,9 +6,9 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include "engine/fleet.h"
+#include "engine/fleet/fleet.h"
 
-#include "app/simulation.h"
+#include "app/simulation/simulation.h"
 
 namespace kvreplay {
 
@@ -25,7 +25,8 @@ struct SimulateRequest {
   FleetOptions fleet;           // --replicas, --router...: a fleet when replicas > 1
   std::string router_log_path;  // --router-log: one CSV row per routing decision
   std::string kv_events_path;   // --kv-events: one KVEventBatch JSON line per step
-  std::string emit_trace_path;  // --emit-trace: the run as a kvtrace (engine/trace_emitter.h)
+  std::string
+      emit_trace_path;  // --emit-trace: the run as a kvtrace (engine/replay/trace_emitter.h)
   // Further files the run reads (option, path), which no output may replace:
   // --gpu-prices, --cost-profile.
   std::vector<std::pair<std::string, std::string>> inputs;

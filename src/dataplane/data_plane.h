@@ -35,7 +35,7 @@
 #include "dataplane/backend.h"
 #include "dataplane/lineage.h"
 #include "dataplane/paged_batch.h"
-#include "engine/replay_observer.h"
+#include "engine/replay/replay_observer.h"
 
 namespace kvreplay {
 

@@ -11,7 +11,7 @@
 #include "dataplane/arena.h"
 #include "dataplane/content.h"
 #include "dataplane/paged_batch.h"
-#include "engine/replayer.h"
+#include "engine/replay/replayer.h"
 
 namespace kvreplay {
 

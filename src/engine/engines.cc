@@ -2,10 +2,10 @@
 // each is made. A new engine is its files and one line here.
 #include <memory>
 
-#include "engine/generic_scheduler.h"
+#include "engine/generic/generic_scheduler.h"
 #include "engine/scheduler.h"
-#include "engine/sglang_scheduler.h"
-#include "engine/vllm_scheduler.h"
+#include "engine/sglang/sglang_scheduler.h"
+#include "engine/vllm/vllm_scheduler.h"
 
 namespace kvreplay {
 

@@ -9,7 +9,7 @@
 //                        counter per prefix name
 //   [2^63 + 2^62, 2^64)  the ids a disaggregated fleet's decode side keys a
 //                        prompt by where the trace names none: from a counter,
-//                        one per page (engine/fleet.cc)
+//                        one per page (engine/fleet/fleet.cc)
 //
 // Each counter starts at its base and grows by one per chain, name or page,
 // so no run can reach the next base (2^62 of them).

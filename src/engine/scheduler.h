@@ -29,7 +29,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/block_pool.h"
-#include "engine/radix_cache.h"
+#include "engine/sglang/radix_cache.h"
 #include "engine/sim_types.h"
 
 namespace kvreplay {
@@ -152,13 +152,13 @@ class Scheduler {
   virtual void add_figures(nlohmann::json& report) const { (void)report; }
   // The leading prompt tokens of `request` this engine's prefix cache holds
   // now, in whole pages, as a router indexing the engine's KV events sees
-  // them (engine/router.h, view "precise"): read-only, nothing touched or
+  // them (engine/fleet/router.h, view "precise"): read-only, nothing touched or
   // split, no eviction clock advanced. 0 without a prefix cache.
   virtual std::uint32_t cached_prompt_tokens(const Request& request) const {
     (void)request;
     return 0;
   }
-  // Disaggregated prefill (engine/fleet.h): the KV of `request`'s prompt
+  // Disaggregated prefill (engine/fleet/fleet.h): the KV of `request`'s prompt
   // arrives from a prefill instance, as vLLM's NixlConnector receives it (the
   // decode side allocates the blocks its prefix cache lacks before the
   // transfer). For each full prompt page within prompt - 1 tokens (what
@@ -209,7 +209,7 @@ class Scheduler {
     return {};
   }
   virtual std::size_t loading_requests() const { return 0; }
-  // --emit-trace (engine/trace_emitter.h): from now on the engine writes what
+  // --emit-trace (engine/replay/trace_emitter.h): from now on the engine writes what
   // it does to its pool, tables and caches through `trace`. False where the
   // engine cannot (sim_options_error refuses such runs first).
   virtual bool attach_trace(TraceEmitter& trace) {

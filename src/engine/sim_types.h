@@ -14,9 +14,9 @@
 
 #include "core/invariants.h"
 #include "engine/latency.h"
-#include "engine/offload_tier.h"
-#include "engine/prefix_cache.h"
-#include "engine/replayer.h"
+#include "engine/offload/offload_tier.h"
+#include "engine/paged/prefix_cache.h"
+#include "engine/replay/replayer.h"
 #include "formats/requests/request.h"
 #include "model/cost_profile.h"
 #include "model/kv_groups.h"
@@ -39,13 +39,13 @@ std::vector<std::string> allocator_names();  // in table order, for the command 
 //   generic: the engine-neutral scheduler described at the top of this file
 //            (fork + COW for n > 1, a watermark, recompute from scratch);
 //   vllm:    vLLM v1's synchronous scheduler and KV cache manager
-//            (engine/vllm_scheduler.cc, each rule citing the vLLM function it
+//            (engine/vllm/vllm_scheduler.cc, each rule citing the vLLM function it
 //            comes from): block 0 is the null block, allocation per step for
 //            the tokens scheduled, the last running request preempted and
 //            re-prefilled with the tokens it generated, nothing admitted in a
 //            step that preempted, finished requests freed at the end of the
 //            step, every full block cached when allocated, n > 1 fanned out;
-//   sglang:  SGLang's scheduler and radix cache (engine/sglang_scheduler.cc):
+//   sglang:  SGLang's scheduler and radix cache (engine/sglang/sglang_scheduler.cc):
 //            a token-granular radix tree, prefill batches apart from decode
 //            batches, PrefillAdder's budgets, decode retraction.
 enum class EngineKind : std::uint8_t { kGeneric, kVllm, kSglang };
@@ -191,7 +191,7 @@ struct SglangOptions {
   std::uint32_t chunked_prefill_size = 8192;
   std::uint32_t max_prefill_tokens = 16384;  // --max-prefill-tokens
   // --max-running-requests; 0: SGLang's default from the pool's size
-  // (engine/sglang_scheduler.cc, default_max_running_requests).
+  // (engine/sglang/sglang_scheduler.cc, default_max_running_requests).
   std::uint32_t max_running_requests = 0;
   double schedule_conservativeness = 1.0;  // scales the new_token_ratio reservation
 };
@@ -207,7 +207,7 @@ std::uint32_t sglang_chunked_prefill_default(double gpu_gib);
 // trace gives the requests, in its order, either way. With `warmup` above 0
 // (--warmup-requests), the first `warmup` requests are sent the same way
 // and every one of them ends before the measured requests start
-// (app/load_generator.h).
+// (engine/load_generator.h).
 struct LoadOptions {
   std::optional<double> request_rate;
   std::optional<std::uint32_t> concurrency;
@@ -217,7 +217,7 @@ struct LoadOptions {
 };
 
 // KV offload tiers (SPEC 3.7): blocks kept beyond the GPU as vLLM's native
-// offloading keeps them (engine/offload_connector.h), per GPU. Each tier has
+// offloading keeps them (engine/offload/offload_connector.h), per GPU. Each tier has
 // its own capacity (bytes per GPU, floored to whole GPU blocks) and link: a
 // transfer of n blocks takes latency_us + n * block bytes / (gbps * 1e9).
 enum class OffloadMedium : std::uint8_t { kCpu, kDisk };
@@ -272,7 +272,7 @@ struct SimOptions {
   // --kv-events: the engine logs its caches' changes (EngineShell::events);
   // the vllm engine's only, for now.
   bool kv_events = false;
-  // --emit-trace: the run is written as a kvtrace (engine/trace_emitter.h);
+  // --emit-trace: the run is written as a kvtrace (engine/replay/trace_emitter.h);
   // the paged vllm and generic engines', without hybrid KV-cache groups.
   bool emit_trace = false;
 };

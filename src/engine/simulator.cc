@@ -139,7 +139,7 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
       return error("--offload", "needs the paged allocator (a contiguous region is no block)");
     }
     if (options.engine == EngineKind::kSglang) {
-      // HiCache (engine/sglang_scheduler.h): one host pool, its eviction the
+      // HiCache (engine/sglang/sglang_scheduler.h): one host pool, its eviction the
       // radix tree's. SGLang's storage layer (--hicache-storage-backend) is
       // not modelled.
       if (options.offload.tiers.size() != 1 ||

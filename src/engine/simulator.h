@@ -9,9 +9,9 @@
 #include <set>
 #include <vector>
 
+#include "engine/replay/trace_emitter.h"
 #include "engine/scheduler.h"
 #include "engine/sim_types.h"
-#include "engine/trace_emitter.h"
 
 namespace kvreplay {
 
@@ -97,7 +97,7 @@ class Simulator {
   }
 
   // --emit-trace (options().emit_trace): the engine writes its schedule
-  // through `trace` from now on (engine/trace_emitter.h), each step's events
+  // through `trace` from now on (engine/replay/trace_emitter.h), each step's events
   // stamped with its start. False where the engine cannot.
   bool emit_trace(TraceEmitter& trace);
 
@@ -110,7 +110,7 @@ class Simulator {
   // the engine's caches, with the step's end and the changes, in order.
   std::function<void(double ts, const KvEventLog& events)> on_kv_events;
   // Called after on_request for the same requests (those the engine gives
-  // up on mid-run too): the fleet's own bookkeeping (engine/fleet.h), apart
+  // up on mid-run too): the fleet's own bookkeeping (engine/fleet/fleet.h), apart
   // from the observers the caller sets.
   std::function<void(const RequestTimes&)> on_request_end;
 

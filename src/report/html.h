@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/replayer.h"
+#include "engine/replay/replayer.h"
 
 namespace kvreplay {
 

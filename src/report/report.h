@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/result.h"
-#include "engine/replayer.h"
+#include "engine/replay/replayer.h"
 #include "formats/kvtrace_reader.h"
 #include "io/output.h"
 #include "report/duration_text.h"  // ms_text, for the callers that print durations

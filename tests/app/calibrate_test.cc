@@ -1,8 +1,7 @@
-// kvreplay calibrate's machinery (app/calibrate.h, app/calibrate_fit.h) and
-// the cost profiles it writes (model/cost_profile.h): a recorded closed-loop
-// schedule priced under other constants gives what a full simulation under
-// them gives, a fit recovers constants that made the measurements, and a
-// profile's most specific entry wins.
+// kvreplay calibrate's machinery (engine/calibrate/calibrate.h, engine/calibrate/calibrate_fit.h)
+// and the cost profiles it writes (model/cost_profile.h): a recorded closed-loop schedule priced
+// under other constants gives what a full simulation under them gives, a fit recovers constants
+// that made the measurements, and a profile's most specific entry wins.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -20,11 +19,11 @@
 #include <thread>
 #include <vector>
 
-#include "app/calibrate.h"
-#include "app/calibrate_fit.h"
 #include "app/options.h"
-#include "app/parallel.h"
-#include "app/simulation.h"
+#include "app/simulation/simulation.h"
+#include "core/parallel.h"
+#include "engine/calibrate/calibrate.h"
+#include "engine/calibrate/calibrate_fit.h"
 #include "model/cost_profile.h"
 
 using namespace kvreplay;

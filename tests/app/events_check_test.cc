@@ -1,9 +1,9 @@
-// kvreplay events (app/events_check.h): vLLM's KV-event stream
+// kvreplay events (engine/events/events_check.h): vLLM's KV-event stream
 // (vllm/distributed/kv_events.py) read one line at a time, in both batch and
 // both event forms; every check at its line and field; the summary of a small
 // stream against figures worked out by hand; reuse distances against a
 // brute-force LRU stack.
-#include "app/events_check.h"
+#include "engine/events/events_check.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// The search for the smallest pool that serves a trace (app/plan.h), on fake
+// The search for the smallest pool that serves a trace (app/plan/plan.h), on fake
 // probes: where it stops, what it probes, and why it found nothing.
 #include <catch2/catch.hpp>
 
@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "app/plan.h"
+#include "app/plan/plan.h"
 #include "model/run_config.h"
 
 using namespace kvreplay;

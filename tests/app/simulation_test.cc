@@ -1,7 +1,7 @@
-// One simulation of a whole request trace through app/simulation.h, on the
+// One simulation of a whole request trace through app/simulation/simulation.h, on the
 // real Mooncake conversation trace: the published reuse figures, and every
 // invariant at every step under memory pressure.
-#include "app/simulation.h"
+#include "app/simulation/simulation.h"
 
 #include <catch2/catch.hpp>
 

@@ -16,7 +16,7 @@
 #include <sstream>
 #include <string>
 
-#include "app/plan.h"
+#include "app/plan/plan.h"
 
 int main(int argc, char** argv) {
   if (argc != 6 && argc != 7) {

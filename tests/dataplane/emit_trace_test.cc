@@ -1,4 +1,4 @@
-// simulate --emit-trace (engine/trace_emitter.h): a simulation's schedule,
+// simulate --emit-trace (engine/replay/trace_emitter.h): a simulation's schedule,
 // written as a kvtrace, replays on the cpu data plane with every table, cached
 // page and tier copy verified at every event, and with the simulation's own
 // figures: tokens, cache hits, evictions, forks, copies, tier traffic.
@@ -14,12 +14,12 @@
 #include <nlohmann/json.hpp>
 
 #include "dataplane/support.h"
-#include "engine/fleet.h"
+#include "engine/fleet/fleet.h"
 #include "engine/micro_config.h"
-#include "engine/paged_scheduler.h"
-#include "engine/sglang_scheduler.h"
+#include "engine/paged/paged_scheduler.h"
+#include "engine/replay/trace_emitter.h"
+#include "engine/sglang/sglang_scheduler.h"
 #include "engine/simulator.h"
-#include "engine/trace_emitter.h"
 
 namespace kvreplay {
 namespace {

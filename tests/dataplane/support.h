@@ -19,7 +19,7 @@
 #include "dataplane/backend.h"
 #include "dataplane/content.h"
 #include "dataplane/data_plane.h"
-#include "engine/replayer.h"
+#include "engine/replay/replayer.h"
 #include "formats/kvtrace_reader.h"
 #include "model/run_config.h"
 

@@ -2,7 +2,7 @@
 // is each sub-trace simulated alone; each policy's choices on hand-worked
 // 4-request, 2-instance traces; the router's approximate view; the bundled
 // Mooncake slice's hit rates against one instance holding the fleet's memory.
-#include "engine/fleet.h"
+#include "engine/fleet/fleet.h"
 
 #include <catch2/catch.hpp>
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/fleet/router.h"
 #include "engine/micro_config.h"
-#include "engine/router.h"
 #include "formats/requests/request_reader.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // The sglang engine's HiCache (--offload cpu:SIZE under --engine sglang): the
-// radix tree's host copies rule by rule (engine/radix_cache.h, SGLang's
+// radix tree's host copies rule by rule (engine/sglang/radix_cache.h, SGLang's
 // HiRadixCache), then the engine loading a prefix back from the host, its
 // KV events and its refusals. One-token pages unless a case says otherwise.
 #include <catch2/catch.hpp>
@@ -13,10 +13,10 @@
 
 #include "core/block_pool.h"
 #include "engine/micro_config.h"
-#include "engine/radix_cache.h"
 #include "engine/random_token_runs.h"
 #include "engine/run_to_end.h"
-#include "engine/sglang_scheduler.h"
+#include "engine/sglang/radix_cache.h"
+#include "engine/sglang/sglang_scheduler.h"
 #include "engine/simulator.h"
 
 namespace kvreplay {

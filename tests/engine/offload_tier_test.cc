@@ -2,7 +2,7 @@
 // order, protection, pinned blocks, slot reuse, events), failure atomicity of
 // every refusal, a randomized comparison with a naive reference, and check()
 // catching each planted fault.
-#include "engine/offload_tier.h"
+#include "engine/offload/offload_tier.h"
 
 #include <catch2/catch.hpp>
 

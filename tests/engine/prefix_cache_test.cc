@@ -1,7 +1,7 @@
 // PrefixCache: eviction order under each policy, and memory bounded by the
 // blocks cached rather than by the number of hits and releases.
-#include "engine/prefix_cache.h"
-#include "engine/waiting_hits.h"
+#include "engine/paged/prefix_cache.h"
+#include "engine/paged/waiting_hits.h"
 
 #include <catch2/catch.hpp>
 

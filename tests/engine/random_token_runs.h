@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/radix_cache.h"
+#include "engine/sglang/radix_cache.h"
 
 namespace kvreplay::test {
 

@@ -2,7 +2,7 @@
 // refuses (naming the field, changing nothing), what it does to the pool and
 // the tables, pool exhaustion (no effect; later events of a skipped sequence
 // or prefix count as skipped), and the checks a `check` event runs.
-#include "engine/replayer.h"
+#include "engine/replay/replayer.h"
 
 #include <catch2/catch.hpp>
 

@@ -14,10 +14,10 @@
 
 #include "core/block_pool.h"
 #include "engine/micro_config.h"
-#include "engine/radix_cache.h"
 #include "engine/random_token_runs.h"
 #include "engine/run_to_end.h"
-#include "engine/sglang_scheduler.h"
+#include "engine/sglang/radix_cache.h"
+#include "engine/sglang/sglang_scheduler.h"
 #include "engine/simulator.h"
 
 namespace kvreplay {

@@ -2,7 +2,7 @@
 // contiguous baselines on small hand-made traces, with invariant checks after
 // every step. The real-trace figures: tests/app/simulation_test.cc.
 #include "engine/simulator.h"
-#include "engine/paged_scheduler.h"
+#include "engine/paged/paged_scheduler.h"
 
 #include <catch2/catch.hpp>
 

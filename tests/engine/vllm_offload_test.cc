@@ -1,4 +1,4 @@
-// KV offloading (--offload, engine/paged_offload.cc) under the vllm and
+// KV offloading (--offload, engine/paged/paged_offload.cc) under the vllm and
 // generic engines, on micro-traces worked by hand: 4-token pages of 128 bytes (a K and a V of 4
 // fp32 values a token), links slow enough that a transfer's time shows (1 MB/s
 // and 1 ms a transfer: 128 us a block).
@@ -20,7 +20,7 @@
 #include "engine/micro_config.h"
 #include "engine/run_to_end.h"
 #include "engine/simulator.h"
-#include "engine/vllm_scheduler.h"
+#include "engine/vllm/vllm_scheduler.h"
 
 namespace kvreplay {
 namespace {

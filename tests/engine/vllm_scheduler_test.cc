@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/micro_config.h"
-#include "engine/paged_scheduler.h"
+#include "engine/paged/paged_scheduler.h"
 #include "engine/run_to_end.h"
 #include "engine/simulator.h"
 
