@@ -29,6 +29,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/block_pool.h"
+#include "engine/kv_connector.h"
 #include "engine/sglang/radix_cache.h"
 #include "engine/sim_types.h"
 
@@ -55,6 +56,15 @@ struct KvEventLog {
     tiers.clear();
     pages.clear();
   }
+};
+
+// What Scheduler::stats() returns: the queues and the cache's figures now.
+struct SchedulerStats {
+  std::size_t waiting = 0;  // requests (not samples) waiting, loading included
+  std::size_t running = 0;  // requests running
+  std::uint64_t evictions = 0;
+  // Cached blocks no request holds, which the cache gives back on demand.
+  std::uint32_t cache_resident_blocks = 0;
 };
 
 // The shell's side of the seam, owned by the Simulator.
@@ -124,10 +134,12 @@ class Scheduler {
   // shell.work), take its output, free what finished. False when an
   // invariant failed (shell.violation says which).
   virtual bool step() = 0;
-  // Requests waiting, and running (requests, not samples).
-  virtual std::size_t num_waiting() const = 0;
-  virtual std::size_t num_running() const = 0;
-  bool has_requests() const { return num_waiting() + num_running() > 0; }
+  // The engine's figures now (vLLM's SchedulerInterface.make_stats).
+  virtual SchedulerStats stats() const = 0;
+  bool has_requests() const {
+    const SchedulerStats now = stats();
+    return now.waiting + now.running > 0;
+  }
 
   // After every step: the step's figures into shell.sim, shell.state and
   // shell.totals (blocks used, in use, cached).
@@ -138,9 +150,6 @@ class Scheduler {
 
   // Figures and views for the reports and tests.
   virtual const BlockPool& pool() const = 0;
-  virtual std::uint64_t evictions() const = 0;
-  // Cached blocks no request holds, which the cache gives back on demand.
-  virtual std::uint32_t cache_resident_blocks() const = 0;
   // Blocks reserved for the engine itself, never KV (vLLM's null block).
   virtual const std::optional<BlockId>& null_block() const = 0;
   // The KV-cache groups a block serves (one full group unless hybrid).
@@ -158,57 +167,10 @@ class Scheduler {
     (void)request;
     return 0;
   }
-  // Disaggregated prefill (engine/fleet/fleet.h): the KV of `request`'s prompt
-  // arrives from a prefill instance, as vLLM's NixlConnector receives it (the
-  // decode side allocates the blocks its prefix cache lacks before the
-  // transfer). For each full prompt page within prompt - 1 tokens (what
-  // admission can hit): a page cached here is held (its local hit, as
-  // allocate_slots touches it), else a block is taken, cached under the
-  // page's key and held; all are held until release_received. Stops at the
-  // first page no free or evictable block is left for (the decode instance
-  // computes the rest). nullopt where the engine cannot receive KV (no prefix
-  // cache, or an engine without this seam).
-  struct ReceivedKv {
-    std::vector<BlockId> held;      // local hits and received pages, in page order
-    std::uint32_t transferred = 0;  // of them, the pages that cross the link
-  };
-  virtual std::optional<ReceivedKv> receive_kv(const Request& request) {
-    (void)request;
-    return std::nullopt;
-  }
-  // When a transfer the engine waits for lands (a KV load from an offload
-  // tier), or nullopt: after a step that ran nothing, the shell moves its
-  // clock on to then (or to the next arrival) instead of pricing an empty step.
-  virtual std::optional<double> wake_at() const { return std::nullopt; }
-  // The run is over (Simulator::finish): the transfers still in flight are
-  // done with (the paged engines' offload stores land). False when an
-  // invariant failed (shell.violation says which).
-  virtual bool end_run() { return true; }
-  // The transfer is done: the held blocks become ordinary cached blocks.
-  virtual void release_received(std::span<const BlockId> blocks) { (void)blocks; }
-  // Whether blocks received with receive_kv are still held for a transfer
-  // in flight: until it lands, a step may find nothing to run (their blocks
-  // are neither free nor evictable), and that is waiting, not a stall.
-  virtual bool receiving() const { return false; }
-  // --offload (SPEC 3.7): the engine's offload tiers in lookup order, each
-  // tier's gauges now (the timeline's columns, the HTML page's charts), and
-  // the waiting requests whose KV is being loaded from a tier. None by
-  // default.
-  struct TierGauge {
-    OffloadMedium medium = OffloadMedium::kCpu;
-    std::uint32_t capacity_blocks = 0;
-    std::uint32_t resident_blocks = 0;  // slots holding a block, in any state
-    std::uint64_t stored = 0;           // cumulative, as the report's
-    std::uint64_t loaded = 0;
-    std::uint64_t evicted = 0;
-  };
-  virtual std::size_t offload_tiers() const { return 0; }
-  // REQUIRES: t < offload_tiers().
-  virtual TierGauge offload_gauge(std::size_t t) const {
-    (void)t;
-    return {};
-  }
-  virtual std::size_t loading_requests() const { return 0; }
+  // The KV the engine moves beyond its pool (P/D receiving, offload tiers),
+  // as one object (engine/kv_connector.h); nullptr where it moves none.
+  virtual KvConnector* connector() { return nullptr; }
+  const KvConnector* connector() const { return const_cast<Scheduler*>(this)->connector(); }
   // --emit-trace (engine/replay/trace_emitter.h): from now on the engine writes what
   // it does to its pool, tables and caches through `trace`. False where the
   // engine cannot (sim_options_error refuses such runs first).

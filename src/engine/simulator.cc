@@ -352,7 +352,7 @@ bool Simulator::run_until(double horizon) {
     if (arrivals) {
       // Overwritten by every later arrival: in the end, the queue the last
       // request joined (children of one request counted once each).
-      overload_.waiting_at_last_arrival = scheduler_->num_waiting();
+      overload_.waiting_at_last_arrival = scheduler_->stats().waiting;
     }
     if (!scheduler_->has_requests()) {
       if (arriving_.empty()) return true;
@@ -379,7 +379,7 @@ bool Simulator::step(double horizon) {
   if (shell_.work.tokens() != 0 || !shell_.step_done.empty() || !shell_.step_first_tokens.empty()) {
     idle_steps_ = 0;
   } else {
-    std::optional<double> wake = scheduler_->wake_at();
+    std::optional<double> wake = kv().wake_at();
     if (!kv_landings_.empty())
       wake = std::min(wake.value_or(*kv_landings_.begin()), *kv_landings_.begin());
     if (wake && *wake > now_) {
@@ -404,7 +404,7 @@ bool Simulator::step(double horizon) {
           fmt::format("the engine ran nothing for {} steps in a row at {:.6f} s of virtual time "
                       "(requests waiting: {}, running: {}; free blocks: {}): nothing it holds "
                       "can run (a kvreplay bug, or a fault forced on the pool)",
-                      idle_steps_, now_, scheduler_->num_waiting(), scheduler_->num_running(),
+                      idle_steps_, now_, scheduler_->stats().waiting, scheduler_->stats().running,
                       scheduler_->pool().free_count())};
       return false;
     }
@@ -448,7 +448,7 @@ bool Simulator::end_step() {
   shell_.step_done.clear();
   overload_.end = now_;
   overload_.peak_waiting =
-      std::max<std::uint64_t>(overload_.peak_waiting, scheduler_->num_waiting());
+      std::max<std::uint64_t>(overload_.peak_waiting, scheduler_->stats().waiting);
   ++shell_.sim.steps;
   shell_.sim.virtual_seconds = now_;
   if (!shell_.events.empty()) {
@@ -470,7 +470,7 @@ bool Simulator::check_now() {
 }
 
 bool Simulator::finish() {
-  if (!scheduler_->end_run()) return false;
+  if (!kv().end_run()) return false;
   if (trace_ != nullptr) trace_->flush();
   if (unrecorded_) {
     // A decode instance that received KV for a request it then skipped takes

@@ -63,7 +63,7 @@ class Simulator {
   const std::vector<KvCacheGroupSpec>& kv_groups() const { return scheduler_->kv_groups(); }
   std::uint64_t block_bytes() const { return kv_block_bytes(config_.kv, kv_groups()); }
   const SimOptions& options() const { return options_; }
-  std::uint64_t evictions() const { return scheduler_->evictions(); }
+  std::uint64_t evictions() const { return scheduler_->stats().evictions; }
   // The engine run (tests look inside it).
   const Scheduler& scheduler() const { return *scheduler_; }
   // The first request skipped for `reason`, if any.
@@ -84,7 +84,7 @@ class Simulator {
   // Blocks that can hold KV: the pool less the null block.
   std::uint32_t usable_blocks() const { return pool().total() - null_blocks(); }
   std::uint32_t null_blocks() const { return null_block() ? 1 : 0; }
-  std::uint32_t cache_resident_blocks() const { return scheduler_->cache_resident_blocks(); }
+  std::uint32_t cache_resident_blocks() const { return scheduler_->stats().cache_resident_blocks; }
   // vLLM's null block (vllm engine, or --alloc-order vllm): block 0, never KV.
   const std::optional<BlockId>& null_block() const { return scheduler_->null_block(); }
   // The block tables of the running requests (samples), in running order:
@@ -133,7 +133,7 @@ class Simulator {
   std::uint64_t slo_output_tokens() const { return slo_output_tokens_; }
   // With service_p99_s from the finished requests' latencies.
   OverloadFigures overload() const;
-  std::uint64_t waiting_requests() const { return scheduler_->num_waiting(); }
+  std::uint64_t waiting_requests() const { return scheduler_->stats().waiting; }
   // The last step: requests that got their first token, and their mean TTFT
   // (nullopt when none did), for the timeline.
   std::uint64_t step_first_tokens() const { return last_first_tokens_; }
@@ -141,12 +141,12 @@ class Simulator {
     if (last_first_tokens_ == 0) return std::nullopt;
     return last_ttft_sum_ms_ / static_cast<double>(last_first_tokens_);
   }
-  std::uint64_t running_requests() const { return scheduler_->num_running(); }
+  std::uint64_t running_requests() const { return scheduler_->stats().running; }
   // --offload: the engine's tiers and their gauges after the last step, and
-  // the waiting requests loading their KV from a tier (Scheduler::TierGauge).
-  std::size_t offload_tiers() const { return scheduler_->offload_tiers(); }
-  Scheduler::TierGauge offload_gauge(std::size_t t) const { return scheduler_->offload_gauge(t); }
-  std::size_t loading_requests() const { return scheduler_->loading_requests(); }
+  // the waiting requests loading their KV from a tier (TierGauge).
+  std::size_t offload_tiers() const { return kv().offload_tiers(); }
+  TierGauge offload_gauge(std::size_t t) const { return kv().offload_gauge(t); }
+  std::size_t loading_requests() const { return kv().loading_requests(); }
   // Requests submitted whose arrival the run has not reached (not yet added
   // to the engine).
   std::uint64_t arriving_requests() const { return arriving_.size(); }
@@ -160,12 +160,12 @@ class Simulator {
   // trace's link tier, and the copies the prefill side staged dropped.
   // The KV events they log are stamped no earlier than the latest such
   // `now` (a decode instance that takes no step after them: finish()).
-  std::optional<Scheduler::ReceivedKv> receive_kv(const Request& request, double now) {
+  std::optional<ReceivedKv> receive_kv(const Request& request, double now) {
     waiting_until_.reset();
     unrecorded_ = true;
     kv_clock_ = std::max(kv_clock_, now);
     if (trace_ != nullptr) trace_->at(now);
-    std::optional<Scheduler::ReceivedKv> received = scheduler_->receive_kv(request);
+    std::optional<ReceivedKv> received = kv().receive_kv(request);
     if (trace_ != nullptr) trace_->unstage(request.tag);
     return received;
   }
@@ -177,7 +177,7 @@ class Simulator {
     kv_clock_ = std::max(kv_clock_, now);
     if (auto it = kv_landings_.find(now); landed && it != kv_landings_.end())
       kv_landings_.erase(it);
-    scheduler_->release_received(blocks);
+    kv().release_received(blocks);
   }
   // A transfer to this instance lands at `at` (release_received then). A
   // step that runs nothing while one is in flight moves the clock on to the
@@ -206,6 +206,12 @@ class Simulator {
   // on_request, then on_request_end.
   std::function<void(const RequestTimes&)> engine_skipped_;
   std::unique_ptr<Scheduler> scheduler_;
+  // The engine's KvConnector, or one that moves nothing (every method's default).
+  KvConnector& kv() const {
+    static KvConnector none;
+    KvConnector* connector = scheduler_->connector();
+    return connector != nullptr ? *connector : none;
+  }
   TraceEmitter* trace_ = nullptr;  // --emit-trace
   std::deque<Request> arriving_;
   double now_ = 0.0;

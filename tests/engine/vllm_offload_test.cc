@@ -235,7 +235,7 @@ TEST_CASE("vllm offload: the timeline's tier gauges hold every step and end at t
   Simulator sim(micro_config(14), options);
   REQUIRE(sim.offload_tiers() == 2);
   std::uint64_t steps = 0, loading_steps = 0, storing_steps = 0, problems = 0;
-  std::array<Scheduler::TierGauge, 2> last{};
+  std::array<TierGauge, 2> last{};
   std::string first_problem;
   sim.on_step = [&](const Simulator& s) {
     ++steps;
@@ -246,7 +246,7 @@ TEST_CASE("vllm offload: the timeline's tier gauges hold every step and end at t
     if (s.loading_requests() > s.waiting_requests()) problem("more loading than waiting");
     const auto& engine = dynamic_cast<const VllmScheduler&>(s.scheduler());
     for (std::size_t t = 0; t < 2; ++t) {
-      const Scheduler::TierGauge g = s.offload_gauge(t);
+      const TierGauge g = s.offload_gauge(t);
       if (g.medium != (t == 0 ? OffloadMedium::kCpu : OffloadMedium::kDisk)) problem("medium");
       if (g.resident_blocks > g.capacity_blocks) problem("over capacity");
       if (g.stored < last[t].stored || g.loaded < last[t].loaded || g.evicted < last[t].evicted) {

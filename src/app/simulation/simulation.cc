@@ -332,7 +332,7 @@ std::string timeline_csv_row(const Simulator& s) {
       s.step_first_tokens(), ttft ? fmt::format("{:.3f}", *ttft) : std::string());
   if (s.offload_tiers() > 0) row += fmt::format(",{}", s.loading_requests());
   for (std::size_t t = 0; t < s.offload_tiers(); ++t) {
-    const Scheduler::TierGauge g = s.offload_gauge(t);
+    const TierGauge g = s.offload_gauge(t);
     row += fmt::format(",{},{},{},{},{}", g.capacity_blocks, g.resident_blocks, g.stored, g.loaded,
                        g.evicted);
   }
@@ -354,7 +354,7 @@ TimelinePoint timeline_point(const Simulator& s) {
   p.preemptions = static_cast<double>(s.sim_totals().preemptions);
   p.loading = static_cast<double>(s.loading_requests());
   for (std::size_t t = 0; t < std::min(s.offload_tiers(), TimelinePoint::kTiers); ++t) {
-    const Scheduler::TierGauge g = s.offload_gauge(t);
+    const TierGauge g = s.offload_gauge(t);
     p.tier_resident[t] = g.resident_blocks;
     p.tier_stored[t] = static_cast<double>(g.stored);
     p.tier_loaded[t] = static_cast<double>(g.loaded);

@@ -260,7 +260,7 @@ std::optional<double> Fleet::start_transfer(std::uint64_t tag, double now) {
   transfers_.wait_ms.add((now - flight.ready) * 1e3);
   flight.decode = decode;
   // The decode side allocates what its cache lacks, then the bytes cross.
-  std::optional<Scheduler::ReceivedKv> received = instances_[decode]->receive_kv(keyed, now);
+  std::optional<ReceivedKv> received = instances_[decode]->receive_kv(keyed, now);
   const std::uint64_t blocks = received ? received->transferred : 0;
   if (received) flight.held = std::move(received->held);
   const std::uint64_t bytes = blocks * block_bytes_;

@@ -349,7 +349,7 @@ bool PagedScheduler::check_offload() {
   return true;
 }
 
-Scheduler::TierGauge PagedScheduler::offload_gauge(std::size_t t) const {
+TierGauge PagedScheduler::offload_gauge(std::size_t t) const {
   const OffloadTier& tier = offload_->tier(t);
   const OffloadTierFigures& f = offload_->figures(t);
   return TierGauge{offload_->tier_options(t).medium,

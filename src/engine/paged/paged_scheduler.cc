@@ -39,7 +39,7 @@ std::uint32_t PagedScheduler::cached_prompt_tokens(const Request& request) const
   return tokens;
 }
 
-std::optional<Scheduler::ReceivedKv> PagedScheduler::receive_kv(const Request& request) {
+std::optional<ReceivedKv> PagedScheduler::receive_kv(const Request& request) {
   if (!paged() || !shell_.options.prefix_cache || hybrid_) return std::nullopt;
   name_prefix(request);
   ReceivedKv received;

@@ -28,21 +28,25 @@
 
 namespace kvreplay {
 
-class PagedScheduler : public Scheduler {
+// Its KvConnector side: P/D receiving and vLLM's OffloadingConnector.
+class PagedScheduler : public Scheduler, public KvConnector {
  public:
   explicit PagedScheduler(EngineShell& shell);
   ~PagedScheduler() override;
 
-  // Waiting requests, those waiting for their KV from an offload tier included.
-  std::size_t num_waiting() const override { return waiting_.size() + loading_.size(); }
-  std::size_t num_running() const override { return running_.size(); }
+  // Waiting requests count those waiting for their KV from an offload tier.
+  SchedulerStats stats() const override {
+    return {waiting_.size() + loading_.size(), running_.size(), cache_.evictions(),
+            cache_resident_blocks()};
+  }
+  KvConnector* connector() override { return this; }
   bool receiving() const override { return !received_.empty(); }
   std::size_t loading_requests() const override { return loading_.size(); }
   void record() override;
   bool check() override;
   const BlockPool& pool() const override { return pool_; }
-  std::uint64_t evictions() const override { return cache_.evictions(); }
-  std::uint32_t cache_resident_blocks() const override { return paged() ? cache_.evictable() : 0; }
+  // Cached blocks no request holds, which the cache gives back on demand.
+  std::uint32_t cache_resident_blocks() const { return paged() ? cache_.evictable() : 0; }
   const std::optional<BlockId>& null_block() const override { return null_block_; }
   const std::vector<KvCacheGroupSpec>& kv_groups() const override { return groups_; }
   std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const override;

@@ -88,7 +88,7 @@ void SglangScheduler::hicache_step_end() {
   trace_drops_.clear();
 }
 
-Scheduler::TierGauge SglangScheduler::offload_gauge(std::size_t t) const {
+TierGauge SglangScheduler::offload_gauge(std::size_t t) const {
   (void)t;
   const OffloadTierFigures& f = hicache_->figures(0);
   return TierGauge{

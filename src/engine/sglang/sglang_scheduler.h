@@ -39,7 +39,8 @@
 
 namespace kvreplay {
 
-class SglangScheduler final : public Scheduler {
+// Its KvConnector side: HiCache's host tier (engine/sglang/sglang_hicache.cc).
+class SglangScheduler final : public Scheduler, public KvConnector {
  public:
   explicit SglangScheduler(EngineShell& shell);
   ~SglangScheduler() override;
@@ -47,13 +48,17 @@ class SglangScheduler final : public Scheduler {
   std::optional<SkipReason> never_fits(const Request& request, std::uint64_t& need) const override;
   void add_request(Request request) override;
   bool step() override;
-  std::size_t num_waiting() const override { return waiting_.size(); }
-  std::size_t num_running() const override;
+  SchedulerStats stats() const override {
+    return {waiting_.size(), num_running(), tree_.evicted_pages(), cache_resident_blocks()};
+  }
+  KvConnector* connector() override { return this; }
+  // Requests running: the decode batch, those prefilled, the chunked one.
+  std::size_t num_running() const;
   void record() override;
   bool check() override;
   const BlockPool& pool() const override { return pool_; }
-  std::uint64_t evictions() const override { return tree_.evicted_pages(); }
-  std::uint32_t cache_resident_blocks() const override {
+  // Pages of the tree no request holds, which eviction gives back.
+  std::uint32_t cache_resident_blocks() const {
     return static_cast<std::uint32_t>(tree_.evictable_size() / page_);
   }
   const std::optional<BlockId>& null_block() const override { return no_null_block_; }
