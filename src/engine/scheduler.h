@@ -42,7 +42,7 @@ class TraceEmitter;
 // the offload tiers' events, each in the order it happened.
 struct KvEventLog {
   struct TierChange {
-    OffloadMedium medium = OffloadMedium::kCpu;
+    OffloadMedium medium{};
     OffloadEvent event;
   };
   std::vector<PrefixCache::KeyChange> gpu;
@@ -195,7 +195,7 @@ class Scheduler {
   // the waiting requests whose KV is being loaded from a tier. None by
   // default.
   struct TierGauge {
-    OffloadMedium medium = OffloadMedium::kCpu;
+    OffloadMedium medium{};
     std::uint32_t capacity_blocks = 0;
     std::uint32_t resident_blocks = 0;  // slots holding a block, in any state
     std::uint64_t stored = 0;           // cumulative, as the report's
