@@ -150,7 +150,8 @@ class ConvertCommand final : public Command {
   void declare(CLI::App& app) override {
     app.add_option("INPUT", input_, "request trace (format told by content, gzip too; - for stdin)")
         ->required();
-    app.add_option("--format", format_, "read as this format instead of telling it by content")
+    app.add_option("--format", format_,
+                   "read as this format instead of telling it by content: " + request_format_help())
         ->check(CLI::IsMember(request_format_names()));
     app.add_option("-o,--output", output_,
                    "write here (default - for stdout); a file appears only once the whole input "

@@ -1,6 +1,7 @@
 #include "app/options.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <cmath>
@@ -211,7 +212,7 @@ void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options
 }
 void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,
-                 "request format: native, mooncake, azure, burstgpt (default: by content)")
+                 "request format (default: by content): " + request_format_help())
       ->group("Simulation");
   engine_option =
       app.add_option("--engine", engine,
@@ -343,41 +344,48 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
 }
 
 void SimOptionsCli::add_offload_to(CLI::App& app) {
+  // "cpu then disk", "cpu:SIZE[,disk:SIZE]": kOffloadMedia's rows in order.
+  std::string order, grammar;
+  for (const OffloadMediumInfo& row : kOffloadMedia) {
+    order += fmt::format("{}{}", order.empty() ? "" : " then ", row.name);
+    grammar +=
+        grammar.empty() ? fmt::format("{}:SIZE", row.name) : fmt::format("[,{}:SIZE]", row.name);
+  }
   app.add_option("--offload", offload,
-                 "KV offload tiers per GPU, cpu then disk, as vLLM's native offloading keeps them: "
-                 "cpu:SIZE[,disk:SIZE] (sizes as --kv-memory); under --engine sglang, cpu:SIZE is "
-                 "HiCache's host pool")
+                 fmt::format("KV offload tiers per GPU, {}, as vLLM's native offloading keeps "
+                             "them: {} (sizes as --kv-memory); under --engine sglang, {}:SIZE is "
+                             "HiCache's host pool",
+                             order, grammar, to_string(host_memory_medium())))
       ->group("Offload");
   offload_options.push_back(app.add_option("--offload-policy", offload_policy,
                                            "tier eviction: lru (default) or arc (vllm, generic)")
                                 ->check(CLI::IsMember(std::vector<std::string>{"lru", "arc"}))
                                 ->group("Offload"));
-  const struct {
-    const char* name;
-    double* value;
-    const char* help;
-    double lo;
-  } links[] = {
-      {"--offload-cpu-gbps", &offload_cpu_gbps,
-       "GB/s each way between a GPU and host memory (default: its PCIe, 64 Gen5, 32 Gen4)", 1e-3},
-      {"--offload-cpu-latency-us", &offload_cpu_latency_us,
-       "fixed cost of one host transfer, us (default 10)", 0.0},
-      {"--offload-disk-gbps", &offload_disk_gbps, "GB/s each way to the disk tier (default 7)",
-       1e-3},
-      {"--offload-disk-latency-us", &offload_disk_latency_us,
-       "fixed cost of one disk transfer, us (default 80)", 0.0},
-  };
-  for (const auto& link : links) {
-    offload_options.push_back(app.add_option(link.name, *link.value, link.help)
-                                  ->check(number_range(link.lo, 1e9))
-                                  ->group("Offload"));
+  // Each medium's link: --offload-NAME-gbps and --offload-NAME-latency-us.
+  for (const OffloadMediumInfo& row : kOffloadMedia) {
+    const auto m = static_cast<std::size_t>(row.medium);
+    offload_gbps_options[m] = app.add_option(fmt::format("--offload-{}-gbps", row.name),
+                                             offload_gbps[m], std::string(row.gbps_help))
+                                  ->check(number_range(1e-3, 1e9))
+                                  ->group("Offload");
+    offload_latency_options[m] =
+        app.add_option(fmt::format("--offload-{}-latency-us", row.name), offload_latency_us[m],
+                       std::string(row.latency_help))
+            ->check(number_range(0.0, 1e9))
+            ->group("Offload");
+    offload_options.push_back(offload_gbps_options[m]);
+    offload_options.push_back(offload_latency_options[m]);
   }
 }
 
 namespace {
 
-// --offload's value: cpu:SIZE[,disk:SIZE], each medium at most once.
+// --offload's value: NAME:SIZE[,NAME:SIZE...] of kOffloadMedia, each medium at most once.
 std::optional<std::string> parse_offload(const std::string& text, OffloadOptions& out) {
+  std::vector<std::string> examples;
+  for (const OffloadMediumInfo& row : kOffloadMedia) {
+    examples.push_back(fmt::format("{}:{}", row.name, row.example_size));
+  }
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
@@ -385,16 +393,15 @@ std::optional<std::string> parse_offload(const std::string& text, OffloadOptions
     start = comma + 1;
     const std::size_t colon = item.find(':');
     if (colon == std::string::npos) {
-      return fmt::format("--offload: '{}' is not TIER:SIZE (cpu:64GiB, disk:1TiB)", item);
+      return fmt::format("--offload: '{}' is not TIER:SIZE ({})", item, fmt::join(examples, ", "));
     }
     const std::string medium = item.substr(0, colon);
     OffloadTierOptions tier;
-    if (medium == "cpu") {
-      tier.medium = OffloadMedium::kCpu;
-    } else if (medium == "disk") {
-      tier.medium = OffloadMedium::kDisk;
+    if (auto parsed = parse_offload_medium(medium)) {
+      tier.medium = *parsed;
     } else {
-      return fmt::format("--offload: unknown tier '{}' (cpu, disk)", medium);
+      return fmt::format("--offload: unknown tier '{}' ({})", medium,
+                         fmt::join(offload_medium_names(), ", "));
     }
     for (const OffloadTierOptions& seen : out.tiers) {
       if (seen.medium == tier.medium)
@@ -407,7 +414,7 @@ std::optional<std::string> parse_offload(const std::string& text, OffloadOptions
     out.tiers.push_back(tier);
     if (comma == text.size()) break;
   }
-  // Looked up cpu first: the faster tier first.
+  // Looked up in kOffloadMedia's order: the faster tier first.
   std::stable_sort(
       out.tiers.begin(), out.tiers.end(),
       [](const OffloadTierOptions& a, const OffloadTierOptions& b) { return a.medium < b.medium; });
@@ -428,23 +435,22 @@ std::optional<std::string> SimOptionsCli::resolve_offload(
   if (auto problem = parse_offload(offload, out.offload)) return problem;
   out.offload.policy = *parse_offload_policy(offload_policy);
   for (OffloadTierOptions& tier : out.offload.tiers) {
-    const bool cpu = tier.medium == OffloadMedium::kCpu;
-    const CLI::Option* gbps = offload_options[cpu ? 1 : 3];
-    const CLI::Option* latency = offload_options[cpu ? 2 : 4];
-    tier.gbps = given(gbps) ? (cpu ? offload_cpu_gbps : offload_disk_gbps)
-                            : default_offload_gbps(tier.medium, gpu.value_or(""));
-    tier.latency_us = given(latency) ? (cpu ? offload_cpu_latency_us : offload_disk_latency_us)
-                                     : default_offload_latency_us(tier.medium);
+    const auto m = static_cast<std::size_t>(tier.medium);
+    tier.gbps = given(offload_gbps_options[m])
+                    ? offload_gbps[m]
+                    : default_offload_gbps(tier.medium, gpu.value_or(""));
+    tier.latency_us = given(offload_latency_options[m]) ? offload_latency_us[m]
+                                                        : default_offload_latency_us(tier.medium);
   }
-  for (std::size_t i = 1; i < offload_options.size(); ++i) {
-    const bool cpu = i <= 2;
-    const bool has = std::any_of(
-        out.offload.tiers.begin(), out.offload.tiers.end(), [&](const OffloadTierOptions& t) {
-          return t.medium == (cpu ? OffloadMedium::kCpu : OffloadMedium::kDisk);
-        });
-    if (given(offload_options[i]) && !has) {
-      return fmt::format("{}: --offload has no {} tier", offload_options[i]->get_name(),
-                         cpu ? "cpu" : "disk");
+  for (const OffloadMediumInfo& row : kOffloadMedia) {
+    const auto m = static_cast<std::size_t>(row.medium);
+    const bool has =
+        std::any_of(out.offload.tiers.begin(), out.offload.tiers.end(),
+                    [&](const OffloadTierOptions& t) { return t.medium == row.medium; });
+    for (const CLI::Option* option : {offload_gbps_options[m], offload_latency_options[m]}) {
+      if (given(option) && !has) {
+        return fmt::format("{}: --offload has no {} tier", option->get_name(), row.name);
+      }
     }
   }
   // Which engines and allocators take tiers: sim_options_error.
@@ -557,8 +563,8 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   if (!format.empty()) {
     out_format = parse_request_format(format);
     if (!out_format)
-      return fmt::format(
-          "--format: unknown format '{}' (expected native, mooncake, azure, burstgpt)", format);
+      return fmt::format("--format: unknown format '{}' (expected {})", format,
+                         fmt::join(request_format_names(), ", "));
   }
   return std::nullopt;
 }

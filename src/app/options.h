@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -83,8 +84,9 @@ struct SimOptionsCli {
   bool no_prefix_cache = false;
   // --offload TIER:SIZE[,TIER:SIZE], --offload-policy and each tier's link.
   std::string offload, offload_policy = "lru";
-  double offload_cpu_gbps = 0, offload_cpu_latency_us = 0, offload_disk_gbps = 0,
-         offload_disk_latency_us = 0;
+  // --offload-NAME-gbps and --offload-NAME-latency-us, by medium (kOffloadMedia's rows).
+  std::array<double, kMaxOffloadTiers> offload_gbps{}, offload_latency_us{};
+  std::array<CLI::Option*, kMaxOffloadTiers> offload_gbps_options{}, offload_latency_options{};
   std::vector<CLI::Option*> offload_options;  // all but --offload: refused without it
   SimOptions defaults;
 

@@ -224,27 +224,30 @@ class SimulateCommand final : public Command {
             ->group("Fleet"));
     router_options_.push_back(
         app.add_option("--router", router_,
-                       "fleet router: round-robin (default), least-requests, least-kv, "
-                       "power-of-two, prefix-aware (Dynamo's KV-router cost), session")
+                       fmt::format("fleet router (default {}): {}",
+                                   to_string(RouterOptions{}.policy), router_policy_help()))
             ->check(CLI::IsMember(router_policy_names()))
             ->group("Fleet"));
     prefix_options_.push_back(
         app.add_option("--router-overlap-weight", request_.fleet.router.overlap_weight,
-                       "prefix-aware: weight of the prompt blocks to compute against the "
-                       "decode blocks (Dynamo's kv_overlap_score_weight; default 1)")
+                       router_policies_reading(kReadsOverlapWeight) +
+                           ": weight of the prompt blocks to compute against the "
+                           "decode blocks (Dynamo's kv_overlap_score_weight; default 1)")
             ->check(number_range(0.0, 1e6))
             ->group("Fleet"));
     prefix_options_.push_back(
         app.add_option("--router-temperature", request_.fleet.router.temperature,
-                       "prefix-aware: 0 takes the lowest cost (default); above 0, a seeded "
-                       "softmax over the normalised costs")
+                       router_policies_reading(kReadsTemperature) +
+                           ": 0 takes the lowest cost (default); above 0, a seeded "
+                           "softmax over the normalised costs")
             ->check(number_range(0.0, 1e6))
             ->group("Fleet"));
     prefix_options_.push_back(
         app.add_option("--router-view", view_,
-                       "prefix-aware: what the router knows of each instance's cache: precise "
-                       "(its KV events; default) or approximate (a router-side LRU of what it "
-                       "sent where)")
+                       router_policies_reading(kReadsView) +
+                           ": what the router knows of each instance's cache: precise "
+                           "(its KV events; default) or approximate (a router-side LRU of what it "
+                           "sent where)")
             ->check(CLI::IsMember(router_view_names()))
             ->group("Fleet"));
     approx_options_.push_back(
@@ -261,7 +264,9 @@ class SimulateCommand final : public Command {
             ->group("Fleet"));
     router_options_.push_back(
         app.add_option("--router-seed", request_.fleet.router.seed,
-                       "seed of power-of-two's draws and of the prefix-aware softmax (default 0)")
+                       fmt::format("seed of the draws of {} (a softmax: with a temperature "
+                                   "above 0; default 0)",
+                                   router_policies_reading(kReadsSeed)))
             ->group("Fleet"));
     router_options_.push_back(
         app.add_option("--router-log", request_.router_log_path,
@@ -350,11 +355,17 @@ class SimulateCommand final : public Command {
       }
       return std::nullopt;
     }
-    for (const auto* list : {&prefix_options_, &approx_options_}) {
-      for (const CLI::Option* option : *list) {
-        if (given(option) && router.policy != RouterPolicy::kPrefixAware) {
-          return fmt::format("{} is an option of --router prefix-aware", option->get_name());
-        }
+    // An option of the policies that read it (router_policies.cc's table).
+    const std::pair<const CLI::Option*, std::uint32_t> reads[] = {
+        {prefix_options_[0], kReadsOverlapWeight},
+        {prefix_options_[1], kReadsTemperature},
+        {prefix_options_[2], kReadsView},
+        {approx_options_[0], kReadsApprox},
+        {approx_options_[1], kReadsApprox}};
+    for (const auto& [option, read] : reads) {
+      if (given(option) && (router_reads(router.policy) & read) == 0) {
+        return fmt::format("{} is an option of --router {}", option->get_name(),
+                           router_policies_reading(read));
       }
     }
     for (const CLI::Option* option : approx_options_) {
@@ -366,7 +377,7 @@ class SimulateCommand final : public Command {
   }
 
   SimulateRequest request_;
-  std::string router_ = "round-robin";
+  std::string router_{to_string(RouterOptions{}.policy)};
   std::string view_ = "precise";
   CLI::Option* replicas_ = nullptr;
   PriceOptions prices_;

@@ -27,7 +27,7 @@ struct ReceivedKv {
 
 // One offload tier's gauges now (the timeline's columns, the HTML charts).
 struct TierGauge {
-  OffloadMedium medium = OffloadMedium::kCpu;
+  OffloadMedium medium{};  // engine/offload/offload_media.h
   std::uint32_t capacity_blocks = 0;
   std::uint32_t resident_blocks = 0;  // slots holding a block, in any state
   std::uint64_t stored = 0;           // cumulative, as the report's

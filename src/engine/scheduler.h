@@ -43,7 +43,7 @@ class TraceEmitter;
 // the offload tiers' events, each in the order it happened.
 struct KvEventLog {
   struct TierChange {
-    OffloadMedium medium = OffloadMedium::kCpu;
+    OffloadMedium medium{};
     OffloadEvent event;
   };
   std::vector<PrefixCache::KeyChange> gpu;

@@ -14,6 +14,7 @@
 
 #include "core/invariants.h"
 #include "engine/latency.h"
+#include "engine/offload/offload_media.h"
 #include "engine/offload/offload_tier.h"
 #include "engine/paged/prefix_cache.h"
 #include "engine/replay/replayer.h"
@@ -220,29 +221,17 @@ struct LoadOptions {
 // offloading keeps them (engine/offload/offload_connector.h), per GPU. Each tier has
 // its own capacity (bytes per GPU, floored to whole GPU blocks) and link: a
 // transfer of n blocks takes latency_us + n * block bytes / (gbps * 1e9).
-enum class OffloadMedium : std::uint8_t { kCpu, kDisk };
-std::string_view to_string(OffloadMedium medium);
-// The medium's name in vLLM's KV events: "CPU", "DISK".
-std::string_view event_medium(OffloadMedium medium);
 struct OffloadTierOptions {
-  OffloadMedium medium = OffloadMedium::kCpu;
+  OffloadMedium medium{};  // engine/offload/offload_media.h
   std::uint64_t bytes = 0;
   double gbps = 0;        // GB/s each way
   double latency_us = 0;  // per transfer
 };
-inline constexpr std::size_t kMaxOffloadTiers = 2;  // one of each medium
 struct OffloadOptions {
-  std::vector<OffloadTierOptions> tiers;  // in lookup order: cpu, then disk
+  std::vector<OffloadTierOptions> tiers;  // in lookup order: kOffloadMedia's
   OffloadPolicy policy = OffloadPolicy::kLru;
   bool any() const { return !tiers.empty(); }
 };
-// The tiers' default links: host memory over the GPU's PCIe (Gen5 x16, 64
-// GB/s each way, for H100, H200, B200 and MI300X; Gen4 x16, 32 GB/s, for
-// the others), 10 us a transfer; a disk as one NVMe Gen4 drive, 7 GB/s and
-// 80 us. `gpu` is the --gpu preset's name (empty: the cost model's default).
-double default_offload_gbps(OffloadMedium medium, std::string_view gpu);
-double default_offload_latency_us(OffloadMedium medium);
-
 struct SimOptions {
   std::uint32_t max_seqs = 256;
   std::uint32_t max_batched_tokens = 8192;

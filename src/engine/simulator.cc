@@ -143,7 +143,7 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
       // radix tree's. SGLang's storage layer (--hicache-storage-backend) is
       // not modelled.
       if (options.offload.tiers.size() != 1 ||
-          options.offload.tiers[0].medium != OffloadMedium::kCpu) {
+          !medium_info(options.offload.tiers[0].medium).host_memory) {
         return error("--offload",
                      "the sglang engine keeps one cpu tier (HiCache's host pool); its storage "
                      "layer is not modelled (drop the disk tier)");
@@ -211,28 +211,6 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
     }
   }
   return std::nullopt;
-}
-
-std::string_view to_string(OffloadMedium medium) {
-  return medium == OffloadMedium::kCpu ? "cpu" : "disk";
-}
-
-std::string_view event_medium(OffloadMedium medium) {
-  return medium == OffloadMedium::kCpu ? "CPU" : "DISK";
-}
-
-double default_offload_gbps(OffloadMedium medium, std::string_view gpu) {
-  if (medium == OffloadMedium::kDisk) return 7.0;  // one NVMe Gen4 x4 drive, sequential
-  if (gpu.empty()) gpu = kDefaultCostGpu;
-  // PCIe Gen5 x16 on the Hopper and Blackwell boards and MI300X; Gen4 x16 on the others.
-  for (std::string_view gen5 : {"h100", "h200", "b200", "mi300x"}) {
-    if (gpu.starts_with(gen5)) return 64.0;
-  }
-  return 32.0;
-}
-
-double default_offload_latency_us(OffloadMedium medium) {
-  return medium == OffloadMedium::kDisk ? 80.0 : 10.0;
 }
 
 RequestTimes request_times(const Request& request) {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 
+#include "formats/requests/format_entry.h"
 #include "io/field_set.h"
 #include "io/json_object.h"
 
@@ -76,37 +77,6 @@ std::uint32_t field_bit(std::string_view key) {
 std::string fields_of(std::uint32_t mask) {
   std::string out = field_list(kFieldNames, mask);
   return out.empty() ? "no fields" : out;
-}
-
-// A key of a request trace record (SPEC 2.2) where a kvtrace header key should
-// be: "native", "mooncake", "" for a key of both (id, hash_ids), nullopt for
-// none of them.
-std::optional<std::string_view> request_key_format(std::string_view key) {
-  for (std::string_view k : {"timestamp", "input_length", "output_length"}) {
-    if (key == k) return "mooncake";
-  }
-  for (std::string_view k : {"arrival", "prompt", "output", "n", "prefix", "prefix_tokens",
-                             "hash_block_tokens", "start"}) {
-    if (key == k) return "native";
-  }
-  if (key == "id" || key == "hash_ids") return "";
-  return std::nullopt;
-}
-
-// The request CSV format whose header `first_line` is, if any (the columns
-// requests/detect.h tells them apart by).
-std::optional<std::string_view> request_csv_format(std::string_view first_line) {
-  std::string lower(first_line);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower.find("contexttokens") != std::string::npos ||
-      lower.find("generatedtokens") != std::string::npos) {
-    return "azure";
-  }
-  if (lower.find("request tokens") != std::string::npos ||
-      lower.find("response tokens") != std::string::npos) {
-    return "burstgpt";
-  }
-  return std::nullopt;
 }
 
 std::string request_trace_problem(std::string_view format) {
@@ -188,7 +158,7 @@ InputStatus KvTraceReader::read_header() {
     std::string_view start(source_->begin(),
                            static_cast<std::size_t>(source_->end() - source_->begin()));
     start.remove_prefix(std::min(start.size(), start.find_first_not_of("\xEF\xBB\xBF \t\r\n")));
-    if (auto format = request_csv_format(start.substr(0, start.find('\n')))) {
+    if (auto format = requests::csv_format_of_header(start.substr(0, start.find('\n')))) {
       return Unexpected{error("kvtrace", request_trace_problem(*format))};
     }
     return Unexpected{
@@ -266,14 +236,14 @@ InputStatus KvTraceReader::read_header() {
       return Unexpected{error("kvtrace",
                               "missing: the trace starts with an event, not the header "
                               "{\"kvtrace\": 1, \"config\": {...}}")};
-    } else if (auto format = request_key_format(key_); format && first_key) {
+    } else if (auto format = requests::json_format_of_key(key_); format && first_key) {
       // A request record: its keys (id and hash_ids are in both formats) say which.
       const std::uint64_t line = cursor_.line();
       while (format->empty() && cursor_.skip_value() && cursor_.peek() == ',') {
         cursor_.skip();
         if (cursor_.peek() != '"' || !cursor_.read_string(key_) || cursor_.peek() != ':') break;
         cursor_.skip();
-        auto also = request_key_format(key_);
+        auto also = requests::json_format_of_key(key_);
         if (!also) break;
         format = also;
       }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/fleet/policies/prefix_aware.h"
 #include "engine/fleet/router.h"
 #include "engine/micro_config.h"
 #include "formats/requests/request_reader.h"
@@ -233,17 +234,17 @@ TEST_CASE("router: the approximate view forgets by capacity and by age") {
   options.view = RouterView::kApproximate;
   options.approx_ttl_s = 10.0;
   options.approx_blocks = 4;  // 4 pages of 4 tokens: two hash blocks of 8
-  Router router(options, 2, 4, 1024);
+  PrefixAwarePolicy router(RouterSetup{options, 2, 4, 1024});
   std::vector<InstanceView> views(2);
   const Request a = request(0.0, 16, 1, {1, 2});
-  CHECK(router.route(a, 0.0, views).instance == 0);
+  CHECK(router.pick(a, 0.0, views).instance == 0);
   CHECK(router.approximate_tokens(a, 0, 5.0) == 16);
   CHECK(router.approximate_tokens(a, 1, 5.0) == 0);
   CHECK(router.approximate_tokens(a, 0, 10.5) == 0);  // older than the time to live
   // Another chain on instance 0 pushes the first out (capacity: 16 tokens).
   views[1].active_blocks = 100;  // keeps b on instance 0
   const Request b = request(1.0, 16, 1, {5, 6});
-  CHECK(router.route(b, 1.0, views).instance == 0);
+  CHECK(router.pick(b, 1.0, views).instance == 0);
   CHECK(router.approximate_tokens(b, 0, 2.0) == 16);
   CHECK(router.approximate_tokens(a, 0, 2.0) == 0);
 }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "formats/requests/format_entry.h"
+
 namespace {
 
 using kvreplay::Request;
@@ -68,6 +70,40 @@ TEST_CASE("request format names round-trip", "[request_reader]") {
   CHECK(kvreplay::to_string(RequestFormat::kBurstGpt) == "burstgpt");
   CHECK_FALSE(kvreplay::parse_request_format("csv").has_value());
   CHECK_FALSE(kvreplay::parse_request_format("Native").has_value());
+}
+
+// The table of formats (format_table.cc): each entry's names and factory, in
+// detection order, and the hints the kvtrace reader takes from it.
+TEST_CASE("request formats: the table names each format once, with its rule and factory",
+          "[request_reader]") {
+  using namespace kvreplay::requests;
+  std::vector<std::string> names;
+  for (const RequestFormatEntry* entry : request_format_table()) {
+    INFO(entry->name);
+    CHECK(kvreplay::to_string(entry->format) == entry->name);
+    CHECK(&format_entry(entry->format) == entry);
+    CHECK_FALSE(entry->title.empty());
+    CHECK(kvreplay::request_format_help().find(std::string(entry->name) + " (" +
+                                               std::string(entry->help) + ")") !=
+          std::string::npos);
+    if (entry->layout == Layout::kJsonLines) {
+      CHECK(entry->json.make != nullptr);
+      CHECK((entry->json.decisive & ~entry->json.fields) == 0);
+      CHECK((entry->json.required & ~entry->json.fields) == 0);
+    } else {
+      CHECK(entry->csv.make != nullptr);
+      CHECK_FALSE(entry->csv.columns.empty());
+    }
+    names.emplace_back(entry->name);
+  }
+  CHECK(kvreplay::request_format_names() == names);
+  CHECK(json_format_of_key("input_length") == std::optional<std::string_view>("mooncake"));
+  CHECK(json_format_of_key("session") == std::optional<std::string_view>("native"));
+  CHECK(json_format_of_key("hash_ids") == std::optional<std::string_view>(""));
+  CHECK_FALSE(json_format_of_key("op").has_value());
+  CHECK(csv_format_of_header("Timestamp,Request tokens") ==
+        std::optional<std::string_view>("burstgpt"));
+  CHECK_FALSE(csv_format_of_header("time,prompt").has_value());
 }
 
 TEST_CASE("native JSON Lines: every field and the defaults", "[request_reader][native]") {

@@ -252,8 +252,9 @@ class PlanCommand final : public Command {
               ->delimiter(',')
               ->group("Fleet");
     router_ = app.add_option("--router", routers_,
-                             "routers to sweep for fleets of 2 or more (comma-separated; default "
-                             "round-robin)")
+                             fmt::format("routers to sweep for fleets of 2 or more "
+                                         "(comma-separated; default {}): {}",
+                                         to_string(RouterOptions{}.policy), router_policy_help()))
                   ->delimiter(',')
                   ->check(CLI::IsMember(router_policy_names()))
                   ->group("Fleet");
@@ -404,7 +405,7 @@ class PlanCommand final : public Command {
       return kExitInput;
     }
     std::vector<std::string> routers = routers_;
-    if (routers.empty()) routers.emplace_back("round-robin");
+    if (routers.empty()) routers.emplace_back(to_string(RouterOptions{}.policy));
     for (const auto& gpu : gpus) {
       SimOptions options;
       if (auto problem = options_.resolve(options, request_.format, gpu)) {

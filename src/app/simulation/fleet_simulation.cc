@@ -166,21 +166,21 @@ double max_over_mean(const std::vector<double>& values) {
   return sum > 0 ? top / (sum / static_cast<double>(values.size())) : 0.0;
 }
 
+// The policy and the options it reads (router_reads): the seed where it
+// draws (with a temperature, above 0 only), the approximate view's options
+// under that view.
 nlohmann::json router_json(const RouterOptions& router) {
   nlohmann::json out = {{"policy", std::string(to_string(router.policy))}};
-  switch (router.policy) {
-    case RouterPolicy::kPowerOfTwo: out["seed"] = router.seed; break;
-    case RouterPolicy::kPrefixAware:
-      out["overlap_weight"] = router.overlap_weight;
-      out["temperature"] = router.temperature;
-      out["view"] = std::string(to_string(router.view));
-      if (router.temperature > 0) out["seed"] = router.seed;
-      if (router.view == RouterView::kApproximate) {
-        out["approx_blocks"] = router.approx_blocks;  // 0: the instance's pool
-        out["approx_ttl_s"] = router.approx_ttl_s;
-      }
-      break;
-    default: break;
+  const std::uint32_t reads = router_reads(router.policy);
+  if ((reads & kReadsOverlapWeight) != 0) out["overlap_weight"] = router.overlap_weight;
+  if ((reads & kReadsTemperature) != 0) out["temperature"] = router.temperature;
+  if ((reads & kReadsView) != 0) out["view"] = std::string(to_string(router.view));
+  if ((reads & kReadsSeed) != 0 && ((reads & kReadsTemperature) == 0 || router.temperature > 0)) {
+    out["seed"] = router.seed;
+  }
+  if ((reads & kReadsApprox) != 0 && router.view == RouterView::kApproximate) {
+    out["approx_blocks"] = router.approx_blocks;  // 0: the instance's pool
+    out["approx_ttl_s"] = router.approx_ttl_s;
   }
   return out;
 }
@@ -287,7 +287,7 @@ void attach_fleet_observers(Fleet& fleet, const SimOptions& options, const Fleet
       };
     }
   }
-  const bool prefix_aware = fleet_options.router.policy == RouterPolicy::kPrefixAware;
+  const bool prefix_aware = router_sees_caches(fleet_options.router.policy);
   if (outputs.router_log != nullptr) {
     // The router chooses among the entry instances (disaggregated: the
     // prefill ones).

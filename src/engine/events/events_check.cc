@@ -19,6 +19,7 @@
 #include "core/memory_budget.h"
 #include "engine/events/events_store_stack.h"
 #include "engine/events/events_usage.h"
+#include "engine/offload/offload_media.h"
 #include "io/byte_source.h"
 #include "io/json_cursor.h"
 #include "io/json_object.h"
@@ -499,11 +500,15 @@ std::uint64_t percentile_of_counts(const std::vector<std::uint64_t>& counts, std
   return counts.empty() ? 0 : counts.size() - 1;
 }
 
+// GPU, then the offload media in lookup order, then others (by name).
 int medium_rank(const std::string& medium) {
   if (medium == "GPU") return 0;
-  if (medium == "CPU") return 1;
-  if (medium == "DISK") return 2;
-  return 3;
+  int rank = 1;
+  for (const OffloadMediumInfo& row : kOffloadMedia) {
+    if (medium == row.event_name) return rank;
+    ++rank;
+  }
+  return rank;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/offload/offload_connector.h"
+#include "engine/offload/offload_media.h"
 
 namespace kvreplay {
 
@@ -54,11 +55,11 @@ std::string kv_event_batch_line(double ts, const KvEventLog& events, std::uint32
   }
   // The sglang engine's pages: one BlockStored or BlockRemoved a page, as
   // SGLang's KVCacheEventMixin sends them.
-  // HiCache's host pages (host) as medium CPU, without a parent, as the
-  // offload tiers' blocks.
+  // HiCache's host pages (host) as the host-memory medium's (CPU), without a
+  // parent, as the offload tiers' blocks.
   for (const RadixPageChange& change : events.pages) {
     nlohmann::json hashes = nlohmann::json::array({change.hash});
-    const std::string_view medium = change.host ? "CPU" : "GPU";
+    const std::string_view medium = change.host ? event_medium(host_memory_medium()) : "GPU";
     list.push_back(change.stored ? stored(std::move(hashes),
                                           change.parent ? nlohmann::json(*change.parent)
                                                         : nlohmann::json(nullptr),

@@ -1,51 +1,19 @@
 // Router: which instance of a fleet a request goes to (SPEC 3.6).
 //
-// Policies, each after the router it imitates:
-//   round-robin     the k-th request in arrival order to instance k mod N;
-//   least-requests  the fewest requests there (waiting, running, and routed
-//                   but not yet admitted); llm-d's queue scorer, SGLang's
-//                   router in its shortest-queue mode;
-//   least-kv        the lowest KV usage there (blocks in use ÷ usable blocks,
-//                   vLLM's kv_cache_usage; llm-d's kv-cache-utilization
-//                   scorer), ties to the fewest requests;
-//   power-of-two    two distinct instances drawn by a seeded generator, the
-//                   one with fewer requests (SGLang's router, power_of_two);
-//   prefix-aware    NVIDIA Dynamo's KV router cost
-//                   (DefaultWorkerSelector::select_worker,
-//                   lib/kv-router/src/scheduling/selector.rs):
-//                     logit = overlap_weight × potential prefill blocks
-//                             + potential decode blocks
-//                   potential prefill blocks = (prompt tokens - overlap blocks
-//                   × page) ÷ page, the prompt the instance would compute;
-//                   potential decode blocks = the prompt blocks of the
-//                   requests the router sent there that have not finished
-//                   (its active blocks) + the request's blocks not cached
-//                   there. Temperature 0 takes the
-//                   lowest logit, ties to the lowest index; above 0, a seeded
-//                   softmax over the logits normalised to [0, 1] (Dynamo's
-//                   softmax_sample), divided by the temperature. The overlap
-//                   comes from the view: precise, the instances' own caches
-//                   as an index of their KV events sees them
-//                   (Scheduler::cached_prompt_tokens, Dynamo's KvIndexer);
-//                   approximate, a router-side LRU of the hash blocks it sent
-//                   to each instance, of a set capacity and time to live
-//                   (llm-d's approximate prefix-cache scorer, Dynamo without
-//                   KV events);
-//   session         sticky by a session key (the native record's "session",
-//                   else the first hash id, else the named prefix, else the
-//                   request's id) on a consistent-hash
-//                   ring of kRingPoints points per instance.
+// The policies are the table of router_policies.cc: each row a policy's name
+// (--router's), a line of help, the router options it reads and its factory;
+// each policy a RoutingPolicy (routing_policy.h) in a file of its own under
+// policies/. Outside src/engine/fleet/ no code names a value of RouterPolicy:
+// it asks the table (router_reads, router_sees_caches, router_policy_help).
 // Deterministic: the same requests and views give the same choices.
 #pragma once
 
 #include <cstdint>
-#include <list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "formats/requests/request.h"
@@ -100,58 +68,48 @@ struct RouteChoice {
   std::vector<double> cost;                  // per instance: the policy's score, lower wins
 };
 
+class RoutingPolicy;
+
+// The router options a policy reads (its row's `reads`).
+enum RouterRead : std::uint32_t {
+  kReadsOverlapWeight = 1u << 0,  // --router-overlap-weight
+  kReadsTemperature = 1u << 1,    // --router-temperature (a softmax above 0)
+  kReadsView = 1u << 2,           // --router-view: it reads the instances' caches
+  kReadsApprox = 1u << 3,         // --router-approx-blocks, --router-approx-ttl-s
+  kReadsSeed = 1u << 4,           // --router-seed (with a temperature: above 0 only)
+};
+std::uint32_t router_reads(RouterPolicy policy);
+// Whether the policy reads the instances' caches (--router-log's cached blocks).
+inline bool router_sees_caches(RouterPolicy policy) {
+  return (router_reads(policy) & kReadsView) != 0;
+}
+// The policies that read `read`, comma-separated ("prefix-aware").
+std::string router_policies_reading(std::uint32_t read);
+// --router's help: each policy's name and help, in table order.
+std::string router_policy_help();
+
 class Router {
  public:
-  static constexpr std::uint32_t kRingPoints = 64;
-
   // `instances` >= 1; `page_tokens`: the engines' page (the overlap's block);
   // `pool_tokens`: one instance's pool in tokens (the approximate view's
   // default capacity).
   Router(const RouterOptions& options, std::uint32_t instances, std::uint32_t page_tokens,
          std::uint64_t pool_tokens);
+  ~Router();
+  Router(Router&&) noexcept;
+  Router& operator=(Router&&) noexcept;
 
   const RouterOptions& options() const { return options_; }
   // Whether route() reads InstanceView::cached_tokens from the instances
   // (prefix-aware under the precise view): the caller fills it then.
-  bool needs_precise_overlap() const {
-    return options_.policy == RouterPolicy::kPrefixAware && options_.view == RouterView::kPrecise;
-  }
-  // Chooses the instance for `request` arriving at `now`; under the
-  // approximate view fills `views`' cached_tokens first, and remembers the
-  // request's blocks on the instance chosen.
+  bool needs_precise_overlap() const;
+  // Chooses the instance for `request` arriving at `now` (the policy may fill
+  // `views`' cached_tokens itself: the approximate view).
   RouteChoice route(const Request& request, double now, std::span<InstanceView> views);
 
-  // The approximate view's cached prompt tokens of `request` on `instance` at
-  // `now` (tests).
-  std::uint32_t approximate_tokens(const Request& request, std::uint32_t instance,
-                                   double now) const;
-
  private:
-  struct Entry {
-    std::uint64_t key = 0;
-    double routed = 0;         // when a request naming it was last sent there
-    std::uint32_t tokens = 0;  // the tokens the key names
-  };
-  struct Lru {
-    std::list<Entry> order;  // front: most recently routed
-    std::unordered_map<std::uint64_t, std::list<Entry>::iterator> at;
-    std::uint64_t tokens = 0;
-  };
-  std::uint64_t next_random();
-  double uniform() { return static_cast<double>(next_random() >> 11) * 0x1.0p-53; }
-  // The request's router keys: (key, end token) per hash block or named prefix.
-  static std::vector<std::pair<std::uint64_t, std::uint32_t>> keys_of(const Request& request);
-  void remember(const Request& request, std::uint32_t instance, double now);
-  std::uint32_t ring_owner(std::uint64_t key) const;
-
   RouterOptions options_;
-  std::uint32_t instances_;
-  std::uint32_t page_tokens_;
-  std::uint64_t approx_capacity_;  // tokens per instance
-  std::uint64_t routed_ = 0;       // requests routed (round-robin's k)
-  std::uint64_t rng_;
-  std::vector<Lru> lru_;                                       // approximate view, per instance
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> ring_;  // session: point, instance
+  std::unique_ptr<RoutingPolicy> policy_;
 };
 
 }  // namespace kvreplay

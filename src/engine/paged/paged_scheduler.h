@@ -235,9 +235,9 @@ class PagedScheduler : public Scheduler, public KvConnector {
   // (OffloadingConnectorScheduler._get_reqs_to_store).
   bool queue_stores(Flight& flight);
   void unpin(BlockId b);
-  // A tier's index in a kvtrace (--emit-trace): 0 cpu, 1 disk.
+  // A tier's index in a kvtrace (--emit-trace): its medium's.
   std::size_t trace_tier(std::size_t t) const {
-    return offload_->tier_options(t).medium == OffloadMedium::kCpu ? 0 : 1;
+    return medium_info(offload_->tier_options(t).medium).trace_tier;
   }
   // The tiers' events to shell_.events (--kv-events), or dropped.
   void take_tier_events();

@@ -91,9 +91,12 @@ void SglangScheduler::hicache_step_end() {
 TierGauge SglangScheduler::offload_gauge(std::size_t t) const {
   (void)t;
   const OffloadTierFigures& f = hicache_->figures(0);
-  return TierGauge{
-      OffloadMedium::kCpu, tree_.host_capacity(), tree_.host_used(), f.stored, f.loaded,
-      tree_.host_evicted()};
+  return TierGauge{hicache_->tier_options(0).medium,
+                   tree_.host_capacity(),
+                   tree_.host_used(),
+                   f.stored,
+                   f.loaded,
+                   tree_.host_evicted()};
 }
 
 bool SglangScheduler::end_run() {

@@ -6,6 +6,20 @@
 
 namespace kvreplay::requests {
 
+namespace {
+
+constexpr std::string_view kAzureColumns[] = {"contexttokens", "generatedtokens"};
+
+}  // namespace
+
+const RequestFormatEntry kAzureFormat = {RequestFormat::kAzure,
+                                         "azure",
+                                         "Azure",
+                                         "the Azure LLM inference traces' CSV",
+                                         Layout::kCsv,
+                                         {},
+                                         {kAzureColumns, kAzureHeader, AzureReader::create}};
+
 InputResult<std::unique_ptr<FormatReader>> AzureReader::create(
     CsvRows rows, const std::vector<std::string>& names) {
   std::unique_ptr<AzureReader> reader(new AzureReader(std::move(rows)));

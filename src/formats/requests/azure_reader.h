@@ -25,6 +25,7 @@
 
 #include "formats/requests/csv.h"
 #include "formats/requests/date_time.h"
+#include "formats/requests/format_entry.h"
 #include "formats/requests/format_reader.h"
 
 namespace kvreplay::requests {
@@ -56,5 +57,8 @@ class AzureReader final : public FormatReader {
   Instant earliest_;
   std::string earliest_text_;
 };
+
+// "azure": told by a ContextTokens or GeneratedTokens column.
+extern const RequestFormatEntry kAzureFormat;
 
 }  // namespace kvreplay::requests

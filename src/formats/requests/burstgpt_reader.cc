@@ -6,6 +6,21 @@
 
 namespace kvreplay::requests {
 
+namespace {
+
+constexpr std::string_view kBurstGptColumns[] = {"request tokens", "response tokens"};
+
+}  // namespace
+
+const RequestFormatEntry kBurstGptFormat = {
+    RequestFormat::kBurstGpt,
+    "burstgpt",
+    "BurstGPT",
+    "the BurstGPT traces' CSV",
+    Layout::kCsv,
+    {},
+    {kBurstGptColumns, kBurstGptHeader, BurstGptReader::create}};
+
 InputResult<std::unique_ptr<FormatReader>> BurstGptReader::create(
     CsvRows rows, const std::vector<std::string>& names) {
   std::unique_ptr<BurstGptReader> reader(new BurstGptReader(std::move(rows)));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "formats/requests/csv.h"
+#include "formats/requests/format_entry.h"
 #include "formats/requests/format_reader.h"
 
 namespace kvreplay::requests {
@@ -47,5 +48,8 @@ class BurstGptReader final : public FormatReader {
   bool has_last_ = false;
   double last_arrival_ = 0.0;
 };
+
+// "burstgpt": told by a Request tokens or Response tokens column.
+extern const RequestFormatEntry kBurstGptFormat;
 
 }  // namespace kvreplay::requests

@@ -5,39 +5,60 @@
 #include <algorithm>
 #include <vector>
 
-#include "formats/requests/azure_reader.h"
-#include "formats/requests/burstgpt_reader.h"
 #include "formats/requests/csv.h"
-#include "formats/requests/mooncake_reader.h"
-#include "formats/requests/native_reader.h"
+#include "formats/requests/format_entry.h"
 
 namespace kvreplay::requests {
 
 namespace {
 
-// Decides native or Mooncake from the first record's keys.
-Result<RequestFormat, InputError> decide_json_format(const JsonLines& lines,
-                                                     const JsonRecord& record) {
-  const std::uint32_t seen = record.seen;
-  // "id", "hash_ids" and "start" alone do not decide: Mooncake-like files may
-  // carry an id.
-  const std::uint32_t native_only = seen & kNativeFields & ~(kId | kHashIds | kStart);
-  const std::uint32_t mooncake_only = seen & kMooncakeFields & ~kHashIds;
-  if (native_only != 0 && mooncake_only != 0) {
-    return Unexpected{
-        lines.error_at(record.line, "format",
-                       fmt::format("the first record has both native ({}) and Mooncake ({}) "
-                                   "fields; use --format to say which it is",
-                                   fields_of(native_only), fields_of(mooncake_only)))};
+// "native from Mooncake": how the messages name the JSON Lines formats.
+std::string json_titles() {
+  std::string out;
+  int k = 0;
+  for (const RequestFormatEntry* entry : request_format_table()) {
+    if (entry->layout != Layout::kJsonLines) continue;
+    out += k == 0 ? "" : k == 1 ? " from " : " or ";
+    out += entry->title;
+    ++k;
   }
-  if (mooncake_only != 0) return RequestFormat::kMooncake;
-  if (native_only != 0 || (seen & (kId | kStart)) != 0) {
-    if (!record.first_unknown.empty()) {
+  return out;
+}
+
+// Decides the JSON Lines format from the first record's keys (format_entry.h).
+Result<const RequestFormatEntry*, InputError> decide_json_format(const JsonLines& lines,
+                                                                 const JsonRecord& record) {
+  const std::uint32_t seen = record.seen;
+  const RequestFormatEntry* decided = nullptr;
+  std::uint32_t decided_keys = 0;
+  std::uint32_t required = 0;
+  for (const RequestFormatEntry* entry : request_format_table()) {
+    if (entry->layout != Layout::kJsonLines) continue;
+    required |= entry->json.required;
+    const std::uint32_t keys = seen & entry->json.decisive;
+    if (keys == 0) continue;
+    if (decided != nullptr) {
       return Unexpected{lines.error_at(
-          record.first_unknown_line, record.first_unknown,
-          fmt::format("unknown field (a native record takes {})", fields_of(kNativeFields)))};
+          record.line, "format",
+          fmt::format("the first record has both {} ({}) and {} ({}) fields; use --format to say "
+                      "which it is",
+                      decided->title, fields_of(decided_keys), entry->title, fields_of(keys)))};
     }
-    return RequestFormat::kNative;
+    decided = entry;
+    decided_keys = keys;
+  }
+  for (const RequestFormatEntry* entry : request_format_table()) {
+    if (decided != nullptr) break;
+    if (entry->layout == Layout::kJsonLines && (seen & entry->json.weak) != 0) decided = entry;
+  }
+  if (decided != nullptr) {
+    if (decided->json.strict && !record.first_unknown.empty()) {
+      return Unexpected{
+          lines.error_at(record.first_unknown_line, record.first_unknown,
+                         fmt::format("unknown field (a {} record takes {})", decided->title,
+                                     fields_of(decided->json.fields)))};
+    }
+    return decided;
   }
   if (record.first_unknown == "kvtrace" || record.first_unknown == "op" ||
       record.first_unknown == "config" || record.first_unknown == "events") {
@@ -47,14 +68,8 @@ Result<RequestFormat, InputError> decide_json_format(const JsonLines& lines,
   }
   return Unexpected{lines.error_at(
       record.line, "format",
-      "cannot tell native from Mooncake JSON Lines: the first record has none of arrival, "
-      "prompt, output, timestamp, input_length, output_length (use --format)")};
-}
-
-std::unique_ptr<JsonRequestReader> json_reader(RequestFormat format,
-                                               std::unique_ptr<JsonLines> lines) {
-  if (format == RequestFormat::kNative) return std::make_unique<NativeReader>(std::move(lines));
-  return std::make_unique<MooncakeReader>(std::move(lines));
+      fmt::format("cannot tell {} JSON Lines: the first record has none of {} (use --format)",
+                  json_titles(), fields_of(required)))};
 }
 
 InputResult<Detected> detect_json(std::unique_ptr<JsonLines> lines,
@@ -62,20 +77,23 @@ InputResult<Detected> detect_json(std::unique_ptr<JsonLines> lines,
   Detected detected;
   if (forced) {
     detected.format = *forced;
-    detected.reader = json_reader(*forced, std::move(lines));
+    detected.reader = format_entry(*forced).json.make(std::move(lines));
     return detected;
+  }
+  std::uint32_t fields = 0;  // every JSON Lines format's keys
+  for (const RequestFormatEntry* entry : request_format_table()) {
+    if (entry->layout == Layout::kJsonLines) fields |= entry->json.fields;
   }
   Request first;
   JsonRecord record;
-  if (auto status = lines->read_record(first, record, kNativeFields | kMooncakeFields, false);
-      !status) {
+  if (auto status = lines->read_record(first, record, fields, false); !status) {
     return Unexpected{status.error()};
   }
   auto format = decide_json_format(*lines, record);
   if (!format) return Unexpected{format.error()};
-  detected.format = format.value();
+  detected.format = format.value()->format;
   JsonLines& shared = *lines;
-  auto reader = json_reader(format.value(), std::move(lines));
+  auto reader = format.value()->json.make(std::move(lines));
   if (auto status = reader->finish(record, first); !status) return Unexpected{status.error()};
   if (auto status = shared.end_line(); !status) return Unexpected{status.error()};
   reader->set_first(std::move(first));
@@ -83,11 +101,17 @@ InputResult<Detected> detect_json(std::unique_ptr<JsonLines> lines,
   return detected;
 }
 
-InputResult<Detected> detect_csv(CsvRows rows, bool forced, RequestFormat format) {
+InputResult<Detected> detect_csv(CsvRows rows, std::optional<RequestFormat> forced) {
+  std::string headers;  // "H (Azure) or H (BurstGPT)"
+  for (const RequestFormatEntry* entry : request_format_table()) {
+    if (entry->layout != Layout::kCsv) continue;
+    headers +=
+        fmt::format("{}{} ({})", headers.empty() ? "" : " or ", entry->csv.header, entry->title);
+  }
   const std::string unknown = fmt::format(
-      "unknown request trace format: expected JSON Lines records, or a CSV header "
-      "{} (Azure) or {} (BurstGPT); use --format to name it",
-      kAzureHeader, kBurstGptHeader);
+      "unknown request trace format: expected JSON Lines records, or a CSV header {}; use "
+      "--format to name it",
+      headers);
   auto header = rows.read_row();
   if (!header) {
     if (forced) return Unexpected{header.error()};
@@ -98,19 +122,16 @@ InputResult<Detected> detect_csv(CsvRows rows, bool forced, RequestFormat format
   auto has = [&](std::string_view wanted) {
     return std::find(names.begin(), names.end(), wanted) != names.end();
   };
-  if (!forced) {
-    if (has("contexttokens") || has("generatedtokens")) {
-      format = RequestFormat::kAzure;
-    } else if (has("request tokens") || has("response tokens")) {
-      format = RequestFormat::kBurstGpt;
-    } else {
-      return Unexpected{rows.error_at(rows.row_line(), "format", unknown)};
-    }
+  const RequestFormatEntry* format = forced ? &format_entry(*forced) : nullptr;
+  for (const RequestFormatEntry* entry : request_format_table()) {
+    if (format != nullptr) break;
+    if (entry->layout != Layout::kCsv) continue;
+    if (std::any_of(entry->csv.columns.begin(), entry->csv.columns.end(), has)) format = entry;
   }
-  auto reader = format == RequestFormat::kAzure ? AzureReader::create(std::move(rows), names)
-                                                : BurstGptReader::create(std::move(rows), names);
+  if (format == nullptr) return Unexpected{rows.error_at(rows.row_line(), "format", unknown)};
+  auto reader = format->csv.make(std::move(rows), names);
   if (!reader) return Unexpected{reader.error()};
-  return Detected{format, std::move(reader).value()};
+  return Detected{format->format, std::move(reader).value()};
 }
 
 }  // namespace
@@ -127,12 +148,12 @@ InputResult<Detected> detect_format(ByteSource& source, const std::string& name,
     return Unexpected{bytes.error_at(1, "file", "empty input (no requests)")};
   }
   bool json = c == '{';
-  if (forced) json = *forced == RequestFormat::kNative || *forced == RequestFormat::kMooncake;
+  if (forced) json = format_entry(*forced).layout == Layout::kJsonLines;
   if (json) {
     bytes.hand_back();
     return detect_json(std::make_unique<JsonLines>(source, name, bytes.line()), forced);
   }
-  return detect_csv(std::move(bytes), forced.has_value(), forced.value_or(RequestFormat::kAzure));
+  return detect_csv(std::move(bytes), forced);
 }
 
 }  // namespace kvreplay::requests

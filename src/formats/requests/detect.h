@@ -1,12 +1,11 @@
-// Telling request trace formats apart by content, never by file name:
-//   - first non-blank byte '{'  -> JSON Lines: native or Mooncake, decided by the
-//     first record's keys (Mooncake has timestamp / input_length / output_length;
-//     native has arrival / prompt / output / n / prefix / prefix_tokens /
-//     hash_block_tokens / id). A record with keys of both is an error, and so is
-//     one that looks like a kvtrace event.
-//   - anything else             -> CSV: the header line names the columns; Azure
-//     has ContextTokens or GeneratedTokens, BurstGPT has Request tokens or
-//     Response tokens (case-insensitive).
+// Telling request trace formats apart by content, never by file name, by the
+// table of formats (format_table.cc; each format's rule in its reader's
+// RequestFormatEntry, format_entry.h says how they are read):
+//   - first non-blank byte '{'  -> JSON Lines: the first record's keys decide
+//     (today native or Mooncake). A record with decisive keys of two formats is
+//     an error, and so is one that looks like a kvtrace event.
+//   - anything else             -> CSV: the header line names the columns (today
+//     Azure or BurstGPT, case-insensitive).
 // A UTF-8 byte-order mark and blank lines before the first record are skipped;
 // an input with no record at all is an error.
 #pragma once

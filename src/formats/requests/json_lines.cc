@@ -41,6 +41,9 @@ std::string fields_of(std::uint32_t mask) {
 std::string_view first_field(std::uint32_t mask) {
   return kvreplay::first_field(kFieldNames, mask);
 }
+std::uint32_t json_field_bit(std::string_view key) {
+  return field_bit(kFieldNames, key);
+}
 
 JsonLines::JsonLines(ByteSource& source, const std::string& name, std::uint64_t first_line)
     : cursor_(source), name_(&name), base_line_(first_line) {}

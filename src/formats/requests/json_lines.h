@@ -49,6 +49,8 @@ inline constexpr std::uint32_t kMooncakeFields =
 std::string fields_of(std::uint32_t mask);
 // The first field of `mask` in bit order.
 std::string_view first_field(std::uint32_t mask);
+// The JsonField bit of the key `key` (0: none).
+std::uint32_t json_field_bit(std::string_view key);
 
 // What a record held besides the Request's own fields.
 struct JsonRecord {

@@ -5,6 +5,24 @@
 namespace kvreplay::requests {
 
 namespace {
+
+std::unique_ptr<JsonRequestReader> make_mooncake(std::unique_ptr<JsonLines> lines) {
+  return std::make_unique<MooncakeReader>(std::move(lines));
+}
+
+}  // namespace
+
+const RequestFormatEntry kMooncakeFormat = {
+    RequestFormat::kMooncake,
+    "mooncake",
+    "Mooncake",
+    "Mooncake's JSON Lines, FAST'25",
+    Layout::kJsonLines,
+    {kMooncakeFields, kMooncakeFields & ~kHashIds, 0, kTimestamp | kInputLength | kOutputLength,
+     false, make_mooncake},
+    {}};
+
+namespace {
 constexpr std::uint32_t kMooncakeBlockTokens = 512;
 }  // namespace
 

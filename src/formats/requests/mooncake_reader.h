@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "formats/requests/format_entry.h"
 #include "formats/requests/json_lines.h"
 
 namespace kvreplay::requests {
@@ -31,5 +32,8 @@ class MooncakeReader final : public JsonRequestReader {
   bool has_last_ = false;
   std::uint64_t last_timestamp_ms_ = 0;
 };
+
+// "mooncake": told by timestamp, input_length or output_length; tolerant.
+extern const RequestFormatEntry kMooncakeFormat;
 
 }  // namespace kvreplay::requests

@@ -4,6 +4,26 @@
 
 namespace kvreplay::requests {
 
+namespace {
+
+std::unique_ptr<JsonRequestReader> make_native(std::unique_ptr<JsonLines> lines) {
+  return std::make_unique<NativeReader>(std::move(lines));
+}
+
+}  // namespace
+
+// "id", "hash_ids" and "start" alone do not decide: Mooncake-like files may
+// carry an id.
+const RequestFormatEntry kNativeFormat = {
+    RequestFormat::kNative,
+    "native",
+    "native",
+    "kvreplay's JSON Lines",
+    Layout::kJsonLines,
+    {kNativeFields, kNativeFields & ~(kId | kHashIds | kStart), kId | kStart,
+     kArrival | kPrompt | kOutput, true, make_native},
+    {}};
+
 InputStatus NativeReader::finish(const JsonRecord& record, Request& out) {
   const std::uint64_t line = record.line;
   const std::uint32_t seen = record.seen;

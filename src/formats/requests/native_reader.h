@@ -28,6 +28,7 @@
 
 #include <memory>
 
+#include "formats/requests/format_entry.h"
 #include "formats/requests/json_lines.h"
 
 namespace kvreplay::requests {
@@ -44,5 +45,9 @@ class NativeReader final : public JsonRequestReader {
   bool has_last_ = false;
   double last_arrival_ = 0.0;
 };
+
+// "native": told by any native key but id, hash_ids and start (id or start
+// alone: when no Mooncake key is there); strict.
+extern const RequestFormatEntry kNativeFormat;
 
 }  // namespace kvreplay::requests

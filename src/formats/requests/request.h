@@ -9,11 +9,14 @@
 
 namespace kvreplay {
 
+// The formats, one row each in requests/format_table.cc (names, detection,
+// readers); outside src/formats/requests/ no code names a value.
 enum class RequestFormat : std::uint8_t { kNative, kMooncake, kAzure, kBurstGpt };
 
-std::string_view to_string(RequestFormat format);  // "native", "mooncake", "azure", "burstgpt"
+std::string_view to_string(RequestFormat format);  // the row's name: "native", "mooncake", ...
 std::optional<RequestFormat> parse_request_format(std::string_view name);
 std::vector<std::string> request_format_names();  // in table order, for the command line
+std::string request_format_help();  // "native (kvreplay's JSON Lines), ...": --format's help
 
 // Arrivals are seconds in a double, bounded so that a double still resolves
 // them to about a microsecond: 2^33 s (about 272 years), where its ulp is

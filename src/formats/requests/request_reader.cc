@@ -8,35 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/enum_names.h"
 #include "formats/requests/detect.h"
 #include "io/byte_source.h"
 
 namespace kvreplay {
-
-namespace {
-
-constexpr EnumName<RequestFormat> kRequestFormatNames[] = {
-    {RequestFormat::kNative, "native"},
-    {RequestFormat::kMooncake, "mooncake"},
-    {RequestFormat::kAzure, "azure"},
-    {RequestFormat::kBurstGpt, "burstgpt"},
-};
-static_assert(enum_names_unique(kRequestFormatNames));
-
-}  // namespace
-
-std::string_view to_string(RequestFormat format) {
-  return enum_name(kRequestFormatNames, format);
-}
-
-std::optional<RequestFormat> parse_request_format(std::string_view name) {
-  return enum_parse(kRequestFormatNames, name);
-}
-
-std::vector<std::string> request_format_names() {
-  return enum_names(kRequestFormatNames);
-}
 
 namespace requests {
 
