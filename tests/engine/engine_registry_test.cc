@@ -69,8 +69,8 @@ TEST_CASE("sim_options_error refuses what an engine's entry does not declare") {
     } else {
       REQUIRE(hybrid_error);
       CHECK(hybrid_error->option == "--engine");
-      CHECK(hybrid_error->problem.find(engines_with(&EngineCapabilities::hybrid_models,
-                                                    " or ")) != std::string::npos);
+      CHECK(hybrid_error->problem.find(engines_with(&EngineCapabilities::hybrid_models, " or ")) !=
+            std::string::npos);
     }
 
     // Every medium and policy of the offload seam, one at a time.
