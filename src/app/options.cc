@@ -202,62 +202,42 @@ ConfigOverrides ConfigOptions::overrides() const {
 void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options) {
   overrides.max_batched_tokens = options.max_batched_tokens;
   overrides.max_seqs = options.max_seqs;
-  if (options.engine == EngineKind::kSglang) {
-    // SGLang's --page-size defaults to 1, and its allocator
-    // (TokenToKVPoolAllocator: alloc takes free_pages from the front, free
-    // appends to the back) hands out the oldest free page first.
-    if (!overrides.page_tokens) overrides.page_tokens = 1;
-    if (!overrides.alloc_order) overrides.alloc_order = "fifo";
+  // The engine's page size and free-block order, unless given.
+  const EngineDefaults& engine = engine_entry(options.engine).defaults;
+  if (engine.page_tokens != 0 && !overrides.page_tokens) overrides.page_tokens = engine.page_tokens;
+  if (!engine.alloc_order.empty() && !overrides.alloc_order) {
+    overrides.alloc_order = std::string(engine.alloc_order);
   }
 }
 void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,
                  "request format (default: by content): " + request_format_help())
       ->group("Simulation");
-  engine_option =
-      app.add_option("--engine", engine,
-                     "scheduler to imitate: vllm (default: vLLM v1's rules, README), sglang "
-                     "(SGLang's scheduler and radix cache) or generic")
-          ->check(CLI::IsMember(engine_names()))
-          ->group("Simulation");
+  std::string engine_help = "scheduler to imitate:";
+  const std::span<const EngineEntry> engines = engine_table();
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    const EngineEntry& entry = engines[i];
+    engine_help += fmt::format("{} {}",
+                               i == 0                    ? ""
+                               : i + 1 == engines.size() ? " or"
+                                                         : ",",
+                               entry.name);
+    const bool is_default = entry.name == engine;
+    if (is_default || !entry.summary.empty()) {
+      engine_help += fmt::format(" ({}{}{})", is_default ? "default" : "",
+                                 is_default && !entry.summary.empty() ? ": " : "", entry.summary);
+    }
+  }
+  engine_option = app.add_option("--engine", engine, engine_help)
+                      ->check(CLI::IsMember(engine_names()))
+                      ->group("Simulation");
   gpu_class_option =
       app.add_option("--gpu-class", gpu_class,
                      "vllm: the `vllm serve` batch defaults of a large GPU (>= 70 GiB, not A100: "
                      "8192 tokens, 1024 seqs; default, or --gpu's) or a small one (2048, 256)")
           ->check(CLI::IsMember(gpu_class_names()))
           ->group("Simulation");
-  sglang_options.push_back(
-      app.add_option("--schedule-policy", schedule_policy,
-                     "sglang: waiting-queue order, lpm (longest cached prefix first; default) or "
-                     "fcfs")
-          ->check(CLI::IsMember(schedule_policy_names()))
-          ->group("Simulation"));
-  chunked_prefill =
-      app.add_option("--chunked-prefill-size", defaults.sglang.chunked_prefill_size,
-                     "sglang: most prompt tokens a prefill batch computes; a longer prompt is "
-                     "prefilled in chunks; 0 for no chunking (default by --gpu's memory as "
-                     "SGLang: 8192 for 60-160 GiB, 16384 above, 4096 or 2048 below)")
-          ->check(CLI::Range(0u, 1u << 30))
-          ->group("Simulation");
-  sglang_options.push_back(chunked_prefill);
-  sglang_options.push_back(
-      app.add_option("--max-prefill-tokens", defaults.sglang.max_prefill_tokens,
-                     "sglang: the input budget of a prefill batch, all its requests (default "
-                     "16384)")
-          ->check(CLI::Range(1u, 1u << 30))
-          ->group("Simulation"));
-  sglang_options.push_back(
-      app.add_option("--max-running-requests", defaults.sglang.max_running_requests,
-                     "sglang: most requests running at once (default as SGLang, from the pool: "
-                     "pool tokens / --max-seq-tokens x 512, within 2048..4096)")
-          ->check(CLI::Range(1u, 1u << 20))
-          ->group("Simulation"));
-  sglang_options.push_back(
-      app.add_option("--schedule-conservativeness", defaults.sglang.schedule_conservativeness,
-                     "sglang: scales the output reserved for running requests (new_token_ratio; "
-                     "default 1)")
-          ->check(number_range(0.0, 100.0))
-          ->group("Simulation"));
+  add_engine_options_to(app);
   app.add_option("--allocator", allocator,
                  "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
       ->check(CLI::IsMember(allocator_names()))
@@ -341,6 +321,30 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
           ->group("Latency");
   app.add_option("--check", check, check_help)->check(kCheckValidator);
   add_offload_to(app);
+}
+
+void SimOptionsCli::add_engine_options_to(CLI::App& app) {
+  app_ = &app;
+  for (const EngineEntry& entry : engine_table()) {
+    for (const EngineOption& own : entry.options) {
+      CLI::Option* option = nullptr;
+      const std::string name(own.name), help(own.help);
+      if (own.whole) {
+        option = app.add_option(name, own.whole(defaults), help)
+                     ->check(CLI::Range(static_cast<std::uint32_t>(own.lo),
+                                        static_cast<std::uint32_t>(own.hi)));
+      } else if (own.real) {
+        option =
+            app.add_option(name, own.real(defaults), help)->check(number_range(own.lo, own.hi));
+      } else {
+        std::string& value = choice_values[name];
+        value = own.choice_default;
+        option = app.add_option(name, value, help)->check(CLI::IsMember(own.choices()));
+      }
+      option->group("Simulation");
+      own_options.push_back(OwnOption{entry.kind, &own, option});
+    }
+  }
 }
 
 void SimOptionsCli::add_offload_to(CLI::App& app) {
@@ -456,6 +460,63 @@ std::optional<std::string> SimOptionsCli::resolve_offload(
   // Which engines and allocators take tiers: sim_options_error.
   return std::nullopt;
 }
+std::optional<std::string> SimOptionsCli::resolve_engine(
+    SimOptions& out, const std::optional<std::string>& gpu) const {
+  auto given = [](const CLI::Option* option) { return option != nullptr && option->count() > 0; };
+  auto given_name = [this, &given](std::string_view name) {
+    return app_ != nullptr && given(app_->get_option_no_throw(std::string(name)));
+  };
+  const EngineEntry* chosen = &engine_entry(out.engine);
+  if (out.allocator != AllocatorKind::kPaged && !chosen->can.contiguous_allocators) {
+    // The contiguous allocators model one engine's whole-request reservation.
+    const EngineEntry* runs = chosen;
+    for (const EngineEntry& entry : engine_table()) {
+      if (entry.can.contiguous_allocators) {
+        runs = &entry;
+        break;
+      }
+    }
+    if (given(engine_option) || runs == chosen) {
+      return fmt::format(
+          "--engine {} needs --allocator paged (the {} allocator runs the {} scheduler: give "
+          "--engine {})",
+          chosen->name, allocator, runs->name, runs->name);
+    }
+    out.engine = runs->kind;
+    chosen = runs;
+  }
+  for (const OwnOption& own : own_options) {
+    if (given(own.cli) && own.engine != out.engine) {
+      return fmt::format("{} is an option of --engine {}", own.cli->get_name(),
+                         engine_entry(own.engine).name);
+    }
+  }
+  const EngineDefaults& defaults_of = chosen->defaults;
+  for (std::string_view name : defaults_of.refused_options) {
+    if (given_name(name)) {
+      return fmt::format("{} is not an option of --engine {} ({})", name, chosen->name,
+                         defaults_of.refused_why);
+    }
+  }
+  for (const OwnOption& own : own_options) {
+    if (own.engine == out.engine && own.option->set_choice) {
+      own.option->set_choice(out, choice_values.at(std::string(own.option->name)));
+    }
+  }
+  if (defaults_of.watermark && !given(watermark)) out.watermark = *defaults_of.watermark;
+  if (defaults_of.batch) {
+    const BatchDefaults batch = defaults_of.batch(out.gpu_class);
+    if (!given(max_seqs)) out.max_seqs = batch.max_seqs;
+    if (!given(max_batched_tokens)) out.max_batched_tokens = batch.max_batched_tokens;
+  }
+  if (defaults_of.resolve) {
+    EngineSetup setup;
+    setup.gpu = gpu ? find_gpu_preset(*gpu) : nullptr;
+    setup.given = given_name;
+    defaults_of.resolve(out, setup);
+  }
+  return std::nullopt;
+}
 std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
                                                   std::optional<RequestFormat>& out_format,
                                                   const std::optional<std::string>& gpu) const {
@@ -471,57 +532,7 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
       out.gpu_class = *parse_gpu_class(spec->vllm_gpu_class);
     }
   }
-  if (out.engine == EngineKind::kVllm && out.allocator != AllocatorKind::kPaged) {
-    // The contiguous allocators model the generic scheduler's whole-request reservation.
-    if (given(engine_option)) {
-      return fmt::format(
-          "--engine vllm needs --allocator paged (the {} allocator runs the generic "
-          "scheduler: give --engine generic)",
-          allocator);
-    }
-    out.engine = EngineKind::kGeneric;
-  }
-  for (const CLI::Option* option : sglang_options) {
-    if (given(option) && out.engine != EngineKind::kSglang) {
-      return fmt::format("{} is an option of --engine sglang", option->get_name());
-    }
-  }
-  if (out.engine == EngineKind::kSglang) {
-    if (out.allocator != AllocatorKind::kPaged) {
-      return fmt::format(
-          "--engine sglang needs --allocator paged (the {} allocator runs the "
-          "generic scheduler: give --engine generic)",
-          allocator);
-    }
-    for (const CLI::Option* option : {max_seqs, max_batched_tokens, watermark}) {
-      if (given(option)) {
-        return fmt::format(
-            "{} is not an option of --engine sglang (its budgets are "
-            "--max-running-requests, --chunked-prefill-size and "
-            "--max-prefill-tokens)",
-            option->get_name());
-      }
-    }
-    out.sglang.policy = *parse_schedule_policy(schedule_policy);
-    if (!given(chunked_prefill)) {
-      const GpuSpec* spec = gpu ? find_gpu_preset(*gpu) : nullptr;
-      out.sglang.chunked_prefill_size =
-          spec ? sglang_chunked_prefill_default(static_cast<double>(spec->memory_bytes) /
-                                                (1ull << 30))
-               : 8192;
-    }
-    // The activation reserve (set_activation_limits): a prefill batch's tokens.
-    out.max_batched_tokens = out.sglang.chunked_prefill_size > 0 ? out.sglang.chunked_prefill_size
-                                                                 : out.sglang.max_prefill_tokens;
-  }
-  if (out.engine == EngineKind::kVllm) {
-    // vLLM has no watermark unless one is asked for (SPEC 3.1), and its batch
-    // limits are those `vllm serve` picks for the GPU class.
-    if (!given(watermark)) out.watermark = 0.0;
-    const BatchDefaults batch = vllm_serve_batch_defaults(out.gpu_class);
-    if (!given(max_seqs)) out.max_seqs = batch.max_seqs;
-    if (!given(max_batched_tokens)) out.max_batched_tokens = batch.max_batched_tokens;
-  }
+  if (auto problem = resolve_engine(out, gpu)) return problem;
   out.cost.kind = *parse_cost_kind(cost_model);
   for (const CLI::Option* option : linear_options) {
     if (given(option) && out.cost.kind != CostKind::kLinear) {
@@ -554,8 +565,9 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   if (given(slo_ttft)) out.slo.ttft_ms = slo_ttft_ms;
   if (given(slo_tpot)) out.slo.tpot_ms = slo_tpot_ms;
   out.evict = *parse_evict_policy(evict);
-  if (out.engine == EngineKind::kSglang && out.evict != EvictPolicy::kLru) {
-    return fmt::format("--evict {}: the sglang engine's radix tree evicts lru only", evict);
+  const EngineEntry& chosen = engine_entry(out.engine);
+  if (!declared(chosen.can.evict_policies, evict)) {
+    return fmt::format("--evict {}: the {} engine's {}", evict, chosen.name, chosen.can.evict_why);
   }
   out.prefix_cache = !no_prefix_cache;
   if (auto problem = resolve_offload(out, gpu)) return problem;
@@ -570,11 +582,10 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
 }
 std::optional<std::string> disaggregation_problem(const SimOptions& options,
                                                   std::string_view option) {
-  if (options.engine == EngineKind::kSglang) {
+  if (const EngineEntry& engine = engine_entry(options.engine); !engine.can.receives_kv) {
     return fmt::format(
-        "{}: disaggregated serving runs the vllm and generic engines (the sglang engine cannot "
-        "receive KV yet)",
-        option);
+        "{}: disaggregated serving runs the {} engines (the {} engine cannot receive KV yet)",
+        option, engines_with(&EngineCapabilities::receives_kv, " and "), engine.name);
   }
   if (options.allocator != AllocatorKind::kPaged) {
     return fmt::format(

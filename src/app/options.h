@@ -7,11 +7,13 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/engine_registry.h"
 #include "engine/simulator.h"
 #include "formats/requests/request.h"
 #include "model/run_config.h"
@@ -77,10 +79,16 @@ struct SimOptionsCli {
   CLI::Option* engine_option = nullptr;
   CLI::Option* max_seqs = nullptr;
   CLI::Option* max_batched_tokens = nullptr;
-  // --engine sglang's options (SglangOptions).
-  std::string schedule_policy = "lpm";
-  std::vector<CLI::Option*> sglang_options;  // refused under another engine
-  CLI::Option* chunked_prefill = nullptr;
+  // The engines' own options (EngineEntry::options), each refused under
+  // another engine; a choice's value by the option's name.
+  struct OwnOption {
+    EngineKind engine;
+    const EngineOption* option;
+    CLI::Option* cli;
+  };
+  std::vector<OwnOption> own_options;
+  std::map<std::string, std::string> choice_values;
+  CLI::App* app_ = nullptr;  // where the options were declared, to find one by name
   bool no_prefix_cache = false;
   // --offload TIER:SIZE[,TIER:SIZE], --offload-policy and each tier's link.
   std::string offload, offload_policy = "lru";
@@ -94,11 +102,17 @@ struct SimOptionsCli {
   void add_to(CLI::App& app, const std::string& check_help);
   // add_to's share: --offload, --offload-policy and the tiers' links.
   void add_offload_to(CLI::App& app);
+  // add_to's share: the engines' own options, as their entries declare them.
+  void add_engine_options_to(CLI::App& app);
 
   // Fills `out`; returns a problem for a bad value. `gpu`: the --gpu preset,
   // whose vLLM GPU class applies unless --gpu-class is given.
   std::optional<std::string> resolve(SimOptions& out, std::optional<RequestFormat>& out_format,
                                      const std::optional<std::string>& gpu = std::nullopt) const;
+  // resolve's share for the engine: the allocators it runs, its own options
+  // and the shared ones it refuses, its defaults (engine/engine_registry.h).
+  std::optional<std::string> resolve_engine(SimOptions& out,
+                                            const std::optional<std::string>& gpu) const;
   // resolve's share for --offload and its options.
   std::optional<std::string> resolve_offload(SimOptions& out,
                                              const std::optional<std::string>& gpu) const;
@@ -129,7 +143,7 @@ std::string load_args(const LoadOptions& load);
 // Why `options` cannot run disaggregated prefill and decode (`option`, the
 // flag that asked for it, leads the message), or nullopt: the decode side
 // receives KV into its prefix cache, so it needs the paged allocator, the
-// prefix cache and an engine that can receive (not sglang yet).
+// prefix cache and an engine whose entry declares receives_kv.
 std::optional<std::string> disaggregation_problem(const SimOptions& options,
                                                   std::string_view option);
 

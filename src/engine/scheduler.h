@@ -13,8 +13,8 @@
 // ReplayState), the step's work for the cost model, the requests' times, and
 // the first violation found.
 //
-// Adding an engine: its files (a Scheduler subclass), a value in EngineKind
-// (engine/sim_types.h) and one line in the table of engine/engines.cc.
+// Adding an engine: its folder (a Scheduler subclass and its entry) and one
+// line in the table of engine/engine_registry.cc (engine/engine_registry.h).
 #pragma once
 
 #include <array>
@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -156,9 +157,17 @@ class Scheduler {
   virtual const std::vector<KvCacheGroupSpec>& kv_groups() const = 0;
   // The running requests' (samples') tables in running order, one per group.
   virtual std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const = 0;
-  // The engine's own figures, added to the report (the sglang engine's
-  // "sglang" section); none by default.
+  // The engine's own figures, added to the report: the section its entry
+  // names (EngineEntry::report_section); none by default.
   virtual void add_figures(nlohmann::json& report) const { (void)report; }
+  // Why requests were skipped for `reason`, in the engine's own words (the
+  // rule it imitates), `first` the first of them; nullopt: the shell's words.
+  virtual std::optional<std::string> skip_rule(SkipReason reason,
+                                               const SkippedRequest& first) const {
+    (void)reason;
+    (void)first;
+    return std::nullopt;
+  }
   // The leading prompt tokens of `request` this engine's prefix cache holds
   // now, in whole pages, as a router indexing the engine's KV events sees
   // them (engine/fleet/router.h, view "precise"): read-only, nothing touched or
@@ -179,15 +188,5 @@ class Scheduler {
     return false;
   }
 };
-
-// The table of engines: what --engine accepts and how each is made.
-struct EngineEntry {
-  EngineKind kind;
-  std::string_view name;
-  std::unique_ptr<Scheduler> (*make)(EngineShell& shell);
-};
-std::span<const EngineEntry> engine_table();
-// The engine of `kind` (one of the table's).
-std::unique_ptr<Scheduler> make_scheduler(EngineKind kind, EngineShell& shell);
 
 }  // namespace kvreplay

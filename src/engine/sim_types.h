@@ -36,19 +36,9 @@ std::string_view to_string(AllocatorKind kind);
 std::optional<AllocatorKind> parse_allocator(std::string_view name);
 std::vector<std::string> allocator_names();  // in table order, for the command line
 
-// The scheduler a simulation imitates (SPEC 3.1).
-//   generic: the engine-neutral scheduler described at the top of this file
-//            (fork + COW for n > 1, a watermark, recompute from scratch);
-//   vllm:    vLLM v1's synchronous scheduler and KV cache manager
-//            (engine/vllm/vllm_scheduler.cc, each rule citing the vLLM function it
-//            comes from): block 0 is the null block, allocation per step for
-//            the tokens scheduled, the last running request preempted and
-//            re-prefilled with the tokens it generated, nothing admitted in a
-//            step that preempted, finished requests freed at the end of the
-//            step, every full block cached when allocated, n > 1 fanned out;
-//   sglang:  SGLang's scheduler and radix cache (engine/sglang/sglang_scheduler.cc):
-//            a token-granular radix tree, prefill batches apart from decode
-//            batches, PrefillAdder's budgets, decode retraction.
+// The scheduler a simulation imitates (SPEC 3.1): a key of the table of
+// engines (engine/engine_registry.h), whose entry says what each engine is,
+// what it serves and what it takes.
 enum class EngineKind : std::uint8_t { kGeneric, kVllm, kSglang };
 std::string_view to_string(EngineKind kind);
 std::optional<EngineKind> parse_engine(std::string_view name);
@@ -239,9 +229,10 @@ struct SimOptions {
   bool prefix_cache = true;
   EvictPolicy evict = EvictPolicy::kLru;
   AllocatorKind allocator = AllocatorKind::kPaged;
-  // The library's default; the command line's is vllm (app/options.cc), with
-  // vllm_serve_batch_defaults for max_seqs and max_batched_tokens.
-  EngineKind engine = EngineKind::kGeneric;
+  // The library's default, EngineKind's first value (generic); the command
+  // line's is vllm (app/options.cc), with vllm_serve_batch_defaults for
+  // max_seqs and max_batched_tokens.
+  EngineKind engine{};
   GpuClass gpu_class = GpuClass::kLarge;  // recorded: which batch defaults apply
   CostModel cost;
   SloTargets slo;
@@ -252,17 +243,17 @@ struct SimOptions {
   // groups, or a sliding-window one, need the vllm engine and the paged
   // allocator; the groups' layers must add up to the model's (kv_groups_error).
   std::vector<KvCacheGroupSpec> kv_groups;
-  SglangOptions sglang;  // --engine sglang
+  SglangOptions sglang;  // --engine sglang (its entry's options)
   // --gpu-hour-usd: the price of one GPU for an hour, for the report's
   // "cost_usd" (none without it).
   std::optional<double> gpu_hour_usd;
   LoadOptions load;        // the trace's own arrival times unless set
   OffloadOptions offload;  // --offload: none unless set
   // --kv-events: the engine logs its caches' changes (EngineShell::events);
-  // the vllm engine's only, for now.
+  // an engine whose entry declares kv_events.
   bool kv_events = false;
   // --emit-trace: the run is written as a kvtrace (engine/replay/trace_emitter.h);
-  // the paged vllm and generic engines', without hybrid KV-cache groups.
+  // an engine whose entry declares emit_trace, paged, without hybrid groups.
   bool emit_trace = false;
 };
 

@@ -9,6 +9,7 @@
 
 #include "core/enum_names.h"
 #include "core/memory_budget.h"
+#include "engine/engine_registry.h"
 
 namespace kvreplay {
 
@@ -111,11 +112,12 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
     return error("--model", fmt::format("the pool's blocks hold {} layers, the KV-cache groups {}",
                                         config.kv.block_layers, kv_group_size(groups)));
   }
-  if (hybrid &&
-      (options.engine != EngineKind::kVllm || options.allocator != AllocatorKind::kPaged)) {
-    return error(options.engine != EngineKind::kVllm ? "--engine" : "--allocator",
-                 "hybrid KV-cache groups (several groups, or a sliding window) need the vllm "
-                 "engine and the paged allocator");
+  const EngineEntry& engine = engine_entry(options.engine);
+  if (hybrid && (!engine.can.hybrid_models || options.allocator != AllocatorKind::kPaged)) {
+    return error(!engine.can.hybrid_models ? "--engine" : "--allocator",
+                 fmt::format("hybrid KV-cache groups (several groups, or a sliding window) need "
+                             "the {} engine and the paged allocator",
+                             engines_with(&EngineCapabilities::hybrid_models, " or ")));
   }
   if (hybrid) {
     // A tier slot, a KV event's block and a kvtrace sequence's table each
@@ -138,21 +140,21 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
     if (options.allocator != AllocatorKind::kPaged) {
       return error("--offload", "needs the paged allocator (a contiguous region is no block)");
     }
-    if (options.engine == EngineKind::kSglang) {
-      // HiCache (engine/sglang/sglang_scheduler.h): one host pool, its eviction the
-      // radix tree's. SGLang's storage layer (--hicache-storage-backend) is
-      // not modelled.
-      if (options.offload.tiers.size() != 1 ||
-          !medium_info(options.offload.tiers[0].medium).host_memory) {
-        return error("--offload",
-                     "the sglang engine keeps one cpu tier (HiCache's host pool); its storage "
-                     "layer is not modelled (drop the disk tier)");
+    // The media and policies the engine's entry declares.
+    for (const OffloadTierOptions& tier : options.offload.tiers) {
+      if (!declared(engine.can.offload_media, to_string(tier.medium))) {
+        return error("--offload", engine.can.offload_media_why.empty()
+                                      ? fmt::format("the {} engine keeps no {} tier", engine.name,
+                                                    to_string(tier.medium))
+                                      : std::string(engine.can.offload_media_why));
       }
-      if (options.offload.policy != OffloadPolicy::kLru) {
-        return error("--offload-policy",
-                     "the sglang engine's host pool evicts the radix tree's leaves least "
-                     "recently used (HiCache's evict_host): give lru");
-      }
+    }
+    if (!declared(engine.can.offload_policies, to_string(options.offload.policy))) {
+      return error("--offload-policy",
+                   engine.can.offload_policies_why.empty()
+                       ? fmt::format("the {} engine's tiers do not evict {}", engine.name,
+                                     to_string(options.offload.policy))
+                       : std::string(engine.can.offload_policies_why));
     }
     if (!options.prefix_cache) {
       return error("--offload", "needs the prefix cache (drop --no-prefix-cache)");
@@ -183,6 +185,11 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
     }
   }
   if (options.kv_events) {
+    if (!engine.can.kv_events) {
+      return error("--kv-events",
+                   fmt::format("the {} engine logs no KV events (those of {} do)", engine.name,
+                               engines_with(&EngineCapabilities::kv_events, ", ")));
+    }
     if (options.allocator != AllocatorKind::kPaged) {
       return error("--kv-events", "needs the paged allocator (a contiguous region caches nothing)");
     }
@@ -192,8 +199,13 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
   }
   if (options.emit_trace) {
     // A kvtrace has one table per sequence over one pool of whole-model
-    // blocks, and a prefix cache of full pages: what every engine keeps on
-    // the paged allocator (the sglang engine's radix tree holds whole pages).
+    // blocks, and a prefix cache of full pages: what every engine whose entry
+    // declares emit_trace keeps on the paged allocator.
+    if (!engine.can.emit_trace) {
+      return error("--emit-trace",
+                   fmt::format("the {} engine writes no trace (those of {} do)", engine.name,
+                               engines_with(&EngineCapabilities::emit_trace, ", ")));
+    }
     if (options.allocator != AllocatorKind::kPaged) {
       return error("--emit-trace",
                    "needs the paged allocator (a contiguous region is no "

@@ -17,3 +17,8 @@ file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/layers.txt "${kvreplay_layer_manifest}")
 add_test(NAME layers
          COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-layers ${PROJECT_SOURCE_DIR}/src
                  ${CMAKE_CURRENT_BINARY_DIR}/layers.txt)
+# The seam check of scripts/check-layers fails a planted violation.
+add_test(NAME layers_seams
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/seam_check_test.sh
+                 ${PROJECT_SOURCE_DIR}/scripts/check-layers ${PROJECT_SOURCE_DIR}/src
+                 ${CMAKE_CURRENT_BINARY_DIR}/layers.txt)

@@ -373,8 +373,10 @@ class PlanCommand final : public Command {
       request_.models = {std::string(kDefaultSimModel)};
     }
     if (request_.page_tokens.empty()) {
-      // SGLang's page is one token; vLLM's (and the generic engine's) 16.
-      request_.page_tokens = {options_.engine == "sglang" ? 1u : 16u};
+      // The engine's page size (its entry's: SGLang's is one token), else 16.
+      const std::uint32_t engine_page =
+          engine_entry(*parse_engine(options_.engine)).defaults.page_tokens;
+      request_.page_tokens = {engine_page != 0 ? engine_page : 16u};
     }
     request_.search_min = !no_search_;
     if (request_.kv_memories.empty() && config_.gpus.empty()) {

@@ -11,6 +11,7 @@
 #include "app/simulation/simulation.h"
 #include "app/simulation/simulation_internal.h"
 #include "app/terminal.h"
+#include "engine/engine_registry.h"
 #include "engine/events/kv_events.h"
 #include "engine/fleet/fleet.h"
 #include "engine/load_generator.h"
@@ -369,11 +370,13 @@ nlohmann::json fleet_totals(const Fleet& fleet, const std::vector<nlohmann::json
   auto entry = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kDecode; };
   auto facing = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kPrefill; };
   nlohmann::json report = nlohmann::json::object();
+  // The engine's own section (its entry's) is listed per instance.
+  const std::string_view engine_section = engine_entry(options.engine).report_section;
   for (const auto& [key, value] : reports.front().items()) {
     (void)value;
-    if (key == "config" || key == "trace" || key == "kvreplay_report" || key == "sglang" ||
-        key == "cost_usd") {
-      if (key != "sglang" && key != "cost_usd") report[key] = value;
+    const bool own = !engine_section.empty() && key == engine_section;
+    if (key == "config" || key == "trace" || key == "kvreplay_report" || own || key == "cost_usd") {
+      if (!own && key != "cost_usd") report[key] = value;
       continue;
     }
     std::vector<const nlohmann::json*> same;
@@ -500,6 +503,14 @@ void add_fleet_sections(nlohmann::json& report, const Fleet& fleet,
   auto entry = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kDecode; };
   std::vector<double> routed_requests, routed_tokens;
   nlohmann::json instances = nlohmann::json::array();
+  // Each instance's sections, the engine's own (its entry's) among them.
+  const std::vector<std::string> keys = {
+      "status",     "requests",
+      "blocks",     "prefix_cache",
+      "scheduler",  "latency",
+      "slo",        "overload",
+      "invariants", std::string(engine_entry(fleet.instance(0).options().engine).report_section),
+      "cost_usd",   "offload"};
   for (std::uint32_t i = 0; i < n; ++i) {
     const Fleet::Routed& routed = fleet.routed()[i];
     if (entry(i)) {  // the router's instances (disaggregated: the prefill ones)
@@ -512,9 +523,8 @@ void add_fleet_sections(nlohmann::json& report, const Fleet& fleet,
                             {{"requests", routed.requests},
                              {"prompt_tokens", routed.prompt_tokens},
                              {"output_tokens", routed.output_tokens}}}};
-    for (const char* key : {"status", "requests", "blocks", "prefix_cache", "scheduler", "latency",
-                            "slo", "overload", "invariants", "sglang", "cost_usd", "offload"}) {
-      if (reports[i].contains(key)) item[key] = reports[i][key];
+    for (const std::string& key : keys) {
+      if (!key.empty() && reports[i].contains(key)) item[key] = reports[i][key];
     }
     instances.push_back(std::move(item));
   }

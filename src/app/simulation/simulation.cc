@@ -2,6 +2,7 @@
 #include "engine/events/kv_events.h"
 
 #include "app/simulation/simulation_internal.h"
+#include "engine/engine_registry.h"
 #include "engine/load_generator.h"
 
 #include <fmt/format.h>
@@ -23,10 +24,38 @@ namespace kvreplay {
 
 namespace sim_detail {
 
+// Why requests were skipped for `reason`, in the shell's words (an engine
+// may have its own: Scheduler::skip_rule).
+std::string shell_skip_rule(SkipReason reason, const Simulator& sim, const SkippedRequest& first) {
+  const RunConfig& config = sim.config();
+  switch (reason) {
+    case SkipReason::kTooLong:
+      return fmt::format("longer than --max-seq-tokens {} (first: line {}, {} tokens)",
+                         config.kv.max_seq_tokens, first.line, first.need);
+    case SkipReason::kTooManySamples:
+      return fmt::format("n above --max-seqs {} (first: line {}, n {})", sim.options().max_seqs,
+                         first.line, first.need);
+    case SkipReason::kPoolTooSmall: break;
+  }
+  return sim.options().allocator == AllocatorKind::kPaged
+             ? fmt::format(
+                   "more blocks than the pool of {} less {} (first: line {}, "
+                   "{} blocks; give a larger --kv-memory or --pool-blocks)",
+                   config.kv.pool_blocks,
+                   !sim.null_block()               ? "the --watermark"
+                   : sim.options().watermark > 0.0 ? "the null block and the --watermark"
+                                                   : "the null block",
+                   first.line, first.need)
+             : fmt::format(
+                   "larger than the pool of {} slots (first: line {}, {} slots; give a "
+                   "larger --kv-memory or --pool-blocks)",
+                   std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens, first.line,
+                   first.need);
+}
+
 // One line per reason some requests were skipped as never fitting.
 void skip_warnings(const std::string& path, const Simulator& sim, SimulationResult& out) {
   const SimTotals& st = sim.sim_totals();
-  const RunConfig& config = sim.config();
   const std::uint64_t counts[kSkipReasons] = {
       st.skipped_too_long, st.skipped_too_many_samples,
       st.skipped - st.skipped_too_long - st.skipped_too_many_samples};
@@ -34,47 +63,8 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
     const auto reason = static_cast<SkipReason>(i);
     const auto& first = sim.first_skipped(reason);
     if (counts[i] == 0 || !first) continue;
-    std::string why;
-    switch (reason) {
-      case SkipReason::kTooLong:
-        why = sim.options().engine == EngineKind::kVllm &&
-                      sim.options().allocator == AllocatorKind::kPaged
-                  ? fmt::format(
-                        "prompt + output tokens above --max-seq-tokens {} (vLLM's max_model_len: "
-                        "`vllm serve` rejects them; first: line {}, {} tokens)",
-                        config.kv.max_seq_tokens, first->line, first->need)
-                  : fmt::format("longer than --max-seq-tokens {} (first: line {}, {} tokens)",
-                                config.kv.max_seq_tokens, first->line, first->need);
-        break;
-      case SkipReason::kTooManySamples:
-        why = fmt::format("n above --max-seqs {} (first: line {}, n {})", sim.options().max_seqs,
-                          first->line, first->need);
-        break;
-      case SkipReason::kPoolTooSmall:
-        if (sim.options().engine == EngineKind::kSglang) {
-          // SGLang's max_req_len: prompt + output within the pool, a page to spare.
-          why = fmt::format(
-              "prompt and output need more than the pool of {} pages less one (first: line {}, "
-              "{} pages; give a larger --kv-memory or --pool-blocks)",
-              config.kv.pool_blocks, first->line, first->need);
-          break;
-        }
-        why = sim.options().allocator == AllocatorKind::kPaged
-                  ? fmt::format(
-                        "more blocks than the pool of {} less {} (first: line {}, "
-                        "{} blocks; give a larger --kv-memory or --pool-blocks)",
-                        config.kv.pool_blocks,
-                        !sim.null_block()               ? "the --watermark"
-                        : sim.options().watermark > 0.0 ? "the null block and the --watermark"
-                                                        : "the null block",
-                        first->line, first->need)
-                  : fmt::format(
-                        "larger than the pool of {} slots (first: line {}, {} slots; give a "
-                        "larger --kv-memory or --pool-blocks)",
-                        std::uint64_t{config.kv.pool_blocks} * config.kv.page_tokens, first->line,
-                        first->need);
-        break;
-    }
+    std::string why = sim.scheduler().skip_rule(reason, *first).value_or("");
+    if (why.empty()) why = shell_skip_rule(reason, sim, *first);
     if (reason == SkipReason::kPoolTooSmall && st.skipped_stalled > 0) {
       why += fmt::format(
           "; {} of them stalled at admission: with the prefix-cache hit they found, their first "
@@ -101,17 +91,8 @@ nlohmann::json sim_options_json(const SimOptions& options) {
       {"max_seqs", options.max_seqs},
       {"max_batched_tokens", options.max_batched_tokens},
       {"watermark", options.watermark}};
-  if (options.engine == EngineKind::kVllm)
-    out["gpu_class"] = std::string(to_string(options.gpu_class));
-  if (options.engine == EngineKind::kSglang) {
-    // SGLang's budgets instead of vLLM's (no watermark, no max_num_seqs).
-    for (const char* key : {"max_seqs", "max_batched_tokens", "watermark"}) out.erase(key);
-    out["schedule_policy"] = std::string(to_string(options.sglang.policy));
-    out["chunked_prefill_size"] = options.sglang.chunked_prefill_size;
-    out["max_prefill_tokens"] = options.sglang.max_prefill_tokens;
-    out["max_running_requests"] = options.sglang.max_running_requests;  // 0: from the pool
-    out["schedule_conservativeness"] = options.sglang.schedule_conservativeness;
-  }
+  // The engine's own keys (its entry's).
+  if (const auto engine_json = engine_entry(options.engine).config_json) engine_json(options, out);
   if (options.slo.ttft_ms) out["slo_ttft_ms"] = *options.slo.ttft_ms;
   if (options.slo.tpot_ms) out["slo_tpot_ms"] = *options.slo.tpot_ms;
   if (options.load.request_rate) {
@@ -250,20 +231,21 @@ OffloadMemory offload_memory(const RunConfig& config, const SimOptions& options)
   const std::vector<KvCacheGroupSpec>& groups =
       options.kv_groups.empty() ? config.kv_groups : options.kv_groups;
   const std::uint64_t block = std::max<std::uint64_t>(kv_block_bytes(config.kv, groups), 1);
-  const bool sglang = options.engine == EngineKind::kSglang;
+  // A tier slot's cost: the engine's own (its entry's), else the connector's.
+  const EngineEntry& engine = engine_entry(options.engine);
   std::uint64_t each =
       options.offload.policy == OffloadPolicy::kArc ? kArcTierBytesPerBlock : kTierBytesPerBlock;
-  if (sglang) each = kHostBytesPerPage;
+  if (engine.offload_slot_bytes != 0) each = engine.offload_slot_bytes;
   if (options.emit_trace) each += kTraceTierBytesPerBlock;
   for (const OffloadTierOptions& tier : options.offload.tiers) {
     const std::uint64_t blocks =
         std::min<std::uint64_t>(tier.bytes / block, std::numeric_limits<std::uint32_t>::max());
     out.bytes = add_sat(out.bytes, mul_sat(blocks, each));
     if (!out.tiers.empty()) out.tiers += ", ";
-    out.tiers += fmt::format("a {} tier of {} {}", to_string(tier.medium), blocks,
-                             sglang ? "pages" : "blocks");
+    out.tiers +=
+        fmt::format("a {} tier of {} {}s", to_string(tier.medium), blocks, engine.offload_slot);
   }
-  out.formula = fmt::format("{} bytes a tier {}", each, sglang ? "page" : "block");
+  out.formula = fmt::format("{} bytes a tier {}", each, engine.offload_slot);
   return out;
 }
 

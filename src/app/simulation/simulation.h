@@ -151,12 +151,11 @@ std::uint64_t fleet_memory_bytes(std::uint64_t pool_blocks, std::uint64_t instan
 // resident block costs, measured with the tiers full (README, "Memory
 // bounds"): the tier's slot, key index and recency list, and with
 // --emit-trace the trace's name for its key. arc also keeps evicted keys as
-// ghosts, up to twice the capacity. The sglang engine's host pool holds its
-// pages in the radix tree: a host-only node and its keys, a page each at worst.
+// ghosts, up to twice the capacity. An engine may cost its slots its own way
+// (EngineEntry::offload_slot_bytes: the sglang engine's host pages).
 inline constexpr std::uint64_t kTierBytesPerBlock = 160;
 inline constexpr std::uint64_t kArcTierBytesPerBlock = 360;
 inline constexpr std::uint64_t kTraceTierBytesPerBlock = 48;
-inline constexpr std::uint64_t kHostBytesPerPage = 32;
 struct OffloadMemory {
   std::uint64_t bytes = 0;  // one instance's tiers
   std::string tiers;        // "a cpu tier of N blocks, a disk tier of M blocks"

@@ -20,7 +20,7 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
 
 }  // namespace
 
-GenericScheduler::GenericScheduler(EngineShell& shell) : PagedScheduler(shell) {
+GenericScheduler::GenericScheduler(EngineShell& shell) : PagedScheduler(shell, PagedRules{}) {
   if (!paged()) free_ranges_[0] = std::uint64_t{config_.kv.pool_blocks} * config_.kv.page_tokens;
 }
 

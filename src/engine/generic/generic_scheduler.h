@@ -85,4 +85,8 @@ class GenericScheduler final : public PagedScheduler {
   bool held_back_ = false;
 };
 
+// The engine's entry in the table of engines (engine/generic/generic_engine.cc).
+struct EngineEntry;
+const EngineEntry& generic_engine();
+
 }  // namespace kvreplay

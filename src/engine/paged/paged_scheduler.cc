@@ -111,7 +111,7 @@ void PagedScheduler::trace_cached(const Sample& sample, std::uint32_t from, std:
   }
 }
 
-PagedScheduler::PagedScheduler(EngineShell& shell)
+PagedScheduler::PagedScheduler(EngineShell& shell, PagedRules rules)
     : shell_(shell),
       config_(shell.config),
       options_(shell.options),
@@ -121,12 +121,11 @@ PagedScheduler::PagedScheduler(EngineShell& shell)
       violation_(shell.violation),
       tick_(shell.tick),
       pool_(config_.kv.pool_blocks, config_.alloc_order),
-      cache_(options_.evict, config_.kv.pool_blocks, options_.engine == EngineKind::kVllm,
+      cache_(options_.evict, config_.kv.pool_blocks, rules.cache_duplicates,
              config_.kv.page_tokens) {
   watermark_blocks_ = static_cast<std::uint32_t>(
       std::floor(options_.watermark * static_cast<double>(config_.kv.pool_blocks)));
-  if ((options_.engine == EngineKind::kVllm && paged()) ||
-      (paged() && config_.alloc_order == AllocOrder::kVllm)) {
+  if (paged() && (rules.null_block || config_.alloc_order == AllocOrder::kVllm)) {
     // BlockPool.__init__ (vllm/v1/core/block_pool.py) takes block 0 off the
     // free queue as the null block: it never holds KV, and N - 1 blocks do.
     // The vllm engine always does; --alloc-order vllm does under generic too.

@@ -28,10 +28,19 @@
 
 namespace kvreplay {
 
+// What a paged engine's pool and cache keep as the engine it imitates does.
+struct PagedRules {
+  // Block 0 is held as the null block (vLLM's BlockPool.__init__); under
+  // --alloc-order vllm it is whatever the engine.
+  bool null_block = false;
+  // The prefix cache keeps a key's duplicate blocks (PrefixCache).
+  bool cache_duplicates = false;
+};
+
 // Its KvConnector side: P/D receiving and vLLM's OffloadingConnector.
 class PagedScheduler : public Scheduler, public KvConnector {
  public:
-  explicit PagedScheduler(EngineShell& shell);
+  PagedScheduler(EngineShell& shell, PagedRules rules);
   ~PagedScheduler() override;
 
   // Waiting requests count those waiting for their KV from an offload tier.

@@ -162,4 +162,14 @@ void SglangScheduler::add_figures(nlohmann::json& report) const {
   }
 }
 
+std::optional<std::string> SglangScheduler::skip_rule(SkipReason reason,
+                                                      const SkippedRequest& first) const {
+  if (reason != SkipReason::kPoolTooSmall) return std::nullopt;
+  // SGLang's max_req_len: prompt + output within the pool, a page to spare.
+  return fmt::format(
+      "prompt and output need more than the pool of {} pages less one (first: line {}, {} "
+      "pages; give a larger --kv-memory or --pool-blocks)",
+      config_.kv.pool_blocks, first.line, first.need);
+}
+
 }  // namespace kvreplay

@@ -65,6 +65,8 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   const std::vector<KvCacheGroupSpec>& kv_groups() const override { return groups_; }
   std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const override;
   void add_figures(nlohmann::json& report) const override;
+  std::optional<std::string> skip_rule(SkipReason reason,
+                                       const SkippedRequest& first) const override;
   // --offload: HiCache's host pool, one cpu tier.
   std::size_t offload_tiers() const override { return hicache_ ? 1 : 0; }
   TierGauge offload_gauge(std::size_t t) const override;
@@ -198,5 +200,9 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   std::uint64_t layout_continued_ = 0;  // of those, pages continuing the previous one's block
   std::uint64_t layout_tables_ = 0;     // requests with a page
 };
+
+// The engine's entry in the table of engines (engine/sglang/sglang_engine.cc).
+struct EngineEntry;
+const EngineEntry& sglang_engine();
 
 }  // namespace kvreplay

@@ -38,7 +38,7 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
 }  // namespace
 
 VllmScheduler::VllmScheduler(EngineShell& shell)
-    : PagedScheduler(shell),
+    : PagedScheduler(shell, PagedRules{.null_block = true, .cache_duplicates = true}),
       coordinator_(groups_, KvCacheContext{config_.kv.page_tokens, pool_, cache_, tick_, state_,
                                            sim_, violation_, request_entries_, null_block_}) {
   static_assert(kPrefixChainBase == kPrefixKeyBase && kOwnChainBase < kPrefixChainBase);
@@ -103,6 +103,15 @@ std::optional<SkipReason> VllmScheduler::never_fits(const Request& request,
   }
   if (need + 1 + watermark_blocks_ <= config_.kv.pool_blocks) return std::nullopt;
   return SkipReason::kPoolTooSmall;
+}
+
+std::optional<std::string> VllmScheduler::skip_rule(SkipReason reason,
+                                                    const SkippedRequest& first) const {
+  if (reason != SkipReason::kTooLong) return std::nullopt;
+  return fmt::format(
+      "prompt + output tokens above --max-seq-tokens {} (vLLM's max_model_len: `vllm serve` "
+      "rejects them; first: line {}, {} tokens)",
+      config_.kv.max_seq_tokens, first.line, first.need);
 }
 
 void VllmScheduler::add_request(Request request) {

@@ -23,6 +23,8 @@ class VllmScheduler final : public PagedScheduler {
   explicit VllmScheduler(EngineShell& shell);
 
   std::optional<SkipReason> never_fits(const Request& request, std::uint64_t& need) const override;
+  std::optional<std::string> skip_rule(SkipReason reason,
+                                       const SkippedRequest& first) const override;
   // ParentRequest: n > 1 fanned out into n children.
   void add_request(Request request) override;
   bool step() override;
@@ -75,5 +77,9 @@ class VllmScheduler final : public PagedScheduler {
   KvCacheCoordinator coordinator_;
   Scheduled scheduled_;  // step's, reused
 };
+
+// The engine's entry in the table of engines (engine/vllm/vllm_engine.cc).
+struct EngineEntry;
+const EngineEntry& vllm_engine();
 
 }  // namespace kvreplay
