@@ -162,3 +162,47 @@ TEST_CASE(
       CHECK(report["prefix_cache"]["evictions"].get<std::uint64_t>() > 0);
     }
 }
+
+TEST_CASE("simulate fleet: the total is the instances' figures merged, rendered by one writer") {
+  // Two sglang instances, round-robin: a (prompt 8, output 2) and c on
+  // instance 0, b (prompt 4, output 4) on instance 1. The total's counts and
+  // peaks are the instances' sums, its hit rate the ratio of the summed
+  // tokens, and the engine's own section stays with each instance
+  // (Merge::kPerInstance).
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvreplay_fleet_figures_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "t.jsonl").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "{\"arrival\": 0, \"id\": \"a\", \"prompt\": 8, \"output\": 2}\n"
+           "{\"arrival\": 0, \"id\": \"b\", \"prompt\": 4, \"output\": 4}\n"
+           "{\"arrival\": 1, \"id\": \"c\", \"prompt\": 8, \"output\": 2}\n";
+  }
+  kvreplay::FleetOptions fleet;
+  fleet.replicas = 2;
+  const SimOptions options = engine_options(kvreplay::EngineKind::kSglang);
+  auto result = kvreplay::simulate_fleet_file(path, std::nullopt, tiny_config(16, 4), options,
+                                              fleet, kvreplay::FleetOutputs{});
+  std::filesystem::remove_all(dir);
+  REQUIRE(result);
+  const auto& r = result.value();
+  const auto& report = r.report;
+  INFO(report.dump(1));
+  REQUIRE(r.instance_figures.size() == 2);
+  const kvreplay::SimFigures& a = r.instance_figures[0];
+  const kvreplay::SimFigures& b = r.instance_figures[1];
+  CHECK(r.figures.instances == 2);
+  CHECK(a.requests + b.requests == 3);
+  CHECK(r.figures.peak_used == a.peak_used + b.peak_used);
+  CHECK(report["blocks"]["peak_used"] == r.figures.peak_used);
+  CHECK(r.figures.query_tokens == a.query_tokens + b.query_tokens);
+  CHECK(report["prefix_cache"]["hit_rate"].get<double>() == r.figures.hit_rate());
+  CHECK(report["requests"]["total"] == 3);
+  CHECK(report["requests"]["finished"] == 3);
+  CHECK(report["scheduler"]["output_tokens"] == 8);
+  CHECK(report["latency"]["ttft_ms"]["count"] == 3);
+  CHECK_FALSE(report.contains("sglang"));
+  CHECK(report["instances"][0].contains("sglang"));
+  CHECK(report["instances"][1].contains("sglang"));
+}

@@ -133,7 +133,8 @@ std::optional<int> verify_cell(const PlanRequest& request, const PlanSweep& swee
     eprint("{}\n", again.error().to_string());
     return kExitInput;
   }
-  const CellFigures figures = CellFigures::read(again.value().report, again.value().violated);
+  const CellFigures figures =
+      CellFigures::of(again.value(), sweep.deployments[cell.deployment].options);
   if (figures.trace_sha256 != cell.figures->trace_sha256) {
     eprint("{}: not the trace the plan's cells simulated (its SHA-256 is {}, theirs {})\n",
            request.trace_path, figures.trace_sha256, cell.figures->trace_sha256);

@@ -65,6 +65,9 @@ struct CellFigures {
 
   // REQUIRES: `report` holds plan_merge's kCellFigures (a simulation's report does).
   static CellFigures read(const nlohmann::json& report, bool violated);
+  // The same figures of a simulation run here, from its values (SimFigures),
+  // not its report: `options` are the ones it ran.
+  static CellFigures of(const SimulationResult& result, const SimOptions& options);
 };
 
 struct PlanCell {

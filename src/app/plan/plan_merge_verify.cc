@@ -381,8 +381,8 @@ void deployment_rechecks(const PlanRequest& request, const PlanSweep& sweep,
 // becomes 1 when a simulation failed its invariant checks.
 std::optional<std::string> recheck_problem(const PlanRequest& request, const PlanSweep& sweep,
                                            const Recheck& check, const SimulationResult& again,
-                                           int& code) {
-  const CellFigures figures = CellFigures::read(again.report, again.violated);
+                                           const SimOptions& options, int& code) {
+  const CellFigures figures = CellFigures::of(again, options);
   if (again.violated) {
     code = kExitCheckFailed;
     return fmt::format("{}: {} while verifying the merged plan: {}", request.trace_path,
@@ -519,7 +519,8 @@ std::optional<int> verify_merged_answers(const PlanRequest& request, const PlanS
       problems[k] = again.error().to_string();
       return;
     }
-    problems[k] = recheck_problem(request, sweep, unique[k], again.value(), codes[k]);
+    problems[k] = recheck_problem(request, sweep, unique[k], again.value(),
+                                  deployment_of(unique[k]).options, codes[k]);
   });
   simulator.clear_progress();
   for (std::size_t k = 0; k < unique.size(); ++k) {

@@ -237,7 +237,7 @@ void run_search(const PlanRequest& request, const PlanSweep& sweep, MinSearch& s
       return std::nullopt;
     }
     search.last_probe_blocks = blocks;
-    const CellFigures figures = CellFigures::read(result.value().report, false);
+    const CellFigures figures = CellFigures::of(result.value(), sim_options);
     search.last_shortfall = shortfall_words(figures, request.slo_attainment);
     return PoolProbe{serves(figures, request.slo_attainment),
                      pool_mattered(figures, blocks, sim_options.watermark)};

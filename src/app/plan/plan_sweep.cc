@@ -13,6 +13,7 @@
 #include "app/exit_codes.h"
 #include "app/options.h"
 #include "app/plan/plan_internal.h"
+#include "app/simulation/sim_report.h"
 #include "app/terminal.h"
 #include "core/memory_budget.h"
 #include "formats/requests/request_reader.h"
@@ -152,6 +153,54 @@ CellFigures CellFigures::read(const nlohmann::json& r, bool violated) {
   }
   if (r.contains("fleet")) f.fleet = r.at("fleet");
   f.violated = violated;
+  return f;
+}
+
+CellFigures CellFigures::of(const SimulationResult& r, const SimOptions& options) {
+  const SimFigures& s = r.figures;
+  CellFigures f;
+  f.trace_format = r.trace.format;
+  f.trace_sha256 = r.trace.sha256;
+  f.requests_total = s.requests + r.reader_skipped;
+  f.finished = s.finished;
+  f.skipped = s.skipped + r.reader_skipped;
+  f.skipped_pool_too_small = s.skipped - s.skipped_too_long - s.skipped_too_many_samples;
+  f.peak_used = s.peak_used;
+  f.instance_peak_used = r.instance_figures.empty() ? s.peak_used : 0;
+  for (const SimFigures& instance : r.instance_figures) {
+    f.instance_peak_used = std::max(f.instance_peak_used, instance.peak_used);
+  }
+  f.peak_in_use = s.peak_in_use;
+  f.waste_ratio_mean = s.waste_ratio_mean.value();
+  f.waste_ratio_at_peak = s.waste_ratio_at_peak.value();
+  f.preemptions = s.preemptions;
+  f.output_tokens_per_second = s.output_tokens_per_second();
+  f.virtual_seconds = s.virtual_seconds;
+  f.hit_rate = s.hit_rate();
+  f.evictions = s.evictions;
+  f.latency = latency_section(s);
+  f.p99_ttft_ms = s.ttft_ms.p99;
+  f.p99_tpot_ms = s.tpot_ms.p99;
+  f.overload = overload_section(s);
+  f.overload_ratio = s.overload().ratio();
+  f.overloaded = s.overload().overloaded();
+  f.invariant_checks = s.checks;
+  f.slo = slo_section(s, options, r.reader_skipped);
+  if (!f.slo.is_null()) {
+    f.slo_attainment = f.slo.at("attainment").get<double>();
+    f.slo_ttft_ms = options.slo.ttft_ms;
+    f.slo_tpot_ms = options.slo.tpot_ms;
+  }
+  f.cost = r.cost_model;
+  f.cost_usd = cost_usd_section(s, options);
+  if (!f.cost_usd.is_null()) {
+    f.usd_per_hour = f.cost_usd.at("usd_per_hour").get<double>();
+    const nlohmann::json& per_million = f.cost_usd.at("usd_per_million_output_tokens");
+    if (!per_million.is_null()) f.usd_per_million_tokens = per_million.get<double>();
+  }
+  // The fleet's shape and routing (not figures of an instance): the report's.
+  if (r.report.contains("fleet")) f.fleet = r.report.at("fleet");
+  f.violated = r.violated;
   return f;
 }
 
@@ -422,7 +471,8 @@ std::optional<int> simulate_cells(const PlanRequest& request, PlanSweep& sweep,
     auto result = simulator.simulate(cells[i].config, sweep.deployments[cells[i].deployment],
                                      planted ? request.faults : SimFaults{});
     if (result) {
-      cells[i].figures = CellFigures::read(result.value().report, result.value().violated);
+      cells[i].figures =
+          CellFigures::of(result.value(), sweep.deployments[cells[i].deployment].options);
       cells[i].result = std::move(result).value();
     } else {
       cells[i].error = result.error();

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "app/simulation/sim_report.h"
 #include "app/simulation/simulation.h"
 #include "app/simulation/simulation_internal.h"
 #include "app/terminal.h"
@@ -24,137 +25,6 @@ namespace kvreplay {
 using namespace sim_detail;
 
 namespace {
-
-// How a fleet total is made of the instances' values of one key.
-enum class Combine : std::uint8_t { kSum, kMax, kMin, kMean };
-
-Combine combine_of(const std::string& key) {
-  static const std::set<std::string> max_keys = {"virtual_seconds", "end_s", "last_arrival_s",
-                                                 "waste_ratio_max"};
-  static const std::set<std::string> mean_keys = {
-      "waste_ratio_at_peak",  "waste_ratio_mean",     "runs_per_seq_mean",
-      "runs_per_seq_at_peak", "continued_share_mean", "continued_share_at_peak"};
-  if (max_keys.count(key) != 0) return Combine::kMax;
-  if (key == "first_arrival_s") return Combine::kMin;
-  if (mean_keys.count(key) != 0) return Combine::kMean;
-  return Combine::kSum;
-}
-
-// The fleet's offload section, from the instances' sums: each tier's link and
-// the block size as one instance has them; load_ms's count summed, its mean
-// weighted by the counts, its quantiles and max the largest instance's (an
-// upper bound); hit_rate_with_tiers over the fleet's prompt tokens.
-void fleet_offload(nlohmann::json& report, const std::vector<nlohmann::json>& reports) {
-  nlohmann::json& offload = report["offload"];
-  const nlohmann::json& one = reports.front()["offload"];
-  offload["block_bytes"] = one["block_bytes"];
-  for (auto& [name, tier] : offload["tiers"].items()) {
-    tier["gbps"] = one["tiers"][name]["gbps"];
-    tier["latency_us"] = one["tiers"][name]["latency_us"];
-    double weighted = 0;
-    std::uint64_t count = 0;
-    nlohmann::json& load = tier["load_ms"];
-    for (const char* q : {"p50", "p99", "max"}) load[q] = 0.0;
-    for (const nlohmann::json& r : reports) {
-      const nlohmann::json& l = r["offload"]["tiers"][name]["load_ms"];
-      count += l["count"].get<std::uint64_t>();
-      weighted += l["mean"].get<double>() * l["count"].get<double>();
-      for (const char* q : {"p50", "p99", "max"})
-        load[q] = std::max(load[q].get<double>(), l[q].get<double>());
-    }
-    load["mean"] = count == 0 ? 0.0 : weighted / static_cast<double>(count);
-  }
-  nlohmann::json& cache = report["prefix_cache"];
-  if (!cache.contains("hits_by_tier")) return;
-  std::uint64_t hits = 0;
-  for (const auto& [name, value] : cache["hits_by_tier"].items()) {
-    (void)name;
-    hits += value.get<std::uint64_t>();
-  }
-  const auto query = cache["query_tokens"].get<std::uint64_t>();
-  cache["hit_rate_with_tiers"] =
-      query == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(query);
-}
-
-// The instances' values of one key, combined: numbers by combine_of (a
-// count summed stays an integer), objects key by key, equal values kept;
-// a null among numbers is left out (oom.first_event: the earliest).
-nlohmann::json combine(const std::vector<const nlohmann::json*>& values, const std::string& key) {
-  const nlohmann::json& first = *values.front();
-  if (first.is_object()) {
-    nlohmann::json out = nlohmann::json::object();
-    for (const auto& [k, v] : first.items()) {
-      (void)v;
-      std::vector<const nlohmann::json*> parts;
-      for (const nlohmann::json* value : values) {
-        if (value->contains(k)) parts.push_back(&(*value)[k]);
-      }
-      out[k] = combine(parts, k);
-    }
-    return out;
-  }
-  std::vector<const nlohmann::json*> numbers;
-  for (const nlohmann::json* value : values) {
-    if (value->is_number()) numbers.push_back(value);
-  }
-  if (numbers.empty()) {
-    // Strings, booleans, nulls: the first (equal across instances, but for
-    // what the caller sets afterwards).
-    if (first.is_boolean()) {
-      bool any = false;
-      for (const nlohmann::json* value : values)
-        any = any || (value->is_boolean() && value->get<bool>());
-      return any;
-    }
-    return first;
-  }
-  if (key == "first_event") {  // oom.first_event: each instance's own event count
-    std::uint64_t earliest = std::numeric_limits<std::uint64_t>::max();
-    for (const nlohmann::json* value : numbers)
-      earliest = std::min(earliest, value->get<std::uint64_t>());
-    return earliest;
-  }
-  const Combine how = combine_of(key);
-  const bool integral = std::all_of(numbers.begin(), numbers.end(),
-                                    [](const nlohmann::json* v) { return v->is_number_integer(); });
-  if (integral && (how == Combine::kSum || how == Combine::kMax || how == Combine::kMin)) {
-    if (std::all_of(numbers.begin(), numbers.end(),
-                    [](const nlohmann::json* v) { return v->is_number_unsigned(); })) {
-      std::uint64_t out = how == Combine::kMin ? std::numeric_limits<std::uint64_t>::max() : 0;
-      for (const nlohmann::json* v : numbers) {
-        const auto x = v->get<std::uint64_t>();
-        out = how == Combine::kSum   ? out + x
-              : how == Combine::kMax ? std::max(out, x)
-                                     : std::min(out, x);
-      }
-      return out;
-    }
-    std::int64_t out = how == Combine::kMin   ? std::numeric_limits<std::int64_t>::max()
-                       : how == Combine::kMax ? std::numeric_limits<std::int64_t>::min()
-                                              : 0;
-    for (const nlohmann::json* v : numbers) {
-      const auto x = v->get<std::int64_t>();
-      out = how == Combine::kSum   ? out + x
-            : how == Combine::kMax ? std::max(out, x)
-                                   : std::min(out, x);
-    }
-    return out;
-  }
-  double out = how == Combine::kMin   ? std::numeric_limits<double>::infinity()
-               : how == Combine::kMax ? -std::numeric_limits<double>::infinity()
-                                      : 0.0;
-  for (const nlohmann::json* v : numbers) {
-    const auto x = v->get<double>();
-    if (how == Combine::kMax)
-      out = std::max(out, x);
-    else if (how == Combine::kMin)
-      out = std::min(out, x);
-    else
-      out += x;
-  }
-  if (how == Combine::kMean) out /= static_cast<double>(numbers.size());
-  return out;
-}
 
 double max_over_mean(const std::vector<double>& values) {
   if (values.empty()) return 0.0;
@@ -191,14 +61,6 @@ struct FleetCollector {
   Simulator::Latencies latencies;
   std::uint64_t slo_met = 0;
   std::uint64_t slo_output_tokens = 0;
-};
-
-// What fleet_totals takes of the run beside the fleet.
-struct RunTotals {
-  bool violated = false;
-  double wall = 0;
-  std::uint64_t all_requests = 0;  // the trace's: routed, and skipped by the reader
-  std::uint64_t reader_skipped = 0;
 };
 
 // --requests, --timeline, the HTML samplers, the progress line and
@@ -315,8 +177,8 @@ void attach_fleet_observers(Fleet& fleet, const SimOptions& options, const Fleet
   }
 }
 
-// Each instance's report, as a lone simulation's; its skip warnings, each
-// naming the instance, go to result.
+// Each instance's figures and report, as a lone simulation's; its skip
+// warnings, each naming the instance, go to result.
 std::vector<nlohmann::json> instance_reports(const Fleet& fleet, const std::string& path,
                                              const TraceInfo& trace, const SimOptions& options,
                                              double wall, SimulationResult& result) {
@@ -325,24 +187,18 @@ std::vector<nlohmann::json> instance_reports(const Fleet& fleet, const std::stri
   reports.reserve(n);
   for (std::uint32_t i = 0; i < n; ++i) {
     const Simulator& sim = fleet.instance(i);
-    const bool bad = fleet.violated_instance() == i;
-    ReportSource source{trace,
-                        bad ? RunStatus::kViolation : RunStatus::kOk,
-                        &sim.config(),
-                        &sim.totals(),
-                        &sim.state(),
-                        sim.pool().total(),
-                        sim.pool().allocations() - sim.null_blocks(),
-                        sim.pool().frees(),
-                        options.check.name(),
-                        &sim.violation(),
-                        wall};
-    source.null_blocks = sim.null_blocks();
-    if (options.allocator != AllocatorKind::kPaged) {
-      source.allocations = 0;
-      source.frees = 0;
-    }
-    reports.push_back(simulation_report(source, sim, options, run_figures(sim, 0), 0));
+    nlohmann::json engine_sections;
+    SimFigures figures = instance_figures(sim, options, engine_sections);
+    const SimReportContext context{trace,
+                                   fleet.violated_instance() == i,
+                                   &sim.config(),
+                                   &options,
+                                   cost_json(options.cost, sim.roofline()),
+                                   wall,
+                                   0,
+                                   &engine_sections};
+    reports.push_back(sim_report(figures, context));
+    result.instance_figures.push_back(std::move(figures));
     SimulationResult instance_warnings;
     skip_warnings(path, sim, instance_warnings);
     for (std::size_t w = 0; w < instance_warnings.warnings.size(); ++w) {
@@ -357,141 +213,60 @@ std::vector<nlohmann::json> instance_reports(const Fleet& fleet, const std::stri
   return reports;
 }
 
-// The fleet's totals: the instances' reports combined, then the ratios,
-// latencies, SLOs, overload and cost recomputed from the fleet's own sums.
-// `load` gets the fleet's overload figures.
-nlohmann::json fleet_totals(const Fleet& fleet, const std::vector<nlohmann::json>& reports,
-                            const FleetCollector& collected, const SimOptions& options,
-                            const RunConfig& config, const RunTotals& run, OverloadFigures& load) {
-  const auto n = static_cast<std::uint32_t>(fleet.size());
-  const bool violated = run.violated;
-  const double wall = run.wall;
-  const std::uint64_t all_requests = run.all_requests;
-  auto entry = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kDecode; };
-  auto facing = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kPrefill; };
-  nlohmann::json report = nlohmann::json::object();
-  // The engine's own section (its entry's) is listed per instance.
-  const std::string_view engine_section = engine_entry(options.engine).report_section;
-  for (const auto& [key, value] : reports.front().items()) {
-    (void)value;
-    const bool own = !engine_section.empty() && key == engine_section;
-    if (key == "config" || key == "trace" || key == "kvreplay_report" || own || key == "cost_usd") {
-      if (!own && key != "cost_usd") report[key] = value;
-      continue;
+// An instance's figures as its fleet counts them. Entry instances take the
+// trace's requests (all, or the prefill ones) and hold the prefix cache that
+// routing decides (a decode instance's hits are the KV it received) and the
+// user's arrivals (a decode instance's are when the KV landed); facing ones
+// finish them (all, or the decode ones). An instance given no request adds
+// nothing to overload. Its violations name it.
+SimFigures fleet_part(SimFigures f, InstanceRole role, std::uint64_t routed,
+                      std::uint32_t instance) {
+  for (InstanceViolation& v : f.violations) v.instance = instance;
+  if (role == InstanceRole::kDecode) {
+    f.requests = 0;
+    for (std::uint64_t* count :
+         {&f.query_tokens, &f.hit_tokens, &f.hit_rate_requests, &f.hit_blocks, &f.evictions,
+          &f.queries, &f.hits, &f.preempted_queries, &f.preempted_hits, &f.peak_cache_resident}) {
+      *count = 0;
     }
-    std::vector<const nlohmann::json*> same;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      // The prefix cache that routing decides is the entry instances' (a
-      // decode instance's hits are the KV it received).
-      if (key == "prefix_cache" && !entry(i)) continue;
-      same.push_back(&reports[i][key]);
-    }
-    report[key] = combine(same, key);
+    f.hit_rate_sum = 0.0;
+    for (std::uint64_t& hits : f.tier_hit_tokens) hits = 0;
+    f.has_arrivals = false;
+    f.waiting_at_last_arrival = 0;
   }
-  report["status"] = violated ? "violation" : "ok";
-  nlohmann::json violations = nlohmann::json::array();
-  for (std::uint32_t i = 0; i < n; ++i) {
-    for (nlohmann::json v : reports[i]["invariants"]["violations"]) {
-      v["instance"] = i;
-      violations.push_back(std::move(v));
-    }
+  if (role == InstanceRole::kPrefill) {
+    f.finished = 0;
+    f.output_tokens = 0;
   }
-  report["invariants"]["violations"] = std::move(violations);
-  report["timing"] = {{"wall_seconds", wall}, {"kernels", nlohmann::json::object()}};
-  // Each request of the trace once, whichever side it ended on: the trace's
-  // (those routed, and those the reader skipped); finished where it finished
-  // (below); skipped where it was skipped (by the reader, or by the one
-  // instance that gave up on it: under P/D the prefill side, on admission,
-  // for a request either side can never run).
-  std::uint64_t skipped[4] = {run.reader_skipped, 0, 0, 0};
-  for (std::uint32_t i = 0; i < n; ++i) {
-    const SimTotals& st = fleet.instance(i).sim_totals();
-    skipped[0] += st.skipped;
-    skipped[1] += st.skipped - st.skipped_too_long - st.skipped_too_many_samples;
-    skipped[2] += st.skipped_too_long;
-    skipped[3] += st.skipped_too_many_samples;
+  if (routed == 0) {
+    f.has_arrivals = false;
+    f.end = 0.0;
+    f.waiting_at_last_arrival = 0;
+    f.peak_waiting = 0;
   }
-  report["requests"] = {{"total", all_requests},          {"finished", 0},
-                        {"skipped", skipped[0]},          {"skipped_pool_too_small", skipped[1]},
-                        {"skipped_too_long", skipped[2]}, {"skipped_too_many_samples", skipped[3]}};
+  return f;
+}
 
-  // Ratios and distributions, from the fleet's own sums.
-  std::uint64_t query_tokens = 0, hit_tokens = 0, hit_rate_requests = 0, output_tokens = 0,
-                finished = 0, slo_met = 0;
-  double hit_rate_sum = 0;
-  bool any_arrival = false;
-  for (std::uint32_t i = 0; i < n; ++i) {
-    const Simulator& sim = fleet.instance(i);
-    const SimTotals& st = sim.sim_totals();
-    if (entry(i)) {
-      query_tokens += st.query_tokens;
-      hit_tokens += st.hit_tokens;
-      hit_rate_sum += st.hit_rate_sum;
-      hit_rate_requests += st.hit_rate_requests;
-    }
-    if (facing(i)) {
-      output_tokens += st.output_tokens;
-      finished += st.finished;
-    }
-    const OverloadFigures o = sim.overload();
-    if (fleet.routed()[i].requests == 0) continue;
-    load.end = std::max(load.end, o.end);
-    load.peak_waiting += o.peak_waiting;
-    // The user's arrivals: a decode instance's are when the KV landed.
-    if (!entry(i)) continue;
-    if (!any_arrival) {
-      load.first_arrival = o.first_arrival;
-      load.last_arrival = o.last_arrival;
-    }
-    any_arrival = true;
-    load.first_arrival = std::min(load.first_arrival, o.first_arrival);
-    load.last_arrival = std::max(load.last_arrival, o.last_arrival);
-    load.waiting_at_last_arrival += o.waiting_at_last_arrival;
+// The fleet's figures: its instances' merged (fleet_part), then the requests
+// as the user sees them (disaggregated: timed from the user's arrival) from
+// the fleet's own collection.
+SimFigures fleet_figures(const Fleet& fleet, const std::vector<SimFigures>& instances,
+                         const FleetCollector& collected, const SimOptions& options) {
+  SimFigures total;
+  for (std::uint32_t i = 0; i < instances.size(); ++i) {
+    total.merge(fleet_part(instances[i], fleet.role(i), fleet.routed()[i].requests, i));
   }
-  load.service_p99_s = collected.latencies.service_s.quantile(0.99);
-  load.closed_loop = options.load.concurrency.has_value();
-  slo_met = collected.slo_met;
-  report["requests"]["finished"] = finished;
-  report["scheduler"]["output_tokens"] = output_tokens;
-  const double seconds = fleet.now();
-  report["prefix_cache"]["hit_rate"] =
-      query_tokens == 0 ? 0.0 : static_cast<double>(hit_tokens) / static_cast<double>(query_tokens);
-  report["prefix_cache"]["hit_rate_per_request"] =
-      hit_rate_requests == 0 ? 0.0 : hit_rate_sum / static_cast<double>(hit_rate_requests);
-  if (report.contains("offload")) fleet_offload(report, reports);
-  report["scheduler"]["virtual_seconds"] = seconds;
-  report["scheduler"]["output_tokens_per_second"] =
-      seconds > 0 ? static_cast<double>(output_tokens) / seconds : 0.0;
-  report["scheduler"]["requests_per_second"] =
-      seconds > 0 ? static_cast<double>(finished) / seconds : 0.0;
   const Simulator::Latencies& lat = collected.latencies;
-  report["latency"] = {{"queue_ms", latency_json(lat.queue_ms.summary())},
-                       {"ttft_ms", latency_json(lat.ttft_ms.summary())},
-                       {"tpot_ms", latency_json(lat.tpot_ms.summary())},
-                       {"e2e_ms", latency_json(lat.e2e_ms.summary())}};
-  if (options.slo.any()) {
-    report["slo"]["met"] = slo_met;
-    report["slo"]["attainment"] =
-        all_requests == 0 ? 0.0 : static_cast<double>(slo_met) / static_cast<double>(all_requests);
-    report["slo"]["goodput_rps"] = seconds > 0 ? static_cast<double>(slo_met) / seconds : 0.0;
-    if (options.slo.ttft_ms) report["slo"]["ttft_ms"] = *options.slo.ttft_ms;
-    if (options.slo.tpot_ms) report["slo"]["tpot_ms"] = *options.slo.tpot_ms;
-  }
-  report["overload"] = {{"overloaded", load.overloaded()},
-                        {"ratio", load.ratio() ? nlohmann::json(*load.ratio()) : nullptr},
-                        {"first_arrival_s", load.first_arrival},
-                        {"last_arrival_s", load.last_arrival},
-                        {"end_s", load.end},
-                        {"waiting_at_last_arrival", load.waiting_at_last_arrival},
-                        {"service_p99_s", load.service_p99_s},
-                        {"peak_waiting", load.peak_waiting}};
-  const std::uint64_t gpus_each = std::uint64_t{config.tp} * config.pp;
-  if (options.gpu_hour_usd) {
-    report["cost_usd"] =
-        cost_usd_json(*options.gpu_hour_usd, gpus_each * n, seconds, collected.slo_output_tokens);
-  }
-
-  return report;
+  total.queue_ms = LatencyFigures::of(lat.queue_ms.summary());
+  total.ttft_ms = LatencyFigures::of(lat.ttft_ms.summary());
+  total.tpot_ms = LatencyFigures::of(lat.tpot_ms.summary());
+  total.e2e_ms = LatencyFigures::of(lat.e2e_ms.summary());
+  total.slo_met = collected.slo_met;
+  total.slo_output_tokens = collected.slo_output_tokens;
+  total.service_p99_s = lat.service_s.quantile(0.99);
+  total.closed_loop = options.load.concurrency.has_value();
+  total.virtual_seconds = fleet.now();
+  return total;
 }
 
 // The report's fleet section and each instance's.
@@ -624,28 +399,10 @@ InputResult<SimulationResult> simulate_fleet_file(
   // A load generator (--request-rate, --concurrency) sets each arrival, as
   // for one instance, over the fleet's requests as the user sent them.
   LoadGenerator load_generator(options.load, fleet);
-  Request request;
-  bool violated = false;
-  for (;;) {
-    if (outputs_failed()) return SimulationResult{};
-    auto more = reader.next(request);
-    if (!more) return Unexpected{more.error()};
-    if (!more.value()) break;
-    if (!load_generator.set_arrival(request)) {
-      if (load_generator.error()) return Unexpected{*load_generator.error()};
-      violated = true;
-      break;
-    }
-    if (!fleet.run_until(request.arrival)) {
-      violated = true;
-      break;
-    }
-    fleet.submit(std::move(request));
-    request = Request{};
-  }
-  if (!violated && !fleet.run_until(std::numeric_limits<double>::infinity())) violated = true;
-  if (!violated && !fleet.finish()) violated = true;
-  if (outputs_failed()) return SimulationResult{};
+  auto ran = drive(reader, fleet, load_generator, outputs_failed);
+  if (!ran) return Unexpected{ran.error()};
+  if (ran.value().output_failed) return SimulationResult{};
+  const bool violated = ran.value().violated;
   auto sha256 = reader.content_sha256();
   if (!sha256) return Unexpected{sha256.error()};
   const double wall =
@@ -664,14 +421,23 @@ InputResult<SimulationResult> simulate_fleet_file(
   SimulationResult result;
   const std::vector<nlohmann::json> reports =
       instance_reports(fleet, shown, trace, options, wall, result);
-  OverloadFigures load;
-  nlohmann::json report =
-      fleet_totals(fleet, reports, collected, options, config,
-                   RunTotals{violated, wall, all_requests, reader.skipped()}, load);
+  result.figures = fleet_figures(fleet, result.instance_figures, collected, options);
+  const SimReportContext context{trace,
+                                 violated,
+                                 &fleet.instance(0).config(),
+                                 &options,
+                                 cost_json(options.cost, fleet.instance(0).roofline()),
+                                 wall,
+                                 reader.skipped(),
+                                 nullptr};
+  nlohmann::json report = sim_report(result.figures, context);
+  result.trace = context.trace;
+  result.reader_skipped = context.reader_skipped;
+  result.cost_model = context.cost;
   add_fleet_sections(report, fleet, reports, config);
 
   result.violated = violated;
-  result.overload_warning = overload_warning(shown, load);
+  result.overload_warning = overload_warning(shown, result.figures.overload());
   result.latency_cdf = latency_cdf(collected.latencies);
   if (options.load.any()) report["load"] = load_generator.figures();
   result.summary = fleet_summary(report, terminal.color);

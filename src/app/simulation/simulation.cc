@@ -1,6 +1,7 @@
 #include "app/simulation/simulation.h"
 #include "engine/events/kv_events.h"
 
+#include "app/simulation/sim_report.h"
 #include "app/simulation/simulation_internal.h"
 #include "engine/engine_registry.h"
 #include "engine/load_generator.h"
@@ -411,92 +412,17 @@ RunFigures run_figures(const Simulator& sim, std::uint64_t reader_skipped) {
   return f;
 }
 
-// The report's sections past base_report's: the simulation's configuration,
-// the requests, the prefix cache, blocks in use, the scheduler, the engine's
-// own figures, latency, the SLOs and overload.
-nlohmann::json simulation_report(const ReportSource& source, const Simulator& sim,
-                                 const SimOptions& options, const RunFigures& f,
-                                 std::uint64_t reader_skipped) {
-  const SimTotals& st = sim.sim_totals();
-  nlohmann::json report = base_report(source);
-  report["config"]["simulation"] = sim_options_json(options);
-  report["config"]["simulation"]["cost"] = cost_json(options.cost, sim.roofline());
-  report["requests"] = {
-      {"total", st.requests + reader_skipped},
-      {"finished", st.finished},
-      {"skipped", st.skipped + reader_skipped},
-      {"skipped_pool_too_small", st.skipped - st.skipped_too_long - st.skipped_too_many_samples},
-      {"skipped_too_long", st.skipped_too_long},
-      {"skipped_too_many_samples", st.skipped_too_many_samples}};
-  report["prefix_cache"] = {{"query_tokens", st.query_tokens},
-                            {"hit_tokens", st.hit_tokens},
-                            {"hit_rate", f.hit_rate},
-                            {"hit_rate_per_request", f.per_request},
-                            {"hit_blocks", st.hit_blocks},
-                            {"evictions", sim.evictions()},
-                            {"queries", st.queries},
-                            {"hits", st.hits},
-                            {"preempted_queries", st.preempted_queries},
-                            {"preempted_hits", st.preempted_hits},
-                            {"peak_resident_blocks", st.peak_cache_resident}};
-  // In use vs cache residency (SimTotals::peak_in_use); sharing measured
-  // against the blocks in use, and only where blocks are shared at all.
-  report["blocks"]["peak_in_use"] = st.peak_in_use;
-  report["blocks"]["mean_in_use"] = f.mean_in_use;
-  report["memory"] = {{"peak_in_use_bytes", std::uint64_t{st.peak_in_use} * sim.block_bytes()}};
-  if (options.allocator == AllocatorKind::kPaged) {
-    report["sharing"]["saved_blocks_at_peak"] = st.saved_blocks_at_peak;
-  } else {
-    report["sharing"].erase("saved_blocks_at_peak");
-    report.erase("layout");  // regions, not tables
-  }
-  const double seconds = f.seconds;
-  report["scheduler"] = {
-      {"steps", st.steps},
-      {"preemptions", st.preemptions},
-      {"max_running", st.max_running},
-      {"virtual_seconds", seconds},
-      {"output_tokens", st.output_tokens},
-      {"prompt_tokens_computed", st.prompt_tokens_computed},
-      {"output_tokens_per_second",
-       seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0},
-      {"requests_per_second", seconds > 0 ? static_cast<double>(st.finished) / seconds : 0.0}};
-  // The engine's own figures (the sglang engine's "sglang" section).
-  sim.scheduler().add_figures(report);
-  // Latency of the finished requests (SPEC 3.3), the SLOs, and overload.
-  report["latency"] = {{"queue_ms", latency_json(f.queue)},
-                       {"ttft_ms", latency_json(f.ttft)},
-                       {"tpot_ms", latency_json(f.tpot)},
-                       {"e2e_ms", latency_json(f.e2e)}};
-  const std::uint64_t all_requests = f.all_requests;
-  if (options.slo.any()) {
-    // Skipped requests never meet an SLO: attainment is over every request.
-    nlohmann::json slo = {
-        {"met", sim.slo_met()},
-        {"attainment", all_requests == 0 ? 0.0
-                                         : static_cast<double>(sim.slo_met()) /
-                                               static_cast<double>(all_requests)},
-        {"goodput_rps",
-         st.virtual_seconds > 0 ? static_cast<double>(sim.slo_met()) / st.virtual_seconds : 0.0}};
-    if (options.slo.ttft_ms) slo["ttft_ms"] = *options.slo.ttft_ms;
-    if (options.slo.tpot_ms) slo["tpot_ms"] = *options.slo.tpot_ms;
-    report["slo"] = slo;
-  }
-  const OverloadFigures& load = f.load;
-  report["overload"] = {{"overloaded", load.overloaded()},
-                        {"ratio", load.ratio() ? nlohmann::json(*load.ratio()) : nullptr},
-                        {"first_arrival_s", load.first_arrival},
-                        {"last_arrival_s", load.last_arrival},
-                        {"end_s", load.end},
-                        {"waiting_at_last_arrival", load.waiting_at_last_arrival},
-                        {"service_p99_s", load.service_p99_s},
-                        {"peak_waiting", load.peak_waiting}};
-  if (options.gpu_hour_usd) {
-    report["cost_usd"] =
-        cost_usd_json(*options.gpu_hour_usd, std::uint64_t{sim.config().tp} * sim.config().pp,
-                      st.virtual_seconds, sim.slo_output_tokens());
-  }
-  return report;
+SimReportContext report_context(const ReportSource& source, const SimOptions& options,
+                                std::uint64_t reader_skipped, const Simulator& sim,
+                                const nlohmann::json* engine_sections) {
+  return SimReportContext{source.trace,
+                          source.status == RunStatus::kViolation,
+                          source.config,
+                          &options,
+                          cost_json(options.cost, sim.roofline()),
+                          source.wall_seconds,
+                          reader_skipped,
+                          engine_sections};
 }
 
 nlohmann::json cost_usd_json(double gpu_hour_usd, std::uint64_t gpus, double seconds,
@@ -646,33 +572,11 @@ InputResult<SimulationResult> simulate_file(
            (kv_events != nullptr && kv_events->failed()) || (trace != nullptr && trace->failed());
   };
 
-  // The trace is read as the simulation goes, so memory is bounded by the
-  // requests in flight and the cache, not by the trace's length; the readers
-  // refuse a request whose arrival goes backwards (naming its line). A load
-  // generator (--request-rate, --concurrency) sets each arrival instead.
   LoadGenerator load(options.load, sim);
-  Request request;
-  bool violated = false;
-  for (;;) {
-    if (timeline_failed()) return SimulationResult{};
-    auto more = reader.next(request);
-    if (!more) return Unexpected{more.error()};
-    if (!more.value()) break;
-    if (!load.set_arrival(request)) {
-      if (load.error()) return Unexpected{*load.error()};
-      violated = true;
-      break;
-    }
-    if (!sim.run_until(request.arrival)) {
-      violated = true;
-      break;
-    }
-    sim.submit(std::move(request));
-    request = Request{};
-  }
-  if (!violated && !sim.run_until(std::numeric_limits<double>::infinity())) violated = true;
-  if (!violated && !sim.finish()) violated = true;
-  if (timeline_failed()) return SimulationResult{};
+  auto ran = drive(reader, sim, load, timeline_failed);
+  if (!ran) return Unexpected{ran.error()};
+  if (ran.value().output_failed) return SimulationResult{};
+  const bool violated = ran.value().violated;
   auto sha256 = reader.content_sha256();  // the whole trace's, even after a violation
   if (!sha256) return Unexpected{sha256.error()};
 
@@ -699,7 +603,14 @@ InputResult<SimulationResult> simulate_file(
   const RunFigures figures = run_figures(sim, reader.skipped());
   SimulationResult result;
   result.violated = violated;
-  result.report = simulation_report(source, sim, options, figures, reader.skipped());
+  nlohmann::json engine_sections;
+  result.figures = instance_figures(sim, options, engine_sections);
+  const SimReportContext context =
+      report_context(source, options, reader.skipped(), sim, &engine_sections);
+  result.report = sim_report(result.figures, context);
+  result.trace = context.trace;
+  result.reader_skipped = context.reader_skipped;
+  result.cost_model = context.cost;
   if (options.load.any()) result.report["load"] = load.figures();
   result.overload_warning = overload_warning(path, figures.load);
   result.latency_cdf = latency_cdf(sim.latencies());

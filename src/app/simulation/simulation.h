@@ -10,6 +10,7 @@
 
 #include "app/terminal.h"
 #include "engine/fleet/fleet.h"
+#include "engine/sim_figures.h"
 #include "engine/simulator.h"
 #include "formats/requests/request.h"
 #include "io/input_error.h"
@@ -17,6 +18,7 @@
 #include "io/spool.h"
 #include "model/run_config.h"
 #include "report/html.h"
+#include "report/report.h"
 
 namespace kvreplay {
 
@@ -35,6 +37,15 @@ struct SimulationResult {
   // The latency distributions for the HTML page's CDF: {"ttft_ms": [...],
   // "tpot_ms": [...]}, each kCdfPoints quantiles from 0 to 1.
   nlohmann::json latency_cdf;
+  // The report's figures as a value (engine/sim_figures.h): a fleet's merged
+  // total, with each instance's in `instance_figures` (empty for one instance).
+  SimFigures figures;
+  std::vector<SimFigures> instance_figures;
+  // Beside the figures, what the report says of the run: its trace, the
+  // requests the reader skipped, and the cost model (config.simulation.cost).
+  TraceInfo trace;
+  std::uint64_t reader_skipped = 0;
+  nlohmann::json cost_model;
 };
 inline constexpr std::size_t kCdfPoints = 101;
 

@@ -5,10 +5,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
 #include <string>
 #include <string_view>
 
+#include "app/simulation/sim_report.h"
 #include "app/simulation/simulation.h"
+#include "engine/load_generator.h"
+#include "formats/requests/request_reader.h"
 #include "report/report.h"
 
 namespace kvreplay::sim_detail {
@@ -40,10 +44,11 @@ void attach_observers(Simulator& sim, OutputFile* timeline, TimelineSampler* sam
                       const SimulateTerminal& terminal, const SimFaults& faults,
                       OutputFile* requests);
 RunFigures run_figures(const Simulator& sim, std::uint64_t reader_skipped);
-// The report's sections past base_report's.
-nlohmann::json simulation_report(const ReportSource& source, const Simulator& sim,
-                                 const SimOptions& options, const RunFigures& f,
-                                 std::uint64_t reader_skipped);
+// The writer's context (app/simulation/sim_report.h) of a run `source`
+// describes; `engine_sections`: the instance's own (null for a fleet's total).
+SimReportContext report_context(const ReportSource& source, const SimOptions& options,
+                                std::uint64_t reader_skipped, const Simulator& sim,
+                                const nlohmann::json* engine_sections);
 // The report's "cost_usd": `gpus` GPUs at `gpu_hour_usd` each for the run's
 // virtual `seconds`, per million output tokens of the requests that met the
 // SLOs (all finished ones without SLOs); null per million when none did.
@@ -53,5 +58,53 @@ nlohmann::json cost_usd_json(double gpu_hour_usd, std::uint64_t gpus, double sec
 std::string overload_warning(const std::string& path, const OverloadFigures& load);
 // The TTFT and TPOT distributions for the HTML page's CDF.
 nlohmann::json latency_cdf(const Simulator::Latencies& lat);
+
+// How the run's loop ended: an invariant failed (or the load generator gave
+// up, which is one); an output failed, the run stopped and incomplete (the
+// caller reports the output's error).
+struct DriveOutcome {
+  bool violated = false;
+  bool output_failed = false;
+};
+
+// The one loop of a simulation, over one instance (Simulator) or a fleet
+// (Fleet): the trace is read as the run goes, so memory is bounded by the
+// requests in flight and the cache, not by the trace's length; the readers
+// refuse a request whose arrival goes backwards (naming its line). A load
+// generator (--request-rate, --concurrency) sets each arrival instead. Then
+// the run to its end and the final checks. Error: the reader's or the load
+// generator's.
+template <typename Shells, typename OutputsFailed>
+InputResult<DriveOutcome> drive(RequestReader& reader, Shells& shells, LoadGenerator& load,
+                                const OutputsFailed& outputs_failed) {
+  DriveOutcome out;
+  Request request;
+  for (;;) {
+    if (outputs_failed()) {
+      out.output_failed = true;
+      return out;
+    }
+    auto more = reader.next(request);
+    if (!more) return Unexpected{more.error()};
+    if (!more.value()) break;
+    if (!load.set_arrival(request)) {
+      if (load.error()) return Unexpected{*load.error()};
+      out.violated = true;
+      break;
+    }
+    if (!shells.run_until(request.arrival)) {
+      out.violated = true;
+      break;
+    }
+    shells.submit(std::move(request));
+    request = Request{};
+  }
+  if (!out.violated && !shells.run_until(std::numeric_limits<double>::infinity())) {
+    out.violated = true;
+  }
+  if (!out.violated && !shells.finish()) out.violated = true;
+  out.output_failed = outputs_failed();
+  return out;
+}
 
 }  // namespace kvreplay::sim_detail
