@@ -201,6 +201,13 @@ ConfigOverrides ConfigOptions::overrides() const {
 void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options) {
   overrides.max_batched_tokens = options.max_batched_tokens;
   overrides.max_seqs = options.max_seqs;
+  if (options.engine == EngineKind::kTrtllm) {
+    // KvCacheConfig.tokens_per_block defaults to 32; its free queue hands
+    // out the block released first (LRUEvictionPolicy).
+    if (!overrides.page_tokens) overrides.page_tokens = kTrtllmTokensPerBlock;
+    if (!overrides.alloc_order) overrides.alloc_order = "fifo";
+    overrides.free_gpu_memory_fraction = kTrtllmFreeGpuMemoryFraction;
+  }
   if (options.engine == EngineKind::kSglang) {
     // SGLang's --page-size defaults to 1, and its allocator
     // (TokenToKVPoolAllocator: alloc takes free_pages from the front, free
@@ -216,7 +223,8 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   engine_option =
       app.add_option("--engine", engine,
                      "scheduler to imitate: vllm (default: vLLM v1's rules, README), sglang "
-                     "(SGLang's scheduler and radix cache) or generic")
+                     "(SGLang's scheduler and radix cache), trtllm (TensorRT-LLM's KV cache "
+                     "manager and scheduler) or generic")
           ->check(CLI::IsMember(engine_names()))
           ->group("Simulation");
   gpu_class_option =
@@ -257,6 +265,23 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                      "default 1)")
           ->check(number_range(0.0, 100.0))
           ->group("Simulation"));
+  trtllm_options = {
+      app.add_option("--capacity-policy", capacity_policy,
+                     "trtllm: capacity scheduler, guaranteed-no-evict (default: admit while every "
+                     "request's blocks to completion fit) or max-utilization (pause the newest)")
+          ->check(CLI::IsMember(capacity_policy_names())),
+      app.add_option("--max-batch-size", max_batch_size,
+                     "trtllm: --max-seqs under TensorRT-LLM's name (default 2048)")
+          ->check(CLI::Range(1u, 1u << 20)),
+      app.add_option("--max-num-tokens", max_num_tokens,
+                     "trtllm: --max-batched-tokens under TensorRT-LLM's name (default 8192)")
+          ->check(CLI::Range(1u, 1u << 30)),
+      app.add_flag("--no-partial-reuse", no_partial_reuse,
+                   "trtllm: reuse only fully matched blocks (enable_partial_reuse off)"),
+      app.add_flag("--enable-chunked-prefill", defaults.trtllm.enable_chunked_context,
+                   "trtllm: chunked context (off by default, as TensorRT-LLM: a prompt above "
+                   "--max-num-tokens is then skipped)")};
+  for (CLI::Option* option : trtllm_options) option->group("Simulation");
   app.add_option("--allocator", allocator,
                  "paged (default), contiguous-max, contiguous-pow2, contiguous-oracle")
       ->check(CLI::IsMember(allocator_names()))
@@ -508,6 +533,39 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
     out.max_batched_tokens = out.sglang.chunked_prefill_size > 0 ? out.sglang.chunked_prefill_size
                                                                  : out.sglang.max_prefill_tokens;
   }
+  for (const CLI::Option* option : trtllm_options) {
+    if (given(option) && out.engine != EngineKind::kTrtllm) {
+      return fmt::format("{} is an option of --engine trtllm", option->get_name());
+    }
+  }
+  if (out.engine == EngineKind::kTrtllm) {
+    if (out.allocator != AllocatorKind::kPaged) {
+      return fmt::format(
+          "--engine trtllm needs --allocator paged (the {} allocator runs the generic "
+          "scheduler: give --engine generic)",
+          allocator);
+    }
+    if (given(watermark)) {
+      return "--watermark is not an option of --engine trtllm (GUARANTEED_NO_EVICT reserves "
+             "each request's blocks to completion instead)";
+    }
+    for (auto [name, mine] : {std::pair{max_seqs, trtllm_options[1]},
+                              std::pair{max_batched_tokens, trtllm_options[2]}}) {
+      if (given(name) && given(mine)) {
+        return fmt::format("{} and {} are one option: give one", name->get_name(),
+                           mine->get_name());
+      }
+    }
+    out.watermark = 0.0;
+    out.trtllm.capacity_policy = *parse_capacity_policy(capacity_policy);
+    out.trtllm.enable_partial_reuse = !no_partial_reuse;
+    out.max_seqs = given(trtllm_options[1]) ? max_batch_size
+                   : given(max_seqs)        ? out.max_seqs
+                                            : kTrtllmMaxBatchSize;
+    out.max_batched_tokens = given(trtllm_options[2])    ? max_num_tokens
+                             : given(max_batched_tokens) ? out.max_batched_tokens
+                                                         : kTrtllmMaxNumTokens;
+  }
   if (out.engine == EngineKind::kVllm) {
     // vLLM has no watermark unless one is asked for (SPEC 3.1), and its batch
     // limits are those `vllm serve` picks for the GPU class.
@@ -548,6 +606,9 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   if (given(slo_ttft)) out.slo.ttft_ms = slo_ttft_ms;
   if (given(slo_tpot)) out.slo.tpot_ms = slo_tpot_ms;
   out.evict = *parse_evict_policy(evict);
+  if (out.engine == EngineKind::kTrtllm && out.evict != EvictPolicy::kLru) {
+    return fmt::format("--evict {}: the trtllm engine's free queue evicts lru only", evict);
+  }
   if (out.engine == EngineKind::kSglang && out.evict != EvictPolicy::kLru) {
     return fmt::format("--evict {}: the sglang engine's radix tree evicts lru only", evict);
   }
@@ -564,6 +625,12 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
 }
 std::optional<std::string> disaggregation_problem(const SimOptions& options,
                                                   std::string_view option) {
+  if (options.engine == EngineKind::kTrtllm) {
+    return fmt::format(
+        "{}: disaggregated serving runs the vllm and generic engines (the trtllm "
+        "engine cannot receive KV yet)",
+        option);
+  }
   if (options.engine == EngineKind::kSglang) {
     return fmt::format(
         "{}: disaggregated serving runs the vllm and generic engines (the sglang engine cannot "

@@ -80,6 +80,12 @@ struct SimOptionsCli {
   std::string schedule_policy = "lpm";
   std::vector<CLI::Option*> sglang_options;  // refused under another engine
   CLI::Option* chunked_prefill = nullptr;
+  // --engine trtllm's options (TrtllmOptions); --max-batch-size and
+  // --max-num-tokens are its names of --max-seqs and --max-batched-tokens.
+  std::string capacity_policy = "guaranteed-no-evict";
+  std::uint32_t max_batch_size = 0, max_num_tokens = 0;
+  bool no_partial_reuse = false;
+  std::vector<CLI::Option*> trtllm_options;  // refused under another engine
   bool no_prefix_cache = false;
   // --offload TIER:SIZE[,TIER:SIZE], --offload-policy and each tier's link.
   std::string offload, offload_policy = "lru";

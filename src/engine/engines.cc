@@ -5,6 +5,7 @@
 #include "engine/generic/generic_scheduler.h"
 #include "engine/scheduler.h"
 #include "engine/sglang/sglang_scheduler.h"
+#include "engine/trtllm/trtllm_scheduler.h"
 #include "engine/vllm/vllm_scheduler.h"
 
 namespace kvreplay {
@@ -20,6 +21,7 @@ constexpr EngineEntry kEngines[] = {
     {EngineKind::kGeneric, "generic", make<GenericScheduler>},
     {EngineKind::kVllm, "vllm", make<VllmScheduler>},
     {EngineKind::kSglang, "sglang", make<SglangScheduler>},
+    {EngineKind::kTrtllm, "trtllm", make<TrtllmScheduler>},
 };
 
 }  // namespace

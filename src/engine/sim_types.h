@@ -17,6 +17,7 @@
 #include "engine/offload/offload_tier.h"
 #include "engine/paged/prefix_cache.h"
 #include "engine/replay/replayer.h"
+#include "engine/trtllm/trtllm_options.h"
 #include "formats/requests/request.h"
 #include "model/cost_profile.h"
 #include "model/kv_groups.h"
@@ -47,8 +48,11 @@ std::vector<std::string> allocator_names();  // in table order, for the command 
 //            step, every full block cached when allocated, n > 1 fanned out;
 //   sglang:  SGLang's scheduler and radix cache (engine/sglang/sglang_scheduler.cc):
 //            a token-granular radix tree, prefill batches apart from decode
-//            batches, PrefillAdder's budgets, decode retraction.
-enum class EngineKind : std::uint8_t { kGeneric, kVllm, kSglang };
+//            batches, PrefillAdder's budgets, decode retraction;
+//   trtllm:  TensorRT-LLM's KV cache manager and scheduler
+//            (engine/trtllm/trtllm_scheduler.cc): a tree of reusable blocks,
+//            the capacity and micro-batch schedulers.
+enum class EngineKind : std::uint8_t { kGeneric, kVllm, kSglang, kTrtllm };
 std::string_view to_string(EngineKind kind);
 std::optional<EngineKind> parse_engine(std::string_view name);
 std::vector<std::string> engine_names();
@@ -264,6 +268,7 @@ struct SimOptions {
   // allocator; the groups' layers must add up to the model's (kv_groups_error).
   std::vector<KvCacheGroupSpec> kv_groups;
   SglangOptions sglang;  // --engine sglang
+  TrtllmOptions trtllm;  // --engine trtllm
   // --gpu-hour-usd: the price of one GPU for an hour, for the report's
   // "cost_usd" (none without it).
   std::optional<double> gpu_hour_usd;

@@ -130,6 +130,19 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
       }
     }
   }
+  if (options.engine == EngineKind::kTrtllm) {
+    // TensorRT-LLM's host tier (KvCacheConfig.host_cache_size: secondary
+    // blocks offloaded on eviction, onboarded on reuse) and a kvtrace of its
+    // schedule are not modelled yet.
+    if (options.offload.any()) {
+      return error("--offload",
+                   "the trtllm engine's host tier (host_cache_size) is not modelled yet: drop "
+                   "--offload, or give --engine vllm or sglang");
+    }
+    if (options.emit_trace) {
+      return error("--emit-trace", "the trtllm engine cannot write its schedule as a kvtrace yet");
+    }
+  }
   if (options.offload.any()) {
     // The offloading connector (vLLM's OffloadingConnector) stores and loads
     // whole blocks of a paged pool's prefix cache: the vllm and generic

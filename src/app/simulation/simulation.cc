@@ -37,6 +37,19 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
     std::string why;
     switch (reason) {
       case SkipReason::kTooLong:
+        if (sim.options().engine == EngineKind::kTrtllm) {
+          why = fmt::format(
+              "prompt + output tokens above --max-seq-tokens {} (TensorRT-LLM's max_seq_len){} "
+              "(first: line {}, {} tokens)",
+              config.kv.max_seq_tokens,
+              sim.options().trtllm.enable_chunked_context
+                  ? ""
+                  : fmt::format(", or a prompt above --max-num-tokens {} without "
+                                "--enable-chunked-prefill",
+                                sim.options().max_batched_tokens),
+              first->line, first->need);
+          break;
+        }
         why = sim.options().engine == EngineKind::kVllm &&
                       sim.options().allocator == AllocatorKind::kPaged
                   ? fmt::format(
@@ -51,6 +64,14 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
                           first->line, first->need);
         break;
       case SkipReason::kPoolTooSmall:
+        if (sim.options().engine == EngineKind::kTrtllm) {
+          // GUARANTEED_NO_EVICT admits a request once its blocks to completion fit.
+          why = fmt::format(
+              "prompt and output need more blocks than the pool of {} (first: line {}, {} "
+              "blocks; give a larger --kv-memory or --pool-blocks)",
+              config.kv.pool_blocks, first->line, first->need);
+          break;
+        }
         if (sim.options().engine == EngineKind::kSglang) {
           // SGLang's max_req_len: prompt + output within the pool, a page to spare.
           why = fmt::format(
@@ -103,6 +124,15 @@ nlohmann::json sim_options_json(const SimOptions& options) {
       {"watermark", options.watermark}};
   if (options.engine == EngineKind::kVllm)
     out["gpu_class"] = std::string(to_string(options.gpu_class));
+  if (options.engine == EngineKind::kTrtllm) {
+    // TensorRT-LLM's names for the batch limits, and no watermark.
+    for (const char* key : {"max_seqs", "max_batched_tokens", "watermark"}) out.erase(key);
+    out["max_batch_size"] = options.max_seqs;
+    out["max_num_tokens"] = options.max_batched_tokens;
+    out["capacity_scheduler_policy"] = std::string(to_string(options.trtllm.capacity_policy));
+    out["enable_partial_reuse"] = options.trtllm.enable_partial_reuse;
+    out["enable_chunked_prefill"] = options.trtllm.enable_chunked_context;
+  }
   if (options.engine == EngineKind::kSglang) {
     // SGLang's budgets instead of vLLM's (no watermark, no max_num_seqs).
     for (const char* key : {"max_seqs", "max_batched_tokens", "watermark"}) out.erase(key);
