@@ -105,7 +105,7 @@ TEST_CASE("trtllm block tree: keys, exact and partial matches, the free queue's 
   CHECK_FALSE(tree.check(refs));
 }
 
-TEST_CASE("trtllm: a finished request's blocks are reused; a free partial leaf is taken") {
+TEST_CASE("trtllm: a finished request's blocks are reused, a free partial leaf is taken") {
   // A (10 prompt tokens, ids 1,2,3 a block, the last block partial) runs its
   // context (step 1: 3 blocks for the keys [0,4) [4,8) [8,9); the full ones
   // stored) and one generation step (step 2: 11 tokens; finished, its 3
