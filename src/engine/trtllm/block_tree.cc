@@ -124,12 +124,18 @@ void TrtBlockTree::log(BlockId b, bool stored) {
 void TrtBlockTree::detach(BlockId b) {
   Node& n = nodes_[b];
   log(b, false);
+  // The children are a set (TensorRT-LLM keeps them in a hash map): the
+  // last takes the leaving one's place.
   auto& siblings = children_of(n.parent);
-  siblings.erase(std::find(siblings.begin(), siblings.end(), b));
+  const BlockId moved = siblings.back();
+  siblings[n.child_index] = moved;
+  nodes_[moved].child_index = n.child_index;
+  siblings.pop_back();
   index_.erase(IndexKey{n.parent, n.key.end, n.key.last_id()});
   n.stored = false;
   n.parent = kInvalidBlock;
   --stored_;
+  ++version_;
 }
 
 void TrtBlockTree::free_descendants(BlockId b) {
@@ -199,9 +205,11 @@ void TrtBlockTree::store(BlockId parent, const TrtBlockKey& key, BlockId b) {
   n.parent = parent;
   n.key = key;
   n.hash = chain_hash(hash(parent), key);
+  n.child_index = static_cast<std::uint32_t>(children_of(parent).size());
   children_of(parent).push_back(b);
   index_[IndexKey{parent, key.end, key.last_id()}] = b;
   ++stored_;
+  ++version_;
   (void)pool_->retain(b);
   log(b, true);
 }
@@ -237,8 +245,8 @@ std::optional<std::string> TrtBlockTree::check(
     const std::uint32_t start = n.parent == kRoot ? 0 : nodes_[n.parent].key.end;
     const auto& siblings = children_of(n.parent);
     if ((n.parent != kRoot && !nodes_[n.parent].stored) || n.key.start != start ||
-        n.key.size() == 0 || n.key.size() > tokens_per_block_ ||
-        std::count(siblings.begin(), siblings.end(), b) != 1) {
+        n.key.size() == 0 || n.key.size() > tokens_per_block_ || n.child_index >= siblings.size() ||
+        siblings[n.child_index] != b) {
       return fmt::format("T1: stored block {} is not its parent's child at tokens {}", b, start);
     }
     auto it = index_.find(IndexKey{n.parent, n.key.end, n.key.last_id()});

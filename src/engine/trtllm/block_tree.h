@@ -122,6 +122,9 @@ class TrtBlockTree {
   std::uint32_t stored_blocks() const { return stored_; }
   std::uint32_t free_stored_blocks() const { return free_stored_; }
   std::uint64_t evicted() const { return evicted_; }
+  // Changes with every store and removal: a walk of the tree is still
+  // valid while it is unchanged.
+  std::uint64_t version() const { return version_; }
   std::uint64_t hash(BlockId b) const { return b == kRoot ? 0 : nodes_[b].hash; }
   const TrtBlockKey& key(BlockId b) const { return nodes_[b].key; }
   // The stored blocks (T3's holds), any order.
@@ -140,6 +143,7 @@ class TrtBlockTree {
     std::uint64_t hash = 0;
     TrtBlockKey key;
     std::vector<BlockId> children;
+    std::uint32_t child_index = 0;  // its place among its parent's children
     std::list<BlockId>::iterator pos;
   };
   struct IndexKey {
@@ -174,6 +178,7 @@ class TrtBlockTree {
   std::uint32_t stored_ = 0;
   std::uint32_t free_stored_ = 0;
   std::uint64_t evicted_ = 0;
+  std::uint64_t version_ = 0;
   std::vector<Change>* log_ = nullptr;
 };
 

@@ -78,7 +78,8 @@ bool TrtllmScheduler::check() {
       continued += r->blocks[i] == r->blocks[i - 1] + 1 ? 1 : 0;
     }
   }
-  if (entries != entries_ || continued != continued_ || tables != tables_ || logical != logical_) {
+  if (entries != entries_ || continued != continued_ || tables != tables_ || logical != logical_ ||
+      tables != started_) {
     return failed("Q3", fmt::format("blocks, contiguous blocks, tables and tokens counted {}, {}, "
                                     "{}, {}; recounted {}, {}, {}, {}",
                                     entries_, continued_, tables_, logical_, entries, continued,

@@ -4,11 +4,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/block_pool.h"
 #include "engine/sglang/radix_cache.h"
 #include "engine/sim_types.h"
+#include "engine/trtllm/block_tree.h"
 #include "engine/trtllm/trtllm_scheduler.h"
 #include "formats/requests/request.h"
 
@@ -31,6 +33,11 @@ struct TrtllmScheduler::Req {
   bool admitted_before = false;
   std::uint32_t pauses = 0;
   std::vector<BlockId> blocks;  // the sequence's cache block ids, in order
+  // new_context_block's answer for the prompt, while the tree's version and
+  // the prompt stay as they were.
+  mutable std::uint64_t walked_version = ~std::uint64_t{0};
+  mutable std::uint32_t walked_prompt = 0;
+  mutable std::optional<TrtBlockKey> walked;
   // KV computed: the tokens whose blocks hold their KV.
   std::uint32_t computed() const { return generating ? num_tokens : context_pos; }
 };

@@ -72,15 +72,11 @@ TrtllmScheduler::TrtllmScheduler(EngineShell& shell)
 TrtllmScheduler::~TrtllmScheduler() = default;
 
 std::size_t TrtllmScheduler::num_waiting() const {
-  std::size_t n = queue_.size();
-  for (const auto& r : active_) n += r->has_seq ? 0 : 1;
-  return n;
+  return queue_.size() + active_.size() - started_;
 }
 
 std::size_t TrtllmScheduler::num_running() const {
-  std::size_t n = 0;
-  for (const auto& r : active_) n += r->has_seq ? 1 : 0;
-  return n;
+  return started_;
 }
 
 std::optional<SkipReason> TrtllmScheduler::never_fits(const Request& request,
@@ -167,15 +163,22 @@ std::uint32_t TrtllmScheduler::needed_one_step(const Req& req) const {
 std::optional<TrtBlockKey> TrtllmScheduler::new_context_block(const Req& req) const {
   // WindowBlockManager::findNewContextBlock: the prompt's full blocks walked
   // down the tree; the first not stored, named by the prefix it ends.
+  if (req.walked_version == tree_.version() && req.walked_prompt == req.prompt) return req.walked;
+  req.walked_version = tree_.version();
+  req.walked_prompt = req.prompt;
+  req.walked.reset();
   BlockId parent = TrtBlockTree::kRoot;
   std::size_t cursor = 0;
   for (std::uint32_t start = 0; start + tpb_ <= req.prompt; start += tpb_) {
     const std::uint64_t last = id_at(req.seq, start + tpb_ - 1, cursor);
     auto m = tree_.find_exact(parent, start, start + tpb_, last);
-    if (!m) return block_key_of(req.seq, start, start + tpb_);
+    if (!m) {
+      req.walked = block_key_of(req.seq, start, start + tpb_);
+      break;
+    }
     parent = m->block;
   }
-  return std::nullopt;
+  return req.walked;
 }
 
 void TrtllmScheduler::seed_contributed(std::vector<TrtBlockKey>& contributed) const {
@@ -396,6 +399,7 @@ bool TrtllmScheduler::add_sequence(Req& req) {
     pool_.set_filled(req.blocks.back(), m->tokens);
   }
   req.has_seq = true;
+  ++started_;
   req.num_tokens = req.prompt;
   // LlmRequest::setPrepopulatedPromptLen: the context starts after the
   // reused tokens; a chunk that does not end the prompt ends on a block
@@ -475,6 +479,7 @@ void TrtllmScheduler::remove_sequence(Req& req) {
   }
   logical_ -= req.computed();
   req.blocks.clear();
+  if (req.has_seq) --started_;
   req.has_seq = false;
 }
 
@@ -497,6 +502,7 @@ void TrtllmScheduler::pause(Req& req) {
 
 void TrtllmScheduler::finished(Req& req) {
   req.done = true;
+  any_done_ = true;
   if (--*req.siblings_left == 0) {
     ++sim_.finished;
     shell_.request_done(req.times);
@@ -548,9 +554,7 @@ bool TrtllmScheduler::step() {
       return fail("T4", "no free block for a generation step the capacity scheduler admitted");
     ++r->num_tokens;
   }
-  std::uint64_t running = 0;
-  for (const auto& r : active_) running += r->has_seq ? 1 : 0;
-  sim_.max_running = std::max(sim_.max_running, running);
+  sim_.max_running = std::max<std::uint64_t>(sim_.max_running, started_);
   // The forward pass: each context computes its chunk (the last one samples
   // the first token and stores the prompt's full blocks: storeContextBlocks,
   // resource_manager.update_resources), each generation request a token.
@@ -581,10 +585,13 @@ bool TrtllmScheduler::step() {
   }
   // PyExecutor._handle_responses -> _terminate_request: the finished
   // requests' sequences are removed after the step.
-  for (const auto& r : active_) {
-    if (r->done) remove_sequence(*r);
+  if (any_done_) {
+    for (const auto& r : active_) {
+      if (r->done) remove_sequence(*r);
+    }
+    std::erase_if(active_, [](const auto& r) { return r->done; });
+    any_done_ = false;
   }
-  std::erase_if(active_, [](const auto& r) { return r->done; });
   for (const TrtBlockTree::Change& c : changes_) {
     shell_.events.pages.push_back(RadixPageChange{c.hash, c.parent, c.stored, false});
   }

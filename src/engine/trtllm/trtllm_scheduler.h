@@ -136,6 +136,8 @@ class TrtllmScheduler final : public Scheduler {
   std::uint64_t continued_ = 0;
   std::uint64_t tables_ = 0;
   std::uint64_t logical_ = 0;
+  std::size_t started_ = 0;  // active requests with a sequence
+  bool any_done_ = false;    // a request finished this step
 };
 
 }  // namespace kvreplay
