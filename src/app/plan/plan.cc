@@ -372,8 +372,11 @@ class PlanCommand final : public Command {
       request_.models = {std::string(kDefaultSimModel)};
     }
     if (request_.page_tokens.empty()) {
-      // SGLang's page is one token; vLLM's (and the generic engine's) 16.
-      request_.page_tokens = {options_.engine == "sglang" ? 1u : 16u};
+      // SGLang's page is one token, TensorRT-LLM's block 32 tokens; vLLM's
+      // (and the generic engine's) 16.
+      request_.page_tokens = {options_.engine == "sglang"   ? 1u
+                              : options_.engine == "trtllm" ? kTrtllmTokensPerBlock
+                                                            : 16u};
     }
     request_.search_min = !no_search_;
     if (request_.kv_memories.empty() && config_.gpus.empty()) {

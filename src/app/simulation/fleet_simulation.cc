@@ -372,8 +372,8 @@ nlohmann::json fleet_totals(const Fleet& fleet, const std::vector<nlohmann::json
   for (const auto& [key, value] : reports.front().items()) {
     (void)value;
     if (key == "config" || key == "trace" || key == "kvreplay_report" || key == "sglang" ||
-        key == "cost_usd") {
-      if (key != "sglang" && key != "cost_usd") report[key] = value;
+        key == "trtllm" || key == "cost_usd") {
+      if (key != "sglang" && key != "trtllm" && key != "cost_usd") report[key] = value;
       continue;
     }
     std::vector<const nlohmann::json*> same;
@@ -512,8 +512,9 @@ void add_fleet_sections(nlohmann::json& report, const Fleet& fleet,
                             {{"requests", routed.requests},
                              {"prompt_tokens", routed.prompt_tokens},
                              {"output_tokens", routed.output_tokens}}}};
-    for (const char* key : {"status", "requests", "blocks", "prefix_cache", "scheduler", "latency",
-                            "slo", "overload", "invariants", "sglang", "cost_usd", "offload"}) {
+    for (const char* key :
+         {"status", "requests", "blocks", "prefix_cache", "scheduler", "latency", "slo", "overload",
+          "invariants", "sglang", "trtllm", "cost_usd", "offload"}) {
       if (reports[i].contains(key)) item[key] = reports[i][key];
     }
     instances.push_back(std::move(item));
