@@ -208,6 +208,9 @@ void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options
   if (!engine.alloc_order.empty() && !overrides.alloc_order) {
     overrides.alloc_order = std::string(engine.alloc_order);
   }
+  if (engine.free_gpu_memory_fraction) {
+    overrides.free_gpu_memory_fraction = engine.free_gpu_memory_fraction;
+  }
 }
 void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,
@@ -336,6 +339,8 @@ void SimOptionsCli::add_engine_options_to(CLI::App& app) {
       } else if (own.real) {
         option =
             app.add_option(name, own.real(defaults), help)->check(number_range(own.lo, own.hi));
+      } else if (own.flag) {
+        option = app.add_flag(name, own.flag(defaults), help);
       } else {
         std::string& value = choice_values[name];
         value = own.choice_default;
@@ -513,7 +518,7 @@ std::optional<std::string> SimOptionsCli::resolve_engine(
     EngineSetup setup;
     setup.gpu = gpu ? find_gpu_preset(*gpu) : nullptr;
     setup.given = given_name;
-    defaults_of.resolve(out, setup);
+    if (auto problem = defaults_of.resolve(out, setup)) return problem;
   }
   return std::nullopt;
 }

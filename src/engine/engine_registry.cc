@@ -8,6 +8,7 @@
 
 #include "engine/generic/generic_scheduler.h"
 #include "engine/sglang/sglang_scheduler.h"
+#include "engine/trtllm/trtllm_scheduler.h"
 #include "engine/vllm/vllm_scheduler.h"
 
 namespace kvreplay {
@@ -18,6 +19,7 @@ const std::vector<EngineEntry>& entries() {
   static const std::vector<EngineEntry> table = {
       vllm_engine(),
       sglang_engine(),
+      trtllm_engine(),
       generic_engine(),
   };
   return table;

@@ -37,6 +37,8 @@ struct EngineCapabilities {
   // given one is refused when --engine was given, else the run falls back to
   // the engine that has them (make_scheduler).
   bool contiguous_allocators = false;
+  // --offload at all; false: refused with offload_media_why.
+  bool offload = true;
   // --offload: the media and tier policies it keeps, by name (to_string of
   // OffloadMedium and OffloadPolicy); empty: every one the offload seam has.
   // The why: the problem when one is refused (empty: a sentence made up).
@@ -69,19 +71,26 @@ struct EngineDefaults {
   // "OPTION is not an option of --engine NAME (WHY)".
   std::span<const std::string_view> refused_options{};
   std::string_view refused_why{};
+  // The share of the GPU memory free after the weights and the activations
+  // that the KV cache takes when no --kv-memory is given (TensorRT-LLM's
+  // free_gpu_memory_fraction); none: the run config's rule (vLLM's
+  // --gpu-memory-utilization of the whole memory).
+  std::optional<double> free_gpu_memory_fraction{};
   // The rest of the engine's resolution, after its own options are read
-  // (defaults that depend on the GPU, shared figures its own set).
-  void (*resolve)(SimOptions& out, const EngineSetup& setup) = nullptr;
+  // (defaults that depend on the GPU, shared figures its own set); a problem
+  // with the command line, or nullopt.
+  std::optional<std::string> (*resolve)(SimOptions& out, const EngineSetup& setup) = nullptr;
 };
 
 // One of the engine's own command-line options ("OPTION is an option of
 // --engine NAME" under another engine). Its value goes to one SimOptions
-// field: a whole number, a real one, or one of a set of names.
+// field: a whole number, a real one, a flag, or one of a set of names.
 struct EngineOption {
   std::string_view name{};  // "--schedule-policy"
   std::string_view help{};  // shown in --help, in the "Simulation" group
   std::uint32_t& (*whole)(SimOptions& options) = nullptr;
   double& (*real)(SimOptions& options) = nullptr;
+  bool& (*flag)(SimOptions& options) = nullptr;  // a flag: given sets it true
   // A choice: its names and the default, and how a name is set.
   std::vector<std::string> (*choices)() = nullptr;
   std::string_view choice_default{};

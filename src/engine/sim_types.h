@@ -18,6 +18,7 @@
 #include "engine/offload/offload_tier.h"
 #include "engine/paged/prefix_cache.h"
 #include "engine/replay/replayer.h"
+#include "engine/trtllm/trtllm_options.h"
 #include "formats/requests/request.h"
 #include "model/cost_profile.h"
 #include "model/kv_groups.h"
@@ -39,7 +40,7 @@ std::vector<std::string> allocator_names();  // in table order, for the command 
 // The scheduler a simulation imitates (SPEC 3.1): a key of the table of
 // engines (engine/engine_registry.h), whose entry says what each engine is,
 // what it serves and what it takes.
-enum class EngineKind : std::uint8_t { kGeneric, kVllm, kSglang };
+enum class EngineKind : std::uint8_t { kGeneric, kVllm, kSglang, kTrtllm };
 std::string_view to_string(EngineKind kind);
 std::optional<EngineKind> parse_engine(std::string_view name);
 std::vector<std::string> engine_names();
@@ -244,6 +245,7 @@ struct SimOptions {
   // allocator; the groups' layers must add up to the model's (kv_groups_error).
   std::vector<KvCacheGroupSpec> kv_groups;
   SglangOptions sglang;  // --engine sglang (its entry's options)
+  TrtllmOptions trtllm;  // --engine trtllm (its entry's options)
   // --gpu-hour-usd: the price of one GPU for an hour, for the report's
   // "cost_usd" (none without it).
   std::optional<double> gpu_hour_usd;

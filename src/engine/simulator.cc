@@ -140,6 +140,12 @@ std::optional<OptionsError> sim_options_error(const RunConfig& config, const Sim
     if (options.allocator != AllocatorKind::kPaged) {
       return error("--offload", "needs the paged allocator (a contiguous region is no block)");
     }
+    if (!engine.can.offload) {
+      return error("--offload",
+                   engine.can.offload_media_why.empty()
+                       ? fmt::format("the {} engine keeps no offload tier", engine.name)
+                       : std::string(engine.can.offload_media_why));
+    }
     // The media and policies the engine's entry declares.
     for (const OffloadTierOptions& tier : options.offload.tiers) {
       if (!declared(engine.can.offload_media, to_string(tier.medium))) {

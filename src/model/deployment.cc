@@ -95,4 +95,22 @@ Result<GpuMemory, std::string> gpu_memory(const GpuSpec& gpu, double utilization
   return memory;
 }
 
+Result<GpuMemory, std::string> trtllm_gpu_memory(const GpuSpec& gpu, double fraction,
+                                                 std::uint64_t weights,
+                                                 std::uint64_t activation_reserve) {
+  GpuMemory memory;
+  memory.budget = gpu.memory_bytes;
+  memory.weights = weights;
+  memory.activation_reserve = activation_reserve;
+  if (weights >= gpu.memory_bytes || gpu.memory_bytes - weights <= activation_reserve) {
+    return Unexpected{fmt::format(
+        "the weights do not fit: {} of weights and {} of activation reserve per GPU, and a {} "
+        "has {}; give a larger --tp or --pp, or a GPU with more memory",
+        gib(weights), gib(activation_reserve), gpu.name, gib(gpu.memory_bytes))};
+  }
+  memory.kv = static_cast<std::uint64_t>(
+      std::floor(fraction * static_cast<double>(gpu.memory_bytes - weights - activation_reserve)));
+  return memory;
+}
+
 }  // namespace kvreplay

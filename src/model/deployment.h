@@ -83,4 +83,13 @@ struct GpuMemory {
 Result<GpuMemory, std::string> gpu_memory(const GpuSpec& gpu, double utilization,
                                           std::uint64_t weights, std::uint64_t activation_reserve);
 
+// TensorRT-LLM's rule (BaseKVCacheManager::calculateFreeMemBytes, kvCacheManager.cpp):
+// the KV cache takes free_gpu_memory_fraction of the memory free once the
+// weights are loaded and the profile run has peaked:
+//   KV memory per GPU  floor(fraction * (memory_bytes - weights per GPU - activation reserve))
+// (budget is then the GPU's memory).
+Result<GpuMemory, std::string> trtllm_gpu_memory(const GpuSpec& gpu, double fraction,
+                                                 std::uint64_t weights,
+                                                 std::uint64_t activation_reserve);
+
 }  // namespace kvreplay

@@ -328,7 +328,11 @@ InputStatus size_pool(const HeaderSettings& h, const ConfigOverrides& cli, const
     const std::uint64_t reserve =
         activation_reserve_bytes(*run.model_spec, run.tp, cli.max_batched_tokens, cli.max_seqs);
     auto memory =
-        gpu_memory(*gpu, *run.gpu_memory_utilization, *run.weights_bytes_per_gpu, reserve);
+        cli.free_gpu_memory_fraction
+            ? trtllm_gpu_memory(*gpu,
+                                cli.gpu_memory_utilization.value_or(*cli.free_gpu_memory_fraction),
+                                *run.weights_bytes_per_gpu, reserve)
+            : gpu_memory(*gpu, *run.gpu_memory_utilization, *run.weights_bytes_per_gpu, reserve);
     if (!memory) {
       return site.fail(
           "gpu", true,

@@ -47,6 +47,9 @@ struct ConfigOverrides {
   bool kv_groups = false;
   std::uint32_t max_batched_tokens = 0;
   std::uint32_t max_seqs = 0;
+  // Set for the trtllm engine: the GPU's KV memory by TensorRT-LLM's rule
+  // (trtllm_gpu_memory), this fraction unless --gpu-memory-utilization gives one.
+  std::optional<double> free_gpu_memory_fraction;
 };
 
 // The largest pool a run accepts. The pool keeps a refcount, a filled count and

@@ -239,6 +239,34 @@ check '[[ $rc -eq 2 ]] && grep -q -- "--engine sglang needs --allocator paged" "
   "sglang with a contiguous allocator: exit $rc, $(err_text)"
 finish "simulate --engine sglang: defaults, figures, refusals"
 
+# --engine trtllm: 32-token blocks and TensorRT-LLM's batch limits by default,
+# its own section of figures, KV events the events checker accepts, pauses
+# counted as preemptions, its options refused under another engine and what it
+# does not model refused under it.
+run simulate traces/requests/azure_conv.csv --engine trtllm --kv-memory 1GiB --check 100 -q \
+  --report "$work/report.json" --kv-events "$work/events.jsonl"
+check '[[ $rc -eq 0 && $(key .config.page_tokens) == 32 && $(key ".invariants.violations | length") == 0 ]]' \
+  "trtllm runs checked: exit $rc, page $(key .config.page_tokens), $(err_text)"
+check '[[ $(key .config.simulation.max_batch_size) == 2048 && $(key .config.simulation.max_num_tokens) == 8192 ]]' \
+  "trtllm's limits: $(key .config.simulation.max_batch_size), $(key .config.simulation.max_num_tokens)"
+check '[[ $(key .trtllm.capacity_scheduler_policy) == guaranteed-no-evict && $(key .scheduler.preemptions) == 0 ]]' \
+  "guaranteed-no-evict never pauses: $(key .scheduler.preemptions)"
+run events "$work/events.jsonl"
+check '[[ $rc -eq 0 ]]' "trtllm's KV events check clean: exit $rc, $(err_text)"
+run simulate traces/requests/azure_conv.csv --engine trtllm --capacity-policy max-utilization \
+  --kv-memory 1GiB -q --report "$work/report.json"
+check '[[ $rc -eq 0 && $(key .trtllm.paused_requests) == $(key .scheduler.preemptions) ]]' \
+  "pauses $(key .trtllm.paused_requests) counted as preemptions"
+run simulate traces/requests/azure_conv.csv --engine vllm --capacity-policy max-utilization --kv-memory 1GiB -q
+check '[[ $rc -eq 2 ]] && grep -q -- "--capacity-policy is an option of --engine trtllm" "$work/err"' \
+  "a trtllm option under vllm: exit $rc, $(err_text)"
+for refused in "--watermark 0.1" "--offload cpu:4GiB" "--max-seqs 8 --max-batch-size 8"; do
+  # shellcheck disable=SC2086
+  run simulate traces/requests/azure_conv.csv --engine trtllm --kv-memory 1GiB $refused -q
+  check '[[ $rc -eq 2 ]]' "trtllm with $refused: exit $rc, $(err_text)"
+done
+finish "simulate --engine trtllm: defaults, figures, events, refusals"
+
 # vllm's batch limits are `vllm serve`'s for the GPU class unless given; the
 # generic engine keeps its own (256 sequences, 8192 tokens).
 sim_key() { key ".config.simulation | [.max_batched_tokens, .max_seqs, .gpu_class] | tostring"; }

@@ -49,7 +49,7 @@ const EngineOption kOptions[] = {
 // ServerArgs._handle_gpu_memory_settings: --chunked-prefill-size by the
 // GPU's memory; the activation reserve (app/options.cc,
 // set_activation_limits) is a prefill batch's tokens.
-void resolve(SimOptions& out, const EngineSetup& setup) {
+std::optional<std::string> resolve(SimOptions& out, const EngineSetup& setup) {
   if (!setup.given("--chunked-prefill-size")) {
     out.sglang.chunked_prefill_size =
         setup.gpu ? sglang_chunked_prefill_default(static_cast<double>(setup.gpu->memory_bytes) /
@@ -58,6 +58,7 @@ void resolve(SimOptions& out, const EngineSetup& setup) {
   }
   out.max_batched_tokens = out.sglang.chunked_prefill_size > 0 ? out.sglang.chunked_prefill_size
                                                                : out.sglang.max_prefill_tokens;
+  return std::nullopt;
 }
 
 // SGLang's budgets instead of vLLM's (no watermark, no max_num_seqs).
