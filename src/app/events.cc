@@ -4,6 +4,7 @@
 // writes (engine/events/kv_events.h). The checks and figures: engine/events/events_check.h.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstring>

@@ -3,8 +3,6 @@
 // plan, and the --check validator.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <array>
 #include <cstdint>
 #include <map>
@@ -17,6 +15,14 @@
 #include "engine/simulator.h"
 #include "formats/requests/request.h"
 #include "model/run_config.h"
+
+// CLI11's types are only named here; options.cc and the commands include
+// CLI/CLI.hpp, which costs each includer seconds of compilation.
+namespace CLI {
+class App;
+class Option;
+class Validator;
+}  // namespace CLI
 
 namespace kvreplay {
 

@@ -19,7 +19,7 @@
 // DataPlaneOptions::staging_bytes, copies always first.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <array>
 #include <cstdint>

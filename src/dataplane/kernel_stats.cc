@@ -1,5 +1,7 @@
 #include "dataplane/kernel_stats.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>

@@ -2,7 +2,7 @@
 // report's timing.kernels and `kvreplay kernels`.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <functional>

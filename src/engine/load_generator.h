@@ -4,7 +4,7 @@
 // throughput and latency over the measurement window.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <functional>

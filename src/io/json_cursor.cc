@@ -1,6 +1,7 @@
 #include "io/json_cursor.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace kvreplay {
 

@@ -18,7 +18,7 @@
 //   cmake --build build --target bench_parse && build/bench_parse trace.jsonl
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <string>

@@ -65,7 +65,7 @@
 // who count the input embedding as active (Qwen) publish the sum.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <string>

@@ -1,6 +1,7 @@
 #include "model/presets.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstdlib>

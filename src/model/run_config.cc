@@ -1,6 +1,7 @@
 #include "model/run_config.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <array>
 

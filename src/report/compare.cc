@@ -1,6 +1,7 @@
 #include "report/compare.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>

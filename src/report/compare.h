@@ -23,7 +23,7 @@
 //   - Output is deterministic: a fixed metric order, fixed number formats.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <map>

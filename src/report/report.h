@@ -2,7 +2,7 @@
 // "timing"), the text summary, and the per-event timeline CSV.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <string>
 

@@ -6,6 +6,7 @@
 #include "engine/events/events_check.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdint>

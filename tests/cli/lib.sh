@@ -61,3 +61,10 @@ run() { run_cmd "$kvreplay" "$@"; }
 err_text() { head -c "${1:-600}" "${run_err:-$work/err}" | tr '\n' '|'; }
 # key FILTER: jq's raw answer from $work/report.json.
 key() { jq -r "$1" "$work/report.json"; }
+
+# trace_lines N M: N, or M under the sanitizers (KVREPLAY_SANITIZED=1, which CTest
+# sets in a sanitizer build, where every run is many times slower): how many
+# lines of a trace a slow script runs. The checks are the same either way.
+trace_lines() {
+  if [[ ${KVREPLAY_SANITIZED:-} == 1 ]]; then echo "$2"; else echo "$1"; fi
+}

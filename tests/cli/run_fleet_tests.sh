@@ -20,7 +20,10 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/kvreplay-fleet.XXXXXX") || exit 2
 trap 'rm -rf "$work"' EXIT
 cd "$root" || exit 2
 run_timeout=600  # a sanitizer build runs the 3-replica page (two simulations) in minutes
-trace=traces/requests/mooncake_conv.jsonl
+# The Mooncake sample's 500 requests (its first 200 under the sanitizers).
+requests=$(trace_lines 500 200)
+trace=$work/mooncake.jsonl
+head -n "$requests" traces/requests/mooncake_conv.jsonl >"$trace"
 common=(--kv-memory 16GiB --max-seq-tokens 131072 -q)
 
 # 1. --replicas 1 changes nothing: report, requests and timeline byte for byte.
@@ -59,9 +62,9 @@ for key in requests.finished prefix_cache.hit_tokens prefix_cache.query_tokens s
   check "[[ \$(jq \"[.instances[].$key] | add\" \"\$work/f.json\") == \$(jq \".$key\" \"\$work/f.json\") ]]" \
     "$key is not the sum of the instances'"
 done
-check '[[ $(jq ".requests.total" "$work/f.json") == 500 && $(jq ".requests.finished" "$work/f.json") == 500 ]]' \
-  "not 500 requests finished"
-check '[[ $(jq "[.instances[].routed.requests] | add" "$work/f.json") == 500 ]]' "routed requests do not add up"
+check '[[ $(jq ".requests.total" "$work/f.json") == $requests && $(jq ".requests.finished" "$work/f.json") == $requests ]]' \
+  "not $requests requests finished"
+check '[[ $(jq "[.instances[].routed.requests] | add" "$work/f.json") == $requests ]]' "routed requests do not add up"
 check '[[ $(jq ".invariants.violations | length" "$work/f.json") == 0 && $(jq ".status" "$work/f.json") == "\"ok\"" ]]' \
   "violations or status"
 check 'jq -e "[.instances[].requests.finished] | all(. > 0)" "$work/f.json" >/dev/null' "an idle instance"
@@ -75,7 +78,7 @@ finish "a fleet's report: totals, fleet and instances"
 # 3. The router log: a header naming each instance, one row per request.
 check '[[ $(head -1 "$work/route.csv") == "line,id,arrival_s,instance,cached_blocks_0,cached_blocks_1,cached_blocks_2,cost_0,cost_1,cost_2" ]]' \
   "header: $(head -1 "$work/route.csv")"
-check '[[ $(($(wc -l <"$work/route.csv") - 1)) == 500 ]]' "not 500 rows"
+check '[[ $(($(wc -l <"$work/route.csv") - 1)) == $requests ]]' "not $requests rows"
 check '[[ $(tail -n +2 "$work/route.csv" | cut -d, -f4 | sort | uniq -c | wc -l) == 3 ]]' \
   "not every instance chosen"
 # The instance each row names is the one --requests reports.
@@ -105,26 +108,26 @@ check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
 # The router chooses among the 2 prefill instances: its log names those.
 check '[[ $(head -1 "$work/pdr.csv") == "line,id,arrival_s,instance,cached_blocks_0,cached_blocks_1,cost_0,cost_1" ]]' \
   "P/D router log header: $(head -1 "$work/pdr.csv")"
-check '[[ $(tail -n +2 "$work/pdr.csv" | awk -F, "NF != 8" | wc -l) == 0 && $(tail -n +2 "$work/pdr.csv" | wc -l) == 500 ]]' \
-  "P/D router log rows are not 500 of 8 fields"
+check '[[ $(tail -n +2 "$work/pdr.csv" | awk -F, "NF != 8" | wc -l) == 0 && $(tail -n +2 "$work/pdr.csv" | wc -l) == $requests ]]' \
+  "P/D router log rows are not $requests of 8 fields"
 # Overload is judged on the user's arrivals, not on when the KV landed.
 check '[[ $(jq .overload.last_arrival_s "$work/pd.json") == $(jq .overload.last_arrival_s "$work/a.json") ]]' \
   "overload.last_arrival_s $(jq .overload.last_arrival_s "$work/pd.json"), the trace's is $(jq .overload.last_arrival_s "$work/a.json")"
-check 'jq -e ".status == \"ok\" and .requests.finished == 500 and (.invariants.violations | length) == 0" "$work/pd.json" >/dev/null' \
+check 'jq -e ".status == \"ok\" and .requests.finished == $requests and (.invariants.violations | length) == 0" "$work/pd.json" >/dev/null' \
   "status, finished or violations: $(jq -c "{status, requests}" "$work/pd.json")"
 check '[[ $(jq -c "[.instances[].role]" "$work/pd.json") == "[\"prefill\",\"prefill\",\"decode\"]" ]]' \
   "roles: $(jq -c "[.instances[].role]" "$work/pd.json")"
 check 'jq -e ".fleet.prefill == 2 and .fleet.decode == 1 and .fleet.gpus == 3" "$work/pd.json" >/dev/null' "fleet.prefill, decode, gpus"
-check 'jq -e ".fleet.kv_transfer | .bytes == .blocks * .block_bytes and .requests == 500 and .blocks > 0 and .gbps == 25" "$work/pd.json" >/dev/null' \
+check 'jq -e ".fleet.kv_transfer | .bytes == .blocks * .block_bytes and .requests == $requests and .blocks > 0 and .gbps == 25" "$work/pd.json" >/dev/null' \
   "kv_transfer: $(jq -c ".fleet.kv_transfer | {bytes, blocks, block_bytes, requests}" "$work/pd.json")"
 # Each transfer takes at least its latency and at most every byte at 25 GB/s.
 check 'jq -e ".fleet.kv_transfer | .ms.p50 >= 0.02 and .ms.max <= 0.02 + .bytes / 25e9 * 1e3" "$work/pd.json" >/dev/null' \
   "kv_transfer.ms out of bounds"
-check 'jq -e "[.instances[] | select(.role == \"prefill\") | .requests.finished] | add == 500" "$work/pd.json" >/dev/null' \
-  "the prefill instances did not finish 500 prompts"
-check 'jq -e ".latency.ttft_ms.count == 500 and .latency.e2e_ms.count == 500 and .invariants.checks > 0" "$work/pd.json" >/dev/null' \
+check 'jq -e "[.instances[] | select(.role == \"prefill\") | .requests.finished] | add == $requests" "$work/pd.json" >/dev/null' \
+  "the prefill instances did not finish $requests prompts"
+check 'jq -e ".latency.ttft_ms.count == $requests and .latency.e2e_ms.count == $requests and .invariants.checks > 0" "$work/pd.json" >/dev/null' \
   "latencies do not count each request once"
-check '[[ $(tail -n +2 "$work/pd.csv" | wc -l) == 500 ]]' "--requests: not 500 rows"
+check '[[ $(tail -n +2 "$work/pd.csv" | wc -l) == $requests ]]' "--requests: not $requests rows"
 # The user sees a request from its own arrival: TTFT covers prefill, transfer and the first decode step.
 check '[[ $(tail -n +2 "$work/pd.csv" | awk -F, "\$10 + 0 <= 0.02 { bad++ } END { print bad + 0 }") == 0 ]]' \
   "a TTFT below the transfer latency"

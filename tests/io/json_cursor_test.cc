@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <memory>
 #include <string>

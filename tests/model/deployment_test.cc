@@ -5,6 +5,7 @@
 #include "model/deployment.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <string>
 

@@ -1,6 +1,7 @@
 #include "report/compare.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <string>
 

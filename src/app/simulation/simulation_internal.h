@@ -3,7 +3,7 @@
 // (app/simulation/simulation.cc): observers, figures, the report's sections, warnings.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <limits>
 #include <string>

@@ -1,6 +1,7 @@
 #include "engine/events/events_check.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <charconv>

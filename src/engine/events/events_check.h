@@ -35,7 +35,7 @@
 // over the memory limit of Y (SOURCE)".
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <memory>

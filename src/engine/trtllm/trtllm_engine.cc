@@ -23,8 +23,10 @@ const EngineOption kOptions[] = {
              "request's blocks to completion fit) or max-utilization (pause the newest)",
      .choices = capacity_policy_names,
      .choice_default = "guaranteed-no-evict",
-     .set_choice = [](SimOptions& o,
-                      std::string_view name) { o.trtllm.capacity_policy = *parse_capacity_policy(name); }},
+     .set_choice =
+         [](SimOptions& o, std::string_view name) {
+           o.trtllm.capacity_policy = *parse_capacity_policy(name);
+         }},
     // TensorRT-LLM's names of the shared batch limits (resolve refuses both
     // names of one limit).
     {.name = "--max-batch-size",
@@ -163,8 +165,7 @@ std::optional<std::string> TrtllmScheduler::skip_rule(SkipReason reason,
           "prompt and output need more blocks than the pool of {} (first: line {}, {} blocks; "
           "give a larger --kv-memory or --pool-blocks)",
           config_.kv.pool_blocks, first.line, first.need);
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 

@@ -1,6 +1,7 @@
 #include "formats/requests/json_lines.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <charconv>
 #include <cmath>
