@@ -76,7 +76,7 @@ Emitted simulate(const RunConfig& config, const SimOptions& options,
   out.events = sink.events();
   out.sim = sim.sim_totals();
   out.totals = sim.totals();
-  out.evictions = sim.scheduler().evictions();
+  out.evictions = sim.scheduler().stats().evictions;
   out.final_used = sim.used_blocks();
   if (const auto* sglang = dynamic_cast<const SglangScheduler*>(&sim.scheduler())) {
     out.moved_pages = sglang->trace_moved_pages();
