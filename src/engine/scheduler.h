@@ -31,8 +31,8 @@
 
 #include "core/block_pool.h"
 #include "engine/kv_connector.h"
-#include "engine/sglang/radix_cache.h"
 #include "engine/sim_types.h"
+#include "engine/token_runs.h"
 
 namespace kvreplay {
 
@@ -49,8 +49,8 @@ struct KvEventLog {
   };
   std::vector<PrefixCache::KeyChange> gpu;
   std::vector<TierChange> tiers;
-  // The sglang engine's radix tree: its pages, one event each.
-  std::vector<RadixPageChange> pages;
+  // A tree of token pages (the sglang and trtllm engines'): its pages, one event each.
+  std::vector<PageChange> pages;
   bool empty() const { return gpu.empty() && tiers.empty() && pages.empty(); }
   void clear() {
     gpu.clear();

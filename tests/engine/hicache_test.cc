@@ -459,7 +459,7 @@ TEST_CASE("hicache kv events: replayed in order, GPU and CPU events are the tree
     std::uint64_t host_stored = 0, host_removed = 0, mismatches = 0;
     std::string first_problem;
     sim.on_kv_events = [&](double, const KvEventLog& log) {
-      for (const RadixPageChange& change : log.pages) {
+      for (const PageChange& change : log.pages) {
         std::set<std::uint64_t>& set = held[change.host];
         if (change.host) (change.stored ? host_stored : host_removed) += 1;
         if (change.stored ? !set.insert(change.hash).second : set.erase(change.hash) == 0) {

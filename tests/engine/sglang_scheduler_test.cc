@@ -439,7 +439,7 @@ TEST_CASE("radix_cache: kv events follow SGLang's mixin: a split removes and re-
   // stored under the shared part. Evicting frees leaves: their pages removed.
   BlockPool pool(64);
   RadixCache cache(&pool, 2);
-  std::vector<RadixPageChange> log;
+  std::vector<PageChange> log;
   cache.log_changes(&log);
   const TokenRuns a = runs({{1, 4}, {2, 6}});
   REQUIRE(cache.insert(a, 6, take(pool, 3)) == 0);
@@ -487,7 +487,7 @@ TEST_CASE("radix_cache: kv events follow SGLang's mixin: a split removes and re-
   log.clear();
   CHECK(cache.evict(100) == 8);  // tokens: the shared 4 and 2 of each leaf
   REQUIRE(log.size() == 4);
-  for (const RadixPageChange& change : log) CHECK_FALSE(change.stored);
+  for (const PageChange& change : log) CHECK_FALSE(change.stored);
   CHECK(log[2].hash == h0);  // the shared node went last, when it became a leaf
   CHECK(log[3].hash == h1);
 }
@@ -511,7 +511,7 @@ TEST_CASE("sglang kv events: replayed in order, the events are the tree's pages 
     };
     sim.on_kv_events = [&](double, const KvEventLog& log) {
       CHECK(log.gpu.empty());
-      for (const RadixPageChange& change : log.pages) {
+      for (const PageChange& change : log.pages) {
         if (!change.stored) {
           ++removed;
           if (held.erase(change.hash) == 0) problem("an unknown page removed");

@@ -57,7 +57,7 @@ std::string kv_event_batch_line(double ts, const KvEventLog& events, std::uint32
   // SGLang's KVCacheEventMixin sends them.
   // HiCache's host pages (host) as the host-memory medium's (CPU), without a
   // parent, as the offload tiers' blocks.
-  for (const RadixPageChange& change : events.pages) {
+  for (const PageChange& change : events.pages) {
     nlohmann::json hashes = nlohmann::json::array({change.hash});
     const std::string_view medium = change.host ? event_medium(host_memory_medium()) : "GPU";
     list.push_back(change.stored ? stored(std::move(hashes),

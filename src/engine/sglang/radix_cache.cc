@@ -63,17 +63,16 @@ void RadixCache::log_pages(const Node& node, bool stored) {
   // KVCacheEventMixin: one event a page, each chained to the one before it.
   std::optional<std::uint64_t> before = hash_before(node);
   for (std::uint64_t hash : node.hashes) {
-    log_->push_back(RadixPageChange{hash, stored ? before : std::nullopt, stored});
+    log_->push_back(PageChange{hash, stored ? before : std::nullopt, stored});
     before = hash;
   }
 }
 
 void RadixCache::log_host(std::span<const std::uint64_t> hashes, bool stored) {
-  for (std::uint64_t hash : hashes)
-    log_->push_back(RadixPageChange{hash, std::nullopt, stored, true});
+  for (std::uint64_t hash : hashes) log_->push_back(PageChange{hash, std::nullopt, stored, true});
 }
 
-void RadixCache::log_changes(std::vector<RadixPageChange>* log) {
+void RadixCache::log_changes(std::vector<PageChange>* log) {
   assert(root_->children.empty());
   log_ = log;
 }

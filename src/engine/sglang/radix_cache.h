@@ -33,7 +33,7 @@
 //   R3 locks: each node's lock count is the number of holders (the requests
 //      given to check) whose locked node is it or below it.
 //   R4 hashes (with log_changes): each node holds one hash per page, each
-//      the chain of its path's tokens (RadixPageChange).
+//      the chain of its path's tokens (PageChange).
 //   R5 host (with enable_host): an evicted node holds one host page per page
 //      and no device page, is unlocked, and is below evicted nodes only; a
 //      node on the device has a device parent (the root counts); each host
@@ -74,29 +74,12 @@
 #include <vector>
 
 #include "core/block_pool.h"
+#include "engine/token_runs.h"
 
 namespace kvreplay {
 
-// Tokens [the previous run's end, end) are named `id`.
-struct TokenRun {
-  std::uint64_t id = 0;
-  std::uint32_t end = 0;
-};
-using TokenRuns = std::vector<TokenRun>;
-
 // The id of the token at `pos` (REQUIRES a run covers it).
 std::uint64_t token_id(const TokenRuns& runs, std::uint32_t pos);
-
-// --kv-events: a page of the tree (SGLang's KV-event block) cached or freed,
-// named by its chained hash: the hash of the page before it on its path
-// (none for a path's first page) mixed with its tokens' ids. Equal hashes
-// mean equal tokens from the start, wherever the tree holds them.
-struct RadixPageChange {
-  std::uint64_t hash = 0;
-  std::optional<std::uint64_t> parent;
-  bool stored = false;
-  bool host = false;  // HiCache: the host pool's copy (medium CPU, no parent)
-};
 
 class RadixCache {
  public:
@@ -111,7 +94,7 @@ class RadixCache {
     std::unordered_multimap<std::uint64_t, std::unique_ptr<Node>> children;
     std::uint32_t lock_ref = 0;
     std::uint64_t last_access = 0;  // the cache's clock at the last touch
-    // --kv-events (log_changes): each page's chained hash (RadixPageChange).
+    // --kv-events (log_changes): each page's chained hash (PageChange).
     std::vector<std::uint64_t> hashes;
     // HiCache: the host pages holding a copy of `pages` (none: no copy), and
     // whether the node is on the host alone (`pages` empty).
@@ -201,7 +184,7 @@ class RadixCache {
   // leaf's pages stored (_insert_helper), a split node's pages removed and
   // both parts' stored again (_split_node), an evicted leaf's removed
   // (evict). REQUIRES an empty tree.
-  void log_changes(std::vector<RadixPageChange>* log);
+  void log_changes(std::vector<PageChange>* log);
   // --emit-trace: from now on the pages evict() frees are appended to `out`
   // (TraceEmitter::evictions, written as `uncache`s).
   void log_evictions(std::vector<BlockId>* out) { evictions_ = out; }
@@ -279,8 +262,8 @@ class RadixCache {
   std::uint64_t nodes_ = 0;
   std::uint64_t clock_ = 0;
   std::uint64_t evicted_pages_ = 0;
-  std::vector<RadixPageChange>* log_ = nullptr;  // see log_changes
-  std::vector<BlockId>* evictions_ = nullptr;    // see log_evictions
+  std::vector<PageChange>* log_ = nullptr;     // see log_changes
+  std::vector<BlockId>* evictions_ = nullptr;  // see log_evictions
   // HiCache (enable_host).
   std::uint32_t host_capacity_ = 0;
   std::uint32_t host_used_ = 0;

@@ -295,21 +295,9 @@ std::uint32_t SglangScheduler::cached_prompt_tokens(const Request& request) cons
 }
 
 void SglangScheduler::add_request(Request request) {
-  if (!request.prefix.empty()) prefix_ids_.emplace(request.prefix, prefix_ids_.size());
   // The trace names each prompt token by its hash block (or named prefix);
   // the rest of the prompt, and the output, are the request's own.
-  TokenRuns prompt;
-  if (!request.hash_ids.empty()) {
-    const std::uint64_t block = std::max<std::uint32_t>(request.hash_block_tokens, 1);
-    for (std::size_t k = 0; k < request.hash_ids.size() && k * block < request.prompt; ++k) {
-      const auto end =
-          static_cast<std::uint32_t>(std::min<std::uint64_t>((k + 1) * block, request.prompt));
-      prompt.push_back(TokenRun{request.hash_ids[k], end});
-    }
-  } else if (!request.prefix.empty() && request.prefix_tokens > 0) {
-    prompt.push_back(TokenRun{kPrefixBase + prefix_ids_.at(request.prefix),
-                              std::min(request.prefix_tokens, request.prompt)});
-  }
+  TokenRuns prompt = named_prompt_runs(request, prefix_ids_);
   const std::uint64_t prompt_uid = next_uid_++;
   const std::uint32_t named = prompt.empty() ? 0 : prompt.back().end;
   if (named < request.prompt) prompt.push_back(TokenRun{kOwnBase + prompt_uid, request.prompt});

@@ -7,7 +7,7 @@
 // (KVCacheBlock::addNextBlock, findMatchingBlock): a child of the block before
 // it in its sequence, the root's child for a sequence's first block. A key
 // may hold fewer tokens than a block (a sequence's partial last block,
-// stored with it). Tokens are named by the trace (TokenRun, as the sglang
+// stored with it). Tokens are named by the trace (TokenRun, engine/token_runs.h, as the sglang
 // engine names them), so a key is the runs covering its tokens.
 //
 // Free blocks are one queue (LRUEvictionPolicy's free queue at the default
@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "core/block_pool.h"
-#include "engine/sglang/radix_cache.h"
+#include "engine/token_runs.h"
 
 namespace kvreplay {
 

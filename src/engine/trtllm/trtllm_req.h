@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "core/block_pool.h"
-#include "engine/sglang/radix_cache.h"
 #include "engine/sim_types.h"
 #include "engine/trtllm/block_tree.h"
 #include "engine/trtllm/trtllm_scheduler.h"

@@ -104,21 +104,9 @@ std::optional<SkipReason> TrtllmScheduler::never_fits(const Request& request,
 }
 
 void TrtllmScheduler::add_request(Request request) {
-  if (!request.prefix.empty()) prefix_ids_.emplace(request.prefix, prefix_ids_.size());
   // The trace names each prompt token by its hash block (or named prefix);
   // the rest of the prompt, and the output, are the request's own.
-  TokenRuns prompt;
-  if (!request.hash_ids.empty()) {
-    const std::uint64_t block = std::max<std::uint32_t>(request.hash_block_tokens, 1);
-    for (std::size_t k = 0; k < request.hash_ids.size() && k * block < request.prompt; ++k) {
-      const auto end =
-          static_cast<std::uint32_t>(std::min<std::uint64_t>((k + 1) * block, request.prompt));
-      prompt.push_back(TokenRun{request.hash_ids[k], end});
-    }
-  } else if (!request.prefix.empty() && request.prefix_tokens > 0) {
-    prompt.push_back(TokenRun{kPrefixKeyBase + prefix_ids_.at(request.prefix),
-                              std::min(request.prefix_tokens, request.prompt)});
-  }
+  TokenRuns prompt = named_prompt_runs(request, prefix_ids_);
   const std::uint32_t named = prompt.empty() ? 0 : prompt.back().end;
   if (named < request.prompt) prompt.push_back(TokenRun{kOwnKeyBase + next_uid_++, request.prompt});
   // n > 1: the LLM API's n samples are child requests of their own
@@ -593,7 +581,7 @@ bool TrtllmScheduler::step() {
     any_done_ = false;
   }
   for (const TrtBlockTree::Change& c : changes_) {
-    shell_.events.pages.push_back(RadixPageChange{c.hash, c.parent, c.stored, false});
+    shell_.events.pages.push_back(PageChange{c.hash, c.parent, c.stored, false});
   }
   changes_.clear();
   return true;
