@@ -6,7 +6,8 @@
 
 namespace kvreplay {
 
-TokenRuns named_prompt_runs(const Request& request, std::map<std::string, std::uint64_t>& prefix_ids) {
+TokenRuns named_prompt_runs(const Request& request,
+                            std::map<std::string, std::uint64_t>& prefix_ids) {
   if (!request.prefix.empty()) prefix_ids.emplace(request.prefix, prefix_ids.size());
   TokenRuns prompt;
   if (!request.hash_ids.empty()) {

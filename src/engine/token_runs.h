@@ -26,7 +26,8 @@ using TokenRuns = std::vector<TokenRun>;
 // (engine/key_spaces.h: kPrefixKeyBase + its index in `prefix_ids`, a name
 // seen first taking the next index); empty when the trace names none. The
 // caller names the rest of the prompt, and the output, as the request's own.
-TokenRuns named_prompt_runs(const Request& request, std::map<std::string, std::uint64_t>& prefix_ids);
+TokenRuns named_prompt_runs(const Request& request,
+                            std::map<std::string, std::uint64_t>& prefix_ids);
 
 // --kv-events: a page of a tree (the engine's KV-event block) cached or
 // freed, named by its chained hash: the hash of the page before it on its
