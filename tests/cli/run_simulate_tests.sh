@@ -260,7 +260,19 @@ check '[[ $rc -eq 0 && $(key .trtllm.paused_requests) == $(key .scheduler.preemp
 run simulate traces/requests/azure_conv.csv --engine vllm --capacity-policy max-utilization --kv-memory 1GiB -q
 check '[[ $rc -eq 2 ]] && grep -q -- "--capacity-policy is an option of --engine trtllm" "$work/err"' \
   "a trtllm option under vllm: exit $rc, $(err_text)"
-for refused in "--watermark 0.1" "--offload cpu:4GiB" "--max-seqs 8 --max-batch-size 8"; do
+# --offload cpu:SIZE is the host tier (host_cache_size): blocks taken for reuse
+# move there, and matches on them come back, counted as the cpu tier's hits.
+run simulate traces/requests/mooncake_conv.jsonl --engine trtllm --kv-memory 256MiB \
+  --offload cpu:1GiB --check 100 -q --report "$work/report.json" --kv-events "$work/events.jsonl"
+check '[[ $rc -eq 0 && $(key ".invariants.violations | length") == 0 &&
+  $(key .offload.tiers.cpu.stored) -gt 0 && $(key .offload.tiers.cpu.hit_tokens) -gt 0 &&
+  $(key .prefix_cache.hits_by_tier.cpu) == $(key .offload.tiers.cpu.hit_tokens) ]]' \
+  "trtllm's host tier: exit $rc, $(jq -c .offload.tiers.cpu "$work/report.json" 2>&1 | head -c 300), $(err_text)"
+run events "$work/events.jsonl"
+check '[[ $rc -eq 0 ]] && grep -q "CPU: stored" "$work/out"' \
+  "trtllm's host tier in the KV events: exit $rc, $(err_text)"
+for refused in "--watermark 0.1" "--offload cpu:1GiB,disk:4GiB" "--offload cpu:1GiB --offload-policy arc" \
+  "--max-seqs 8 --max-batch-size 8"; do
   # shellcheck disable=SC2086
   run simulate traces/requests/azure_conv.csv --engine trtllm --kv-memory 1GiB $refused -q
   check '[[ $rc -eq 2 ]]' "trtllm with $refused: exit $rc, $(err_text)"

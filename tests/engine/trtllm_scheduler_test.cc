@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "engine/simulator.h"
 #include "engine/trtllm/block_tree.h"
 #include "engine/trtllm/trtllm_scheduler.h"
+#include "model/kv_groups.h"
 
 namespace kvreplay {
 
@@ -211,6 +213,113 @@ TEST_CASE("trtllm: a context request waits a step for the block an earlier one c
   CHECK(engine(sim).skipped_for_reuse() == 1);
   CHECK(sim.sim_totals().hit_tokens == 4);
   CHECK(sim.sim_totals().prompt_tokens_computed == 12);
+}
+
+TEST_CASE("trtllm host tier: a block taken moves to the host, a match brings it back") {
+  // Two GPU blocks, one host slot. A's chain [0,4) -> [4,8) is stored and
+  // released tail first (queue: b1, b0).
+  BlockPool pool(2);
+  TrtBlockTree tree(&pool, 4);
+  tree.enable_host(1);
+  const TokenRuns a{{1, 4}, {2, 8}};
+  const BlockId b0 = *tree.take_free();
+  const BlockId b1 = *tree.take_free();
+  tree.store(TrtBlockTree::kRoot, block_key_of(a, 0, 4), b0);
+  tree.store(b0, block_key_of(a, 4, 8), b1);
+  const std::uint64_t h0 = tree.hash(b0);
+  const std::uint64_t h1 = tree.hash(b1);
+  tree.release(b1);
+  tree.release(b0);
+  std::vector<std::uint32_t> refs(2, 0);
+  REQUIRE_FALSE(tree.check(refs));
+  // getFreeBlock with a free host slot: b1's KV moves there, [4,8) stays b0's
+  // child (now a host block), and b1's GPU block is the caller's.
+  CHECK(*tree.take_free() == b1);
+  auto m = tree.find_exact(b0, 4, 8, 2);
+  REQUIRE(m);
+  const BlockId host = m->block;
+  CHECK(tree.on_host(host));
+  CHECK(tree.hash(host) == h1);
+  CHECK(tree.host_used() == 1);
+  CHECK(tree.stored_blocks() == 2);
+  CHECK(tree.take_offloaded() == std::vector<std::uint64_t>{h1});
+  refs[b1] = 1;
+  CHECK_FALSE(tree.check(refs));
+  // A request matching [0,4) holds b0; bringing [4,8) back needs a GPU
+  // block and none is free: nothing changes.
+  tree.hold(b0);
+  refs[b0] = 1;
+  CHECK_FALSE(tree.onboard(host));
+  CHECK(tree.host_used() == 1);
+  CHECK(tree.take_onboarded().empty());
+  CHECK_FALSE(tree.check(refs));
+  // With b1 free again, onboardBlock: [4,8) is b1's again, held by the
+  // caller and the tree.
+  tree.release(b1);
+  refs[b1] = 0;
+  const auto back = tree.onboard(host);
+  REQUIRE(back);
+  CHECK(*back == b1);
+  CHECK(tree.find_exact(b0, 4, 8, 2)->block == b1);
+  CHECK(tree.host_used() == 0);
+  CHECK(tree.take_onboarded() == std::vector<std::uint64_t>{h1});
+  CHECK(pool.refcount(b1) == 2);
+  refs[b1] = 1;
+  CHECK_FALSE(tree.check(refs));
+  // Both released (b1, then b0) and taken again: b1 moves to the host; b0
+  // finds its own child in the only host slot, which is evicted, and moves
+  // there itself.
+  tree.release(b1);
+  tree.release(b0);
+  CHECK(*tree.take_free() == b1);
+  CHECK(*tree.take_free() == b0);
+  CHECK(tree.host_evicted() == 1);
+  auto root = tree.find_exact(TrtBlockTree::kRoot, 0, 4, 1);
+  REQUIRE(root);
+  CHECK(tree.on_host(root->block));
+  CHECK(tree.hash(root->block) == h0);
+  CHECK_FALSE(tree.has_children(root->block));
+  CHECK(tree.stored_blocks() == 1);
+  refs[b0] = refs[b1] = 1;
+  CHECK_FALSE(tree.check(refs));
+}
+
+TEST_CASE("trtllm: --offload cpu is the host tier, its blocks reused from there") {
+  // Pool of 3 blocks; A (ids 1,2) then B (ids 5,6) then C (A's prompt), 8
+  // prompt tokens and 1 output each, one at a time. A's blocks are stored
+  // [0,4) and [4,8) and released tail first (queue: the block never used,
+  // A's [4,8), A's [0,4)). B takes the unused block and A's [4,8): evicted
+  // without a host tier, moved to the host with one. C matches [0,4) on the
+  // GPU (4 tokens); [4,7) shares 3 tokens with A's [4,8), on the host: a free
+  // leaf, claimed and brought back. C computes 1 token instead of 4.
+  const RunConfig config = micro_config(3);
+  const auto requests = [] {
+    return std::vector<Request>{hashed("A", 8, 1, {1, 2}, 0), hashed("B", 8, 1, {5, 6}, 1),
+                                hashed("C", 8, 1, {1, 2}, 2)};
+  };
+  Simulator plain(config, trtllm_options());
+  run(plain, requests());
+  CHECK(plain.sim_totals().hit_tokens == 4);
+  CHECK(plain.sim_totals().prompt_tokens_computed == 20);
+
+  SimOptions options = trtllm_options();
+  const std::uint64_t block =
+      kv_block_bytes(config.kv, std::vector<KvCacheGroupSpec>{{KvCacheGroupSpec::kFull, 0, 1}});
+  options.offload.tiers.push_back({OffloadMedium::kCpu, block, 1.0, 10.0});
+  Simulator sim(config, options);
+  run(sim, requests());
+  CHECK(engine(sim).tree().host_slots() == 1);
+  CHECK(sim.sim_totals().hit_tokens == 4);  // the GPU's
+  CHECK(sim.sim_totals().prompt_tokens_computed == 17);
+  CHECK(engine(sim).partial_claims() == 1);
+  nlohmann::json report;
+  engine(sim).add_figures(report);
+  const nlohmann::json& cpu = report["offload"]["tiers"]["cpu"];
+  CHECK(cpu["stored"] == 1);
+  CHECK(cpu["loaded"] == 1);
+  CHECK(cpu["hit_tokens"] == 3);
+  CHECK(cpu["evicted"] == 0);
+  CHECK(cpu["load_ms"]["count"] == 1);
 }
 
 TEST_CASE("trtllm: check() catches a leaked block") {

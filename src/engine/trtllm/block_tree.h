@@ -25,6 +25,19 @@
 // References: a block's pool refcount is its request references plus one
 // while it is stored (the tree's hold).
 //
+// The host tier (enable_host: KvCacheConfig.host_cache_size, TensorRT-LLM's
+// secondary pool) holds blocks of the tree in host slots, node ids from
+// host_base() on, with a free queue of their own. Taking a stored GPU block
+// moves it to the host queue's front slot instead of evicting it
+// (WindowBlockManager::getFreeBlock with canOffload: every block has the
+// default priority 35, at least the secondary offload minimum 30); a stored
+// block in that slot is evicted first, with its descendants (freeChildren).
+// The moved block keeps its place in the tree and joins the back of the host
+// queue. A match on a host block brings it back (onboardBlock): it takes a
+// GPU block as any allocation does, and its host slot joins the host queue's
+// back as an empty place. A host block is never held (a holder onboards it
+// first), so every host block is in the host queue.
+//
 // Invariants (check()):
 //   T1 structure: a stored block's parent is the root or a stored block whose
 //      children hold it once; its key starts where its parent's ends, spans
@@ -34,6 +47,8 @@
 //      blocks, as many.
 //   T3 refcounts: a block's pool refcount is its request references plus one
 //      when stored (the scheduler recounts the request references).
+//   T4 host: a host block is held by no one and queued in the host queue,
+//      whose empty places and stored blocks are as many as its slots.
 #pragma once
 
 #include <algorithm>
@@ -42,6 +57,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/block_pool.h"
@@ -85,9 +101,12 @@ class TrtBlockTree {
     std::optional<std::uint64_t> parent;
     std::uint32_t tokens = 0;
     bool stored = false;
+    bool host = false;  // the host tier's copy (a GPU block's move there is a removal and a store)
   };
 
   TrtBlockTree(BlockPool* pool, std::uint32_t tokens_per_block);
+  // The host tier of `slots` blocks (before any other call).
+  void enable_host(std::uint32_t slots);
 
   // KVCacheBlock::findMatchingBlock under `parent`: the child of the same
   // tokens (partial when that child is not full), else with partial reuse
@@ -100,9 +119,20 @@ class TrtBlockTree {
   std::optional<Match> find_exact(BlockId parent, std::uint32_t start, std::uint32_t end,
                                   std::uint64_t last_id) const;
   bool has_children(BlockId parent) const { return !children_of(parent).empty(); }
-  // getFreeBlock: the queue's front, evicted from the tree if stored, held
-  // once by the caller; nullopt when nothing is free.
+  // getFreeBlock: the queue's front, held once by the caller; a stored one
+  // moves to the host tier when there is one, else leaves the tree with its
+  // descendants. nullopt when nothing is free.
   std::optional<BlockId> take_free();
+  // claimBlock + onboardBlock: a stored host block comes back to a GPU block
+  // taken as take_free takes one, and is held once by the caller; its id
+  // (the GPU block), or nullopt (nothing changed) when no GPU block is free.
+  std::optional<BlockId> onboard(BlockId host_block);
+  // claimLeafBlock + onboardBlock: a free stored leaf on the host leaves the
+  // tree and its KV comes back in a GPU block the caller holds once.
+  std::optional<BlockId> claim_host_leaf(BlockId host_block);
+  // A host block's tokens copied into a GPU block (a partial match reused
+  // by copy): counted as KV brought back, the host block unchanged.
+  void read_host(BlockId host_block);
   // claimBlock + incRefCount: a stored block matched in full gains a holder
   // (off the queue when it had none).
   void hold(BlockId b);
@@ -116,18 +146,27 @@ class TrtBlockTree {
   void store(BlockId parent, const TrtBlockKey& key, BlockId b);
 
   bool stored(BlockId b) const { return b < nodes_.size() && nodes_[b].stored; }
+  // Host slots are node ids from host_base() on.
+  bool on_host(BlockId b) const { return b != kRoot && b >= host_base_; }
+  BlockId host_base() const { return host_base_; }
+  std::uint32_t host_slots() const { return host_slots_; }
+  std::uint32_t host_used() const { return host_used_; }
+  std::uint64_t host_evicted() const { return host_evicted_; }
+  // The hashes of the blocks moved to the host and back since the last call.
+  std::vector<std::uint64_t> take_offloaded() { return std::exchange(offloaded_, {}); }
+  std::vector<std::uint64_t> take_onboarded() { return std::exchange(onboarded_, {}); }
   bool is_leaf(BlockId b) const { return nodes_[b].children.empty(); }
   std::uint32_t holders(BlockId b) const { return nodes_[b].refs; }
   std::uint32_t free_blocks() const { return static_cast<std::uint32_t>(queue_.size()); }
-  std::uint32_t stored_blocks() const { return stored_; }
-  std::uint32_t free_stored_blocks() const { return free_stored_; }
+  std::uint32_t stored_blocks() const { return stored_; }            // GPU and host
+  std::uint32_t free_stored_blocks() const { return free_stored_; }  // GPU only
   std::uint64_t evicted() const { return evicted_; }
   // Changes with every store and removal: a walk of the tree is still
   // valid while it is unchanged.
   std::uint64_t version() const { return version_; }
   std::uint64_t hash(BlockId b) const { return b == kRoot ? 0 : nodes_[b].hash; }
   const TrtBlockKey& key(BlockId b) const { return nodes_[b].key; }
-  // The stored blocks (T3's holds), any order.
+  // The stored GPU blocks (T3's holds), any order.
   void stored_list(std::vector<BlockId>& out) const;
   // While set, stores and removals are appended to `log`.
   void log_changes(std::vector<Change>* log) { log_ = log; }
@@ -162,7 +201,20 @@ class TrtBlockTree {
     return parent == kRoot ? root_children_ : nodes_[parent].children;
   }
   void enqueue(BlockId b);  // back of the queue; kInvalidBlock: an anonymous place
-  void dequeue(BlockId b);
+  void dequeue(BlockId b);  // off its queue (the GPU's or the host's)
+  void host_enqueue(BlockId b);
+  // The node at `from` moves to the free id `to` (its tree place, its
+  // children's parent and their index entries follow; queues do not).
+  void relocate(BlockId from, BlockId to);
+  // The host queue's front slot, made empty (a stored block there evicted
+  // with its descendants) and taken off the queue.
+  BlockId take_host_slot();
+  // take_free's offloading (REQUIRES the queue's front stored, the host
+  // queue not empty).
+  BlockId offload_front();
+  // b leaves the tree with its descendants: a GPU block's place in the queue
+  // becomes anonymous (its pool hold released), a host block's empty.
+  void evict(BlockId b);
   // freeLeafBlock: b leaves the tree (its pool hold stays with the caller).
   void detach(BlockId b);
   // freeChildren: b's stored descendants leave the tree and the pool.
@@ -175,6 +227,14 @@ class TrtBlockTree {
   std::vector<BlockId> root_children_;
   std::unordered_map<IndexKey, BlockId, IndexHash> index_;
   std::list<BlockId> queue_;
+  std::list<BlockId> host_queue_;  // host slots: stored blocks, and kInvalidBlock for an empty one
+  BlockId host_base_ = 0;
+  std::uint32_t host_slots_ = 0;
+  std::uint32_t host_used_ = 0;
+  std::uint64_t host_evicted_ = 0;
+  std::vector<BlockId> host_free_ids_;  // the empty host slots' ids, as many as empty places
+  std::vector<std::uint64_t> offloaded_;
+  std::vector<std::uint64_t> onboarded_;
   std::uint32_t stored_ = 0;
   std::uint32_t free_stored_ = 0;
   std::uint64_t evicted_ = 0;

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -122,6 +124,35 @@ void TrtllmScheduler::add_figures(nlohmann::json& report) const {
       {"reused_tokens", sim_.hit_tokens},
       {"stored_blocks", tree_.stored_blocks()},
       {"evicted_blocks", tree_.evicted()}};
+  if (host_) {
+    // The host tier is the cpu tier; its eviction is the secondary free
+    // queue's (least recently released first).
+    const TierResidency host{tree_.host_slots(), tree_.host_used()};
+    add_offload_figures(report, *host_, "lru", std::span(&host, 1), sim_);
+  }
+}
+
+TierGauge TrtllmScheduler::offload_gauge(std::size_t t) const {
+  (void)t;
+  const OffloadTierFigures& f = host_->figures(0);
+  return TierGauge{
+      host_->tier_options(0).medium, tree_.host_slots(), tree_.host_used(), f.stored, f.loaded,
+      tree_.host_evicted()};
+}
+
+bool TrtllmScheduler::end_run() {
+  // The run's end: the copies still on the link land (the loads were waited
+  // for by their steps; the moves out are counted when made).
+  if (!host_ || !active_.empty() || !queue_.empty()) return true;
+  host_->start_queued(shell_.step_start);
+  OffloadTierFigures& f = host_->figures(0);
+  for (const OffloadConnector::Job& job :
+       host_->take_landed(std::numeric_limits<double>::infinity())) {
+    if (!job.load) continue;
+    f.loaded += job.keys.size();
+    f.load_ms.add((job.done - job.issued) * 1000.0);
+  }
+  return true;
 }
 
 }  // namespace kvreplay

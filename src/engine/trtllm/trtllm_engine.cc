@@ -14,6 +14,7 @@ namespace kvreplay {
 
 namespace {
 
+constexpr std::string_view kMedia[] = {"cpu"};
 constexpr std::string_view kLruOnly[] = {"lru"};
 constexpr std::string_view kRefused[] = {"--watermark"};
 
@@ -116,11 +117,15 @@ const EngineEntry& trtllm_engine() {
           {
               .kv_events = true,
               // TensorRT-LLM's host tier (KvCacheConfig.host_cache_size:
-              // secondary blocks offloaded on eviction, onboarded on reuse)
-              // is not modelled yet.
-              .offload = false,
-              .offload_media_why = "the trtllm engine's host tier (host_cache_size) is not "
-                                   "modelled yet: drop --offload, or give --engine vllm or sglang",
+              // secondary blocks offloaded on eviction, onboarded on reuse,
+              // engine/trtllm/block_tree.h). Its disk transfer mode
+              // (KvCacheTransferMode::GDS) is not modelled.
+              .offload_media = kMedia,
+              .offload_media_why = "the trtllm engine keeps one cpu tier (KvCacheConfig."
+                                   "host_cache_size): drop the disk tier",
+              .offload_policies = kLruOnly,
+              .offload_policies_why = "the trtllm engine's host tier frees its blocks least "
+                                      "recently released first (LRUEvictionPolicy): give lru",
               .evict_policies = kLruOnly,
               .evict_why = "free queue evicts lru only",
           },
@@ -141,6 +146,9 @@ const EngineEntry& trtllm_engine() {
       .config_json = config_json,
       .report_section = "trtllm",
       .merge = kMerge,
+      // A host block is a node of the block tree (its key, children, index
+      // entry and queue place), beside the offload connector's slot.
+      .offload_slot_bytes = 224,
   };
   return entry;
 }

@@ -30,6 +30,7 @@ struct TrtllmScheduler::Req {
   bool generating = false;        // isGenerationInProgressState
   bool done = false;
   bool admitted_before = false;
+  std::uint32_t loaded = 0;  // of the reused tokens at the last admission, those on the host
   std::uint32_t pauses = 0;
   std::vector<BlockId> blocks;  // the sequence's cache block ids, in order
   // new_context_block's answer for the prompt, while the tree's version and

@@ -8,6 +8,7 @@
 #include "engine/trtllm/trtllm_scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -67,6 +68,16 @@ TrtllmScheduler::TrtllmScheduler(EngineShell& shell)
   }
   // KVCacheEventManager: stored and removed blocks (--kv-events).
   if (shell.options.kv_events) tree_.log_changes(&changes_);
+  if (shell.options.offload.any()) {
+    // KvCacheConfig.host_cache_size: --offload's one cpu tier, in blocks of
+    // every layer (the secondary pool has the primary's block layout).
+    const std::uint64_t block = kv_block_bytes(config_.kv, groups_);
+    host_ = std::make_unique<OffloadConnector>(shell.options.offload, block);
+    const std::uint64_t blocks =
+        shell.options.offload.tiers[0].bytes / std::max<std::uint64_t>(block, 1);
+    tree_.enable_host(static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(blocks, std::numeric_limits<std::uint32_t>::max())));
+  }
 }
 
 TrtllmScheduler::~TrtllmScheduler() = default;
@@ -347,6 +358,7 @@ bool TrtllmScheduler::add_sequence(Req& req) {
   bool searching = reuse_;
   std::uint32_t matched = 0;
   std::size_t cursor = 0;
+  req.loaded = 0;
   for (std::uint32_t bi = 0; bi < blocks; ++bi) {
     const std::uint32_t start = bi * tpb_;
     std::optional<TrtBlockTree::Match> m;
@@ -366,19 +378,36 @@ bool TrtllmScheduler::add_sequence(Req& req) {
     }
     matched += m->tokens;
     ++reused_blocks_;
+    const bool host = tree_.on_host(m->block);
+    if (host) req.loaded += m->tokens;
     if (!m->partial) {
-      tree_.hold(m->block);
-      push_block(req, m->block);
-      parent = m->block;
+      // onboardBlock: a host block comes back to the GPU first.
+      BlockId b = m->block;
+      if (host) {
+        auto onboarded = tree_.onboard(b);
+        if (!onboarded) return false;
+        b = *onboarded;
+        pool_.set_filled(b, tpb_);
+      } else {
+        tree_.hold(b);
+      }
+      push_block(req, b);
+      parent = b;
       continue;
     }
     searching = false;
     if (tree_.holders(m->block) > 0 || !tree_.is_leaf(m->block)) {
       // Copied: kvCacheTransferManager's onboard of numMatched tokens.
       if (!take_block(req)) return false;
+      if (host) tree_.read_host(m->block);
       ++partial_copies_;
       ++shell_.totals.cow_copies;
       shell_.totals.cow_bytes += std::uint64_t{m->tokens} * config_.kv.bytes_per_token();
+    } else if (host) {
+      auto b = tree_.claim_host_leaf(m->block);
+      if (!b) return false;
+      push_block(req, *b);
+      ++partial_claims_;
     } else {
       tree_.claim_leaf(m->block);
       push_block(req, m->block);
@@ -409,7 +438,14 @@ void TrtllmScheduler::count_admission(Req& req) {
   // The prompt tokens looked up and reused (WindowBlockManager's
   // mReusedTokens over mTotalInputTokens); a paused request's re-admission
   // apart.
-  const std::uint32_t hit = req.context_pos;
+  // The GPU's hits are the prefix cache's; those brought back from the host
+  // tier are the cpu tier's hit_tokens (as the other engines count them).
+  const std::uint32_t all = req.context_pos;
+  const std::uint32_t hit = all - std::min(all, req.loaded);
+  if (host_ && req.loaded > 0) {
+    OffloadTierFigures& f = host_->figures(0);
+    (req.admitted_before ? f.preempted_hit_tokens : f.hit_tokens) += std::min(all, req.loaded);
+  }
   if (req.admitted_before) {
     sim_.preempted_queries += req.prompt;
     sim_.preempted_hits += hit;
@@ -418,7 +454,7 @@ void TrtllmScheduler::count_admission(Req& req) {
   req.admitted_before = true;
   sim_.queries += req.prompt;
   sim_.hits += hit;
-  req.times->cached_tokens = std::max(req.times->cached_tokens, hit);
+  req.times->cached_tokens = std::max(req.times->cached_tokens, all);
   sim_.query_tokens += req.prompt;
   sim_.hit_tokens += hit;
   sim_.hit_blocks += hit / tpb_;
@@ -508,8 +544,38 @@ bool TrtllmScheduler::fail(std::string invariant, std::string message) {
   return false;
 }
 
+void TrtllmScheduler::host_step_start() {
+  const double now = shell_.step_start;
+  OffloadTierFigures& f = host_->figures(0);
+  for (const OffloadConnector::Job& job : host_->take_landed(now)) {
+    if (!job.load) continue;
+    f.loaded += job.keys.size();
+    f.load_ms.add((job.done - job.issued) * 1000.0);
+  }
+  host_->start_queued(now);
+}
+
+void TrtllmScheduler::host_step_end() {
+  // kvCacheTransferManager: the offloads (getFreeBlock) are copies on their
+  // own stream; the onboards (onboardBlock) must land before the forward
+  // pass reads them.
+  OffloadTierFigures& f = host_->figures(0);
+  std::vector<std::uint64_t> out = tree_.take_offloaded();
+  if (!out.empty()) {
+    f.stored += out.size();
+    host_->queue_store(0, std::move(out), {});
+  }
+  std::vector<std::uint64_t> in = tree_.take_onboarded();
+  if (!in.empty()) {
+    host_->issue_load(0, std::move(in), nullptr, shell_.step_start);
+    shell_.step_waits = std::max(shell_.step_waits, host_->jobs().back().done);
+  }
+  f.evicted = tree_.host_evicted();
+}
+
 bool TrtllmScheduler::step() {
   ++shell_.tick;
+  if (host_) host_step_start();
   // PyExecutor._fetch_new_requests: the queue's head joins the active
   // requests up to max_num_active_requests (max_batch_size).
   while (!queue_.empty() && active_.size() < max_batch_size_) {
@@ -542,6 +608,7 @@ bool TrtllmScheduler::step() {
       return fail("T4", "no free block for a generation step the capacity scheduler admitted");
     ++r->num_tokens;
   }
+  if (host_) host_step_end();
   sim_.max_running = std::max<std::uint64_t>(sim_.max_running, started_);
   // The forward pass: each context computes its chunk (the last one samples
   // the first token and stores the prompt's full blocks: storeContextBlocks,
@@ -581,7 +648,7 @@ bool TrtllmScheduler::step() {
     any_done_ = false;
   }
   for (const TrtBlockTree::Change& c : changes_) {
-    shell_.events.pages.push_back(PageChange{c.hash, c.parent, c.stored, false});
+    shell_.events.pages.push_back(PageChange{c.hash, c.parent, c.stored, c.host});
   }
   changes_.clear();
   return true;

@@ -21,7 +21,13 @@
 //     (storeContextBlocks), every block with its tokens when the request
 //     ends (releaseBlocks, tail first);
 //   - a paused request (MAX_UTILIZATION) frees its blocks and later
-//     recomputes its prompt and the tokens it generated.
+//     recomputes its prompt and the tokens it generated;
+//   - --offload cpu:SIZE is the host tier (KvCacheConfig.host_cache_size):
+//     a stored block taken for reuse moves there instead of leaving the
+//     tree, and a match on it copies it back (onboardBlock). The copies are
+//     timed on the cpu tier's link (engine/offload/offload_connector.h): a
+//     step waits for the blocks it brings back; the moves out take the
+//     other direction's link and delay nothing.
 // The block tree and its free queue: engine/trtllm/block_tree.h.
 #pragma once
 
@@ -35,6 +41,8 @@
 
 #include "core/block_pool.h"
 #include "core/invariants.h"
+#include "engine/kv_connector.h"
+#include "engine/offload/offload_connector.h"
 #include "engine/scheduler.h"
 #include "engine/trtllm/block_tree.h"
 
@@ -44,7 +52,7 @@ struct EngineEntry;
 // Its entry in the table of engines (engine/trtllm/trtllm_engine.cc).
 const EngineEntry& trtllm_engine();
 
-class TrtllmScheduler final : public Scheduler {
+class TrtllmScheduler final : public Scheduler, public KvConnector {
  public:
   explicit TrtllmScheduler(EngineShell& shell);
   ~TrtllmScheduler() override;
@@ -68,6 +76,11 @@ class TrtllmScheduler final : public Scheduler {
   const std::vector<KvCacheGroupSpec>& kv_groups() const override { return groups_; }
   std::vector<std::vector<std::vector<BlockId>>> running_group_tables() const override;
   void add_figures(nlohmann::json& report) const override;
+  // --offload: the host tier.
+  KvConnector* connector() override { return host_ ? this : nullptr; }
+  std::size_t offload_tiers() const override { return host_ ? 1 : 0; }
+  TierGauge offload_gauge(std::size_t t) const override;
+  bool end_run() override;
 
   const TrtBlockTree& tree() const { return tree_; }
   std::uint64_t pauses() const { return pauses_; }
@@ -111,6 +124,10 @@ class TrtllmScheduler final : public Scheduler {
   void count_admission(Req& req);
   void fill(Req& req, std::uint32_t from, std::uint32_t to);
   bool fail(std::string invariant, std::string message);
+  // The host tier's copies: those landed by the step's start counted, those
+  // this step made timed (a step waits for the blocks brought back).
+  void host_step_start();
+  void host_step_end();
 
   EngineShell& shell_;
   const RunConfig& config_;
@@ -123,6 +140,7 @@ class TrtllmScheduler final : public Scheduler {
   BlockPool pool_;
   TrtBlockTree tree_;
   std::vector<TrtBlockTree::Change> changes_;
+  std::unique_ptr<OffloadConnector> host_;  // --offload: the host tier's link and figures
   InvariantChecker checker_;
   std::deque<std::unique_ptr<Req>> queue_;    // arrived, not yet active
   std::vector<std::unique_ptr<Req>> active_;  // the executor's active requests, in order
