@@ -169,18 +169,25 @@ BlockId TrtBlockTree::take_host_slot() {
   const BlockId front = host_queue_.front();
   if (front != kInvalidBlock) {
     free_descendants(front);
-    Node& n = nodes_[front];
-    n.queued = false;
-    detach(front);
-    --host_used_;
-    ++host_evicted_;
-    host_free_ids_.push_back(front);
-    n = Node{};
+    evict_host(front);
   }
   host_queue_.pop_front();
   const BlockId slot = host_free_ids_.back();
   host_free_ids_.pop_back();
   return slot;
+}
+
+void TrtBlockTree::evict_host(BlockId b) {
+  // Its place in the host queue stays, empty (the block object stays in
+  // the secondary free queue, its tokens gone).
+  Node& n = nodes_[b];
+  *n.pos = kInvalidBlock;
+  n.queued = false;
+  detach(b);
+  --host_used_;
+  ++host_evicted_;
+  host_free_ids_.push_back(b);
+  n = Node{};
 }
 
 void TrtBlockTree::log(BlockId b, bool stored) {
@@ -218,15 +225,7 @@ void TrtBlockTree::free_descendants(BlockId b) {
     const BlockId c = nodes_[b].children.back();
     free_descendants(c);
     if (on_host(c)) {
-      // A host block keeps its place in the host queue, now empty.
-      Node& n = nodes_[c];
-      *n.pos = kInvalidBlock;
-      n.queued = false;
-      detach(c);
-      --host_used_;
-      ++host_evicted_;
-      host_free_ids_.push_back(c);
-      n = Node{};
+      evict_host(c);
       continue;
     }
     dequeue(c);

@@ -212,9 +212,9 @@ class TrtBlockTree {
   // take_free's offloading (REQUIRES the queue's front stored, the host
   // queue not empty).
   BlockId offload_front();
-  // b leaves the tree with its descendants: a GPU block's place in the queue
-  // becomes anonymous (its pool hold released), a host block's empty.
-  void evict(BlockId b);
+  // A stored host block (its descendants gone) leaves the tree; its place in
+  // the host queue becomes an empty one.
+  void evict_host(BlockId b);
   // freeLeafBlock: b leaves the tree (its pool hold stays with the caller).
   void detach(BlockId b);
   // freeChildren: b's stored descendants leave the tree and the pool.
