@@ -74,25 +74,27 @@ TEST_CASE("vllm offload: a prefix evicted from the GPU is loaded back from the C
   Simulator sim(micro_config(6), offload_options(100));
   const Run with = run(sim, evicted_then_repeated());
   const nlohmann::json& cpu = with.figures["offload"]["tiers"]["cpu"];
-  // c's hit stops one page short of the prompt's end (num_tokens - 1): 3 pages.
-  CHECK(cpu["hit_tokens"] == 12);
-  CHECK(cpu["loaded"] == 3);
-  CHECK(cpu["bytes_out"] == 3 * 128);
+  // c's 16 tokens fill 4 pages, all in the tier: get_num_new_matched_tokens
+  // matches every full block of the request (its block hashes), the last too.
+  CHECK(cpu["hit_tokens"] == 16);
+  CHECK(cpu["loaded"] == 4);
+  CHECK(cpu["bytes_out"] == 4 * 128);
   CHECK(with.figures["prefix_cache"]["hits_by_tier"]["gpu"] == 0);
-  CHECK(with.figures["prefix_cache"]["hits_by_tier"]["cpu"] == 12);
+  CHECK(with.figures["prefix_cache"]["hits_by_tier"]["cpu"] == 16);
   // Stored: a's and b's four full prompt pages each; c's are there already.
   CHECK(cpu["stored"] == 8);
   CHECK(cpu["evicted"] == 0);
-  // c waits for its load, issued at its arrival: 1 ms + 3 blocks at 1 MB/s;
+  // c waits for its load, issued at its arrival: 1 ms + 4 blocks at 1 MB/s;
   // it is scheduled at the step that starts when the load lands.
   const RequestTimes& c = with.times.at("c");
-  CHECK(c.scheduled == Approx(2.0 + kLatencyS + 3 * kBlockS).epsilon(1e-12));
-  CHECK(c.cached_tokens == 12);
+  CHECK(c.scheduled == Approx(2.0 + kLatencyS + 4 * kBlockS).epsilon(1e-12));
+  // _update_waiting_for_remote_kv: num_computed_tokens 16 is all its tokens,
+  // so 15 (num_cached_tokens 15), and the last token is computed again.
+  CHECK(c.cached_tokens == 15);
   CHECK(cpu["load_ms"]["count"] == 1);
   CHECK(cpu["load_ms"]["max"].get<double>() ==
-        Approx((kLatencyS + 3 * kBlockS) * 1e3).epsilon(1e-9));
-  // c computes its last page only: 4 of its 16 prompt tokens.
-  CHECK(sim.sim_totals().prompt_tokens_computed == 16 + 16 + 4);
+        Approx((kLatencyS + 4 * kBlockS) * 1e3).epsilon(1e-9));
+  CHECK(sim.sim_totals().prompt_tokens_computed == 16 + 16 + 1);
 
   // Without the tier, c recomputes its whole prompt.
   SimOptions none = offload_options(100);
@@ -150,24 +152,63 @@ TEST_CASE("vllm offload: a request whose tier hit another request is loading wai
   requests.push_back(hashed("d", 16, 2, {1, 2, 3, 4}, 2.0));
   const Run out = run(sim, requests);
   const nlohmann::json& cpu = out.figures["offload"]["tiers"]["cpu"];
-  CHECK(cpu["loaded"] == 3);  // once, not twice
-  CHECK(cpu["hit_tokens"] == 12);
-  CHECK(out.times.at("d").cached_tokens == 12);  // c's loaded pages, as GPU hits
+  // c loads its 4 pages. d waits for that load, then hits c's pages 0-2 in
+  // the GPU (get_computed_blocks: at most num_tokens - 1 tokens) and the
+  // connector continues its hit with page 3 from the tier, loaded again
+  // (vLLM's rules: the GPU hit's cap, then get_num_new_matched_tokens).
+  CHECK(cpu["loaded"] == 4 + 1);
+  CHECK(cpu["hit_tokens"] == 16 + 4);
+  CHECK(out.figures["prefix_cache"]["hits_by_tier"]["gpu"] == 12);
+  CHECK(out.times.at("d").cached_tokens == 15);
   CHECK(out.times.at("d").scheduled >= out.times.at("c").scheduled);
+}
+
+TEST_CASE("vllm offload: a tier hit takes the full pages, the last token's page short of them",
+          "[offload]") {
+  // get_num_new_matched_tokens matches num_tokens // block_size blocks: a
+  // 14-token prompt (3 full pages and 2 tokens) loads pages 0-2 and computes
+  // its last 2 tokens; the -1 of _update_waiting_for_remote_kv does not apply
+  // (12 computed tokens are not all 14).
+  Simulator sim(micro_config(6), offload_options(100));
+  std::vector<Request> requests = evicted_then_repeated();
+  requests[2] = hashed("c", 14, 2, {1, 2, 3, 4}, 2.0);
+  const Run out = run(sim, requests);
+  const nlohmann::json& cpu = out.figures["offload"]["tiers"]["cpu"];
+  CHECK(cpu["hit_tokens"] == 12);
+  CHECK(cpu["loaded"] == 3);
+  CHECK(out.times.at("c").cached_tokens == 12);
+  CHECK(out.times.at("c").scheduled == Approx(2.0 + kLatencyS + 3 * kBlockS).epsilon(1e-12));
+  CHECK(sim.sim_totals().prompt_tokens_computed == 16 + 16 + 2);
+}
+
+TEST_CASE("vllm offload: a request stores from the end of what it loaded", "[offload]") {
+  // update_state_after_alloc: _next_stored_block_idx = the blocks its GPU hit
+  // and its load cover, so they are not stored again. A CPU tier that keeps
+  // every page and a disk tier of 4 blocks (lru): b's store to the disk evicts
+  // a's 4 pages; c loads a's 4 from the CPU tier and stores none of them to
+  // the disk, which keeps b's.
+  Simulator sim(micro_config(6), offload_options(100, 4));
+  const Run out = run(sim, evicted_then_repeated());
+  const nlohmann::json& tiers = out.figures["offload"]["tiers"];
+  CHECK(tiers["cpu"]["loaded"] == 4);
+  CHECK(tiers["disk"]["stored"] == 8);
+  CHECK(tiers["disk"]["evicted"] == 4);
+  CHECK(tiers["disk"]["resident_blocks"] == 4);
 }
 
 TEST_CASE("vllm offload: the disk tier continues a prefix the CPU tier lost", "[offload]") {
   // A CPU tier of 4 blocks keeps only b's pages once b is stored (lru,
   // evicting a's 4); the disk tier keeps both prompts: c's prefix is loaded
-  // from the disk, and c's store to the CPU tier evicts b's 4 in turn.
+  // from the disk. c stores from the end of its load on (every tier: vLLM's
+  // one _next_stored_block_idx), so the CPU tier keeps b's pages.
   Simulator sim(micro_config(6), offload_options(4, 100));
   const Run out = run(sim, evicted_then_repeated());
   const nlohmann::json& tiers = out.figures["offload"]["tiers"];
-  CHECK(tiers["cpu"]["evicted"] == 8);
+  CHECK(tiers["cpu"]["evicted"] == 4);
   CHECK(tiers["cpu"]["hit_tokens"] == 0);
-  CHECK(tiers["disk"]["hit_tokens"] == 12);
-  CHECK(tiers["disk"]["loaded"] == 3);
-  CHECK(out.figures["prefix_cache"]["hits_by_tier"]["disk"] == 12);
+  CHECK(tiers["disk"]["hit_tokens"] == 16);
+  CHECK(tiers["disk"]["loaded"] == 4);
+  CHECK(out.figures["prefix_cache"]["hits_by_tier"]["disk"] == 16);
 }
 
 TEST_CASE("vllm and generic offload: random traces keep every invariant under --check every",

@@ -92,6 +92,30 @@ TEST_CASE("vllm: the null block, blocks per step, finished requests freed at the
   CHECK(sim.sim_totals().finished == 1);
 }
 
+TEST_CASE(
+    "vllm: the step that samples the last token allocates the slot of the token it computes") {
+  // Scheduler.schedule -> KVCacheManager.allocate_slots: every step takes
+  // slots up to num_computed_tokens + num_new_tokens, the step that samples
+  // the last output token too (update_from_output -> _free_request frees them
+  // at that step's end); the last output token is never computed. A request
+  // of prompt P and output O takes ceil((P + O - 1) / 4) blocks in all, one
+  // more than the prompt's when its last step crosses a page boundary
+  // (4 + 2: token 5 is page 1's; 4 + 6: token 9 is page 2's). The pool's
+  // allocations count the null block too.
+  struct Case {
+    std::uint32_t prompt, output;
+    std::uint64_t blocks;
+  };
+  for (const Case c : {Case{4, 1, 1}, Case{4, 2, 2}, Case{3, 2, 1}, Case{4, 5, 2}, Case{4, 6, 3},
+                       Case{8, 1, 2}, Case{8, 2, 3}}) {
+    INFO("prompt " << c.prompt << ", output " << c.output);
+    Simulator sim(micro_config(8), vllm_options());
+    const Steps steps = run(sim, {request("a", c.prompt, c.output)});
+    CHECK(steps.output.size() == c.output);  // one step per output token
+    CHECK(sim.pool().allocations() == 1 + c.blocks);
+  }
+}
+
 TEST_CASE("vllm: preemption keeps the generated tokens and admits nothing in that step") {
   // Pool 5 (4 KV blocks), A and B: 4-token prompts, 6 output tokens each.
   // Steps 1-5: both run, 2 blocks each from step 2. Step 6: A needs page 2,

@@ -11,9 +11,10 @@
 //   - several tiers (cpu, then disk) are each written through, in turn, and
 //     a prefix continues from the GPU into whichever tier holds each next
 //     page, cpu first; the loads from each tier run on their own link at once;
-//   - a tier hit stops one page short of the prompt's end (the GPU hit's own
-//     cap, num_tokens - 1 tokens): where vLLM loads the last block and
-//     recomputes its last token, kvreplay computes that page;
+//   - generic: a tier hit stops one page short of the prompt's end (that
+//     engine's GPU hit's own cap): where vLLM loads the last block and
+//     recomputes its last token, generic computes that page (the vllm
+//     engine loads it, PagedRules::tier_hit_all_full_pages);
 //   - a request whose tier hit another request is loading waits at the head
 //     of the queue (vLLM skips it for the step and goes on with the next).
 #include <fmt/format.h>
@@ -109,7 +110,11 @@ PagedScheduler::TierHit PagedScheduler::load_from_tiers(Flight& flight, std::uin
   const std::span<const std::uint64_t> keys(flight.offload_keys.data(), full);
   for (std::size_t t = 0; t < offload_->num_tiers(); ++t) offload_->tier(t).touch(keys);
   const auto gpu_pages = static_cast<std::uint32_t>(flight.hits.blocks.size());
-  const std::uint32_t cap = std::min((num_tokens - 1) / pt, full);
+  // vllm: every full block of the request's tokens (_get_num_offloaded_blocks:
+  // its block hashes, num_tokens // block_size), the last one too when the
+  // tokens fill it; _update_waiting_for_remote_kv then leaves the last token
+  // to compute (the engine's kv_landed). generic: a page short of the end.
+  const std::uint32_t cap = tier_hit_all_full_pages_ ? full : std::min((num_tokens - 1) / pt, full);
   tier_of_.clear();
   bool deferred = false;
   for (std::uint32_t page = gpu_pages; page < cap; ++page) {
@@ -137,7 +142,10 @@ PagedScheduler::TierHit PagedScheduler::load_from_tiers(Flight& flight, std::uin
   const std::uint32_t hit_tokens = gpu_pages * pt;
   count_admission(*owned, num_tokens, hits.size(), hit_tokens, owned->preemptions > 0);
   if (owned->times && owned->preemptions == 0) {
-    owned->times->cached_tokens = std::max(owned->times->cached_tokens, (gpu_pages + pages) * pt);
+    // The tokens it will not compute: all but the last one at most (vLLM's
+    // num_cached_tokens, its num_computed_tokens once the load landed).
+    owned->times->cached_tokens =
+        std::max(owned->times->cached_tokens, std::min((gpu_pages + pages) * pt, num_tokens - 1));
   }
   if (!install_hits(*owned, hits, hit_tokens)) {
     failed = true;
@@ -155,6 +163,12 @@ PagedScheduler::TierHit PagedScheduler::load_from_tiers(Flight& flight, std::uin
   sample.length += pages * pt;
   totals_.tokens_appended += pages * pt;
   state_.logical_tokens += pages * pt;
+  // update_state_after_alloc: the request's stores go on after the pages it
+  // loads (_next_stored_block_idx = num_blocks): neither they nor its GPU hits
+  // are stored again, whatever a tier evicted since.
+  for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
+    owned->offload_stored[t] = gpu_pages + pages;
+  }
   // update_state_after_alloc: prepare_load per tier, the load issued.
   for (std::size_t t = 0; t < offload_->num_tiers(); ++t) {
     std::vector<std::uint64_t> tier_keys;

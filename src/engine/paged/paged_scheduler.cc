@@ -122,7 +122,8 @@ PagedScheduler::PagedScheduler(EngineShell& shell, PagedRules rules)
       tick_(shell.tick),
       pool_(config_.kv.pool_blocks, config_.alloc_order),
       cache_(options_.evict, config_.kv.pool_blocks, rules.cache_duplicates,
-             config_.kv.page_tokens) {
+             config_.kv.page_tokens),
+      tier_hit_all_full_pages_(rules.tier_hit_all_full_pages) {
   watermark_blocks_ = static_cast<std::uint32_t>(
       std::floor(options_.watermark * static_cast<double>(config_.kv.pool_blocks)));
   if (paged() && (rules.null_block || config_.alloc_order == AllocOrder::kVllm)) {

@@ -35,6 +35,12 @@ struct PagedRules {
   bool null_block = false;
   // The prefix cache keeps a key's duplicate blocks (PrefixCache).
   bool cache_duplicates = false;
+  // --offload: a tier hit may take every full page of the request's tokens,
+  // its last page too when they fill it (vLLM's
+  // OffloadingConnectorScheduler.get_num_new_matched_tokens), and the engine's
+  // kv_landed leaves the last token to compute; else it stops a page short of
+  // the tokens' end, as the GPU hit does (the generic engine).
+  bool tier_hit_all_full_pages = false;
 };
 
 // Its KvConnector side: P/D receiving and vLLM's OffloadingConnector.
@@ -282,6 +288,7 @@ class PagedScheduler : public Scheduler, public KvConnector {
   std::vector<KvCacheGroupSpec> groups_;  // never empty
   bool hybrid_ = false;                   // several groups, or a sliding one
   std::uint32_t watermark_blocks_ = 0;
+  bool tier_hit_all_full_pages_ = false;  // PagedRules::tier_hit_all_full_pages
   std::vector<TableRef> table_refs_;
   std::vector<BlockId> holds_;
   // Blocks held for transfers in flight (receive_kv), each with its holds.

@@ -38,7 +38,9 @@ std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
 }  // namespace
 
 VllmScheduler::VllmScheduler(EngineShell& shell)
-    : PagedScheduler(shell, PagedRules{.null_block = true, .cache_duplicates = true}),
+    : PagedScheduler(shell, PagedRules{.null_block = true,
+                                       .cache_duplicates = true,
+                                       .tier_hit_all_full_pages = true}),
       coordinator_(groups_, KvCacheContext{config_.kv.page_tokens, pool_, cache_, tick_, state_,
                                            sim_, violation_, request_entries_, null_block_}) {
   static_assert(kPrefixChainBase == kPrefixKeyBase && kOwnChainBase < kPrefixChainBase);
@@ -438,6 +440,19 @@ bool VllmScheduler::admit_hybrid(std::uint32_t& budget, Scheduled& scheduled, bo
   return true;
 }
 
+bool VllmScheduler::kv_landed(Flight& flight) {
+  // Scheduler._update_waiting_for_remote_kv: num_computed_tokens is the
+  // tokens of the blocks it holds, less one when that is all its tokens (a
+  // whole prompt loaded: its last token is computed again, for its logits);
+  // cache_blocks caches the full blocks of those tokens, the last one when
+  // it is scheduled (allocate_slots caches up to the tokens it computes).
+  const std::uint32_t num_tokens = flight.request.prompt + flight.generated;
+  if (flight.computed >= num_tokens) flight.computed = flight.prefilled = num_tokens - 1;
+  if (!options_.prefix_cache) return true;
+  const std::uint32_t full_pages = flight.computed / config_.kv.page_tokens;
+  return flight.cached_pages >= full_pages || cache_new_full_blocks(flight, full_pages);
+}
+
 bool VllmScheduler::admit_loaded(std::uint32_t& budget, Scheduled& scheduled, bool& stop) {
   // A request whose num_computed_tokens the load set: no prefix lookup, its
   // blocks are its own (Scheduler.schedule skips get_computed_blocks).
@@ -448,7 +463,14 @@ bool VllmScheduler::admit_loaded(std::uint32_t& budget, Scheduled& scheduled, bo
   if (!owned) return true;
   running_.push_back(std::move(owned));
   Flight& admitted = *running_.back();
-  if (!allocate(admitted, tokens)) return false;
+  // allocate_slots: slots up to computed + tokens; a whole prompt loaded
+  // holds them all (its last token's slot is in its last loaded block), and
+  // only caches that block now.
+  const std::uint32_t length = admitted.samples[0].length;
+  const std::uint32_t end = admitted.computed + tokens;
+  if (!(end > length ? allocate(admitted, end - length) : cache_full_blocks(admitted))) {
+    return false;
+  }
   scheduled.emplace_back(&admitted, tokens);
   budget -= tokens;
   return true;

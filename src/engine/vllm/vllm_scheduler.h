@@ -67,7 +67,7 @@ class VllmScheduler final : public PagedScheduler {
   std::optional<PageKey> offload_page_key(const Flight& flight, std::uint32_t page) const override {
     return vllm_key(flight, page);
   }
-  bool kv_landed(Flight& flight) override { return cache_full_blocks(flight); }
+  bool kv_landed(Flight& flight) override;
   bool allocate_loaded(Flight& flight, std::uint32_t tokens) override {
     return coordinator_.allocate_new_blocks(tables(flight.samples[0]), tokens, flight.request);
   }
