@@ -429,6 +429,7 @@ bool Simulator::end_step() {
   for (auto& times : shell_.step_first_tokens) {
     times->first_token = now_;
     last_ttft_sum_ms_ += times->ttft_ms();
+    if (on_first_token) on_first_token(*times);
   }
   shell_.step_first_tokens.clear();
   for (auto& times : shell_.step_done) {

@@ -113,6 +113,9 @@ class Simulator {
   // up on mid-run too): the fleet's own bookkeeping (engine/fleet/fleet.h), apart
   // from the observers the caller sets.
   std::function<void(const RequestTimes&)> on_request_end;
+  // Called at the end of the step that produced a request's first token
+  // (first_token stamped): the fleet's router stops counting its prefill.
+  std::function<void(const RequestTimes&)> on_first_token;
 
   // The cost model run (roofline or linear: auto resolved), and the roofline
   // when that is it.

@@ -242,16 +242,133 @@ TEST_CASE("router: the approximate view forgets by capacity and by age") {
   CHECK(router.approximate_tokens(a, 1, 5.0) == 0);
   CHECK(router.approximate_tokens(a, 0, 10.5) == 0);  // older than the time to live
   // Another chain on instance 0 pushes the first out (capacity: 16 tokens).
-  views[1].active_blocks = 100;  // keeps b on instance 0
+  // With a's blocks freed, both instances cost the same: b to instance 0.
+  router.finished(0, a.tag);
   const Request b = request(1.0, 16, 1, {5, 6});
   CHECK(router.pick(b, 1.0, views).instance == 0);
   CHECK(router.approximate_tokens(b, 0, 2.0) == 16);
   CHECK(router.approximate_tokens(a, 0, 2.0) == 0);
 }
 
+// Dynamo's cost (DefaultWorkerSelector::select_worker, scheduler.rs at
+// db19bd2a): overlap weight × (new tokens + active tokens) ÷ block + active
+// unique blocks + the request's blocks not active there
+// (ActiveSequences::potential_blocks_and_tokens, sequence.rs). 4-token pages,
+// hash blocks of 8 tokens (2 pages each), weight 1, temperature 0.
+TEST_CASE("router: prefix-aware counts unique active blocks and pending prefill tokens") {
+  RouterOptions options;
+  options.policy = RouterPolicy::kPrefixAware;
+  PrefixAwarePolicy router(RouterSetup{options, 2, 4, 1024});
+  std::vector<InstanceView> views(2);
+  auto tagged = [](Request r, std::uint64_t tag) {
+    r.tag = tag;
+    return r;
+  };
+  // r1 {1,2}: 4 blocks, 16 new tokens everywhere: 16/4 + 4 = 8 each, tie to 0.
+  CHECK(router.pick(tagged(request(0.0, 16, 9, {1, 2}), 1), 0.0, views).instance == 0);
+  // r4 {5,6,7}: instance 0 has r1's 16 tokens still to prefill:
+  // (24 + 16)/4 + (4 + 6) = 20; instance 1: 24/4 + 6 = 12.
+  RouteChoice c = router.pick(tagged(request(0.0, 24, 9, {5, 6, 7}), 4), 0.0, views);
+  CHECK(c.cost == std::vector<double>{20, 12});
+  CHECK(c.instance == 1);
+  // First tokens (mark_prefill_completed): their tokens stop counting.
+  router.prefill_done(0, 1);
+  router.prefill_done(1, 4);
+  CHECK(router.active(0).active_tokens() == 0);
+  CHECK(router.active(1).active_blocks() == 6);
+  // r2 repeats r1, cached on instance 0: 0 new tokens, no new block: 0 + 4.
+  views[0].cached_tokens = 16;
+  c = router.pick(tagged(request(0.0, 16, 9, {1, 2}), 2), 0.0, views);
+  CHECK(c.cost == std::vector<double>{4, 14});
+  router.prefill_done(0, 2);
+  // r1 and r2 share their 4 blocks: instance 0 holds 4 unique blocks, not 8.
+  CHECK(router.active(0).active_blocks() == 4);
+  CHECK(router.active(0).requests() == 2);
+  views[0].cached_tokens = 0;
+  // r5 {9,10}: 16/4 + (4 + 4) = 12 on instance 0 (a sum of every request's
+  // blocks would make it 16 and send r5 to instance 1), 4 + (6 + 4) = 14.
+  c = router.pick(tagged(request(0.0, 16, 9, {9, 10}), 5), 0.0, views);
+  CHECK(c.cost == std::vector<double>{12, 14});
+  CHECK(c.instance == 0);
+  // r6 {1,2,3}: of its 6 blocks only 2 are new on instance 0, but r5's 16
+  // tokens are still to prefill there: (24 + 16)/4 + (8 + 2) = 20 against
+  // 24/4 + (6 + 6) = 18 on instance 1.
+  const Request r6 = tagged(request(0.0, 24, 9, {1, 2, 3}), 6);
+  SECTION("r5 not yet prefilled: r6 to instance 1") {
+    c = router.pick(r6, 0.0, views);
+    CHECK(c.cost == std::vector<double>{20, 18});
+    CHECK(c.instance == 1);
+  }
+  SECTION("r5 prefilled: 24/4 + 10 = 16, r6 to instance 0") {
+    router.prefill_done(0, 5);
+    c = router.pick(r6, 0.0, views);
+    CHECK(c.cost == std::vector<double>{16, 18});
+    CHECK(c.instance == 0);
+  }
+  SECTION("freed (ActiveSequences::free): a shared block stays while one request names it") {
+    router.finished(0, 1);
+    CHECK(router.active(0).active_blocks() == 8);  // r2's 4 and r5's 4
+    router.finished(0, 2);
+    CHECK(router.active(0).active_blocks() == 4);
+    CHECK(router.active(0).active_tokens() == 16);  // r5's, never prefilled
+    router.finished(0, 5);
+    CHECK(router.active(0).active_tokens() == 0);
+    CHECK(router.active(0).active_blocks() == 0);
+  }
+}
+
+// Dynamo hashes whole blocks only (compute_block_hash_for_seq: chunks_exact):
+// a prompt's partial last page is no block of the router's; a page the trace
+// names no hash for is the request's own.
+TEST_CASE("router: the router's blocks of a prompt are its full pages") {
+  CHECK(router_blocks(request(0.0, 18, 1, {1, 2, 3}), 4).count() == 4);  // 18 tokens: 4 pages
+  CHECK(router_blocks(request(0.0, 18, 1, {1, 2, 3}), 4).own == 0);
+  CHECK(router_blocks(request(0.0, 3, 1, {1}), 4).count() == 0);
+  const RouterBlocks own = router_blocks(request(0.0, 20, 1, {1}), 4);  // ids name 8 tokens
+  CHECK(own.named.size() == 2);
+  CHECK(own.own == 3);
+  // The same page of two prompts has one key; another hash id, another key.
+  const std::vector<std::uint64_t> a = router_blocks(request(0.0, 8, 1, {1}), 4).named;
+  const std::vector<std::uint64_t> b = router_blocks(request(0.0, 16, 1, {1, 2}), 4).named;
+  const std::vector<std::uint64_t> c = router_blocks(request(0.0, 8, 1, {9}), 4).named;
+  REQUIRE(a.size() == 2);
+  REQUIRE(b.size() == 4);
+  CHECK(b[0] == a[0]);
+  CHECK(b[1] == a[1]);
+  CHECK(a[0] != a[1]);
+  CHECK(c[0] != a[0]);
+}
+
+// Through a fleet: a request's prefill tokens leave the router's account at
+// its first token, its blocks at its end.
 TEST_CASE(
-    "fleet: on the bundled Mooncake slice prefix-aware routing hits at least as often as "
-    "round-robin, and no router beats one instance holding the fleet's memory") {
+    "fleet: prefix-aware forgets a request's prefill at its first token, its blocks at its end") {
+  // r0 {1,2} at 0 to instance 0 (8 against 8). r1 {5,6} at 0.5: r0 is past
+  // its first token but still decoding (200 tokens of about 5 ms steps):
+  // 16/4 + (4 + 4) = 12 against 8. r2 {7,8} at 5, every request done: 4 + 4
+  // on both (r0's blocks left instance 0's account).
+  const std::vector<Request> trace = {request(0.0, 16, 200, {1, 2}), request(0.5, 16, 2, {5, 6}),
+                                      request(5.0, 16, 2, {7, 8})};
+  Fleet fleet(tiny_config(64), options_of(EngineKind::kVllm),
+              fleet_of(2, RouterPolicy::kPrefixAware));
+  std::vector<std::vector<double>> costs;
+  fleet.on_route = [&costs](const Request&, const RouteChoice& choice) {
+    costs.push_back(choice.cost);
+  };
+  CHECK(run_fleet(fleet, trace) == std::vector<std::uint32_t>{0, 1, 0});
+  REQUIRE(costs.size() == 3);
+  CHECK(costs[0] == std::vector<double>{8, 8});
+  CHECK(costs[1] == std::vector<double>{12, 8});
+  CHECK(costs[2] == std::vector<double>{8, 8});
+}
+
+// Dynamo's cost weighs the backlog of prompt tokens still to prefill against
+// the cache: on this slice, under load, prefix-aware finds about as many hits
+// as round-robin (it was asserted above it while the cost left the backlog
+// out); its figures are the README's.
+TEST_CASE(
+    "fleet: on the bundled Mooncake slice no router beats one instance holding the fleet's "
+    "memory") {
   auto load = [] {
     auto reader = RequestReader::open(
         std::string(KVREPLAY_SOURCE_DIR) + "/traces/requests/mooncake_conv.jsonl", std::nullopt);
@@ -294,11 +411,7 @@ TEST_CASE(
   Simulator alone(one, options);
   run_alone(alone, trace);
   const double single = hit_rate(alone.sim_totals().hit_tokens, alone.sim_totals().query_tokens);
-  const double round_robin = fleet_hit_rate(RouterPolicy::kRoundRobin);
-  const double prefix_aware = fleet_hit_rate(RouterPolicy::kPrefixAware);
-  INFO("one instance " << single << ", round-robin " << round_robin << ", prefix-aware "
-                       << prefix_aware);
-  CHECK(prefix_aware >= round_robin);
+  INFO("one instance " << single);
   CHECK(single > 0.0);
   // One pool of the fleet's memory sees every request: no router finds more.
   // Tolerance: 0.002 of the prompt tokens (a request's timing differs).

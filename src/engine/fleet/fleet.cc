@@ -54,8 +54,15 @@ Fleet::Fleet(const RunConfig& config, const SimOptions& options, const FleetOpti
                                                   : InstanceRole::kDecode);
     Simulator& sim = *instances_.back();
     const InstanceRole role = roles_.back();
+    // The router's account of what it sent (prefix-aware: Dynamo's
+    // mark_prefill_completed at the first token, free at the end).
+    if (i < prefill_count_) {
+      sim.on_first_token = [this, i](const RequestTimes& times) {
+        router_.prefill_done(i, times.tag);
+      };
+    }
     sim.on_request_end = [this, i, role](const RequestTimes& times) {
-      views_[i].active_blocks -= blocks_of(times.prompt, page_tokens_);
+      if (i < prefill_count_) router_.finished(i, times.tag);
       // The end as the user sees it: the last token, or when the instance
       // gave up on it (a decode instance refuses it as the KV lands).
       const double end = times.skipped || times.finished < 0
@@ -111,12 +118,15 @@ void Fleet::fill_views(std::size_t first, std::size_t count, const Request& requ
 }
 
 std::uint32_t Fleet::submit(Request request) {
+  // The tag follows the request through the router's accounts and, when
+  // disaggregated, from its prefill instance to its decode one.
+  const std::uint64_t tag = next_tag_++;
+  request.tag = tag;
   fill_views(0, prefill_count_, request, router_.needs_precise_overlap());
   const RouteChoice choice = router_.route(request, request.arrival,
                                            std::span<InstanceView>(views_.data(), prefill_count_));
   if (on_route) on_route(request, choice);
   const std::uint32_t target = choice.instance;
-  views_[target].active_blocks += blocks_of(request.prompt, page_tokens_);
   Routed& routed = routed_[target];
   ++routed.requests;
   routed.prompt_tokens += request.prompt;
@@ -126,13 +136,10 @@ std::uint32_t Fleet::submit(Request request) {
     return target;
   }
   // The prompt and its first token on the prefill instance; the rest later.
-  const std::uint64_t tag = next_tag_++;
   Request prefill = request;
-  prefill.tag = tag;
   prefill.output = 1;
   prefill.n = 1;
   routed.output_tokens += 1;
-  request.tag = tag;
   InFlight& flight =
       in_flight_.emplace(tag, InFlight{std::move(request), 0, 0.0, {}, 0}).first->second;
   // A request the decode side can never run (every decode instance is the
@@ -329,7 +336,6 @@ bool Fleet::run_until(double horizon) {
     flight.held.clear();
     Request decode = decode_copy(flight);
     decode.arrival = event.time;
-    views_[event.decode].active_blocks += blocks_of(decode.prompt, page_tokens_);
     Routed& routed = routed_[event.decode];
     ++routed.requests;
     routed.prompt_tokens += decode.prompt;

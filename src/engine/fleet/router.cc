@@ -46,4 +46,12 @@ RouteChoice Router::route(const Request& request, double now, std::span<Instance
   return policy_->pick(request, now, views);
 }
 
+void Router::prefill_done(std::uint32_t instance, std::uint64_t tag) {
+  policy_->prefill_done(instance, tag);
+}
+
+void Router::finished(std::uint32_t instance, std::uint64_t tag) {
+  policy_->finished(instance, tag);
+}
+
 }  // namespace kvreplay

@@ -53,10 +53,6 @@ struct RouterOptions {
 struct InstanceView {
   std::uint64_t requests = 0;       // waiting + running + routed, not yet admitted
   std::uint64_t in_use_blocks = 0;  // referenced by a request's table
-  // Prompt blocks of the requests routed there and not finished, as the
-  // router counts them (Dynamo's active blocks: added when a request is
-  // routed, taken out when it completes).
-  std::uint64_t active_blocks = 0;
   std::uint64_t usable_blocks = 1;  // the pool less the null block
   std::uint32_t cached_tokens = 0;  // prompt tokens cached there (the view's)
 };
@@ -106,6 +102,10 @@ class Router {
   // Chooses the instance for `request` arriving at `now` (the policy may fill
   // `views`' cached_tokens itself: the approximate view).
   RouteChoice route(const Request& request, double now, std::span<InstanceView> views);
+  // The request `tag` routed to `instance` produced its first token there
+  // (Dynamo's mark_prefill_completed), or ended there (free).
+  void prefill_done(std::uint32_t instance, std::uint64_t tag);
+  void finished(std::uint32_t instance, std::uint64_t tag);
 
  private:
   RouterOptions options_;

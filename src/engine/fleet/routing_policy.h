@@ -13,6 +13,10 @@
 //     comes from SeededDraws, seeded by --router-seed.
 //   - A policy may fill views' cached_tokens itself (the approximate view);
 //     it reads them from the caller only when needs_precise_overlap().
+//   - prefill_done() and finished() tell it of a request it routed (by its
+//     Request::tag): its first token, and its end (finished or given up on)
+//     on the instance it was sent to; a policy that keeps no account of its
+//     requests ignores them.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +45,8 @@ class RoutingPolicy {
   // Whether pick() reads InstanceView::cached_tokens from the caller.
   virtual bool needs_precise_overlap() const { return false; }
   virtual RouteChoice pick(const Request& request, double now, std::span<InstanceView> views) = 0;
+  virtual void prefill_done(std::uint32_t /*instance*/, std::uint64_t /*tag*/) {}
+  virtual void finished(std::uint32_t /*instance*/, std::uint64_t /*tag*/) {}
 };
 
 // SplitMix64 draws from --router-seed: the same sequence on every platform.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace kvreplay {
 
@@ -11,7 +12,8 @@ PrefixAwarePolicy::PrefixAwarePolicy(const RouterSetup& setup)
       approx_capacity_(options_.approx_blocks != 0 ? options_.approx_blocks * page_tokens_
                                                    : setup.pool_tokens),
       draws_(options_.seed),
-      lru_(setup.instances) {}
+      lru_(setup.instances),
+      active_(setup.instances) {}
 
 std::vector<std::pair<std::uint64_t, std::uint32_t>> PrefixAwarePolicy::keys_of(
     const Request& request) {
@@ -70,19 +72,21 @@ RouteChoice PrefixAwarePolicy::pick(const Request& request, double now,
   const auto n = static_cast<std::uint32_t>(views.size());
   const bool approximate = options_.view == RouterView::kApproximate;
   const double page = page_tokens_;
-  const std::uint64_t request_blocks =
-      (std::uint64_t{request.prompt} + page_tokens_ - 1) / page_tokens_;
+  RouterBlocks blocks = router_blocks(request, page_tokens_);
+  std::vector<std::uint64_t> new_tokens(n);
   for (std::uint32_t i = 0; i < n; ++i) {
     InstanceView& v = views[i];
     if (approximate) v.cached_tokens = approximate_tokens(request, i, now);
     const std::uint32_t overlap = v.cached_tokens / page_tokens_;
     choice.cached_blocks.push_back(overlap);
+    const ActiveSequences& active = active_[i];
+    // new_tokens: the prompt less its cached blocks (0 when they cover it).
+    new_tokens[i] = request.prompt -
+                    std::min<std::uint64_t>(request.prompt, std::uint64_t{overlap} * page_tokens_);
     const double prefill_blocks =
-        static_cast<double>(request.prompt - std::min(request.prompt, overlap * page_tokens_)) /
-        page;
+        static_cast<double>(new_tokens[i] + active.active_tokens()) / page;
     const double decode_blocks =
-        static_cast<double>(v.active_blocks) +
-        static_cast<double>(request_blocks - std::min<std::uint64_t>(request_blocks, overlap));
+        static_cast<double>(active.active_blocks() + active.new_blocks(blocks));
     choice.cost.push_back(options_.overlap_weight * prefill_blocks + decode_blocks);
   }
   if (options_.temperature <= 0.0) {
@@ -109,7 +113,16 @@ RouteChoice PrefixAwarePolicy::pick(const Request& request, double now,
     }
   }
   if (approximate) remember(request, choice.instance, now);
+  active_[choice.instance].add(request.tag, std::move(blocks), new_tokens[choice.instance]);
   return choice;
+}
+
+void PrefixAwarePolicy::prefill_done(std::uint32_t instance, std::uint64_t tag) {
+  active_[instance].prefill_done(tag);
+}
+
+void PrefixAwarePolicy::finished(std::uint32_t instance, std::uint64_t tag) {
+  active_[instance].free(tag);
 }
 
 }  // namespace kvreplay

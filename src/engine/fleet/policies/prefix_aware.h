@@ -1,18 +1,26 @@
-// prefix-aware: NVIDIA Dynamo's KV router cost (DefaultWorkerSelector::
-// select_worker, lib/kv-router/src/scheduling/selector.rs):
+// prefix-aware: NVIDIA Dynamo's KV router cost, as ai-dynamo/dynamo db19bd2a
+// has it (DefaultWorkerSelector::select_worker, lib/llm/src/kv_router/
+// scheduler.rs, over ActiveSequencesMultiWorker::potential_blocks_and_tokens,
+// lib/llm/src/kv_router/sequence.rs):
 //   logit = overlap_weight × potential prefill blocks + potential decode blocks
-// potential prefill blocks = (prompt tokens - overlap blocks × page) ÷ page,
-// the prompt the instance would compute; potential decode blocks = the prompt
-// blocks of the requests the router sent there that have not finished (its
-// active blocks) + the request's blocks not cached there. Temperature 0 takes
-// the lowest logit, ties to the lowest index; above 0, a seeded softmax over
-// the logits normalised to [0, 1] (Dynamo's softmax_sample), divided by the
-// temperature. The overlap comes from the view: precise, the instances' own
-// caches as an index of their KV events sees them
-// (Scheduler::cached_prompt_tokens, Dynamo's KvIndexer); approximate, a
-// router-side LRU of the hash blocks it sent to each instance, of a set
-// capacity and time to live (llm-d's approximate prefix-cache scorer, Dynamo
-// without KV events).
+// potential prefill blocks = (new tokens + active tokens) ÷ page, where new
+// tokens = prompt - overlap blocks × page (new_tokens: what this request would
+// compute there) and active tokens = the new tokens of the requests the router
+// sent there that have not yet produced a first token; potential decode
+// blocks = the unique prompt blocks of the requests sent there that have not
+// finished (active blocks) + the request's full-page blocks not among them
+// (new_blocks). The router keeps those accounts itself (ActiveSequences,
+// engine/fleet/active_sequences.h): a request enters them as it is routed,
+// with the new tokens of the instance chosen (add_request), its tokens leave
+// at its first token (mark_prefill_completed) and its blocks at its end
+// (free). Temperature 0 takes the lowest logit, ties to the lowest index;
+// above 0, a seeded softmax over the logits normalised to [0, 1] (Dynamo's
+// softmax_sample), divided by the temperature. The overlap comes from the
+// view: precise, the instances' own caches as an index of their KV events
+// sees them (Scheduler::cached_prompt_tokens, Dynamo's KvIndexer);
+// approximate, a router-side LRU of the hash blocks it sent to each instance,
+// of a set capacity and time to live (llm-d's approximate prefix-cache scorer,
+// Dynamo without KV events).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/fleet/active_sequences.h"
 #include "engine/fleet/routing_policy.h"
 
 namespace kvreplay {
@@ -30,6 +39,10 @@ class PrefixAwarePolicy final : public RoutingPolicy {
   explicit PrefixAwarePolicy(const RouterSetup& setup);
   bool needs_precise_overlap() const override { return options_.view == RouterView::kPrecise; }
   RouteChoice pick(const Request& request, double now, std::span<InstanceView> views) override;
+  void prefill_done(std::uint32_t instance, std::uint64_t tag) override;
+  void finished(std::uint32_t instance, std::uint64_t tag) override;
+  // The router's account of the requests it sent `instance`.
+  const ActiveSequences& active(std::uint32_t instance) const { return active_[instance]; }
 
   // The approximate view's cached prompt tokens of `request` on `instance` at
   // `now`, whole pages.
@@ -55,7 +68,8 @@ class PrefixAwarePolicy final : public RoutingPolicy {
   std::uint32_t page_tokens_;
   std::uint64_t approx_capacity_;  // tokens per instance
   SeededDraws draws_;
-  std::vector<Lru> lru_;  // approximate view, per instance
+  std::vector<Lru> lru_;                 // approximate view, per instance
+  std::vector<ActiveSequences> active_;  // per instance
 };
 
 }  // namespace kvreplay
