@@ -168,7 +168,7 @@ struct Capture {
 // subscription returns.
 Capture record(Encoding encoding, HashKind kind, std::uint64_t batches,
                const std::vector<std::uint64_t>& dropped, bool with_replay,
-               kvreplay::SubscribeResult* result) {
+               kvreplay::SubscribeResult* result, bool answer_replays = true) {
   TestPublisher publisher;
   std::atomic<bool> done{false};
   std::thread thread([&] {
@@ -181,12 +181,13 @@ Capture record(Encoding encoding, HashKind kind, std::uint64_t batches,
                                           kvreplay::testing::stream_batch(i), 0),
           !drop);
     }
-    while (!done) publisher.serve_replay(20);
+    while (!done && answer_replays) publisher.serve_replay(20);
   });
   kvreplay::SubscribeOptions options;
   options.endpoint = publisher.endpoint();
   if (with_replay) options.replay = publisher.replay_endpoint();
-  options.max_batches = batches - (with_replay ? 0 : dropped.size());
+  options.max_batches = batches - (with_replay && answer_replays ? 0 : dropped.size());
+  options.replay_timeout_s = answer_replays ? 5 : 0.2;
   options.duration_s = 60;  // a subscriber that never gets them all fails, not hangs
   Capture capture;
   auto r = kvreplay::subscribe_kv_events(
@@ -279,6 +280,19 @@ TEST_CASE("kv subscribe: a gap without a replay endpoint is noted and counted lo
   // The capture misses batch 5's blocks: batch 6's parent was never stored.
   kvreplay::EventsSummary summary;
   CHECK(check(capture.lines, &summary).find("events[0].parent_block_hash") != std::string::npos);
+}
+
+TEST_CASE("kv subscribe: a replay socket that does not answer: the gap is lost, noted") {
+  kvreplay::SubscribeResult result;
+  const Capture capture =
+      record(Encoding::kArray, HashKind::kBytes, 20, {5}, true, &result, /*answer_replays=*/false);
+  CHECK(result.summary.batches == 19);
+  CHECK(result.summary.replayed == 0);
+  CHECK(result.summary.lost() == 1);
+  REQUIRE(capture.notes.size() == 1);
+  CHECK(capture.notes[0].find(": batch 5 missed: no end marker from tcp://127.0.0.1:") !=
+        std::string::npos);
+  CHECK(capture.notes[0].find(" in 0.2 s; 0 replayed, 1 lost") != std::string::npos);
 }
 
 TEST_CASE("kv subscribe: an undecodable batch and a message not vLLM's are named") {

@@ -235,8 +235,9 @@ bool Subscriber::fill_gap(std::uint64_t first, std::uint64_t last) {
   // [empty delimiter, start sequence]: the ROUTER sees [identity, "", start].
   std::uint8_t start[8];
   for (int i = 0; i < 8; ++i) start[i] = static_cast<std::uint8_t>(first >> (56 - 8 * i));
-  zmq_send(replay_->get(), "", 0, ZMQ_SNDMORE);
-  zmq_send(replay_->get(), start, sizeof start, 0);
+  // Never blocking: unsent, the request goes unanswered and the gap is lost.
+  zmq_send(replay_->get(), "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+  zmq_send(replay_->get(), start, sizeof start, ZMQ_DONTWAIT);
   std::map<std::uint64_t, std::vector<std::uint8_t>> got;  // the gap's payloads
   const auto deadline = Clock::now() + std::chrono::duration<double>(options_.replay_timeout_s);
   bool ended = false;
