@@ -11,6 +11,7 @@
 #include <string>
 
 #include "app/command.h"
+#include "app/events_subscribe.h"
 #include "app/exit_codes.h"
 #include "engine/events/events_check.h"
 #include "io/byte_source.h"
@@ -115,9 +116,9 @@ int run_events(const EventsRequest& request) {
 class EventsCommand final : public Command {
  public:
   void declare(CLI::App& app) override {
-    app.add_option("FILE", request_.path,
-                   "KV-event stream, JSON Lines (gzip too; - for stdin), e.g. simulate --kv-events")
-        ->required();
+    app.add_option(
+        "FILE", request_.path,
+        "KV-event stream, JSON Lines (gzip too; - for stdin), e.g. simulate --kv-events");
     app.add_option("--json", request_.json,
                    "also write the summary as JSON here (- for stdout; the text then goes to "
                    "stderr); written only when the whole stream passed");
@@ -125,6 +126,7 @@ class EventsCommand final : public Command {
                  "let a medium cache one hash several times (vLLM's BlockPool may): a store counts "
                  "it up, a removal down");
     app.add_flag("-q,--quiet", request_.quiet, "print no summary");
+    declare_subscribe_options(app, subscribe_);
     app.footer(
         "Form: one batch a line (vLLM's KVEventBatch), {\"ts\": T, \"events\": [...], "
         "\"instance\": I}\n"
@@ -145,12 +147,22 @@ class EventsCommand final : public Command {
         "cached over time, churn, and re-stores (LRU stack distance, time since the removal).\n"
         "Examples:\n"
         "  kvreplay events tests/cli/events/vllm_recorded.jsonl\n"
-        "  kvreplay events tests/cli/events/summary.jsonl --json summary.json");
+        "  kvreplay events tests/cli/events/summary.jsonl --json summary.json\n"
+        "  kvreplay events --subscribe tcp://localhost:5557 --replay tcp://localhost:5558 "
+        "--duration 1 -o live.jsonl");
   }
-  int run() override { return run_events(request_); }
+  int run() override {
+    if (!subscribe_.endpoint.empty()) return run_events_subscribe(subscribe_, request_.quiet);
+    if (request_.path.empty()) {
+      eprint("command line: FILE is required (or --subscribe ENDPOINT -o FILE)\n");
+      return kExitInput;
+    }
+    return run_events(request_);
+  }
 
  private:
   EventsRequest request_;
+  EventsSubscribeRequest subscribe_;
 };
 
 }  // namespace
