@@ -49,11 +49,10 @@ void SglangScheduler::hicache_step_start() {
       f.loaded += job.keys.size();
       f.load_ms.add((job.done - job.issued) * 1000.0);
     } else {
-      tree_.write_done(node, job.keys);  // counted as stored when queued
-      // Its pages are evictable again: a batch found full for want of room
-      // is tried again (kvreplay's choice; SGLang resets batch_is_full when
-      // a request's memory is released).
-      batch_is_full_ = false;
+      // Counted as stored when queued. Its pages are evictable again; the
+      // running batch's batch_is_full stays as it is (SGLang clears it only
+      // when that batch shrinks or is replaced, get_next_batch_to_run).
+      tree_.write_done(node, job.keys);
     }
   }
   hicache_->start_queued(now);

@@ -395,7 +395,13 @@ void SglangScheduler::new_prefill_batch(std::vector<Req*>& batch) {
     init_next_round(*r);
     const AddResult result = adder.add_one(*r);
     if (result != AddResult::kContinue) {
-      if (result == AddResult::kNoToken) batch_is_full_ = true;
+      // NO_TOKEN fills the batch. With HiCache only when a request is
+      // admitted or running ("set batch_is_full after making sure there are
+      // requests that can be served"): pages locked by host writes in flight
+      // free up without a request leaving.
+      if (result == AddResult::kNoToken) {
+        batch_is_full_ = !hicache_ || !adder.can_run.empty() || !running_.empty();
+      }
       break;
     }
   }
@@ -651,6 +657,7 @@ bool SglangScheduler::prefill_step(std::vector<Req*>& batch) {
     waiting_.insert(waiting_.begin(), std::move(back));
     if (owned.empty()) return true;
   }
+  last_prefill_size_ = owned.size();
   sim_.max_running = std::max<std::uint64_t>(sim_.max_running, running_.size() + owned.size());
   for (auto& r : owned) {
     shell_.schedule_work(r->times.get(), r->kv_len, r->extend, true);
@@ -785,15 +792,32 @@ bool SglangScheduler::step() {
   return ok;
 }
 
+void SglangScheduler::merge_prefilled() {
+  // Scheduler.get_next_batch_to_run: the last prefill batch (last_batch) is
+  // filtered (filter_batch drops its finished requests and the chunked one);
+  // if that shrank it, the running batch's batch_is_full is cleared. What is
+  // left joins the running batch: an empty running batch is replaced by it
+  // (running_batch = last_batch, a batch ScheduleBatch.init_new made, whose
+  // batch_is_full is false), a non-empty one takes its requests and keeps
+  // its flag (merge_batch).
+  if (last_prefill_size_ > 0) {
+    if (prefilled_.size() < last_prefill_size_) batch_is_full_ = false;
+    if (!prefilled_.empty() && running_.empty()) batch_is_full_ = false;
+  }
+  last_prefill_size_ = 0;
+  for (auto& r : prefilled_) running_.push_back(std::move(r));
+  prefilled_.clear();
+}
+
 bool SglangScheduler::step_batch() {
   // Scheduler.get_next_batch_to_run: the last prefill batch joins the running
   // batch; a new prefill batch when one can be formed, else a decode step.
-  for (auto& r : prefilled_) running_.push_back(std::move(r));
-  prefilled_.clear();
+  merge_prefilled();
   std::vector<Req*> batch;
   new_prefill_batch(batch);
   if (!batch.empty()) return prefill_step(batch);
-  // update_running_batch: finished requests leave; a smaller batch may admit again.
+  // update_running_batch: finished requests leave; a smaller batch may admit
+  // again (batch_is_full cleared, as when the batch ends empty).
   const std::size_t before = running_.size();
   std::erase_if(running_, [](const auto& r) { return r->done; });
   if (running_.size() < before) batch_is_full_ = false;

@@ -110,6 +110,9 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   bool step_batch();
   bool prefill_step(std::vector<Req*>& batch);
   bool decode_step();
+  // get_next_batch_to_run's merge of the last prefill batch into the
+  // running batch, and what it does to batch_is_full.
+  void merge_prefilled();
   // get_new_batch_prefill: the requests of this step's prefill batch.
   void new_prefill_batch(std::vector<Req*>& batch);
   // SchedulePolicy.calc_priority under lpm.
@@ -175,6 +178,14 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   std::vector<std::unique_ptr<Req>> running_;    // finished ones until the next decode step
   std::unique_ptr<Req> chunked_;                 // Scheduler.chunked_req
   std::vector<std::unique_ptr<Req>> prefilled_;  // last step's prefill batch, to merge
+  // The size of last step's prefill batch (Scheduler.last_batch, an extend
+  // batch) before its finished and chunked requests were filtered out; 0
+  // when the last step ran no prefill batch.
+  std::size_t last_prefill_size_ = 0;
+  // ScheduleBatch.batch_is_full of the running batch (Scheduler.running_batch):
+  // it belongs to that batch object, so it goes when an empty running batch
+  // is replaced by the last prefill batch (a new ScheduleBatch, the flag
+  // false); see merge_prefilled.
   bool batch_is_full_ = false;
   std::uint32_t max_running_ = 0;
   std::optional<std::uint32_t> chunk_limit_;  // rem_chunk_tokens' start; none: chunking off
