@@ -339,7 +339,14 @@ void SglangScheduler::init_next_round(Req& req) {
                                   hicache_ ? &host : nullptr);
   req.host_hit = host.tokens;
   req.host_node = host.node;
-  req.loaded = 0;
+  // Tokens loaded back in an earlier round whose request was then refused
+  // (add_one_req returned OTHER after init_load_back) are on the device now:
+  // matched there, they still count as the host's when it is admitted, so
+  // that the loaded pages are the host hits. Those evicted again before it
+  // is admitted were loaded for nothing (loads_unused_).
+  const std::uint32_t kept = std::min(req.loaded, req.prefix);
+  loads_unused_ += (req.loaded - kept) / page_;
+  req.loaded = kept;
 }
 
 void SglangScheduler::sort_longest_prefix() {
@@ -621,6 +628,7 @@ bool SglangScheduler::prefill_step(std::vector<Req*>& batch) {
     Req& req = *owned.back();
     count_admission(req);
     req.admitted_before = true;
+    req.loaded = 0;
     req.kv.resize(req.prefix / page_);
     path_pages(req.match_node, 0, req.prefix, req.kv);
     in_use_entries_ += req.kv.size();
@@ -769,6 +777,7 @@ void SglangScheduler::skip_stalled() {
   std::unique_ptr<Req> req = std::move(waiting_.front());
   waiting_.erase(waiting_.begin());
   ++stalled_;
+  loads_unused_ += req->loaded / page_;
   batch_is_full_ = false;
   auto& first = shell_.first_skipped[static_cast<std::size_t>(SkipReason::kPoolTooSmall)];
   if (!first) {

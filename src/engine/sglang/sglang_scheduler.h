@@ -153,6 +153,8 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   // HiCache: the transfers landed by the step's start (writing_check,
   // loading_check) and the writes queued before it started.
   void hicache_step_start();
+  // A transfer landed (loading_check, writing_check): its node and figures.
+  void hicache_landed(const OffloadConnector::Job& job);
   // The writes the tree issued this step, queued on the host link (with
   // --emit-trace, each a short sequence on the node's path storing its
   // pages), and the host pages it dropped.
@@ -204,6 +206,9 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   std::uint64_t chunked_prefills_ = 0;
   std::uint64_t prefill_out_of_memory_ = 0;
   std::uint64_t stalled_ = 0;
+  // HiCache: pages loaded back for a request that was then refused, and
+  // evicted again (or the request skipped) before it was admitted.
+  std::uint64_t loads_unused_ = 0;
   double token_usage_sum_ = 0;
   double token_usage_peak_ = 0;
   double min_ratio_seen_ = kInitNewTokenRatio;
