@@ -496,6 +496,35 @@ TEST_CASE("hicache: the batch that loads a prefix back ends no earlier than the 
   CHECK(cpu["load_ms"]["max"].get<double>() >= 500.0);
 }
 
+TEST_CASE("hicache: batch_is_full, set only when a request can be served, outlives a write") {
+  // A link of 50 ms latency; pool 64. Step 1 prefills r (4, out 30) and a
+  // (16, out 1), which finishes: its 16 tokens stay locked until their host
+  // write lands (writing_check). x (26, out 1) then finds them not
+  // evictable: NO_TOKEN. With r running, batch_is_full is set
+  // (get_new_batch_prefill, HiCache: "after making sure there are requests
+  // that can be served") and nothing clears it when the write lands: x waits
+  // for r to leave the running batch (update_running_batch). y (26, out 1)
+  // alone finds the same locked pages with nothing running or admitted: the
+  // flag stays clear, y waits for the write and is served, not skipped as
+  // stalled.
+  SimOptions options = hicache_options(50000);
+  Served out;
+  {
+    Simulator sim(token_pool(64), options);
+    sim.on_request = [&out](const RequestTimes& t) { out.times[t.id] = t; };
+    run_to_end(sim, {hashed("r", 4, 30, {}, 0), hashed("a", 16, 1, {1, 2, 3, 4}, 0),
+                     hashed("x", 26, 1, {}, 0.001)});
+    CHECK(sim.sim_totals().finished == 3);
+  }
+  CHECK(out.times.at("x").first_token > out.times.at("r").finished);
+  Simulator alone(token_pool(40), options);
+  alone.on_request = [&out](const RequestTimes& t) { out.times[t.id] = t; };
+  run_to_end(alone, {hashed("a", 24, 1, {1, 2, 3, 4, 5, 6}, 0), hashed("y", 24, 1, {}, 0.001)});
+  CHECK(alone.sim_totals().finished == 2);
+  CHECK(alone.sim_totals().skipped == 0);
+  CHECK(out.times.at("y").ttft_ms() >= 50.0);
+}
+
 TEST_CASE("hicache kv events: replayed in order, GPU and CPU events are the tree's pages") {
   for (const std::uint32_t page : {1u, 4u}) {
     INFO("page " << page);
