@@ -428,6 +428,57 @@ TEST_CASE("hicache: a prompt evicted from the GPU is loaded back from the host w
   CHECK(with.times.at("b").cached_tokens == 24);
 }
 
+TEST_CASE("hicache: a load landing in the run's last step is counted as loaded") {
+  // evicted_then_shared with b's output 1: b loads a's 24 tokens back
+  // (HiRadixCache.init_load_back), computes its 4 and finishes in that same
+  // step, the run's last. Its load lands there (the step waits for it) and
+  // is counted at the run's end (end_run: loading_check): loaded pages are
+  // the host hit tokens (one-token pages), and the load's time is counted.
+  for (const double latency_us : {0.0, 500000.0}) {
+    INFO("latency " << latency_us);
+    std::vector<Request> requests = evicted_then_shared();
+    requests[2].output = 1;
+    const Served run = serve(hicache_options(latency_us), std::move(requests));
+    const nlohmann::json& cpu = run.figures["offload"]["tiers"]["cpu"];
+    CHECK(run.sim.prompt_tokens_computed == 24 + 24 + 4);
+    CHECK(cpu["hit_tokens"] == 24);
+    CHECK(cpu["loaded"] == 24);
+    CHECK(cpu["load_ms"]["count"] == 1);
+    CHECK(run.times.at("b").cached_tokens == 24);
+  }
+}
+
+TEST_CASE("hicache: a prefix loaded back for a request then refused counts at its admission") {
+  // Pool 48, chunks of 12 tokens. a (16, hash ids 1-4, output 1) runs in
+  // chunks of 12 and 4 and ends; x (40 of its own) evicts a's 16 to the host
+  // for its third chunk. z (24 of its own) and b (a's 16 and 4 of its own)
+  // then arrive together. Step 1: z's first chunk takes the chunk budget.
+  // Step 2: z's last 12 take it again; b fits the memory budget (22 < 48 -
+  // 12 - 12 of z's chunks - 13 reserved), so it is loaded back
+  // (PrefillAdder.add_one_req: init_load_back, 16 pages, evicting x's) and
+  // then refused: no chunk budget left (OTHER). Step 3: b matches the
+  // loaded 16 on the device, is admitted and computes 4. Its 16 came from
+  // the host: they are the cpu tier's hit tokens, as many as the pages
+  // loaded, not the device's.
+  SimOptions options = hicache_options();
+  options.sglang.chunked_prefill_size = 12;
+  Simulator sim(token_pool(48), options);
+  Served out;
+  sim.on_request = [&out](const RequestTimes& t) { out.times[t.id] = t; };
+  run_to_end(sim, {hashed("a", 16, 1, {1, 2, 3, 4}, 0), hashed("x", 40, 1, {}, 1),
+                   hashed("z", 24, 1, {}, 2), hashed("b", 20, 1, {1, 2, 3, 4}, 2)});
+  nlohmann::json figures = {{"prefix_cache", nlohmann::json::object()}};
+  sim.scheduler().add_figures(figures);
+  const nlohmann::json& cpu = figures["offload"]["tiers"]["cpu"];
+  CHECK(sim.sim_totals().prompt_tokens_computed == 16 + 40 + 24 + 4);
+  CHECK(cpu["loaded"] == 16);
+  CHECK(cpu["hit_tokens"] == 16);
+  CHECK(sim.sim_totals().hit_tokens == 0);  // the device's
+  CHECK(out.times.at("b").cached_tokens == 16);
+  CHECK(figures["sglang"]["prefill_batches"] == 2 + 4 + 2 + 1);
+  CHECK(figures["sglang"]["hicache"]["loaded_unused"] == 0);
+}
+
 TEST_CASE("hicache: the batch that loads a prefix back ends no earlier than the load lands") {
   // The same runs with a link of 0.5 s latency: b's first token comes at
   // least 0.5 s after its admission. a loads nothing and is as fast as on a
@@ -443,6 +494,35 @@ TEST_CASE("hicache: the batch that loads a prefix back ends no earlier than the 
   const nlohmann::json& cpu = slow.figures["offload"]["tiers"]["cpu"];
   CHECK(cpu["load_ms"]["count"] == 1);
   CHECK(cpu["load_ms"]["max"].get<double>() >= 500.0);
+}
+
+TEST_CASE("hicache: batch_is_full, set only when a request can be served, outlives a write") {
+  // A link of 50 ms latency; pool 64. Step 1 prefills r (4, out 30) and a
+  // (16, out 1), which finishes: its 16 tokens stay locked until their host
+  // write lands (writing_check). x (26, out 1) then finds them not
+  // evictable: NO_TOKEN. With r running, batch_is_full is set
+  // (get_new_batch_prefill, HiCache: "after making sure there are requests
+  // that can be served") and nothing clears it when the write lands: x waits
+  // for r to leave the running batch (update_running_batch). y (26, out 1)
+  // alone finds the same locked pages with nothing running or admitted: the
+  // flag stays clear, y waits for the write and is served, not skipped as
+  // stalled.
+  SimOptions options = hicache_options(50000);
+  Served out;
+  {
+    Simulator sim(token_pool(64), options);
+    sim.on_request = [&out](const RequestTimes& t) { out.times[t.id] = t; };
+    run_to_end(sim, {hashed("r", 4, 30, {}, 0), hashed("a", 16, 1, {1, 2, 3, 4}, 0),
+                     hashed("x", 26, 1, {}, 0.001)});
+    CHECK(sim.sim_totals().finished == 3);
+  }
+  CHECK(out.times.at("x").first_token > out.times.at("r").finished);
+  Simulator alone(token_pool(40), options);
+  alone.on_request = [&out](const RequestTimes& t) { out.times[t.id] = t; };
+  run_to_end(alone, {hashed("a", 24, 1, {1, 2, 3, 4, 5, 6}, 0), hashed("y", 24, 1, {}, 0.001)});
+  CHECK(alone.sim_totals().finished == 2);
+  CHECK(alone.sim_totals().skipped == 0);
+  CHECK(out.times.at("y").ttft_ms() >= 50.0);
 }
 
 TEST_CASE("hicache kv events: replayed in order, GPU and CPU events are the tree's pages") {
@@ -496,7 +576,14 @@ TEST_CASE("hicache kv events: replayed in order, GPU and CPU events are the tree
     CHECK(host_stored > host_removed);
     nlohmann::json figures = {{"prefix_cache", nlohmann::json::object()}};
     sim.scheduler().add_figures(figures);
-    CHECK(figures["offload"]["tiers"]["cpu"]["loaded"].get<std::uint64_t>() > 0);
+    const nlohmann::json& cpu = figures["offload"]["tiers"]["cpu"];
+    CHECK(cpu["loaded"].get<std::uint64_t>() > 0);
+    // Every page loaded is a host hit, unless loaded for a request then
+    // refused and evicted again before it was admitted.
+    const auto unused = figures["sglang"]["hicache"]["loaded_unused"].get<std::uint64_t>();
+    CHECK(cpu["loaded"].get<std::uint64_t>() * page ==
+          cpu["hit_tokens"].get<std::uint64_t>() +
+              cpu["preempted_hit_tokens"].get<std::uint64_t>() + unused * page);
   }
 }
 

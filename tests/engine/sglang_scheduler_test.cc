@@ -347,26 +347,59 @@ TEST_CASE("sglang: max_running_requests bounds the batch") {
 TEST_CASE("sglang: the new_token_ratio reservation, batch_is_full, and decode retraction") {
   // Pool 34, conservativeness 0.1 (ratio 0.07). Step 1 prefills A (4, out 16)
   // and C (4, out 2); B (4, out 16) gets NO_TOKEN (the new requests reserve
-  // their whole output): batch_is_full. Step 2 decodes A, C (C finishes);
-  // step 3 drops C and decodes A; step 4 admits B (A reserved at 0.07).
-  // Decoding A and B fills the pool: step 14 evicts C's tokens, step 17 finds
-  // no room and retracts B (fewer output tokens), which re-prefills its
-  // prompt and 13 output tokens (17) at step 18 once A finished at step 17.
+  // their whole output): batch_is_full, on the running batch, empty then.
+  // Step 2: get_next_batch_to_run replaces that empty batch with the last
+  // prefill batch (ScheduleBatch.init_new: batch_is_full false), so B is
+  // tried again: A and C reserve 0.07 x their remaining output, and B's 21 <
+  // 26 - 1.12: prefilled. Decoding A, B and C (C finishes at step 3) fills
+  // the pool: step 13 evicts C's tokens, step 16 finds no room and retracts
+  // B (equal outputs and prompts: the later one). At step 17 B does not fit
+  // beside A (NO_TOKEN, batch_is_full) and A finishes; step 18's
+  // update_running_batch empties the batch (the flag cleared, the ratio
+  // reset at idle) and B re-prefills its prompt and 14 output tokens (18).
   SimOptions options = sglang_options();
   options.sglang.schedule_conservativeness = 0.1;
   Simulator sim(token_config(34), options);
   const Steps steps = run(sim, {req("A", 4, 16), req("C", 4, 2), req("B", 4, 16)});
-  REQUIRE(steps.preemptions.size() == 20);
-  CHECK(steps.preemptions[15] == 0);
-  CHECK(steps.preemptions[16] == 1);  // step 17
+  REQUIRE(steps.preemptions.size() == 19);
   CHECK(steps.prompt_computed[0] == 8);
-  CHECK(steps.prompt_computed[3] == 12);
-  CHECK(steps.prompt_computed.back() == 29);
+  CHECK(steps.prompt_computed[1] == 12);  // B at step 2, not after C left
+  CHECK(steps.output[1] == 3);
+  CHECK(steps.output[2] == 6);  // step 3 decodes A, C and B
+  CHECK(steps.preemptions[14] == 0);
+  CHECK(steps.preemptions[15] == 1);  // step 16
+  CHECK(steps.prompt_computed[16] == 12);
+  CHECK(steps.output[16] == 32);  // step 17: A's last token, B refused
+  CHECK(steps.prompt_computed.back() == 30);
   CHECK(steps.output.back() == 34);  // each token once
-  CHECK(sim.sim_totals().preempted_queries == 17);
+  CHECK(sim.sim_totals().preempted_queries == 18);
   CHECK(sim.sim_totals().finished == 3);
-  // retract_decode set it to min(1, (15 + 20) / 17); two decode steps decayed it.
-  CHECK(engine(sim).new_token_ratio() == Approx(1.0 - 2 * (0.07 - 0.0098) / 600));
+  // Reset to 0.07 by the idle round of step 18, decayed by step 19's decode.
+  CHECK(engine(sim).new_token_ratio() == Approx(0.07 - (0.07 - 0.0098) / 600));
+}
+
+TEST_CASE("sglang: batch_is_full clears when the last prefill batch loses a request") {
+  // Pool 40, chunks of 4, ratio 0.7. A (4, out 30), X (12, out 1) and W (4,
+  // out 8) at 0. Step 1 prefills A (the chunk budget is spent). Step 2
+  // starts X's chunks (A reserves 0.7 x 29 = 20.3). Steps 3 and 4: X's
+  // chunks take the budget, W needs 13 >= 32 - 20.3 - 4 (then 28 - 20.3 -
+  // 5): NO_TOKEN, batch_is_full. X's last chunk samples its one token and X
+  // finishes. Step 5: get_next_batch_to_run filters X out of the last
+  // prefill batch (filter_batch); the batch shrank, so the running batch's
+  // batch_is_full clears, and W (13 < 24 free + 12 of X's - 20.3) is
+  // prefilled, without waiting for A's 30 tokens.
+  SimOptions options = sglang_options();
+  options.sglang.chunked_prefill_size = 4;
+  Simulator sim(token_config(40), options);
+  const Steps steps = run(sim, {req("A", 4, 30), req("X", 12, 1), req("W", 4, 8)});
+  REQUIRE(steps.prompt_computed.size() > 5);
+  CHECK(steps.prompt_computed[0] == 4);
+  CHECK(steps.prompt_computed[3] == 16);  // X's three chunks
+  CHECK(steps.output[3] == 2);            // A's first and X's only token
+  CHECK(steps.prompt_computed[4] == 20);  // step 5: W
+  CHECK(steps.output[4] == 3);
+  CHECK(sim.sim_totals().finished == 3);
+  CHECK(steps.output.back() == 30 + 1 + 8);
 }
 
 TEST_CASE("sglang: check() catches a leaked page (S2) and a request off its tree path (S1)") {

@@ -158,7 +158,8 @@ void SglangScheduler::add_figures(nlohmann::json& report) const {
     const TierResidency host{tree_.host_capacity(), tree_.host_used()};
     add_offload_figures(report, *hicache_, "lru", std::span(&host, 1), sim_);
     report["sglang"]["hicache"] = {{"write_policy", "write_through"},
-                                   {"load_back_threshold", RadixCache::kLoadBackThreshold}};
+                                   {"load_back_threshold", RadixCache::kLoadBackThreshold},
+                                   {"loaded_unused", loads_unused_}};
   }
 }
 

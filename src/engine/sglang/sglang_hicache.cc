@@ -28,7 +28,7 @@ void SglangScheduler::load_back(Req& req) {
   req.match_node = req.host_node;
   tree_.inc_lock_ref(req.match_node);
   req.prefix += tokens;
-  req.loaded = tokens;
+  req.loaded += tokens;
   req.host_hit = 0;
   hicache_->issue_load(0, host, req.match_node, shell_.step_start);
   shell_.step_waits = std::max(shell_.step_waits, hicache_->jobs().back().done);
@@ -41,22 +41,25 @@ void SglangScheduler::hicache_step_start() {
   // check_hicache_events: writing_check and loading_check, then the writes
   // queued in the last step start on the device-to-host link.
   const double now = shell_.step_start;
-  for (OffloadConnector::Job& job : hicache_->take_landed(now)) {
-    OffloadTierFigures& f = hicache_->figures(0);
-    auto* node = static_cast<RadixCache::Node*>(const_cast<void*>(job.owner));
-    if (job.load) {
-      tree_.load_done(node);
-      f.loaded += job.keys.size();
-      f.load_ms.add((job.done - job.issued) * 1000.0);
-    } else {
-      tree_.write_done(node, job.keys);  // counted as stored when queued
-      // Its pages are evictable again: a batch found full for want of room
-      // is tried again (kvreplay's choice; SGLang resets batch_is_full when
-      // a request's memory is released).
-      batch_is_full_ = false;
-    }
-  }
+  for (const OffloadConnector::Job& job : hicache_->take_landed(now)) hicache_landed(job);
   hicache_->start_queued(now);
+}
+
+void SglangScheduler::hicache_landed(const OffloadConnector::Job& job) {
+  // loading_check: the load's node is unlocked, its pages counted as loaded
+  // and its time taken; writing_check: the written node is unlocked (its
+  // pages were counted as stored when queued) and evictable again. The
+  // running batch's batch_is_full stays as it is: SGLang clears it only when
+  // that batch shrinks or is replaced (get_next_batch_to_run).
+  OffloadTierFigures& f = hicache_->figures(0);
+  auto* node = static_cast<RadixCache::Node*>(const_cast<void*>(job.owner));
+  if (job.load) {
+    tree_.load_done(node);
+    f.loaded += job.keys.size();
+    f.load_ms.add((job.done - job.issued) * 1000.0);
+  } else {
+    tree_.write_done(node, job.keys);
+  }
 }
 
 void SglangScheduler::hicache_step_end() {
@@ -104,21 +107,17 @@ bool SglangScheduler::end_run() {
   // may still be queued or in flight. They land now, as the emitted trace has
   // them (its `store` copied the page when it was written): the nodes are
   // unlocked with their host copies, as the paged engines' stores land at the
-  // end. The run's time stays its last step's end; no KV events are sent.
+  // end. So does the load of a request that finished in the last step (its
+  // step ended no earlier than the load landed), counted as every landing
+  // is, its time included. The run's time stays its last step's end; no KV
+  // events are sent.
   if (!hicache_ || has_requests()) return true;
   hicache_->start_queued(shell_.step_start);
-  OffloadTierFigures& f = hicache_->figures(0);
-  for (OffloadConnector::Job& job :
+  for (const OffloadConnector::Job& job :
        hicache_->take_landed(std::numeric_limits<double>::infinity())) {
-    auto* node = static_cast<RadixCache::Node*>(const_cast<void*>(job.owner));
-    if (job.load) {  // none: a load's request is still running
-      tree_.load_done(node);
-      f.loaded += job.keys.size();
-    } else {
-      tree_.write_done(node, job.keys);
-    }
+    hicache_landed(job);
   }
-  f.evicted = tree_.host_evicted();
+  hicache_->figures(0).evicted = tree_.host_evicted();
   return true;
 }
 

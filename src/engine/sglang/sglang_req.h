@@ -35,7 +35,8 @@ struct SglangScheduler::Req {
   std::uint32_t prefix = 0;
   RadixCache::Node* match_node = nullptr;
   // HiCache: the match's host part (host_hit_length, last_host_node), and
-  // the tokens of the prefix loaded back from it when admitted.
+  // the tokens of the prefix loaded back from it since it was last admitted
+  // (a load whose request was refused after it counts at its admission).
   std::uint32_t host_hit = 0;
   RadixCache::Node* host_node = nullptr;
   std::uint32_t loaded = 0;

@@ -339,7 +339,14 @@ void SglangScheduler::init_next_round(Req& req) {
                                   hicache_ ? &host : nullptr);
   req.host_hit = host.tokens;
   req.host_node = host.node;
-  req.loaded = 0;
+  // Tokens loaded back in an earlier round whose request was then refused
+  // (add_one_req returned OTHER after init_load_back) are on the device now:
+  // matched there, they still count as the host's when it is admitted, so
+  // that the loaded pages are the host hits. Those evicted again before it
+  // is admitted were loaded for nothing (loads_unused_).
+  const std::uint32_t kept = std::min(req.loaded, req.prefix);
+  loads_unused_ += (req.loaded - kept) / page_;
+  req.loaded = kept;
 }
 
 void SglangScheduler::sort_longest_prefix() {
@@ -395,7 +402,13 @@ void SglangScheduler::new_prefill_batch(std::vector<Req*>& batch) {
     init_next_round(*r);
     const AddResult result = adder.add_one(*r);
     if (result != AddResult::kContinue) {
-      if (result == AddResult::kNoToken) batch_is_full_ = true;
+      // NO_TOKEN fills the batch. With HiCache only when a request is
+      // admitted or running ("set batch_is_full after making sure there are
+      // requests that can be served"): pages locked by host writes in flight
+      // free up without a request leaving.
+      if (result == AddResult::kNoToken) {
+        batch_is_full_ = !hicache_ || !adder.can_run.empty() || !running_.empty();
+      }
       break;
     }
   }
@@ -615,6 +628,7 @@ bool SglangScheduler::prefill_step(std::vector<Req*>& batch) {
     Req& req = *owned.back();
     count_admission(req);
     req.admitted_before = true;
+    req.loaded = 0;
     req.kv.resize(req.prefix / page_);
     path_pages(req.match_node, 0, req.prefix, req.kv);
     in_use_entries_ += req.kv.size();
@@ -651,6 +665,7 @@ bool SglangScheduler::prefill_step(std::vector<Req*>& batch) {
     waiting_.insert(waiting_.begin(), std::move(back));
     if (owned.empty()) return true;
   }
+  last_prefill_size_ = owned.size();
   sim_.max_running = std::max<std::uint64_t>(sim_.max_running, running_.size() + owned.size());
   for (auto& r : owned) {
     shell_.schedule_work(r->times.get(), r->kv_len, r->extend, true);
@@ -762,6 +777,7 @@ void SglangScheduler::skip_stalled() {
   std::unique_ptr<Req> req = std::move(waiting_.front());
   waiting_.erase(waiting_.begin());
   ++stalled_;
+  loads_unused_ += req->loaded / page_;
   batch_is_full_ = false;
   auto& first = shell_.first_skipped[static_cast<std::size_t>(SkipReason::kPoolTooSmall)];
   if (!first) {
@@ -785,15 +801,32 @@ bool SglangScheduler::step() {
   return ok;
 }
 
+void SglangScheduler::merge_prefilled() {
+  // Scheduler.get_next_batch_to_run: the last prefill batch (last_batch) is
+  // filtered (filter_batch drops its finished requests and the chunked one);
+  // if that shrank it, the running batch's batch_is_full is cleared. What is
+  // left joins the running batch: an empty running batch is replaced by it
+  // (running_batch = last_batch, a batch ScheduleBatch.init_new made, whose
+  // batch_is_full is false), a non-empty one takes its requests and keeps
+  // its flag (merge_batch).
+  if (last_prefill_size_ > 0) {
+    if (prefilled_.size() < last_prefill_size_) batch_is_full_ = false;
+    if (!prefilled_.empty() && running_.empty()) batch_is_full_ = false;
+  }
+  last_prefill_size_ = 0;
+  for (auto& r : prefilled_) running_.push_back(std::move(r));
+  prefilled_.clear();
+}
+
 bool SglangScheduler::step_batch() {
   // Scheduler.get_next_batch_to_run: the last prefill batch joins the running
   // batch; a new prefill batch when one can be formed, else a decode step.
-  for (auto& r : prefilled_) running_.push_back(std::move(r));
-  prefilled_.clear();
+  merge_prefilled();
   std::vector<Req*> batch;
   new_prefill_batch(batch);
   if (!batch.empty()) return prefill_step(batch);
-  // update_running_batch: finished requests leave; a smaller batch may admit again.
+  // update_running_batch: finished requests leave; a smaller batch may admit
+  // again (batch_is_full cleared, as when the batch ends empty).
   const std::size_t before = running_.size();
   std::erase_if(running_, [](const auto& r) { return r->done; });
   if (running_.size() < before) batch_is_full_ = false;

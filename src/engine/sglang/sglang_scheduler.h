@@ -110,6 +110,9 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   bool step_batch();
   bool prefill_step(std::vector<Req*>& batch);
   bool decode_step();
+  // get_next_batch_to_run's merge of the last prefill batch into the
+  // running batch, and what it does to batch_is_full.
+  void merge_prefilled();
   // get_new_batch_prefill: the requests of this step's prefill batch.
   void new_prefill_batch(std::vector<Req*>& batch);
   // SchedulePolicy.calc_priority under lpm.
@@ -150,6 +153,8 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   // HiCache: the transfers landed by the step's start (writing_check,
   // loading_check) and the writes queued before it started.
   void hicache_step_start();
+  // A transfer landed (loading_check, writing_check): its node and figures.
+  void hicache_landed(const OffloadConnector::Job& job);
   // The writes the tree issued this step, queued on the host link (with
   // --emit-trace, each a short sequence on the node's path storing its
   // pages), and the host pages it dropped.
@@ -175,6 +180,14 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   std::vector<std::unique_ptr<Req>> running_;    // finished ones until the next decode step
   std::unique_ptr<Req> chunked_;                 // Scheduler.chunked_req
   std::vector<std::unique_ptr<Req>> prefilled_;  // last step's prefill batch, to merge
+  // The size of last step's prefill batch (Scheduler.last_batch, an extend
+  // batch) before its finished and chunked requests were filtered out; 0
+  // when the last step ran no prefill batch.
+  std::size_t last_prefill_size_ = 0;
+  // ScheduleBatch.batch_is_full of the running batch (Scheduler.running_batch):
+  // it belongs to that batch object, so it goes when an empty running batch
+  // is replaced by the last prefill batch (a new ScheduleBatch, the flag
+  // false); see merge_prefilled.
   bool batch_is_full_ = false;
   std::uint32_t max_running_ = 0;
   std::optional<std::uint32_t> chunk_limit_;  // rem_chunk_tokens' start; none: chunking off
@@ -193,6 +206,9 @@ class SglangScheduler final : public Scheduler, public KvConnector {
   std::uint64_t chunked_prefills_ = 0;
   std::uint64_t prefill_out_of_memory_ = 0;
   std::uint64_t stalled_ = 0;
+  // HiCache: pages loaded back for a request that was then refused, and
+  // evicted again (or the request skipped) before it was admitted.
+  std::uint64_t loads_unused_ = 0;
   double token_usage_sum_ = 0;
   double token_usage_peak_ = 0;
   double min_ratio_seen_ = kInitNewTokenRatio;
