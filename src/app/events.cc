@@ -26,7 +26,9 @@ namespace {
 struct EventsRequest {
   std::string path;
   std::string json;  // --json: empty for none
-  bool duplicates = false;
+  bool unique = false;
+  bool mid_stream = false;
+  bool duplicates = false;  // the default now: accepted, changes nothing
   bool quiet = false;
 };
 
@@ -85,7 +87,8 @@ int run_events(const EventsRequest& request) {
     return kExitInput;
   }
   EventsOptions options;
-  options.duplicates = request.duplicates;
+  options.unique = request.unique;
+  options.mid_stream = request.mid_stream;
   EventsChecker checker(name, options);
   std::string line;
   for (std::uint64_t number = 1;; ++number) {
@@ -122,32 +125,46 @@ class EventsCommand final : public Command {
     app.add_option("--json", request_.json,
                    "also write the summary as JSON here (- for stdout; the text then goes to "
                    "stderr); written only when the whole stream passed");
+    app.add_flag("--mid-stream", request_.mid_stream,
+                 "the stream was captured mid-run: a parent never stored makes a root, a removal "
+                 "of a hash not cached and a first seq above 0 are counted, not refused");
+    app.add_flag("--unique", request_.unique,
+                 "refuse a store of a hash already cached (a key-level stream); by default a "
+                 "medium counts each hash per block, as vLLM caches it in several blocks");
     app.add_flag("--duplicates", request_.duplicates,
-                 "let a medium cache one hash several times (vLLM's BlockPool may): a store counts "
-                 "it up, a removal down");
+                 "per-block counts (the default; kept for older scripts)");
     app.add_flag("-q,--quiet", request_.quiet, "print no summary");
     declare_subscribe_options(app, subscribe_);
     app.footer(
         "Form: one batch a line (vLLM's KVEventBatch), {\"ts\": T, \"events\": [...], "
         "\"instance\": I}\n"
+        "(\"seq\": N, the ZMQ frame's number, optional)\n"
         "or [T, [...], data_parallel_rank]; events as {\"type\": \"BlockStored\", ...} or tag "
         "first,\n"
         "[\"BlockStored\", block_hashes, parent_block_hash, token_ids, block_size, lora_id, "
         "medium],\n"
         "[\"BlockRemoved\", block_hashes, medium], [\"AllBlocksCleared\"]; a hash is an integer "
         "up to 2^64-1\n"
-        "or a string; medium null = GPU. Checks, per instance and medium: ts never goes back; a "
-        "stored\n"
-        "block's parent was stored there before; no hash is stored while cached (unless "
-        "--duplicates);\n"
-        "a removed hash is cached. AllBlocksCleared empties the instance. The first problem is "
-        "one line,\n"
-        "FILE:LINE: FIELD: problem, and exit 2. Summary: events, blocks stored, removed and "
-        "cached (peak),\n"
-        "cached over time, churn, and re-stores (LRU stack distance, time since the removal).\n"
+        "or a string; medium null = GPU. Counts per block, as vLLM emits them and Dynamo's "
+        "router counts\n"
+        "them: a hash stored twice is cached twice and removed twice. Checks, per instance and "
+        "medium:\n"
+        "ts never goes back; seq rises from 0; a stored block's parent was stored there before; "
+        "a removed\n"
+        "hash is cached (--unique: no hash is stored while cached). AllBlocksCleared empties the "
+        "instance.\n"
+        "--mid-stream accepts a capture begun mid-run (unknown parents are roots, unmatched "
+        "removals and\n"
+        "seq gaps counted). The first problem is one line, FILE:LINE: FIELD: problem, and exit "
+        "2.\n"
+        "Summary: events, blocks stored, removed and cached (peak), the same per key, cached over "
+        "time,\n"
+        "store and removal rates, seq gaps, and re-stores (LRU stack distance, time since the "
+        "removal).\n"
         "Examples:\n"
         "  kvreplay events tests/cli/events/vllm_recorded.jsonl\n"
         "  kvreplay events tests/cli/events/summary.jsonl --json summary.json\n"
+        "  tail -n 2 tests/cli/events/dynamo_counts.jsonl | kvreplay events - --mid-stream\n"
         "  kvreplay events --subscribe tcp://localhost:5557 --replay tcp://localhost:5558 "
         "--duration 1 -o live.jsonl");
   }

@@ -183,7 +183,8 @@ TEST_CASE("events: hashes are integers up to 2^64-1 or strings, each its own") {
   CHECK(gpu.removed == 3);
   CHECK(gpu.cached == 3);
   CHECK(check(R"({"ts": 0, "events": [["BlockStored", [5]], ["BlockRemoved", ["5"]]]})") ==
-        "s.jsonl:1: events[1].block_hashes[0]: \"5\" is not cached in instance 0's GPU");
+        "s.jsonl:1: events[1].block_hashes[0]: \"5\" is not cached in instance 0's GPU (a stream "
+        "captured mid-run: --mid-stream)");
   CHECK(check(R"({"ts": 0, "events": [["BlockStored", [18446744073709551616]]]})") ==
         "s.jsonl:1: events[0].block_hashes[0]: 18446744073709551616 is too large (at most "
         "18446744073709551615)");
@@ -232,30 +233,70 @@ TEST_CASE("events: a parent may have been removed since, never unstored") {
           R"({"ts": 0, "events": [["BlockStored", [1]]]})"
           "\n"
           R"({"ts": 0, "events": [["BlockStored", [3], null, [], 0, null, "CPU"], ["BlockStored", [2], 1, [], 0, null, "CPU"]]})") ==
-      "s.jsonl:2: events[1].parent_block_hash: 1 was never stored in instance 0's CPU");
+      "s.jsonl:2: events[1].parent_block_hash: 1 was never stored in instance 0's CPU (a stream "
+      "captured mid-run: --mid-stream)");
   // A parent must come before: the run's own later hash is not one.
   CHECK(check(R"({"ts": 0, "events": [["BlockStored", [1, 2], 2]]})") ==
-        "s.jsonl:1: events[0].parent_block_hash: 2 was never stored in instance 0's GPU");
+        "s.jsonl:1: events[0].parent_block_hash: 2 was never stored in instance 0's GPU (a stream "
+        "captured mid-run: --mid-stream)");
 }
 
-TEST_CASE("events: a double store, and --duplicates' multiset") {
+TEST_CASE("events: a double store counts per block, --unique refuses it") {
+  // vLLM's BlockPool caches a hash in several blocks, a BlockStored and a
+  // BlockRemoved for each (block_pool.py); Dynamo's EventDedupFilter counts
+  // them per hash and passes a removal on when the count reaches 0.
   const std::string twice = R"({"ts": 0, "events": [["BlockStored", [7]]]})"
                             "\n"
                             R"({"ts": 1, "events": [["BlockStored", [7]]]})";
-  CHECK(check(twice) ==
+  EventsOptions unique;
+  unique.unique = true;
+  CHECK(check(twice, nullptr, unique) ==
         "s.jsonl:2: events[0].block_hashes[0]: 7 is already cached in instance 0's GPU (stored "
-        "on line 1; --duplicates allows it)");
+        "on line 1; without --unique a medium holds a hash in several blocks)");
   EventsSummary s;
-  REQUIRE(check(twice + "\n" + R"({"ts": 2, "events": [["BlockRemoved", [7, 7]]]})", &s,
-                EventsOptions{true, std::nullopt})
-              .empty());
-  CHECK(s.duplicates);
-  CHECK(medium(s, 0, "GPU").peak == 2);
+  REQUIRE(check(twice + "\n" + R"({"ts": 2, "events": [["BlockRemoved", [7]]]})", &s).empty());
+  CHECK(!s.unique);
+  const EventsMedium& one = medium(s, 0, "GPU");
+  CHECK(one.peak == 2);
+  CHECK(one.cached == 1);  // one block still holds 7
+  CHECK(one.duplicate_stores == 1);
+  CHECK(one.keys_stored == 1);
+  CHECK(one.keys_removed == 0);  // the count went 2 -> 1: no key removed
+  CHECK(one.keys_cached == 1);
+  REQUIRE(check(twice + "\n" + R"({"ts": 2, "events": [["BlockRemoved", [7, 7]]]})", &s).empty());
   CHECK(medium(s, 0, "GPU").cached == 0);
+  CHECK(medium(s, 0, "GPU").keys_removed == 1);
   CHECK(medium(s, 0, "GPU").reuses == 0);  // the second store came while it was cached
-  CHECK(check(twice + "\n" + R"({"ts": 2, "events": [["BlockRemoved", [7, 7, 7]]]})", nullptr,
-              EventsOptions{true, std::nullopt}) ==
-        "s.jsonl:3: events[0].block_hashes[2]: 7 is not cached in instance 0's GPU");
+  CHECK(check(twice + "\n" + R"({"ts": 2, "events": [["BlockRemoved", [7, 7, 7]]]})") ==
+        "s.jsonl:3: events[0].block_hashes[2]: 7 is not cached in instance 0's GPU (a stream "
+        "captured mid-run: --mid-stream)");
+}
+
+TEST_CASE("events: --mid-stream makes an unknown parent a root and counts unmatched removals") {
+  // A capture begun mid-run: 1 and 9 were stored before it.
+  const std::string tail =
+      R"({"ts": 5, "seq": 7, "events": [["BlockStored", [2, 3], 1], ["BlockRemoved", [9, 2]]]})"
+      "\n"
+      R"({"ts": 6, "seq": 9, "events": [["BlockRemoved", [9]]]})";
+  CHECK(check(tail) ==
+        "s.jsonl:1: seq: instance 0 starts at 7, not 0 (a stream captured "
+        "mid-run: --mid-stream)");
+  EventsOptions mid;
+  mid.mid_stream = true;
+  EventsSummary s;
+  REQUIRE(check(tail, &s, mid).empty());
+  const EventsMedium& gpu = medium(s, 0, "GPU");
+  CHECK(gpu.orphan_stores == 1);
+  CHECK(gpu.unmatched_removals == 2);  // 9 twice
+  CHECK(gpu.removed == 3);
+  CHECK(gpu.cached == 1);  // 3
+  CHECK(s.late_starts == 1);
+  CHECK(s.seq_gaps == 1);
+  CHECK(s.seq_missing == 1);
+  CHECK(check(R"({"ts": 5, "seq": 3, "events": []})"
+              "\n"
+              R"({"ts": 6, "seq": 3, "events": []})",
+              nullptr, mid) == "s.jsonl:2: seq: 3 does not follow 3 (line 1, instance 0)");
 }
 
 TEST_CASE("events: every malformed batch is one problem at its line and field") {

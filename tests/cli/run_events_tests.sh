@@ -6,7 +6,11 @@
 #     path is never written (nothing left in the folder);
 #   - vLLM's recorded shape passes; the hand-worked stream's figures in the
 #     JSON; the same bytes on every run, from gzip and standard input too;
-#   - --duplicates, an empty file, a missing file, a truncated gzip, --json -
+#   - per-block counts (a hash stored twice is cached twice, Dynamo's
+#     EventDedupFilter), --unique, seq gaps, on a hand-worked stream;
+#   - --mid-stream: the tail of kvreplay's own stream refused without it
+#     (FILE:LINE: FIELD), accepted with it;
+#   - an empty file, a missing file, a truncated gzip, --json -
 #     and through a symlink, --json onto the input, unknown options, --help.
 # Usage: run_events_tests.sh KVREPLAY_BINARY REPO_ROOT
 set -uo pipefail
@@ -86,15 +90,67 @@ check 'cmp -s <(jq "del(.input)" "$work/a.json") <(jq "del(.input)" "$work/out")
 check 'grep -q "^<stdin>: 8 batches" "$work/err"' "stdin: the text summary is not on stderr"
 finish "gzip and standard input give the same summary; --json - is stdout"
 
-# --- --duplicates: a medium is a multiset; removing an absent hash still fails
-run events "$events/bad/double_store.jsonl" --duplicates --json "$work/dup.json"
-check '[[ $rc -eq 0 ]]' "double store with --duplicates: exit $rc: $(err_text)"
-check '[[ $(jq -c "[.duplicates, (.media[0] | .cached, .peak.cached)]" "$work/dup.json") == "[true,5,5]" ]]' \
+# --- per block: a medium is a multiset (vLLM caches a hash in several blocks);
+# --unique refuses a second store; --duplicates (the old flag) changes nothing
+run events "$events/double_store.jsonl" --json "$work/dup.json"
+check '[[ $rc -eq 0 ]]' "double store: exit $rc: $(err_text)"
+check '[[ $(jq -c "[.duplicates, (.media[0] | .cached, .peak.cached, .duplicate_stores, .keys.stored, .keys.cached, .keys.peak)]" "$work/dup.json") == "[true,5,5,1,5,4,4]" ]]' \
   "figures: $(jq -c . "$work/dup.json")"
-run events "$events/bad/removed_absent.jsonl" --duplicates
-check '[[ $rc -eq 2 && $(cat "$work/err") == "$events/bad/removed_absent.jsonl:3: events[0].block_hashes[1]: 1 is not cached in instance 0'"'"'s GPU" ]]' \
-  "absent removal with --duplicates: exit $rc, $(err_text)"
-finish "--duplicates"
+run events "$events/double_store.jsonl" --duplicates --json "$work/dup2.json"
+check '[[ $rc -eq 0 ]] && cmp -s "$work/dup.json" "$work/dup2.json"' "--duplicates: exit $rc, another summary"
+run events "$events/double_store.jsonl" --unique
+check '[[ $rc -eq 2 && $(cat "$work/err") == "$events/double_store.jsonl:3: events[0].block_hashes[1]: 3 is already cached in instance 0'"'"'s GPU (stored on line 2; without --unique a medium holds a hash in several blocks)" ]]' \
+  "--unique: exit $rc, $(err_text)"
+finish "per-block counts by default; --unique refuses a second store"
+
+# --- Dynamo's per-block counts, worked by hand (tests/cli/events/dynamo_counts.jsonl):
+#   seq 0  store a, b            blocks {a:1, b:1}  keys stored 2
+#   seq 1  store b (parent a)    {a:1, b:2}         a duplicate: 3 cached, the peak (ts 1)
+#   seq 2  remove b              {a:1, b:1}         b's count 2 -> 1: no key removed
+#   seq 4  remove b, remove a    {}                 keys removed 2; seq 3 missed (a gap)
+# stored 3 and removed 3 blocks over 4 s: 0.75 blocks/s each; the longest time
+# between batches 2 s (ts 2 to 4).
+run events "$events/dynamo_counts.jsonl" --json "$work/dyn.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check '[[ $(jq -c ".media[0] | [.stored, .removed, .cached, .peak.cached, .peak.ts, .duplicate_stores]" "$work/dyn.json") == "[3,3,0,3,1,1]" ]]' \
+  "blocks: $(jq -c ".media[0]" "$work/dyn.json")"
+check '[[ $(jq -c ".media[0].keys | [.stored, .removed, .cached, .peak]" "$work/dyn.json") == "[2,2,0,2]" ]]' \
+  "keys: $(jq -c ".media[0].keys" "$work/dyn.json")"
+check '[[ $(jq -c ".media[0] | [.stored_per_s, .removed_per_s, .churn_per_s]" "$work/dyn.json") == "[0.75,0.75,1.5]" ]]' \
+  "rates: $(jq -c ".media[0]" "$work/dyn.json")"
+check '[[ $(jq -c "[.seq.batches, .seq.gaps, .seq.missing, .seq.late_starts, .max_interval.s, .max_interval.ts]" "$work/dyn.json") == "[4,1,1,0,2,4]" ]]' \
+  "seq and gaps: $(jq -c "[.seq, .max_interval]" "$work/dyn.json")"
+check 'grep -q "seq: 4 batches numbered, 1 gap (1 missing)" "$work/out"' "text: $(head -c 400 "$work/out")"
+tail -n 2 "$events/dynamo_counts.jsonl" >"$work/dyn_tail.jsonl"
+run events "$work/dyn_tail.jsonl"
+check '[[ $rc -eq 2 && $(cat "$work/err") == "$work/dyn_tail.jsonl:1: seq: instance 0 starts at 2, not 0 (a stream captured mid-run: --mid-stream)" ]]' \
+  "a tail starting at seq 2: exit $rc, $(err_text)"
+run events "$work/dyn_tail.jsonl" --mid-stream --json "$work/dyn_tail.json"
+check '[[ $rc -eq 0 && $(jq -c "[.seq.late_starts, .media[0].mid_stream.unmatched_removals, .media[0].removed, .media[0].cached]" "$work/dyn_tail.json") == "[1,3,3,0]" ]]' \
+  "--mid-stream: exit $rc, $(err_text) $(jq -c . "$work/dyn_tail.json" 2>/dev/null)"
+finish "Dynamo's per-block counts, keys, rates and seq gaps of a hand-worked stream"
+
+# --- the tail of kvreplay's own stream: refused at its first unknown parent or
+# removal without --mid-stream, accepted with it (and the whole stream clean)
+head -n 150 traces/requests/mooncake_conv.jsonl >"$work/short.jsonl"
+run simulate "$work/short.jsonl" --model llama-3.1-8b --tp 4 --gpu h100-80gb --kv-memory 2GiB \
+  --max-seq-tokens 131072 -q --kv-events "$work/own.jsonl"
+check '[[ $rc -eq 0 ]]' "simulate: exit $rc: $(err_text)"
+lines=$(wc -l <"$work/own.jsonl")
+tail -n $((lines / 2)) "$work/own.jsonl" >"$work/own_tail.jsonl"
+run events "$work/own.jsonl" --json "$work/own.json"
+check '[[ $rc -eq 0 && $(jq "[.media[].removed] | add" "$work/own.json") -gt 0 ]]' \
+  "the whole stream: exit $rc, $(err_text)"
+run events "$work/own_tail.jsonl"
+check '[[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 ]] && grep -qE "^$work/own_tail.jsonl:[0-9]+: events\[[0-9]+\]\.(parent_block_hash|block_hashes\[[0-9]+\]): .* \(a stream captured mid-run: --mid-stream\)$" "$work/err"' \
+  "the tail without --mid-stream: exit $rc, $(err_text)"
+run events "$work/own_tail.jsonl" --mid-stream --json "$work/own_tail.json"
+check '[[ $rc -eq 0 ]]' "the tail with --mid-stream: exit $rc, $(err_text)"
+check '[[ $(jq "[.media[].mid_stream | .orphan_stores + .unmatched_removals] | add" "$work/own_tail.json") -gt 0 ]]' \
+  "no orphan store nor unmatched removal counted: $(jq -c .media "$work/own_tail.json")"
+check '[[ $(jq -r .mid_stream "$work/own_tail.json") == true ]] && grep -q "mid-stream: " "$work/out"' \
+  "the summary does not say mid-stream"
+finish "the tail of kvreplay's own stream: refused without --mid-stream, accepted with it"
 
 # --- an empty file: no batches, a summary of nothing
 : >"$work/empty.jsonl"
@@ -126,7 +182,7 @@ run events "$events/summary.jsonl" --json "$work/links/link.json"
 check '[[ $rc -eq 0 && -L $work/links/link.json ]]' "exit $rc; the link is gone"
 check 'cmp -s "$work/links/target.json" "$work/a.json"' "the target is not the summary"
 echo old >"$work/links/target.json"
-run events "$events/bad/double_store.jsonl" --json "$work/links/link.json"
+run events "$events/bad/removed_absent.jsonl" --json "$work/links/link.json"
 check '[[ $rc -eq 2 && $(cat "$work/links/target.json") == old ]]' "a failed run touched the target"
 check '[[ $(ls -A "$work/links" | wc -l) -eq 2 ]]' "left $(ls -A "$work/links") behind"
 cp "$events/summary.jsonl" "$work/in.jsonl"
@@ -184,7 +240,7 @@ check '[[ $rc -eq 2 ]]' "no FILE: exit $rc"
 run events --help
 check '[[ $rc -eq 0 ]]' "--help: exit $rc"
 check 'grep -q "KVEventBatch" "$work/out" && grep -q "Checks" "$work/out" &&
-  grep -q "FILE:LINE: FIELD: problem" "$work/out" && grep -q -- "--duplicates" "$work/out"' \
+  grep -q "FILE:LINE: FIELD: problem" "$work/out" && grep -q -- "--mid-stream" "$work/out" && grep -q -- "--unique" "$work/out"' \
   "--help explains neither the form nor the checks"
 run --help
 check 'grep -q "^  events " "$work/out"' "kvreplay --help does not list events"

@@ -5,12 +5,17 @@
 // vLLM's rules (traces/README.md, "The vllm engine, worked by hand").
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "engine/events/kv_events.h"
 #include "engine/micro_config.h"
+#include "engine/offload/offload_connector.h"
 #include "engine/paged/paged_scheduler.h"
 #include "engine/run_to_end.h"
 #include "engine/simulator.h"
@@ -762,6 +767,88 @@ TEST_CASE("kv groups: vLLM's grouping of gpt-oss and Gemma 3, and the bytes per 
   kv.pool_blocks = 100;
   CHECK(kv_block_bytes(kv, groups) == 16ull * 10 * 2 * 16 * 128 * 2);
   CHECK(kv_block_bytes(kv, {}) == kv.block_bytes());
+}
+
+}  // namespace
+}  // namespace kvreplay
+
+namespace kvreplay {
+namespace {
+
+// The GPU events of every batch --kv-events writes, as [type, hashes, parent]
+// (parent "-" for none, "" for a BlockRemoved).
+struct EventRow {
+  std::string type;
+  std::vector<std::string> hashes;
+  std::string parent;
+  bool operator==(const EventRow&) const = default;
+};
+
+std::vector<EventRow> gpu_event_rows(Simulator& sim, std::vector<Request> requests) {
+  std::vector<EventRow> rows;
+  sim.on_kv_events = [&rows, &sim](double ts, const KvEventLog& log) {
+    const auto batch = nlohmann::json::parse(
+        kv_event_batch_line(ts, log, sim.config().kv.page_tokens, std::nullopt));
+    for (const auto& event : batch.at("events")) {
+      if (event.at("medium") != "GPU") continue;
+      EventRow row{event.at("type"), event.at("block_hashes").get<std::vector<std::string>>(), ""};
+      if (row.type == "BlockStored") {
+        row.parent = event.at("parent_block_hash").is_null()
+                         ? "-"
+                         : event.at("parent_block_hash").get<std::string>();
+        CHECK(event.at("block_size") == 4);
+        CHECK(event.at("token_ids").empty());
+        CHECK(event.at("lora_id").is_null());
+      }
+      rows.push_back(std::move(row));
+    }
+  };
+  run_to_end(sim, std::move(requests));
+  return rows;
+}
+
+TEST_CASE("vllm kv events: a hash cached twice is stored twice and removed twice") {
+  // BlockPool.cache_full_blocks sends one BlockStored per call listing the
+  // blocks it newly caches, a block whose hash another block holds included
+  // (BlockHashToBlockMap keeps both); _maybe_evict_cached_block one
+  // BlockRemoved per block it evicts (vllm/v1/core/block_pool.py). The case
+  // of "a recomputed full block is cached again beside the first", then D:
+  //   step 1: A (ids 11 12) caches blocks 1, 2 in one call:
+  //           BlockStored [k11, k12], parent none;
+  //   step 2: B (A's prompt) hits page 0, recomputes page 1 into block 3:
+  //           BlockStored [k12], parent k11 (the duplicate);
+  //   step 4: C (ids 11 12 13) hits pages 0, 1, caches page 2:
+  //           BlockStored [k13], parent k12;
+  //   then D (ids 21..25, 20 tokens) needs all 5 blocks: every cached block is
+  //   evicted, k12 twice (blocks 2 and 3), one BlockRemoved each, and D's
+  //   pages are one call, BlockStored [k21 .. k25], parent none.
+  auto prompt = [](std::string id, std::uint32_t tokens, std::uint32_t output,
+                   std::vector<std::uint64_t> ids, double arrival) {
+    return hashed_request(std::move(id), tokens, output, std::move(ids), arrival, 4);
+  };
+  auto k = [](std::uint64_t id) { return std::to_string(block_key(PageKey{id, 4, 0})); };
+  SimOptions options = vllm_options();
+  options.kv_events = true;
+  Simulator sim(micro_config(6), options);
+  const std::vector<EventRow> rows = gpu_event_rows(
+      sim, {prompt("A", 8, 1, {11, 12}, 0.0), prompt("B", 8, 2, {11, 12}, 1.0),
+            prompt("C", 12, 2, {11, 12, 13}, 2.0), prompt("D", 20, 1, {21, 22, 23, 24, 25}, 3.0)});
+  std::vector<EventRow> stores, removals;
+  for (const EventRow& row : rows) (row.type == "BlockStored" ? stores : removals).push_back(row);
+  CHECK(stores == std::vector<EventRow>{{"BlockStored", {k(11), k(12)}, "-"},
+                                        {"BlockStored", {k(12)}, k(11)},
+                                        {"BlockStored", {k(13)}, k(12)},
+                                        {"BlockStored", {k(21), k(22), k(23), k(24), k(25)}, "-"}});
+  std::map<std::string, int> removed;
+  for (const EventRow& row : removals) {
+    CHECK(row.hashes.size() == 1);  // one a block
+    for (const std::string& hash : row.hashes) ++removed[hash];
+  }
+  CHECK(removed == std::map<std::string, int>{{k(11), 1}, {k(12), 2}, {k(13), 1}});
+  // Every removal follows all of C's stores and precedes D's.
+  CHECK(rows.size() == 8);
+  CHECK(rows[3].type == "BlockRemoved");
+  CHECK(rows.back() == stores.back());
 }
 
 }  // namespace

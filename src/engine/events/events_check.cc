@@ -32,7 +32,7 @@ namespace {
 // ---------------------------------------------------------------------------
 // Parsing one line into a batch (vLLM's KVEventBatch, kv_events.py). Every
 // field is read and type-checked before any event is applied, as an object's
-// keys come in any order (kvreplay's writer sorts them: "ts" comes last).
+// keys come in any order (kvreplay's writer puts them in vLLM's order).
 
 struct Problem {
   std::string field;
@@ -67,6 +67,7 @@ struct ParsedEvent {
 struct ParsedBatch {
   double ts = 0;
   std::uint64_t instance = 0;
+  std::optional<std::uint64_t> seq;  // the ZMQ frame's sequence number, when recorded
   std::vector<ParsedEvent> events;
 };
 
@@ -354,6 +355,8 @@ class BatchParser {
   // {"ts": ..., "events": [...], "instance": ..., "data_parallel_rank": ...}
   Status parse_object(ParsedBatch& out) {
     bool has_ts = false, has_events = false, has_instance = false, has_rank = false;
+    bool has_seq = false;
+    out.seq.reset();
     std::optional<std::uint64_t> instance, rank;
     std::string key;
     JsonMembers members(in_, key, "a batch", "the batch");
@@ -374,6 +377,11 @@ class BatchParser {
       } else if (key == "data_parallel_rank") {
         seen = &has_rank;
         status = read_optional_uint(key, rank);
+      } else if (key == "seq") {
+        seen = &has_seq;
+        std::uint64_t value = 0;
+        status = read_uint(key, value);
+        out.seq = value;
       } else {
         status = skip(key);
       }
@@ -424,7 +432,7 @@ class BatchParser {
 struct HashState {
   std::uint64_t line = 0;      // of its last store
   double removed_ts = 0;       // when it last stopped being cached
-  std::uint32_t count = 0;     // copies cached (1 at most without --duplicates)
+  std::uint32_t count = 0;     // copies cached (1 at most with --unique)
   std::uint32_t position = 0;  // of its last store in the medium's StoreStack
   std::uint32_t epoch = 0;     // the medium's clears it has seen
 };
@@ -434,6 +442,8 @@ struct MediumState {
   StoreStack stack;
   std::uint64_t stored = 0, removed = 0, cleared = 0, cached = 0, peak = 0;
   double peak_ts = 0;
+  std::uint64_t duplicate_stores = 0, keys_stored = 0, keys_removed = 0, keys_cached = 0;
+  std::uint64_t keys_peak = 0, orphan_stores = 0, unmatched_removals = 0;
   std::uint64_t reuses = 0;
   // distance_counts[d]: the re-stores at LRU stack distance d (d is below the
   // hashes of the medium, so it is as long as they are at most).
@@ -460,6 +470,7 @@ struct MediumState {
   void clear(double ts) {
     cleared += cached;
     cached = 0;
+    keys_cached = 0;
     clear_ts.push_back(ts);
     ++epoch;
   }
@@ -521,6 +532,7 @@ struct EventsChecker::Impl {
   struct LastBatch {
     double ts = 0;
     std::uint64_t line = 0;
+    std::optional<std::uint64_t> seq;
   };
   std::map<std::uint64_t, LastBatch> instances;
   // Hash interning: each distinct hash of the stream gets an id.
@@ -577,6 +589,35 @@ struct EventsChecker::Impl {
     }
   }
 
+  // vLLM's ZmqEventPublisher numbers an instance's batches 0, 1, ... (its
+  // _seq_gen): an instance's first seq above 0 is a capture begun mid-run,
+  // a jump a gap (batches the subscriber missed), no rise an error.
+  Status first_seq() {
+    if (!batch.seq) return {};
+    ++totals.seq_batches;
+    if (*batch.seq == 0) return {};
+    if (!options.mid_stream) {
+      return fail("seq", fmt::format("instance {} starts at {}, not 0 (a stream captured mid-run: "
+                                     "--mid-stream)",
+                                     batch.instance, *batch.seq));
+    }
+    ++totals.late_starts;
+    return {};
+  }
+  Status next_seq(const LastBatch& last) {
+    if (!batch.seq) return {};
+    ++totals.seq_batches;
+    if (!last.seq) return {};
+    if (*batch.seq <= *last.seq) {
+      return fail("seq", fmt::format("{} does not follow {} (line {}, instance {})", *batch.seq,
+                                     *last.seq, last.line, batch.instance));
+    }
+    if (*batch.seq > *last.seq + 1) {
+      ++totals.seq_gaps;
+      totals.seq_missing += *batch.seq - *last.seq - 1;
+    }
+    return {};
+  }
   Status store(const ParsedEvent& event, const std::string& where, std::uint64_t line);
   Status remove(const ParsedEvent& event, const std::string& where);
   Status apply(std::uint64_t line);
@@ -590,8 +631,15 @@ Status EventsChecker::Impl::store(const ParsedEvent& event, const std::string& w
   if (event.parent) {
     auto id = find_id(*event.parent);
     if (!id || state.hashes.count(*id) == 0) {
-      return fail(where + ".parent_block_hash",
-                  fmt::format("{} was never stored in {}", event.parent->shown(), place));
+      // Stored before the capture began: a root, as Dynamo's indexer would
+      // have it had it seen the run from its start.
+      if (!options.mid_stream) {
+        return fail(where + ".parent_block_hash",
+                    fmt::format("{} was never stored in {} (a stream captured mid-run: "
+                                "--mid-stream)",
+                                event.parent->shown(), place));
+      }
+      ++state.orphan_stores;
     }
   }
   ++totals.stored_events;
@@ -603,11 +651,14 @@ Status EventsChecker::Impl::store(const ParsedEvent& event, const std::string& w
     const std::uint32_t id = intern(hash);
     auto [it, fresh] = state.hashes.try_emplace(id);
     HashState& entry = state.current(it->second);
-    if (!fresh && entry.count > 0 && !options.duplicates) {
-      return fail(fmt::format("{}.block_hashes[{}]", where, i),
-                  fmt::format("{} is already cached in {} (stored on line {}; --duplicates "
-                              "allows it)",
-                              hash.shown(), place, entry.line));
+    if (!fresh && entry.count > 0) {
+      if (options.unique) {
+        return fail(fmt::format("{}.block_hashes[{}]", where, i),
+                    fmt::format("{} is already cached in {} (stored on line {}; without "
+                                "--unique a medium holds a hash in several blocks)",
+                                hash.shown(), place, entry.line));
+      }
+      ++state.duplicate_stores;  // another block under the hash (BlockHashToBlockMap)
     }
     if (state.stack.sparse()) {
       usage.positions -= state.stack.positions();
@@ -627,7 +678,10 @@ Status EventsChecker::Impl::store(const ParsedEvent& event, const std::string& w
       state.reuse_times.push_back(ts - entry.removed_ts);
       ++usage.reuses;
     }
-    ++entry.count;
+    if (entry.count++ == 0) {
+      ++state.keys_stored;
+      state.keys_peak = std::max(state.keys_peak, ++state.keys_cached);
+    }
     entry.line = line;
     ++state.stored;
     if (++state.cached > state.peak) {
@@ -647,12 +701,24 @@ Status EventsChecker::Impl::remove(const ParsedEvent& event, const std::string& 
     auto id = find_id(hash);
     auto it = id ? state.hashes.find(*id) : state.hashes.end();
     if (it == state.hashes.end() || state.current(it->second).count == 0) {
-      return fail(fmt::format("{}.block_hashes[{}]", where, i),
-                  fmt::format("{} is not cached in instance {}'s {}", hash.shown(), batch.instance,
-                              event.medium));
+      // Stored before the capture began (Dynamo's EventDedupFilter passes an
+      // untracked removal on): counted, the cached figures untouched.
+      if (!options.mid_stream) {
+        return fail(fmt::format("{}.block_hashes[{}]", where, i),
+                    fmt::format("{} is not cached in instance {}'s {} (a stream captured "
+                                "mid-run: --mid-stream)",
+                                hash.shown(), batch.instance, event.medium));
+      }
+      ++state.unmatched_removals;
+      ++state.removed;
+      continue;
     }
     HashState& entry = it->second;
-    if (--entry.count == 0) entry.removed_ts = batch.ts;
+    if (--entry.count == 0) {
+      entry.removed_ts = batch.ts;
+      --state.keys_cached;
+      ++state.keys_removed;
+    }
     --state.cached;
     ++state.removed;
   }
@@ -660,16 +726,22 @@ Status EventsChecker::Impl::remove(const ParsedEvent& event, const std::string& 
 }
 
 Status EventsChecker::Impl::apply(std::uint64_t line) {
-  auto [last, first] = instances.try_emplace(batch.instance, LastBatch{batch.ts, line});
+  auto [last, first] = instances.try_emplace(batch.instance, LastBatch{batch.ts, line, batch.seq});
   if (first) {
     ++usage.instances;
     if (auto r = check("ts"); !r) return r;
+    if (auto r = first_seq(); !r) return r;
   } else {
     if (batch.ts < last->second.ts) {
       return fail("ts", fmt::format("{} goes back from {} (line {}, instance {})", batch.ts,
                                     last->second.ts, last->second.line, batch.instance));
     }
-    last->second = LastBatch{batch.ts, line};
+    if (auto r = next_seq(last->second); !r) return r;
+    if (batch.ts - last->second.ts > totals.max_interval) {
+      totals.max_interval = batch.ts - last->second.ts;
+      totals.max_interval_ts = batch.ts;
+    }
+    last->second = LastBatch{batch.ts, line, batch.seq ? batch.seq : last->second.seq};
   }
   ++totals.batches;
   totals.first_ts = std::min(totals.first_ts.value_or(batch.ts), batch.ts);
@@ -704,7 +776,8 @@ EventsChecker::EventsChecker(std::string file, EventsOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->file = std::move(file);
   impl_->options = options;
-  impl_->totals.duplicates = options.duplicates;
+  impl_->totals.unique = options.unique;
+  impl_->totals.mid_stream = options.mid_stream;
   impl_->usage.limit = options.memory_limit.value_or(memory_limit().bytes);
 }
 
@@ -728,6 +801,7 @@ InputStatus EventsChecker::add_line(std::string_view text, std::uint64_t line) {
   impl.batch.events.clear();
   if (impl.batch.events.capacity() > 4096) impl.batch.events.shrink_to_fit();  // a long line's
   impl.batch.instance = 0;
+  impl.batch.seq.reset();
   impl.usage.line = text.size();
   impl.usage.parsed = 0;
   BatchParser parser(in, impl.usage);
@@ -764,7 +838,18 @@ EventsSummary EventsChecker::summary() const {
     m.cached = state.cached;
     m.peak = state.peak;
     m.peak_ts = state.peak_ts;
-    if (span > 0) m.churn = static_cast<double>(state.stored + state.removed) / span;
+    if (span > 0) {
+      m.churn = static_cast<double>(state.stored + state.removed) / span;
+      m.stored_rate = static_cast<double>(state.stored) / span;
+      m.removed_rate = static_cast<double>(state.removed) / span;
+    }
+    m.duplicate_stores = state.duplicate_stores;
+    m.keys_stored = state.keys_stored;
+    m.keys_removed = state.keys_removed;
+    m.keys_cached = state.keys_cached;
+    m.keys_peak = state.keys_peak;
+    m.orphan_stores = state.orphan_stores;
+    m.unmatched_removals = state.unmatched_removals;
     for (double ts : out.sample_ts) m.samples.push_back(state.cached_at(ts));
     m.reuses = state.reuses;
     if (m.reuses > 0) {
@@ -785,97 +870,6 @@ EventsSummary EventsChecker::summary() const {
            std::tuple(b.instance, medium_rank(b.medium), b.medium);
   });
   return out;
-}
-
-namespace {
-
-std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
-  return fmt::format("{} {}", n, n == 1 ? one : many);
-}
-
-}  // namespace
-
-std::string events_summary_text(const EventsSummary& s, const std::string& name) {
-  const std::uint64_t events = s.stored_events + s.removed_events + s.cleared_events;
-  std::string out =
-      fmt::format("{}: {}, {} ({} BlockStored, {} BlockRemoved, {} AllBlocksCleared)", name,
-                  plural(s.batches, "batch", "batches"), plural(events, "event", "events"),
-                  s.stored_events, s.removed_events, s.cleared_events);
-  if (s.first_ts) {
-    out += fmt::format(", ts {} to {} ({} s)", *s.first_ts, *s.last_ts, *s.last_ts - *s.first_ts);
-  }
-  out += s.duplicates ? ", duplicates allowed\n" : "\n";
-  for (const EventsMedium& m : s.media) {
-    out += fmt::format(
-        "instance {} {}: stored {}, removed {}, cleared {}, cached {} at the end, peak {} at ts "
-        "{}\n",
-        m.instance, m.medium, m.stored, m.removed, m.cleared, m.cached, m.peak, m.peak_ts);
-    out += m.churn ? fmt::format("  churn {:.6g} blocks/s", *m.churn)
-                   : std::string("  churn n/a (no stream time)");
-    if (m.reuses == 0) {
-      out += "; no re-stores\n";
-    } else {
-      out += fmt::format(
-          "; {}: distance p50 {} p90 {} p99 {} max {}, time from removal p50 {:.6g} s p99 "
-          "{:.6g} s\n",
-          plural(m.reuses, "re-store", "re-stores"), m.distance_p50, m.distance_p90, m.distance_p99,
-          m.distance_max, m.time_p50, m.time_p99);
-    }
-    if (!s.sample_ts.empty()) {
-      // The points as seconds after the first ts (vLLM's ts are epoch seconds).
-      std::string ts_row = "  at +s ", cached_row = "  cached";
-      for (std::size_t k = 0; k < s.sample_ts.size(); ++k) {
-        std::string t = fmt::format("{:.4g}", s.sample_ts[k] - *s.first_ts);
-        std::string c = fmt::format("{}", m.samples[k]);
-        const std::size_t width = std::max(t.size(), c.size()) + 1;
-        ts_row += fmt::format("{:>{}}", t, width);
-        cached_row += fmt::format("{:>{}}", c, width);
-      }
-      out += ts_row + "\n" + cached_row + "\n";
-    }
-  }
-  return out;
-}
-
-nlohmann::json events_summary_json(const EventsSummary& s, const std::string& name) {
-  auto optional = [](const std::optional<double>& value) {
-    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-  };
-  nlohmann::json media = nlohmann::json::array();
-  for (const EventsMedium& m : s.media) {
-    nlohmann::json reuse = {{"count", m.reuses}, {"distance", nullptr}, {"time_s", nullptr}};
-    if (m.reuses > 0) {
-      reuse["distance"] = {{"p50", m.distance_p50},
-                           {"p90", m.distance_p90},
-                           {"p99", m.distance_p99},
-                           {"max", m.distance_max}};
-      reuse["time_s"] = {{"p50", m.time_p50}, {"p99", m.time_p99}};
-    }
-    media.push_back({{"instance", m.instance},
-                     {"medium", m.medium},
-                     {"stored", m.stored},
-                     {"removed", m.removed},
-                     {"cleared", m.cleared},
-                     {"cached", m.cached},
-                     {"peak", {{"cached", m.peak}, {"ts", m.peak_ts}}},
-                     {"churn_per_s", optional(m.churn)},
-                     {"samples", m.samples},
-                     {"reuse", std::move(reuse)}});
-  }
-  std::optional<double> span;
-  if (s.first_ts) span = *s.last_ts - *s.first_ts;
-  return {
-      {"input", name},
-      {"batches", s.batches},
-      {"duplicates", s.duplicates},
-      {"events",
-       {{"BlockStored", s.stored_events},
-        {"BlockRemoved", s.removed_events},
-        {"AllBlocksCleared", s.cleared_events}}},
-      {"ts",
-       {{"first", optional(s.first_ts)}, {"last", optional(s.last_ts)}, {"span", optional(span)}}},
-      {"sample_ts", s.sample_ts},
-      {"media", std::move(media)}};
 }
 
 }  // namespace kvreplay

@@ -21,11 +21,27 @@
 // Every problem is one InputError, FILE:LINE: FIELD: problem, the field named
 // as a path: ts, events[2].block_hashes[0], json for syntax. Checks, per
 // (instance, medium) of the stream: ts never goes backwards within an
-// instance; a BlockStored's parent_block_hash was stored in it before (ever:
-// it may have been removed since); a BlockRemoved's hash is cached; a stored
-// hash is not cached already (--duplicates: a medium is a multiset, as vLLM's
-// BlockPool may cache one hash in several blocks). AllBlocksCleared empties
-// every medium of its instance.
+// instance; a batch's "seq" (the ZMQ frame's sequence number, when a recorder
+// writes it) goes up within an instance, from 0; a BlockStored's
+// parent_block_hash was stored in it before (ever: it may have been removed
+// since); a BlockRemoved's hash is cached. AllBlocksCleared empties every
+// medium of its instance.
+//
+// Counts per block, as Dynamo's KV router keeps them (ai-dynamo/dynamo,
+// lib/llm/src/kv_router/publisher: EventDedupFilter, per DP rank and storage
+// tier): a medium is a multiset of hashes, as vLLM's BlockPool caches one hash
+// in several blocks and sends a BlockStored for each and a BlockRemoved for
+// each (vllm/v1/core/block_pool.py); a store counts the hash up, a removal
+// down. The key-level figures are the hashes' counts going 0 -> 1 (a key
+// stored) and 1 -> 0 (a key removed: the removals Dynamo's filter passes on
+// to its indexer). --unique refuses a store of a hash already cached (a
+// key-level stream: SGLang's, or one deduplicated upstream).
+//
+// A capture that starts mid-run (--mid-stream): a parent never stored in the
+// stream makes its BlockStored a root, a removal of a hash not cached is
+// counted (Dynamo's filter passes an untracked removal on), a first seq above
+// 0 is a start; without --mid-stream each is the line's problem, which says
+// so.
 //
 // Memory (README, "Memory bounds"): what the check keeps grows with the
 // distinct hashes, the re-stores and the changes of a cached count, and a line
@@ -49,7 +65,8 @@
 namespace kvreplay {
 
 struct EventsOptions {
-  bool duplicates = false;  // --duplicates: a medium holds a hash any number of times
+  bool unique = false;      // --unique: a medium holds a hash once at most
+  bool mid_stream = false;  // --mid-stream: the stream may start mid-run
   // The memory the check may hold (bytes); none: memory_limit() (core/memory_budget.h).
   std::optional<std::uint64_t> memory_limit;
 };
@@ -60,12 +77,20 @@ struct EventsMedium {
   std::uint64_t instance = 0;
   std::string medium;           // upper-cased: "GPU", "CPU", "DISK", or as the stream names it
   std::uint64_t stored = 0;     // blocks (hashes) of BlockStored events
-  std::uint64_t removed = 0;    // blocks of BlockRemoved events
+  std::uint64_t removed = 0;    // blocks of BlockRemoved events (unmatched included)
   std::uint64_t cleared = 0;    // blocks dropped by AllBlocksCleared
   std::uint64_t cached = 0;     // after the last event
   std::uint64_t peak = 0;       // the most cached after any event
   double peak_ts = 0;           // the ts of the batch that first reached the peak
   std::optional<double> churn;  // (stored + removed) / the stream's span; none when it is 0
+  // stored, removed / the stream's span (blocks per second); none when it is 0
+  std::optional<double> stored_rate, removed_rate;
+  std::uint64_t duplicate_stores = 0;  // blocks stored while their hash was cached
+  // Key level: hashes whose count went 0 -> 1, 1 -> 0; cached at the end, the most.
+  std::uint64_t keys_stored = 0, keys_removed = 0, keys_cached = 0, keys_peak = 0;
+  // --mid-stream: BlockStored events whose parent was never stored (roots),
+  // removed blocks that were not cached.
+  std::uint64_t orphan_stores = 0, unmatched_removals = 0;
   std::vector<std::uint64_t> samples;  // cached at each of EventsSummary::sample_ts
   // Re-stores: a store of a hash stored before in this medium and not cached
   // since its removal (or a clear). Distance: the distinct other hashes stored
@@ -85,7 +110,12 @@ struct EventsSummary {
   // that instance at or before the point.
   std::vector<double> sample_ts;
   std::vector<EventsMedium> media;  // by instance, then GPU, CPU, DISK, others by name
-  bool duplicates = false;
+  bool unique = false, mid_stream = false;
+  // Batches carrying "seq"; the jumps past the next number, the numbers
+  // skipped; the first seq of each instance above 0 (--mid-stream).
+  std::uint64_t seq_batches = 0, seq_gaps = 0, seq_missing = 0, late_starts = 0;
+  // The longest time between two batches of an instance, and the ts it ended at.
+  double max_interval = 0, max_interval_ts = 0;
 };
 
 class EventsChecker {

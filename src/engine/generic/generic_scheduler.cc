@@ -410,6 +410,9 @@ void GenericScheduler::offer_to_cache(Flight& flight) {
   const std::uint32_t last =
       std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
   HashedPages walk(flight.request, pt, flight.cached_pages);
+  // --kv-events: the pages cached here are one BlockStored, as one
+  // BlockPool.cache_full_blocks call's.
+  const PrefixCache::LoggedCall call(cache_);
   for (std::uint32_t page = flight.cached_pages; page < last; ++page, walk.next()) {
     std::uint32_t pages = 1;
     PrefixCache::RunInserted done;

@@ -123,8 +123,9 @@ inline void PrefixCache::index_erase(BlockId b) {
   while (*link != b) link = &entries_[*link].dup_next;
   *link = entry.dup_next;
   --size_;
-  if (change_log_ != nullptr &&
-      first_of(node.heads[place_of(entry.offset).pos], entry.offset) == kInvalidBlock) {
+  // BlockPool._maybe_evict_cached_block: one BlockRemoved per block, so a key
+  // cached in two blocks is removed twice.
+  if (change_log_ != nullptr) {
     change_log_->push_back(
         KeyChange{PageKey{node.chain, entry.offset, node.group}, std::nullopt, false});
   }
@@ -165,15 +166,14 @@ CoreStatus PrefixCache::insert_run(const PageKey& first, std::uint32_t step,
   // The key before this one in the run, for the change log.
   std::optional<PageKey> parent = change_log_ != nullptr ? log_parent_ : std::nullopt;
   log_parent_.reset();
+  if (change_log_ != nullptr && !in_call_) ++log_call_;  // a call of its own
   for (; done.handled < blocks.size(); ++done.handled, key.offset += step) {
     const BlockId b = blocks[done.handled];
     if (b == kInvalidBlock) break;
     // A block the pool cannot hold has no entry either: retain's error.
     if (b >= pool_blocks_) return Unexpected{CoreError::kBlockOutOfRange};
-    bool fresh = false;  // the key's first block: logged once cached
-    if (change_log_ != nullptr) {
-      if (done.handled > 0) parent = PageKey{key.chain, key.offset - step, key.group};
-      fresh = !entry_of(b).cached && !find(key);
+    if (change_log_ != nullptr && done.handled > 0) {
+      parent = PageKey{key.chain, key.offset - step, key.group};
     }
     if (entry_of(b).cached) continue;
     const Place at = place(key);
@@ -192,7 +192,9 @@ CoreStatus PrefixCache::insert_run(const PageKey& first, std::uint32_t step,
     }
     link_cached(n, at.pos, b, key.offset, tick);
     ++done.cached;
-    if (fresh) change_log_->push_back(KeyChange{key, parent, true});
+    // BlockPool.cache_full_blocks lists every block it caches, one whose
+    // hash another block holds included (BlockHashToBlockMap keeps both).
+    if (change_log_ != nullptr) change_log_->push_back(KeyChange{key, parent, true, log_call_});
   }
   return {};
 }
@@ -422,13 +424,13 @@ void PrefixCache::holds(std::vector<BlockId>& out) const {
   }
 }
 
-void PrefixCache::cached_keys(std::vector<PageKey>& out) const {
+void PrefixCache::cached_keys(std::vector<PageKey>& out, bool every_block) const {
   for (BlockId b = 0; b < entries_.size(); ++b) {
     const Entry& entry = entries_[b];
     if (!entry.cached) continue;
     const Node& node = nodes_[entry.node];
-    // Once per key: the first block listed under it.
-    if (first_of(node.heads[place_of(entry.offset).pos], entry.offset) == b) {
+    // Once per key (the first block listed under it), or once per block.
+    if (every_block || first_of(node.heads[place_of(entry.offset).pos], entry.offset) == b) {
       out.push_back(PageKey{node.chain, entry.offset, node.group});
     }
   }

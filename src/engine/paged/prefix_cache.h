@@ -222,20 +222,28 @@ class PrefixCache {
   // Every block the cache holds a reference on (for the invariant checker).
   void holds(std::vector<BlockId>& out) const;
   // The keys cached now, each once (KV events' tests compare them with the
-  // events' set), in no particular order.
-  void cached_keys(std::vector<PageKey>& out) const;
-  // The set of keys cached, as KV events report it (--kv-events): while a
-  // log is set, a key that gains its first cached block is appended as stored,
-  // with its parent (the key of the page before it, nullopt for a chain's
-  // first page), and a key that loses its last is appended as removed, in the
-  // order they happen. The parent of the first block an insert or insert_run
-  // caches is the one given to log_parent before the call (nullopt when none
-  // was: the caller knows the chain); a run's later blocks have the page
-  // before them in the run.
+  // events' set), in no particular order; `every_block`: a key once for each
+  // block cached under it (the events' per-block counts).
+  void cached_keys(std::vector<PageKey>& out, bool every_block = false) const;
+  // The blocks cached, as vLLM's KV events report them (--kv-events): while a
+  // log is set, every block the cache takes is appended as stored under its
+  // key, with its parent (the key of the page before it, nullopt for a
+  // chain's first page), and every block it lets go as removed, in the order
+  // they happen. A key cached in two blocks (duplicates) is stored twice and
+  // removed twice, as BlockPool.cache_full_blocks lists each block it caches
+  // and _maybe_evict_cached_block sends a BlockRemoved for each block it
+  // evicts (vllm/v1/core/block_pool.py). The parent of the first block an
+  // insert or insert_run caches is the one given to log_parent before the
+  // call (nullopt when none was: the caller knows the chain); a run's later
+  // blocks have the page before them in the run. `call` numbers the caching
+  // call a store came from: the inserts between log_call_begin and
+  // log_call_end are one call (one cache_full_blocks, one BlockStored), any
+  // other insert or insert_run is a call of its own; removals carry 0.
   struct KeyChange {
     PageKey key;
     std::optional<PageKey> parent;
     bool stored = false;
+    std::uint64_t call = 0;
   };
   void log_changes(std::vector<KeyChange>* log) { change_log_ = log; }
   // While set, every block evicted is appended to `log`, in eviction order
@@ -245,6 +253,22 @@ class PrefixCache {
   // Whether block b is cached now (under any key).
   bool is_cached(BlockId b) const { return b < entry_count_ && entries_[b].cached; }
   void log_parent(std::optional<PageKey> parent) { log_parent_ = parent; }
+  void log_call_begin() {
+    ++log_call_;
+    in_call_ = true;
+  }
+  void log_call_end() { in_call_ = false; }
+  // The inserts while one lives are one caching call (log_call_begin/end).
+  class LoggedCall {
+   public:
+    explicit LoggedCall(PrefixCache& cache) : cache_(cache) { cache_.log_call_begin(); }
+    ~LoggedCall() { cache_.log_call_end(); }
+    LoggedCall(const LoggedCall&) = delete;
+    LoggedCall& operator=(const LoggedCall&) = delete;
+
+   private:
+    PrefixCache& cache_;
+  };
   // Verifies C1-C7 (see the top of this file) against `pool`, the pool whose
   // blocks the cache holds; the first violation found, or nullopt. Linear in
   // the blocks ever cached, the index's slots and the candidates.
@@ -495,6 +519,8 @@ class PrefixCache {
   std::vector<KeyChange>* change_log_ = nullptr;  // see log_changes
   std::vector<BlockId>* evicted_log_ = nullptr;   // see log_evictions
   std::optional<PageKey> log_parent_;
+  std::uint64_t log_call_ = 0;  // the caching calls logged (see KeyChange)
+  bool in_call_ = false;        // between log_call_begin and log_call_end
 };
 
 inline CoreResult<bool> PrefixCache::insert(const PageKey& key, BlockId b, BlockPool& pool,

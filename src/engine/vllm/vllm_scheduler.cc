@@ -161,6 +161,10 @@ bool VllmScheduler::cache_new_full_blocks(Flight& flight, std::uint32_t full_pag
       std::min<std::uint32_t>(full_pages, static_cast<std::uint32_t>(entries.size()));
   const std::uint32_t first = flight.cached_pages;
   HashedPages walk(flight.request, pt, flight.cached_pages);
+  // --kv-events: the blocks this call caches are one BlockStored (one a
+  // group: the writer splits them by group, as each SingleTypeKVCacheManager
+  // calls cache_full_blocks for its own).
+  const PrefixCache::LoggedCall call(cache_);
   for (std::uint32_t page = flight.cached_pages; page < last; ++page, walk.next()) {
     if (!hybrid_ && walk.hashed()) {
       // The pages of one hash block at once (insert_run: the same inserts).
