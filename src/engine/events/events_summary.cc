@@ -53,9 +53,10 @@ std::string events_summary_text(const EventsSummary& s, const std::string& name)
                          plural(m.orphan_stores, "BlockStored", "BlockStored"),
                          plural(m.unmatched_removals, "removal", "removals"));
     }
-    out += m.churn ? fmt::format("  stored {:.6g} blocks/s, removed {:.6g} blocks/s, churn {:.6g} "
-                                 "blocks/s",
-                                 *m.stored_rate, *m.removed_rate, *m.churn)
+    out += m.churn ? fmt::format(
+                         "  stored {:.6g} blocks/s, removed {:.6g} blocks/s, churn {:.6g} "
+                         "blocks/s",
+                         *m.stored_rate, *m.removed_rate, *m.churn)
                    : std::string("  churn n/a (no stream time)");
     if (m.reuses == 0) {
       out += "; no re-stores\n";
@@ -96,27 +97,27 @@ nlohmann::json events_summary_json(const EventsSummary& s, const std::string& na
                            {"max", m.distance_max}};
       reuse["time_s"] = {{"p50", m.time_p50}, {"p99", m.time_p99}};
     }
-    media.push_back({{"instance", m.instance},
-                     {"medium", m.medium},
-                     {"stored", m.stored},
-                     {"removed", m.removed},
-                     {"cleared", m.cleared},
-                     {"cached", m.cached},
-                     {"peak", {{"cached", m.peak}, {"ts", m.peak_ts}}},
-                     {"churn_per_s", optional(m.churn)},
-                     {"stored_per_s", optional(m.stored_rate)},
-                     {"removed_per_s", optional(m.removed_rate)},
-                     {"duplicate_stores", m.duplicate_stores},
-                     {"keys",
-                      {{"stored", m.keys_stored},
-                       {"removed", m.keys_removed},
-                       {"cached", m.keys_cached},
-                       {"peak", m.keys_peak}}},
-                     {"mid_stream",
-                      {{"orphan_stores", m.orphan_stores},
-                       {"unmatched_removals", m.unmatched_removals}}},
-                     {"samples", m.samples},
-                     {"reuse", std::move(reuse)}});
+    media.push_back(
+        {{"instance", m.instance},
+         {"medium", m.medium},
+         {"stored", m.stored},
+         {"removed", m.removed},
+         {"cleared", m.cleared},
+         {"cached", m.cached},
+         {"peak", {{"cached", m.peak}, {"ts", m.peak_ts}}},
+         {"churn_per_s", optional(m.churn)},
+         {"stored_per_s", optional(m.stored_rate)},
+         {"removed_per_s", optional(m.removed_rate)},
+         {"duplicate_stores", m.duplicate_stores},
+         {"keys",
+          {{"stored", m.keys_stored},
+           {"removed", m.keys_removed},
+           {"cached", m.keys_cached},
+           {"peak", m.keys_peak}}},
+         {"mid_stream",
+          {{"orphan_stores", m.orphan_stores}, {"unmatched_removals", m.unmatched_removals}}},
+         {"samples", m.samples},
+         {"reuse", std::move(reuse)}});
   }
   std::optional<double> span;
   if (s.first_ts) span = *s.last_ts - *s.first_ts;
