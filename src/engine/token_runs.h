@@ -28,6 +28,10 @@ using TokenRuns = std::vector<TokenRun>;
 // caller names the rest of the prompt, and the output, as the request's own.
 TokenRuns named_prompt_runs(const Request& request,
                             std::map<std::string, std::uint64_t>& prefix_ids);
+// The same without naming a prefix seen for the first time: such a prefix's
+// tokens, which nothing can have cached, give no run.
+TokenRuns known_prompt_runs(const Request& request,
+                            const std::map<std::string, std::uint64_t>& prefix_ids);
 
 // --kv-events: a page of a tree (the engine's KV-event block) cached or
 // freed, named by its chained hash: the hash of the page before it on its

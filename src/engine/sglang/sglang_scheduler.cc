@@ -34,7 +34,6 @@ static_assert(enum_names_unique(kPolicyNames));
 // request) and of a trace's named prefixes, above every trace hash id (the
 // readers refuse larger ones; engine/key_spaces.h, as the vllm engine's keys).
 constexpr std::uint64_t kOwnBase = kOwnKeyBase;
-constexpr std::uint64_t kPrefixBase = kPrefixKeyBase;
 constexpr std::uint32_t kOpenEnd = std::numeric_limits<std::uint32_t>::max();
 
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
@@ -276,20 +275,7 @@ std::uint32_t SglangScheduler::cached_prompt_tokens(const Request& request) cons
   if (!shell_.options.prefix_cache) return 0;
   // The prompt's tokens named by the trace, as add_request names them; the
   // request's own tokens are cached nowhere before it runs.
-  TokenRuns named;
-  if (!request.hash_ids.empty()) {
-    const std::uint64_t block = std::max<std::uint32_t>(request.hash_block_tokens, 1);
-    for (std::size_t k = 0; k < request.hash_ids.size() && k * block < request.prompt; ++k) {
-      const auto end =
-          static_cast<std::uint32_t>(std::min<std::uint64_t>((k + 1) * block, request.prompt));
-      named.push_back(TokenRun{request.hash_ids[k], end});
-    }
-  } else if (!request.prefix.empty() && request.prefix_tokens > 0) {
-    auto it = prefix_ids_.find(request.prefix);
-    if (it == prefix_ids_.end()) return 0;
-    named.push_back(
-        TokenRun{kPrefixBase + it->second, std::min(request.prefix_tokens, request.prompt)});
-  }
+  const TokenRuns named = known_prompt_runs(request, prefix_ids_);
   if (named.empty()) return 0;
   return tree_.peek_prefix(named, named.back().end);
 }
