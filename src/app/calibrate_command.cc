@@ -81,12 +81,12 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
                                                   const std::string& path) {
   std::vector<Workload> out;
   std::map<std::tuple<std::string, std::string, std::uint32_t, std::uint32_t, std::uint32_t,
-                      std::uint32_t, std::uint32_t>,
+                      std::uint32_t, std::uint32_t, std::string>,
            std::size_t>
       index;
   for (MeasuredRow& row : rows) {
     const auto key = std::make_tuple(row.model, row.gpu, row.tp, row.input_tokens,
-                                     row.output_tokens, row.concurrency, row.requests);
+                                     row.output_tokens, row.concurrency, row.requests, row.engine);
     if (auto it = index.find(key); it != index.end()) {
       row.workload = it->second;
       continue;
@@ -121,6 +121,10 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
     overrides.tp = row.tp;
     overrides.context_default = overrides.kv_groups = true;
     set_activation_limits(overrides, w.options);
+    // The engine that measured the row sized its KV cache by its own rule.
+    if (row.engine == "vllm" || row.engine == "sglang" || row.engine == "trtllm") {
+      overrides.capacity_rule = row.engine;
+    }
     auto config = resolve_sim_config(overrides);
     // The row, not the command line, gave the model, GPU and TP at fault; a
     // config.json's own error keeps its FILE:LINE.

@@ -49,5 +49,6 @@ std::unique_ptr<Command> make_compare_command();
 std::unique_ptr<Command> make_events_command();
 std::unique_ptr<Command> make_kernels_command();
 std::unique_ptr<Command> make_calibrate_command();
+std::unique_ptr<Command> make_capacity_command();
 
 }  // namespace kvreplay

@@ -212,6 +212,7 @@ void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options
   if (engine.free_gpu_memory_fraction) {
     overrides.free_gpu_memory_fraction = engine.free_gpu_memory_fraction;
   }
+  overrides.capacity_rule = std::string(engine.capacity_rule);
 }
 void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,

@@ -76,6 +76,9 @@ struct EngineDefaults {
   // free_gpu_memory_fraction); none: the run config's rule (vLLM's
   // --gpu-memory-utilization of the whole memory).
   std::optional<double> free_gpu_memory_fraction{};
+  // Whose startup rule sizes the KV memory from --gpu (model/capacity.h):
+  // "vllm", "sglang" or "trtllm".
+  std::string_view capacity_rule = "vllm";
   // The rest of the engine's resolution, after its own options are read
   // (defaults that depend on the GPU, shared figures its own set); a problem
   // with the command line, or nullopt.

@@ -21,6 +21,8 @@ GpuSpec read_gpu(const EmbeddedFile& file) {
     gpu.description = json.at("description").get<std::string>();
     gpu.memory = json.at("memory").get<std::string>();
     gpu.memory_bytes = json.at("memory_bytes").get<std::uint64_t>();
+    gpu.cuda_total_bytes = json.at("cuda_total_bytes").get<std::uint64_t>();
+    gpu.nvidia_smi_mib = json.at("nvidia_smi_mib").get<std::uint64_t>();
     gpu.hbm_bandwidth_bytes_per_second =
         json.at("hbm_bandwidth_bytes_per_second").get<std::uint64_t>();
     gpu.bf16_dense_tflops = json.at("bf16_dense_tflops").get<double>();

@@ -15,7 +15,12 @@ struct GpuSpec {
   std::string name;                // "h100-80gb", the file's name
   std::string description;         // "NVIDIA H100 SXM5 80GB"
   std::string memory;              // the datasheet's words: "80GB HBM3"
-  std::uint64_t memory_bytes = 0;  // what gpu_memory_utilization multiplies
+  std::uint64_t memory_bytes = 0;  // the datasheet's memory (GB read as GiB)
+  // What CUDA reports as the device's total (torch.cuda.mem_get_info, the
+  // total vLLM's startup log prints), and nvidia-smi's memory.total in MiB
+  // (SGLang's gpu_mem): what `kvreplay capacity` starts from.
+  std::uint64_t cuda_total_bytes = 0;
+  std::uint64_t nvidia_smi_mib = 0;
   std::uint64_t hbm_bandwidth_bytes_per_second = 0;
   double bf16_dense_tflops = 0;
   std::optional<double> fp8_dense_tflops;  // none without FP8 tensor cores (A100)

@@ -252,6 +252,12 @@ InputResult<Count> read_attention_parameters(const ConfigFields& fields, ModelSp
     KVREPLAY_TRY(v_head, fields.required_uint("v_head_dim", 1, 1u << 20));
     KVREPLAY_TRY(q_lora, fields.uint("q_lora_rank", 1, 1u << 20));
     spec.mla = true;
+    spec.shape.mla = true;
+    spec.shape.q_lora = q_lora.value_or(0);
+    spec.shape.kv_lora = *kv_lora;
+    spec.shape.qk_nope = nope;
+    spec.shape.qk_rope = rope;
+    spec.shape.v_head = v_head;
     spec.kv_lora_rank = static_cast<std::uint32_t>(*kv_lora);
     spec.qk_rope_head_dim = static_cast<std::uint32_t>(rope);
     spec.kv_heads = 1;
@@ -264,6 +270,8 @@ InputResult<Count> read_attention_parameters(const ConfigFields& fields, ModelSp
   }
   spec.kv_heads = static_cast<std::uint32_t>(kv_heads);
   spec.head_dim = static_cast<std::uint32_t>(head_dim);
+  spec.shape.kv_heads = kv_heads;
+  spec.shape.head_dim = head_dim;
   return Count(hidden) * (heads + 2 * kv_heads) * head_dim + Count(heads) * head_dim * hidden;
 }
 
@@ -276,6 +284,7 @@ struct MlpShape {
   std::uint64_t shared_intermediate = 0;      // the shared expert's width, when given so
   std::optional<std::uint64_t> intermediate;  // a dense layer's width
   std::uint64_t moe_layers = 0;               // layers with a mixture of experts
+  std::vector<bool> moe_layer;                // one per layer
 };
 
 InputResult<MlpShape> read_mlp(const ConfigFields& fields, std::uint64_t layers) {
@@ -338,20 +347,24 @@ InputResult<MlpShape> read_mlp(const ConfigFields& fields, std::uint64_t layers)
            std::find(mlp_only.begin(), mlp_only.end(), layer) == mlp_only.end();
   };
   std::uint64_t moe_layers = 0;
-  for (std::uint64_t i = 0; i < layers; ++i) moe_layers += is_moe(i) ? 1 : 0;
+  std::vector<bool> moe_layer(layers, false);
+  for (std::uint64_t i = 0; i < layers; ++i) {
+    moe_layer[i] = is_moe(i);
+    moe_layers += is_moe(i) ? 1 : 0;
+  }
   if (moe_layers < layers && !intermediate) {
     return fields.fail(
         "intermediate_size",
         fmt::format("missing, and {} of {} layers have a dense MLP", layers - moe_layers, layers));
   }
-  return MlpShape{experts,      per_token, moe_intermediate, shared, shared_intermediate,
-                  intermediate, moe_layers};
+  return MlpShape{experts,      per_token,  moe_intermediate,    shared, shared_intermediate,
+                  intermediate, moe_layers, std::move(moe_layer)};
 }
 
 // How quantization_config stores the linear layers: 8-bit weights with 8-bit
 // activations (the GEMMs run at the GPU's fp8 rate), 8-bit weights with 16-bit
 // activations (weights dequantized: bf16 rate), or gpt-oss's mxfp4 experts.
-enum class QuantScheme { kW8A8, kW8A16, kMxfp4 };
+enum class QuantScheme { kW8A8, kW8A16, kMxfp4, kW4A16 };
 
 // The bits of one compressed-tensors quantization argument ("weights",
 // "input_activations"): 0 when null or absent.
@@ -379,25 +392,90 @@ bool fp8_kv_cache(const nlohmann::json& quantization) {
          scheme->value("type", nlohmann::json()) == "float";
 }
 
+// What quantization_config says: the scheme (what the roofline runs at) and
+// the layout (what each rank stores, model/rank_weights.h).
+struct Quantization {
+  QuantScheme scheme = QuantScheme::kW8A8;
+  WeightQuant layout = WeightQuant::kFp8Tensor;
+  std::uint32_t block_n = 128, block_k = 128;
+  std::uint32_t group_size = 128;
+};
+
+// A [N, K] weight_block_size, or nullopt when absent (fp8: one scale a tensor).
+InputResult<std::optional<std::pair<std::uint32_t, std::uint32_t>>> read_block(
+    const ConfigFields& fields, const nlohmann::json& block, const std::string& key) {
+  using Block = std::optional<std::pair<std::uint32_t, std::uint32_t>>;
+  if (block.is_null()) return Block{};
+  if (!block.is_array() || block.size() != 2 || !block[0].is_number_unsigned() ||
+      !block[1].is_number_unsigned() || block[0].get<std::uint64_t>() == 0 ||
+      block[1].get<std::uint64_t>() == 0 || block[0].get<std::uint64_t>() > (1u << 20) ||
+      block[1].get<std::uint64_t>() > (1u << 20)) {
+    return fields.fail(key, fmt::format("expected two positive integers, got {}", block.dump()));
+  }
+  return Block{std::pair{block[0].get<std::uint32_t>(), block[1].get<std::uint32_t>()}};
+}
+
 // Reads quantization_config's method (vLLM's quantization configs of the same
-// names: Fp8Config, ModelOptFp8Config, CompressedTensorsConfig, Mxfp4Config).
-InputResult<QuantScheme> read_quantization(const ConfigFields& fields,
-                                           const nlohmann::json& quantization) {
+// names: Fp8Config, ModelOptFp8Config, CompressedTensorsConfig, Mxfp4Config,
+// AWQConfig, GPTQConfig).
+InputResult<Quantization> read_quantization(const ConfigFields& fields,
+                                            const nlohmann::json& quantization) {
   if (!quantization.is_object()) {
     return fields.fail("quantization_config",
                        fmt::format("expected an object, got {}", quantization.dump()));
   }
-  auto text = [&](const char* key) {
-    auto it = quantization.find(key);
-    return it != quantization.end() && it->is_string() ? it->get<std::string>() : std::string();
+  auto text = [&](const nlohmann::json& object, const char* key) {
+    auto it = object.find(key);
+    return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
-  const std::string method = text("quant_method");
-  if (method == "fp8") return QuantScheme::kW8A8;  // dynamic activation scales
-  if (method == "mxfp4") return QuantScheme::kMxfp4;
+  Quantization out;
+  const std::string method = text(quantization, "quant_method");
+  if (method == "fp8") {
+    // Dynamic activation scales; weight_block_size [N, K]: one float32 scale a
+    // block (DeepSeek, Qwen3 FP8), else one a tensor.
+    auto block = quantization.find("weight_block_size");
+    if (block != quantization.end()) {
+      KVREPLAY_TRY(given, read_block(fields, *block, "quantization_config.weight_block_size"));
+      if (given) {
+        out.layout = WeightQuant::kFp8Block;
+        out.block_n = given->first;
+        out.block_k = given->second;
+      }
+    }
+    return out;
+  }
+  if (method == "mxfp4") {
+    out.scheme = QuantScheme::kMxfp4;
+    out.layout = WeightQuant::kMxfp4Experts;
+    return out;
+  }
+  if (method == "awq" || method == "gptq") {
+    // 4-bit integer weights in groups of group_size inputs, fp16 scales and
+    // packed zero points (model/rank_weights.h).
+    auto bits = quantization.find(method == "awq" ? "w_bit" : "bits");
+    if (bits == quantization.end()) bits = quantization.find("bits");
+    if (bits == quantization.end() || *bits != 4) {
+      return fields.fail("quantization_config.bits",
+                         fmt::format("{}: only 4-bit weights are modelled, got {}", method,
+                                     bits == quantization.end() ? "none" : bits->dump()));
+    }
+    auto group = quantization.find(method == "awq" ? "q_group_size" : "group_size");
+    if (group == quantization.end()) group = quantization.find("group_size");
+    if (group == quantization.end() || !group->is_number_integer() ||
+        group->get<std::int64_t>() < 1 || group->get<std::int64_t>() > (1 << 20)) {
+      return fields.fail("quantization_config.group_size",
+                         fmt::format("expected a positive integer, got {}",
+                                     group == quantization.end() ? "none" : group->dump()));
+    }
+    out.scheme = QuantScheme::kW4A16;
+    out.layout = method == "awq" ? WeightQuant::kInt4Awq : WeightQuant::kInt4Gptq;
+    out.group_size = group->get<std::uint32_t>();
+    return out;
+  }
   if (method == "modelopt") {
     // NVIDIA's ModelOpt checkpoints: quant_algo FP8 is per-tensor W8A8.
-    const std::string algo = text("quant_algo");
-    if (algo == "FP8") return QuantScheme::kW8A8;
+    const std::string algo = text(quantization, "quant_algo");
+    if (algo == "FP8") return out;
     return fields.fail(
         "quantization_config.quant_algo",
         algo.empty() ? std::string("missing") : fmt::format("'{}' is not modelled (FP8)", algo));
@@ -423,13 +501,30 @@ InputResult<QuantScheme> read_quantization(const ConfigFields& fields,
                         name, weights, inputs == 0 ? 16 : inputs));
       }
       activations = activations && inputs == 8;
+      // The weights' scale: one a tensor, one an output channel, or one a block.
+      const nlohmann::json& w = group["weights"];
+      const std::string strategy = text(w, "strategy");
+      if (strategy == "channel") {
+        out.layout = WeightQuant::kFp8Channel;
+      } else if (strategy == "block") {
+        auto block = w.find("block_structure");
+        KVREPLAY_TRY(given, read_block(fields, block == w.end() ? nlohmann::json() : *block,
+                                       "quantization_config.config_groups." + name +
+                                           ".weights.block_structure"));
+        out.layout = WeightQuant::kFp8Block;
+        if (given) {
+          out.block_n = given->first;
+          out.block_k = given->second;
+        }
+      }
     }
-    return activations ? QuantScheme::kW8A8 : QuantScheme::kW8A16;
+    out.scheme = activations ? QuantScheme::kW8A8 : QuantScheme::kW8A16;
+    return out;
   }
   return fields.fail("quantization_config.quant_method",
                      method.empty() ? std::string("missing")
                                     : fmt::format("'{}' is not modelled (fp8, modelopt, "
-                                                  "compressed-tensors, mxfp4)",
+                                                  "compressed-tensors, mxfp4, awq, gptq)",
                                                   method));
 }
 
@@ -437,6 +532,19 @@ InputResult<QuantScheme> read_quantization(const ConfigFields& fields,
 
 std::string_view to_string(AttentionKind kind) {
   return enum_name(kAttentionNames, kind);
+}
+
+std::string_view to_string(WeightQuant quant) {
+  switch (quant) {
+    case WeightQuant::kNone: return "none";
+    case WeightQuant::kFp8Tensor: return "fp8 (per tensor)";
+    case WeightQuant::kFp8Channel: return "fp8 (per channel)";
+    case WeightQuant::kFp8Block: return "fp8 (per block)";
+    case WeightQuant::kMxfp4Experts: return "mxfp4 experts";
+    case WeightQuant::kInt4Awq: return "int4 awq";
+    case WeightQuant::kInt4Gptq: return "int4 gptq";
+  }
+  return "none";
 }
 
 std::uint64_t ModelSpec::full_attention_bytes_per_token(Dtype cache_dtype) const {
@@ -540,6 +648,27 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
                                mlp.shared * mlp.moe_intermediate + mlp.shared_intermediate
                          : 0);
 
+  spec.shape.hidden = hidden;
+  spec.shape.vocab = vocab;
+  spec.shape.tied = tied.value_or(true);
+  spec.shape.heads = heads;
+  spec.shape.intermediate = mlp.intermediate.value_or(0);
+  spec.shape.experts = mlp.experts;
+  spec.shape.moe_intermediate = mlp.moe_intermediate;
+  spec.shape.shared_experts = mlp.shared;
+  spec.shape.shared_intermediate = mlp.shared_intermediate;
+  spec.shape.moe_layer = mlp.moe_layer;
+  {
+    // q, k, v biases: attention_bias where the config says, always in Qwen2's
+    // families; q and k norms in Qwen3's (their modelling files).
+    KVREPLAY_TRY(bias, fields.boolean("attention_bias"));
+    const std::string& type = spec.model_type;
+    spec.shape.attention_bias =
+        bias.value_or(type == "qwen2" || type == "qwen2_moe" || type == "qwen2_vl");
+    spec.shape.qk_norm = type == "qwen3" || type == "qwen3_moe";
+    spec.shape.expert_bias = type == "gpt_oss";
+  }
+
   const std::uint64_t element = dtype_bytes(dtype);
   Count weights = total * element;
   Count routed_bytes = routed_all * element;
@@ -547,14 +676,25 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
   spec.experts_per_token = static_cast<std::uint32_t>(mlp.moe_layers > 0 ? mlp.per_token : 0);
   spec.kv_dtype = dtype;
   if (const nlohmann::json* quantization = fields.find("quantization_config", true)) {
-    KVREPLAY_TRY(scheme, read_quantization(fields, *quantization));
+    KVREPLAY_TRY(quant, read_quantization(fields, *quantization));
     if (fp8_kv_cache(*quantization)) spec.kv_dtype = Dtype::kFp8;
-    if (scheme == QuantScheme::kMxfp4) {
+    spec.shape.quant = quant.layout;
+    spec.shape.block_n = quant.block_n;
+    spec.shape.block_k = quant.block_k;
+    spec.shape.group_size = quant.group_size;
+    if (quant.scheme == QuantScheme::kMxfp4) {
       // Routed experts in 4-bit values with one 8-bit scale per 32 (17/32 byte each).
       weights =
           (embedding + lm_head + attention_all + dense_all + shared_all + router_all) * element +
           (routed_all * 17).divided_up(32);
       routed_bytes = (routed_all * 17).divided_up(32);
+      spec.shape.quant_attention = false;
+    } else if (quant.scheme == QuantScheme::kW4A16) {
+      // Linear layers in half a byte (scales left out here; model/rank_weights.h
+      // counts them); embeddings, lm_head and the router keep the dtype.
+      weights = (embedding + lm_head + router_all) * element +
+                (attention_all + dense_all + routed_all + shared_all).divided_up(2);
+      routed_bytes = routed_all.divided_up(2);
     } else {
       // Linear layers in 1 byte (block or tensor scales left out); embeddings,
       // lm_head and the router keep the checkpoint's dtype.
@@ -562,7 +702,7 @@ InputResult<ModelSpec> read_model_config(const nlohmann::json& config, const std
                 routed_all + shared_all;
       routed_bytes = routed_all;
       spec.fp8_linear = true;
-      spec.fp8_activations = scheme == QuantScheme::kW8A8;
+      spec.fp8_activations = quant.scheme == QuantScheme::kW8A8;
     }
   }
   if (weights.overflow()) {

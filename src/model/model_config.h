@@ -95,6 +95,49 @@ struct ParameterCount {
   std::uint64_t active = 0;  // per token: see the file comment
 };
 
+// How quantization_config stores the linear layers' weights (what
+// model/rank_weights.h sizes per rank): none, fp8 with one scale per tensor,
+// per output channel or per block, gpt-oss's mxfp4 experts, or 4-bit integers
+// in groups (AWQ, GPTQ).
+enum class WeightQuant : std::uint8_t {
+  kNone,
+  kFp8Tensor,
+  kFp8Channel,
+  kFp8Block,
+  kMxfp4Experts,
+  kInt4Awq,
+  kInt4Gptq,
+};
+std::string_view to_string(WeightQuant quant);
+
+// The shapes of the checkpoint's matrices, all ranks together, as config.json
+// gives them: what a rank's share of the weights is computed from.
+struct WeightShape {
+  std::uint64_t hidden = 0;
+  std::uint64_t vocab = 0;
+  bool tied = true;  // lm_head is the input embedding table
+  std::uint64_t heads = 0;
+  std::uint64_t kv_heads = 0;   // GQA
+  std::uint64_t head_dim = 0;   // GQA
+  bool attention_bias = false;  // q, k, v biases (Qwen2, gpt-oss)
+  bool qk_norm = false;         // a norm of head_dim on q and on k (Qwen3)
+  // MLA (DeepSeek): q_lora 0 when q is projected directly.
+  bool mla = false;
+  std::uint64_t q_lora = 0, kv_lora = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
+  std::uint64_t intermediate = 0;  // a dense layer's MLP width
+  std::uint64_t experts = 0;       // routed experts of a MoE layer
+  std::uint64_t moe_intermediate = 0;
+  std::uint64_t shared_experts = 0;
+  std::uint64_t shared_intermediate = 0;  // a shared expert given by width (Qwen2-MoE)
+  bool expert_bias = false;               // gpt-oss: biases on every expert's projections
+  std::vector<bool> moe_layer;            // one per layer: a mixture of experts
+  WeightQuant quant = WeightQuant::kNone;
+  std::uint32_t block_n = 128, block_k = 128;  // kFp8Block: the scale's block
+  std::uint32_t group_size = 128;              // int4: inputs per scale
+  bool quant_lm_head = false;                  // int4 or fp8 lm_head (rare)
+  bool quant_attention = true;                 // kMxfp4Experts: attention stays bf16
+};
+
 struct ModelSpec {
   std::string model_type;  // as the config says ("llama", "gemma3_text"); may be empty
   std::uint32_t layers = 0;
@@ -136,6 +179,8 @@ struct ModelSpec {
   // The input embedding table's bytes when it is not the lm_head (untied): a
   // step looks up a row a token and never reads it whole (0 when tied).
   std::uint64_t input_embedding_bytes = 0;
+  // The matrices' shapes and how they are stored (model/rank_weights.h).
+  WeightShape shape;
 
   // KV bytes of one token in every layer of [first_layer, first_layer + count),
   // as if every layer were full attention (what a replay writes per token):

@@ -6,6 +6,7 @@
 #include <array>
 
 #include "core/memory_budget.h"
+#include "model/capacity.h"
 #include "model/deployment.h"
 #include "model/gpu.h"
 #include "model/presets.h"
@@ -313,7 +314,14 @@ InputStatus size_pool(const HeaderSettings& h, const ConfigOverrides& cli, const
                       const GpuSpec* gpu, RunConfig& run) {
   std::optional<std::uint32_t> pool_blocks;
   std::optional<std::string> kv_memory;
-  bool pool_from_cli = cli.pool_blocks || cli.kv_memory;
+  // --kv-memory auto: what the engine would allocate on --gpu (the default
+  // when a GPU is given).
+  const bool kv_auto = cli.kv_memory && *cli.kv_memory == "auto";
+  if (kv_auto && gpu == nullptr) {
+    return site.fail("kv-memory", true,
+                     "auto sizes the KV cache as the engine would on a GPU: give --gpu");
+  }
+  bool pool_from_cli = cli.pool_blocks || (cli.kv_memory && !kv_auto);
   if (cli.pool_blocks && cli.kv_memory)
     return site.fail("pool-blocks", true, "give one of --pool-blocks or --kv-memory, not both");
   if (pool_from_cli) {
@@ -326,26 +334,46 @@ InputStatus size_pool(const HeaderSettings& h, const ConfigOverrides& cli, const
           "sizing the pool from the GPU's memory needs the model's weights: give --model "
           "or --model-config (a geometry given by hand has none), or --kv-memory");
     }
-    const std::uint64_t reserve =
-        activation_reserve_bytes(*run.model_spec, run.tp, cli.max_batched_tokens, cli.max_seqs);
-    auto memory =
-        cli.free_gpu_memory_fraction
-            ? trtllm_gpu_memory(*gpu,
-                                cli.gpu_memory_utilization.value_or(*cli.free_gpu_memory_fraction),
-                                *run.weights_bytes_per_gpu, reserve)
-            : gpu_memory(*gpu, *run.gpu_memory_utilization, *run.weights_bytes_per_gpu, reserve);
-    if (!memory) {
+    // What the engine would allocate at startup (model/capacity.h).
+    CapacityRequest request;
+    request.engine = cli.capacity_rule == "sglang"   ? CapacityEngine::kSglang
+                     : cli.capacity_rule == "trtllm" ? CapacityEngine::kTrtllm
+                                                     : CapacityEngine::kVllm;
+    request.model = &*run.model_spec;
+    request.gpu_name = gpu->name;
+    request.total_bytes = gpu->cuda_total_bytes;
+    request.smi_mib = gpu->nvidia_smi_mib;
+    request.tp = run.tp;
+    request.pp = run.pp;
+    request.max_model_len = run.kv.max_seq_tokens;
+    request.kv_dtype = run.kv.dtype;
+    request.page_tokens = run.kv.page_tokens;
+    request.max_num_seqs = cli.max_seqs;
+    request.max_num_batched_tokens = cli.max_batched_tokens;
+    request.fraction = cli.gpu_memory_utilization;
+    if (!request.fraction && request.engine == CapacityEngine::kTrtllm) {
+      request.fraction = cli.free_gpu_memory_fraction;
+    }
+    // A pool too small for one request of the longest context is what the
+    // simulation reports (requests it cannot hold), not a refusal here.
+    request.refuse_short_context = false;
+    auto figures = compute_capacity(request);
+    if (!figures) {
       return site.fail(
           "gpu", true,
-          fmt::format("{} at --tp {} --pp {}: {}", run.model, run.tp, run.pp, memory.error()));
+          fmt::format("{} at --tp {} --pp {}: {}", run.model, run.tp, run.pp, figures.error()));
     }
+    const CapacityFigures& f = figures.value();
     run.kv.pool_blocks = 1;  // placeholder so the geometry validates
     if (auto problem = run.kv.validate()) return site.invalid(*problem);
-    auto blocks = pool_blocks_for_memory(run.kv, memory.value().kv);
+    auto blocks = pool_blocks_for_memory(run.kv, f.kv_bytes);
     if (!blocks) return site.fail("gpu", true, blocks.error());
     run.kv.pool_blocks = blocks.value();
-    run.kv_memory = memory.value().kv;
-    run.activation_reserve_bytes = reserve;
+    run.kv_memory = f.kv_bytes;
+    run.weights_bytes_per_gpu = f.weights_bytes;
+    run.activation_reserve_bytes = f.activation_bytes + f.cuda_graph_bytes + f.non_torch_bytes;
+    run.gpu_memory_utilization = f.fraction;
+    run.capacity = f;
   } else {
     pool_blocks = h.pool_blocks;
     kv_memory = h.kv_memory;
@@ -409,6 +437,19 @@ nlohmann::json RunConfig::to_json() const {
   out["gpu_memory_utilization"] = or_null(gpu_memory_utilization);
   out["weights_bytes_per_gpu"] = or_null(weights_bytes_per_gpu);
   out["activation_reserve_bytes"] = or_null(activation_reserve_bytes);
+  if (capacity) {
+    // How the KV memory was reached: the engine's startup rule (model/capacity.h).
+    out["kv_memory_rule"] = {{"engine", std::string(to_string(capacity->engine))},
+                             {"engine_version", capacity->version},
+                             {capacity->fraction_name, capacity->fraction},
+                             {"total_bytes_per_gpu", capacity->total_bytes},
+                             {"weights_bytes_per_gpu", capacity->weights_bytes},
+                             {"activation_bytes_per_gpu", capacity->activation_bytes},
+                             {"cuda_graph_bytes_per_gpu", capacity->cuda_graph_bytes},
+                             {"non_torch_bytes_per_gpu", capacity->non_torch_bytes},
+                             {"kv_bytes_per_gpu", capacity->kv_bytes},
+                             {"kv_tokens", capacity->tokens}};
+  }
   out["parameters"] = model_spec ? nlohmann::json{{"total", model_spec->parameters.total},
                                                   {"active", model_spec->parameters.active}}
                                  : nlohmann::json(nullptr);

@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "io/input_error.h"
+#include "model/capacity.h"
 #include "model/kv_groups.h"
 #include "model/model_config.h"
 
@@ -50,6 +51,9 @@ struct ConfigOverrides {
   // Set for the trtllm engine: the GPU's KV memory by TensorRT-LLM's rule
   // (trtllm_gpu_memory), this fraction unless --gpu-memory-utilization gives one.
   std::optional<double> free_gpu_memory_fraction;
+  // Whose startup rule sizes the KV memory from --gpu (model/capacity.h):
+  // "vllm", "sglang" or "trtllm"; set by simulate and plan from the engine.
+  std::string capacity_rule = "vllm";
 };
 
 // The largest pool a run accepts. The pool keeps a refcount, a filled count and
@@ -85,6 +89,9 @@ struct RunConfig {
   // kv.block_layers is their group size. Empty: one full-attention group of
   // every layer, which is also what a replay keeps for any model.
   std::vector<KvCacheGroupSpec> kv_groups;
+  // When the pool was sized from --gpu: the engine's startup figures
+  // (model/capacity.h), which the report states with their breakdown.
+  std::optional<CapacityFigures> capacity;
 
   nlohmann::json to_json() const;  // the report's resolved "config" object
 };

@@ -96,7 +96,8 @@ expect_usage_error "command line: unknown command 'simulte'; did you mean 'simul
   simulte traces/quickstart.jsonl --kv-memory 1GiB
 expect_usage_error "command line: unknown command 'plna'; did you mean 'plan'?" plna x
 expect_usage_error "command line: unknown command 'frobnicate' (commands: 'replay', 'validate', \
-'convert', 'simulate', 'plan', 'plan-merge', 'calibrate', 'compare', 'events', 'kernels')" frobnicate
+'convert', 'simulate', 'plan', 'plan-merge', 'calibrate', 'capacity', 'compare', 'events', \
+'kernels')" frobnicate
 expect_usage_error \
   "command line: unknown option '--reprot' of 'kvreplay replay'; did you mean '--report'?" \
   replay --reprot "$work/report.json" traces/quickstart.jsonl

@@ -138,13 +138,26 @@ TEST_CASE("run config: --gpu sizes the pool from one GPU's memory, every figure 
   CHECK(c.model == "llama-3-8b");
   CHECK(c.model_source == "preset:llama-3.1-8b");
   CHECK(c.kv.max_seq_tokens == 131072);  // the model's context length
-  const std::uint64_t weights = 2ull * 8029995008;
-  const std::uint64_t reserve = kGiB + 8192ull * (4 * 4096 + 3 * 14336) * 2 + 1024ull * 128256 * 4;
-  const std::uint64_t kv = 77309411328ull - weights - reserve;  // 58,677,264,384
+  // vLLM's rule (model/capacity.h), by hand: the rank's weights (embedding and
+  // lm_head, 32 layers of q/k/v/o and gate/up/down, two norms each, the final
+  // norm, the rotary cache), the profile run's sampler peak (1024 requests x
+  // 128256 logits x 20 bytes, beside the hidden states of 8192 tokens) over its
+  // forward peak, 0.2 GiB outside torch, 0.4 GiB of CUDA graphs (0.21).
+  const std::uint64_t per_layer =
+      (48ull * 128 * 4096 + 4096ull * 4096 + 3ull * 14336 * 4096 + 2 * 4096) * 2;
+  const std::uint64_t weights =
+      2 * 128256ull * 4096 * 2 + 32 * per_layer + 4096 * 2 + 131072ull * 128 * 2;
+  const std::uint64_t sampler = 1024ull * 128256 * 20 + 8192ull * 4096 * 2;
+  CHECK(sampler > 8192ull * 2 * (3 * 14336 + 4 * 4096));  // the forward peak is smaller
+  const std::uint64_t reserve = sampler + 429496729 + 214748364;
+  const std::uint64_t budget = 76527068775ull;          // ceil(0.9 x 85,030,076,416)
+  const std::uint64_t kv = budget - weights - reserve;  // 57,094,955,010
   CHECK(*c.weights_bytes_per_gpu == weights);
   CHECK(*c.activation_reserve_bytes == reserve);
   CHECK(*c.kv_memory == kv);
-  CHECK(c.kv.pool_blocks == kv / (131072ull * 16));  // 27,979 blocks of 2 MiB
+  CHECK(c.kv.pool_blocks == kv / (131072ull * 16));  // 27,224 blocks of 2 MiB
+  REQUIRE(c.capacity);
+  CHECK(c.capacity->tokens == 27224ull * 16);
   CHECK(*c.gpu_memory_utilization == 0.9);
   const nlohmann::json json = c.to_json();
   CHECK(json["per_gpu"] == true);
@@ -159,10 +172,15 @@ TEST_CASE("run config: --gpu sizes the pool from one GPU's memory, every figure 
   REQUIRE(run);
   CHECK(run.value().kv.kv_heads == 2);
   CHECK(run.value().kv.bytes_per_token() == 2ull * 32 * 2 * 128 * 2);
-  CHECK(*run.value().weights_bytes_per_gpu == weights / 4);
-  CHECK(*run.value().kv_memory ==
-        42949672960ull - weights / 4 -
-            (kGiB + 8192ull * (4 * 4096 + 3 * 3584) * 2 + 1024ull * 128256 * 4));
+  // At tp 4 each rank holds a quarter of every split matrix, the norms and
+  // the rotary cache whole; the sampler's logits are the whole vocabulary.
+  const std::uint64_t per_layer4 =
+      ((8ull + 2 * 2) * 128 * 4096 + 4096ull * 1024 + 3ull * 3584 * 4096) * 2 + 2 * 4096 * 2;
+  const std::uint64_t weights4 =
+      2 * 32064ull * 4096 * 2 + 32 * per_layer4 + 4096 * 2 + 131072ull * 128 * 2;
+  CHECK(*run.value().weights_bytes_per_gpu == weights4);
+  const std::uint64_t budget4 = 42515038208ull;  // ceil(0.5 x 85,030,076,416)
+  CHECK(*run.value().kv_memory == budget4 - weights4 - (sampler + 429496729 + 644245094));
 }
 
 TEST_CASE("run config: --kv-memory and --pool-blocks still set the pool, --gpu then only records") {
@@ -234,10 +252,11 @@ TEST_CASE("run config: deployment errors name the option and the figures") {
   cli.model = "llama-3.1-70b";
   cli.gpu = "h100-80gb";
   CHECK(error(cli) ==
-        "command line: --gpu: llama-3.1-70b at --tp 1 --pp 1: the weights do not fit: 131.41 GiB "
-        "of weights and 3.30 GiB of activation reserve per GPU, and --gpu-memory-utilization 0.9 "
-        "of the 80.00 GiB of a h100-80gb is 72.00 GiB; give a larger --tp or --pp, or a GPU with "
-        "more memory");
+        "command line: --gpu: llama-3.1-70b at --tp 1 --pp 1: the weights (131.45 GiB a GPU), "
+        "the profile run (2.57 GiB), memory outside torch (0.20 GiB) and CUDA graphs (0.40 GiB) "
+        "under --gpu-memory-utilization 0.9 leave -63.35 GiB for the KV cache of a h100-80gb "
+        "(134.62 GiB taken, 71.27 GiB granted); give a larger --tp or --pp, a larger memory "
+        "fraction, or a GPU with more memory");
   cli.gpu = "h100";
   CHECK(error(cli).rfind("command line: --gpu: unknown GPU 'h100' (known: a100-80gb, ", 0) == 0);
   cli.gpu.reset();

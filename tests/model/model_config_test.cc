@@ -253,10 +253,20 @@ TEST_CASE("model config: quantization_config sets the weights' bytes") {
   config["quantization_config"] = {{"quant_method", "mxfp4"}};
   CHECK(read_ok(config).weight_bytes ==
         (2 * embedding + router + attention) * 2 + (experts * 17 + 31) / 32);
+  // AWQ: 4-bit linear layers; its group size and bits are required.
+  config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}};
+  CHECK(read_ok(config).weight_bytes == (2 * embedding + router) * 2 + (attention + experts) / 2);
+  CHECK(read_ok(config).shape.quant == WeightQuant::kInt4Awq);
   config["quantization_config"] = {{"quant_method", "awq"}};
   CHECK(read_error(config) ==
-        "m.json: quantization_config.quant_method: 'awq' is not modelled (fp8, modelopt, "
-        "compressed-tensors, mxfp4)");
+        "m.json: quantization_config.bits: awq: only 4-bit weights are modelled, got none");
+  config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 8}, {"group_size", 128}};
+  CHECK(read_error(config) ==
+        "m.json: quantization_config.bits: gptq: only 4-bit weights are modelled, got 8");
+  config["quantization_config"] = {{"quant_method", "bitsandbytes"}};
+  CHECK(read_error(config) ==
+        "m.json: quantization_config.quant_method: 'bitsandbytes' is not modelled (fp8, "
+        "modelopt, compressed-tensors, mxfp4, awq, gptq)");
   config["quantization_config"] = nlohmann::json::object();
   CHECK(read_error(config) == "m.json: quantization_config.quant_method: missing");
 }

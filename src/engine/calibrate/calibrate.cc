@@ -152,6 +152,7 @@ double Figures::of(CalibrationMetric metric) const {
 InputResult<std::vector<MeasuredRow>> read_measured_csv(const std::string& path,
                                                         const std::string& set) {
   std::size_t set_column = 0;
+  std::size_t engine_column = 0;  // 0: none
   std::ifstream file;
   if (path != "-") {
     file.open(path, std::ios::binary);
@@ -182,6 +183,10 @@ InputResult<std::vector<MeasuredRow>> read_measured_csv(const std::string& path,
             "expected model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,"
             "value (more columns may follow)"}};
       }
+      if (auto it = std::find(header.begin() + std::size(kHeader), header.end(), "engine");
+          it != header.end()) {
+        engine_column = static_cast<std::size_t>(it - header.begin());
+      }
       if (!set.empty()) {
         auto it = std::find(header.begin() + std::size(kHeader), header.end(), "set");
         if (it == header.end()) {
@@ -201,6 +206,8 @@ InputResult<std::vector<MeasuredRow>> read_measured_csv(const std::string& path,
     auto row = parse_row(fields, path, line);
     if (!row) return Unexpected{row.error()};
     if (!set.empty() && (set_column >= fields.size() || fields[set_column] != set)) continue;
+    if (engine_column != 0 && engine_column < fields.size())
+      row.value().engine = fields[engine_column];
     rows.push_back(std::move(row).value());
   }
   if (in.bad()) return Unexpected{InputError{path, line, "row", "read error"}};

@@ -44,6 +44,9 @@ struct MeasuredRow {
   std::uint32_t requests = 0;
   CalibrationMetric metric = CalibrationMetric::kTpotMs;
   double value = 0;
+  // The column "engine", when there is one: the engine that was measured
+  // (its startup rule sizes the KV memory, model/capacity.h).
+  std::string engine;
   std::size_t workload = 0;  // index into the workloads the rows name
 };
 

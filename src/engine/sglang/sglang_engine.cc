@@ -135,6 +135,7 @@ const EngineEntry& sglang_engine() {
               .refused_options = kRefused,
               .refused_why = "its budgets are --max-running-requests, --chunked-prefill-size and "
                              "--max-prefill-tokens",
+              .capacity_rule = "sglang",
               .resolve = resolve,
           },
       .options = kOptions,

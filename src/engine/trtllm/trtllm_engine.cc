@@ -140,6 +140,7 @@ const EngineEntry& trtllm_engine() {
               .refused_why = "GUARANTEED_NO_EVICT reserves each request's blocks to completion "
                              "instead",
               .free_gpu_memory_fraction = kTrtllmFreeGpuMemoryFraction,
+              .capacity_rule = "trtllm",
               .resolve = resolve,
           },
       .options = kOptions,

@@ -1,0 +1,563 @@
+#include "model/capacity.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "model/deployment.h"
+#include "model/kv_groups.h"
+#include "model/rank_weights.h"
+
+namespace kvreplay {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr std::uint64_t kMiB = 1ull << 20;
+
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+
+double gib(std::uint64_t bytes) {
+  return static_cast<double>(bytes) / kGiB;
+}
+
+// "1,234,567" as vLLM's f"{n:,}".
+std::string thousands(std::uint64_t n) {
+  std::string digits = std::to_string(n);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// A version "A.B" or "A.B.C" as A * 10000 + B * 100 + C; nullopt when it does not parse.
+std::optional<std::uint32_t> version_number(const std::string& text) {
+  std::uint32_t parts[3] = {0, 0, 0};
+  std::size_t at = 0;
+  int count = 0;
+  const std::string body = !text.empty() && text[0] == 'v' ? text.substr(1) : text;
+  while (count < 3) {
+    const char* begin = body.data() + at;
+    const char* end = body.data() + body.size();
+    auto [next, ec] = std::from_chars(begin, end, parts[count]);
+    if (ec != std::errc{} || parts[count] > 99) return std::nullopt;
+    ++count;
+    at = static_cast<std::size_t>(next - body.data());
+    if (at == body.size()) break;
+    if (body[at] != '.') {
+      // A suffix after the patch ("0.21.0rc1", "1.1.0rc3") is the release it leads to.
+      if (count == 3 || (count >= 2 && std::isalpha(static_cast<unsigned char>(body[at])))) break;
+      return std::nullopt;
+    }
+    ++at;
+  }
+  if (count < 2) return std::nullopt;
+  return parts[0] * 10000 + parts[1] * 100 + parts[2];
+}
+
+// The terms no config.json gives, fitted to the public startup logs of
+// bench/capacity/ (scripts/capacity-fit prints the fit): see each use.
+struct Fitted {
+  // vLLM: the sampler's warm-up holds the logits of min(max_num_batched_tokens,
+  // max_num_seqs) dummy requests over the padded vocabulary in several float32
+  // copies (logits, probabilities, the sorted values and their int64 indices
+  // for top-k/top-p): bytes a logit.
+  double vllm_sampler_bytes_per_logit = 20.0;
+  // vLLM: the forward pass of max_num_batched_tokens tokens holds the MLP's
+  // gate/up output, its activation and a few hidden-width tensors at once.
+  double vllm_forward_hidden_copies = 4.0;
+  // Memory outside torch that the profile run adds (cuBLAS and attention
+  // workspaces; with tp > 1 the custom all-reduce's and NCCL's buffers).
+  double vllm_non_torch_gib_tp1 = 0.2;
+  double vllm_non_torch_gib_tp = 0.6;
+  // vLLM before 0.9: the CUDA context, charged to the budget.
+  double vllm_cuda_context_gib = 0.45;
+  // vLLM 0.21 on: profile_cudagraph_memory's estimate, by default capture sizes.
+  double vllm_cuda_graph_gib = 0.4;
+  // SGLang: the memory CUDA's context and NCCL take before the weights load.
+  double sglang_context_gib_tp1 = 0.38;
+  double sglang_context_gib_tp = 0.6;
+  // TensorRT-LLM: what its profile run holds beside the weights (activations of
+  // max_num_tokens, CUDA graphs, NCCL and the CUDA context).
+  double trtllm_outside_gib_tp1 = 1.5;
+  double trtllm_outside_gib_tp = 2.1;
+  double trtllm_activation_bytes_per_token_hidden = 40.0;
+};
+
+constexpr Fitted kFitted;
+
+// The padded vocabulary of one rank (VocabParallelEmbedding: a multiple of 64).
+std::uint64_t padded_vocab(const ModelSpec& model) {
+  return ceil_div(model.vocab_size, 64) * 64;
+}
+
+struct StageKv {
+  std::uint32_t stage = 0;
+  std::uint32_t layers = 0;
+  std::uint64_t weights = 0;
+  std::vector<KvCacheGroup> groups;
+};
+
+std::vector<StageKv> stages_of(const ModelSpec& model, std::uint32_t tp, std::uint32_t pp) {
+  std::vector<StageKv> out;
+  for (std::uint32_t stage = 0; stage < pp; ++stage) {
+    auto [first, count] = pipeline_stage(model.layers, pp, stage);
+    out.push_back(StageKv{stage, count, rank_weights(model, tp, pp, stage).total(),
+                          model.kv_cache_groups(first, count)});
+  }
+  return out;
+}
+
+// Bytes of one token in one layer of a rank.
+std::uint64_t layer_token_bytes(const ModelSpec& model, std::uint32_t tp, Dtype kv_dtype) {
+  const std::uint64_t heads = model.mla ? 1 : ceil_div(model.kv_heads, tp);
+  return (model.mla ? 1u : 2u) * heads * model.head_dim * dtype_bytes(kv_dtype);
+}
+
+std::string shortfall(const CapacityRequest& r, const std::string& what, std::uint64_t granted,
+                      std::uint64_t taken) {
+  return fmt::format(
+      "{} leave {:.2f} GiB for the KV cache of a {} ({:.2f} GiB taken, {:.2f} GiB granted); "
+      "give a larger --tp or --pp, a larger memory fraction, or a GPU with more memory",
+      what, (static_cast<double>(granted) - static_cast<double>(taken)) / kGiB, r.gpu_name,
+      gib(taken), gib(granted));
+}
+
+// --- vLLM ---------------------------------------------------------------------
+
+Result<CapacityFigures, std::string> vllm_capacity(const CapacityRequest& r,
+                                                   std::uint32_t version) {
+  const ModelSpec& m = *r.model;
+  CapacityFigures f;
+  f.fraction_name = "gpu_memory_utilization";
+  f.fraction = r.fraction.value_or(kDefaultGpuMemoryUtilization);
+  f.fraction_default = !r.fraction.has_value();
+  f.total_bytes = r.total_bytes;
+  f.budget_bytes =
+      static_cast<std::uint64_t>(std::ceil(f.fraction * static_cast<double>(r.total_bytes)));
+  // 16 a block; MLA's backends on CUDA (FlashMLA) take 64.
+  f.page_tokens = r.page_tokens != 0 ? r.page_tokens : (m.mla ? 64 : 16);
+  // vllm serve's batch defaults (arg_utils.py, EngineArgs._set_default_args):
+  // 8192 tokens and 1024 sequences on a GPU of 70 GiB or more that is no A100,
+  // else 2048 and 256.
+  const bool large =
+      r.total_bytes >= 70ull * (1ull << 30) && r.gpu_name.find("a100") == std::string::npos;
+  f.max_num_batched_tokens =
+      r.max_num_batched_tokens != 0 ? r.max_num_batched_tokens : (large ? 8192u : 2048u);
+  f.max_num_seqs = r.max_num_seqs != 0 ? r.max_num_seqs : (large ? 1024u : 256u);
+  f.max_model_len = r.max_model_len != 0 ? r.max_model_len : m.max_position_embeddings;
+
+  // The profile run's torch peak (gpu_model_runner.py, profile_run): a forward
+  // pass of max_num_batched_tokens tokens, then the sampler's warm-up of
+  // min(tokens, max_num_seqs) requests; the larger of the two peaks.
+  const std::uint64_t tokens = f.max_num_batched_tokens;
+  const std::uint64_t requests = std::min<std::uint64_t>(tokens, f.max_num_seqs);
+  const std::uint64_t element = dtype_bytes(m.dtype);
+  const std::uint64_t mlp = ceil_div(m.mlp_width, r.tp);
+  const double forward =
+      static_cast<double>(tokens * element) *
+      (3.0 * static_cast<double>(mlp) + kFitted.vllm_forward_hidden_copies * m.hidden_size);
+  const double sampler =
+      static_cast<double>(requests * padded_vocab(m)) * kFitted.vllm_sampler_bytes_per_logit +
+      static_cast<double>(tokens * m.hidden_size * element);
+  f.activation_bytes = static_cast<std::uint64_t>(std::max(forward, sampler));
+  // Before 0.9 the budget also paid for the CUDA context and whatever else
+  // was outside torch (the absolute peak: gpu_worker.py of 0.8).
+  f.non_torch_bytes = static_cast<std::uint64_t>(
+      ((r.tp > 1 ? kFitted.vllm_non_torch_gib_tp : kFitted.vllm_non_torch_gib_tp1) +
+       (version < 900 ? kFitted.vllm_cuda_context_gib : 0.0)) *
+      kGiB);
+  const bool graphs = version >= 2100 && !r.enforce_eager;
+  f.cuda_graph_bytes = graphs ? static_cast<std::uint64_t>(kFitted.vllm_cuda_graph_gib * kGiB) : 0;
+
+  const std::uint64_t per_layer_page = layer_token_bytes(m, r.tp, r.kv_dtype) * f.page_tokens;
+  std::optional<std::uint64_t> fewest;
+  for (const StageKv& stage : stages_of(m, r.tp, r.pp)) {
+    const std::uint64_t taken =
+        stage.weights + f.activation_bytes + f.non_torch_bytes + f.cuda_graph_bytes;
+    if (taken >= f.budget_bytes) {
+      return Unexpected{shortfall(
+          r,
+          fmt::format("the weights ({:.2f} GiB a GPU), the profile run ({:.2f} GiB), memory "
+                      "outside torch ({:.2f} GiB) and CUDA graphs ({:.2f} GiB) under "
+                      "--gpu-memory-utilization {}",
+                      gib(stage.weights), gib(f.activation_bytes), gib(f.non_torch_bytes),
+                      gib(f.cuda_graph_bytes), f.fraction),
+          f.budget_bytes, taken)};
+    }
+    const std::uint64_t kv = f.budget_bytes - taken;
+    // Hybrid models: every group padded to the largest (kv_groups.h).
+    std::uint32_t group_layers = 0;
+    for (const KvCacheGroup& g : stage.groups) group_layers = std::max(group_layers, g.layers);
+    std::vector<LayerAttention> layers;
+    for (const KvCacheGroup& g : stage.groups) {
+      for (std::uint32_t i = 0; i < g.layers; ++i) {
+        layers.push_back(LayerAttention{g.attention == AttentionKind::kSliding
+                                            ? KvCacheGroupSpec::kSliding
+                                            : KvCacheGroupSpec::kFull,
+                                        g.window_tokens});
+      }
+    }
+    const std::vector<KvCacheGroupSpec> vllm_groups = form_kv_cache_groups(layers);
+    const std::uint32_t group_size = std::max<std::uint32_t>(1, kv_group_size(vllm_groups));
+    const std::uint64_t blocks = kv / per_layer_page / group_size;
+    if (!fewest || blocks < *fewest) {
+      fewest = blocks;
+      f.deciding_stage = stage.stage;
+      f.weights_bytes = stage.weights;
+      f.kv_bytes = kv;
+      f.bytes_per_token = layer_token_bytes(m, r.tp, r.kv_dtype) * stage.layers;
+      // Blocks one request of max_model_len needs, over the groups.
+      std::uint64_t per_request = 0;
+      for (const KvCacheGroupSpec& g : vllm_groups) {
+        const std::uint64_t need =
+            g.attention == KvCacheGroupSpec::kSliding
+                ? ceil_div(std::min<std::uint64_t>(
+                               std::uint64_t{g.window_tokens} - 1 + f.max_num_batched_tokens,
+                               f.max_model_len),
+                           f.page_tokens) +
+                      1
+                : ceil_div(f.max_model_len, f.page_tokens);
+        per_request += need;
+      }
+      f.blocks = blocks;
+      f.max_concurrency = static_cast<double>(blocks) /
+                          static_cast<double>(std::max<std::uint64_t>(1, per_request));
+      const std::uint64_t groups = std::max<std::size_t>(1, vllm_groups.size());
+      f.tokens = version >= 2100 ? static_cast<std::uint64_t>(f.max_concurrency * f.max_model_len)
+                                 : blocks / groups * f.page_tokens;
+    }
+  }
+  if (f.blocks == 0 || (r.refuse_short_context && f.max_concurrency < 1.0)) {
+    const std::uint64_t need =
+        ceil_div(f.max_model_len, f.page_tokens) * per_layer_page *
+        std::max<std::uint64_t>(
+            1,
+            f.bytes_per_token / std::max<std::uint64_t>(1, layer_token_bytes(m, r.tp, r.kv_dtype)));
+    return Unexpected{fmt::format(
+        "one request of --max-model-len {} needs {:.2f} GiB of KV cache a GPU, more than the "
+        "{:.2f} GiB left on a {} (vLLM refuses to start: check_enough_kv_cache_memory); give a "
+        "smaller --max-model-len, a larger --tp, or more memory",
+        f.max_model_len, gib(need), gib(f.kv_bytes), r.gpu_name)};
+  }
+
+  f.log_lines.push_back(fmt::format("Model loading took {:.4f} GiB", gib(f.weights_bytes)));
+  if (graphs) {
+    f.log_lines.push_back(
+        fmt::format("Estimated CUDA graph memory: {:.2f} GiB total", gib(f.cuda_graph_bytes)));
+  }
+  f.log_lines.push_back(fmt::format("Available KV cache memory: {:.2f} GiB", gib(f.kv_bytes)));
+  if (version >= 2100) {
+    f.log_lines.push_back(fmt::format(
+        "GPU KV cache size: {} tokens, Maximum concurrency for {} tokens per request: {:.2f}x",
+        thousands(f.tokens), thousands(f.max_model_len), f.max_concurrency));
+  } else {
+    f.log_lines.push_back(fmt::format("GPU KV cache size: {} tokens", thousands(f.tokens)));
+    f.log_lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x",
+                                      thousands(f.max_model_len), f.max_concurrency));
+  }
+  f.rules = {
+      "budget: ceil(gpu_memory_utilization x CUDA's total) (vllm/v1/worker/gpu_worker.py, "
+      "Worker.determine_available_memory; vllm/v1/worker/utils.py, request_memory)",
+      "weights: the bytes the rank holds (model/rank_weights.h), as DeviceMemoryProfiler "
+      "measures load_model (gpu_model_runner.py)",
+      fmt::format("activation: the larger of a forward pass of {} tokens (MLP gate/up and its "
+                  "activation, {} hidden-width tensors) and the sampler warm-up of {} requests "
+                  "x {} padded vocabulary at {} bytes a logit (gpu_model_runner.py, profile_run, "
+                  "_dummy_sampler_run; constants fitted to bench/capacity/)",
+                  tokens, kFitted.vllm_forward_hidden_copies, requests, padded_vocab(m),
+                  kFitted.vllm_sampler_bytes_per_logit),
+      fmt::format("non-torch: {} GiB at tp 1, {} GiB at tp > 1 (mem_utils.py, memory_profiling "
+                  "non_torch_increase; fitted)",
+                  kFitted.vllm_non_torch_gib_tp1, kFitted.vllm_non_torch_gib_tp),
+      graphs ? fmt::format("cuda graphs: {} GiB (0.21 on: gpu_model_runner.py, "
+                           "profile_cudagraph_memory; fitted)",
+                           kFitted.vllm_cuda_graph_gib)
+             : std::string(r.enforce_eager ? "cuda graphs: none (--enforce-eager)"
+                                           : "cuda graphs: not subtracted before 0.21 "
+                                             "(captured after the KV cache is allocated)"),
+      "blocks: floor(floor(KV bytes / page bytes) / layers of a group), the fewest of any "
+      "rank (kv_cache_utils.py, get_num_blocks, get_kv_cache_configs)",
+      version >= 2100 ? "tokens: int(max concurrency x max_model_len) (kv_cache_utils.py, "
+                        "get_kv_cache_capacity, 0.21 on)"
+                      : "tokens: blocks / groups x block_size (kv_cache_utils.py, "
+                        "_report_kv_cache_config, 0.9 - 0.20)",
+  };
+  return f;
+}
+
+// --- SGLang -------------------------------------------------------------------
+
+Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
+                                                     std::uint32_t version) {
+  const ModelSpec& m = *r.model;
+  CapacityFigures f;
+  f.fraction_name = "mem_fraction_static";
+  f.total_bytes = r.total_bytes;
+  f.page_tokens = r.page_tokens != 0 ? r.page_tokens : 1;
+  f.max_model_len = r.max_model_len != 0 ? r.max_model_len : m.max_position_embeddings;
+  // gpu_mem: nvidia-smi's memory.total in MiB (get_nvgpu_memory_capacity).
+  const std::uint64_t gpu_mem = r.smi_mib != 0 ? r.smi_mib : r.total_bytes / kMiB;
+  // server_args.py, _handle_gpu_memory_settings: chunked_prefill_size and
+  // cuda_graph_max_bs by GPU memory, then the reserve.
+  std::uint64_t chunked = 0, graph_bs = 0;
+  if (gpu_mem < 20 * 1024) {
+    chunked = 2048, graph_bs = 8;
+  } else if (gpu_mem < 35 * 1024) {
+    chunked = 2048, graph_bs = r.tp < 4 ? 24 : 80;
+  } else if (gpu_mem < 60 * 1024) {
+    chunked = 4096, graph_bs = r.tp < 4 ? 32 : 160;
+  } else if (gpu_mem < 160 * 1024) {
+    chunked = 8192, graph_bs = r.tp < 4 ? 256 : 512;
+  } else {
+    chunked = 16384, graph_bs = 512;
+  }
+  if (r.max_num_batched_tokens != 0) chunked = r.max_num_batched_tokens;
+  f.max_num_batched_tokens = static_cast<std::uint32_t>(chunked);
+  double reserved_mib = 0;
+  const double parallel = static_cast<double>(r.tp) * r.pp;
+  if (version >= 504) {
+    reserved_mib = 512 + static_cast<double>(std::max<std::uint64_t>(chunked, 2048)) * 1.5 +
+                   static_cast<double>(graph_bs) * 2 + parallel / 8 * 1024;
+    if (gpu_mem > 60 * 1024) reserved_mib = std::max(reserved_mib, 10.0 * 1024);
+  } else if (version >= 406) {
+    if (gpu_mem < 35 * 1024) {
+      reserved_mib = (2.8 + parallel / 10) * 1024;
+    } else if (gpu_mem < 90 * 1024) {
+      reserved_mib = (9.5 + parallel / 2) * 1024;
+    } else if (gpu_mem < 160 * 1024) {
+      reserved_mib = (12 + parallel / 2) * 1024;
+    } else {
+      reserved_mib = 32 * 1024;
+    }
+  } else {
+    // Up to 0.4.5 a table by TP size: 0.88, 0.87 (tp 2+), 0.85 (4+), 0.81 (8+), 0.79 (16+).
+    const double table = r.tp >= 16  ? 0.79
+                         : r.tp >= 8 ? 0.81
+                         : r.tp >= 4 ? 0.85
+                         : r.tp >= 2 ? 0.87
+                                     : 0.88;
+    reserved_mib = static_cast<double>(gpu_mem) * (1.0 - table);
+  }
+  const double chosen = std::round((static_cast<double>(gpu_mem) - reserved_mib) /
+                                   static_cast<double>(gpu_mem) * 1000.0) /
+                        1000.0;
+  f.fraction = r.fraction.value_or(chosen);
+  f.fraction_default = !r.fraction.has_value();
+
+  const double context =
+      (r.tp * r.pp > 1 ? kFitted.sglang_context_gib_tp : kFitted.sglang_context_gib_tp1) * kGiB;
+  const double pre = static_cast<double>(r.total_bytes) - context;
+  f.non_torch_bytes = static_cast<std::uint64_t>(context);
+  // What (1 - mem_fraction_static) holds back of the memory free before the
+  // weights: SGLang's room for activations and CUDA graphs.
+  f.activation_bytes = static_cast<std::uint64_t>(pre * (1.0 - f.fraction));
+  f.budget_bytes = static_cast<std::uint64_t>(pre * f.fraction);
+  std::optional<std::uint64_t> fewest;
+  for (const StageKv& stage : stages_of(m, r.tp, r.pp)) {
+    const double rest = pre - static_cast<double>(stage.weights) - pre * (1.0 - f.fraction);
+    if (rest <= 0) {
+      return Unexpected{shortfall(
+          r,
+          fmt::format("the weights ({:.2f} GiB a GPU) under --mem-fraction-static {} of the "
+                      "{:.2f} GiB free before they load",
+                      gib(stage.weights), f.fraction, pre / kGiB),
+          f.budget_bytes, stage.weights)};
+    }
+    // Full-attention layers only count for a hybrid model's pool; a sliding
+    // window's layers are sized as full ones here (swa_full_tokens_ratio not modelled).
+    const std::uint64_t cell = layer_token_bytes(m, r.tp, r.kv_dtype) * stage.layers;
+    // int(rest GiB * 2^30) // cell, to the page.
+    std::uint64_t tokens = static_cast<std::uint64_t>(rest) / cell;
+    tokens = tokens / f.page_tokens * f.page_tokens;
+    if (!fewest || tokens < *fewest) {
+      fewest = tokens;
+      f.deciding_stage = stage.stage;
+      f.weights_bytes = stage.weights;
+      f.kv_bytes = static_cast<std::uint64_t>(rest);
+      f.bytes_per_token = cell;
+      f.tokens = tokens;
+    }
+  }
+  if (f.tokens == 0) {
+    return Unexpected{
+        fmt::format("no KV token fits on a {} (SGLang: \"Not enough memory. Please try to increase "
+                    "--mem-fraction-static.\")",
+                    r.gpu_name)};
+  }
+  f.blocks = f.tokens / f.page_tokens;
+  f.max_concurrency = static_cast<double>(f.tokens) / f.max_model_len;
+  f.version = version >= 504 ? "0.5.4" : version >= 406 ? "0.4.6" : "0.4.5";
+  const double avail_before = pre / kGiB;
+  const double avail_after = avail_before - gib(f.weights_bytes);
+  f.log_lines = {
+      fmt::format("Load weight begin. avail mem={:.2f} GB", avail_before),
+      fmt::format("Load weight end. avail mem={:.2f} GB, mem usage={:.2f} GB.", avail_after,
+                  gib(f.weights_bytes)),
+      m.mla
+          ? fmt::format("KV Cache is allocated. #tokens: {}, KV size: {:.2f} GB", f.tokens,
+                        gib(f.tokens * f.bytes_per_token))
+          : fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
+                        f.tokens, gib(f.tokens * f.bytes_per_token / 2),
+                        gib(f.tokens * f.bytes_per_token / 2)),
+      fmt::format("max_total_num_tokens={}, chunked_prefill_size={}, context_len={}", f.tokens,
+                  chunked, f.max_model_len),
+  };
+  f.rules = {
+      fmt::format("mem_fraction_static: {} ({}; server_args.py, _handle_gpu_memory_settings: "
+                  "gpu_mem {} MiB, reserved {:.0f} MiB{})",
+                  f.fraction, f.fraction_default ? "SGLang's default" : "given", gpu_mem,
+                  reserved_mib,
+                  version >= 504   ? ", 0.5.4 on"
+                  : version >= 406 ? ", the GPU-bucket rule of 0.4.6 - 0.5.3"
+                                   : ", the TP-size table up to 0.4.5"),
+      fmt::format("free before the weights: CUDA's total less {} GiB of CUDA context and "
+                  "NCCL (model_runner.py, init_torch_distributed; fitted)",
+                  context / kGiB),
+      "weights: the bytes the rank holds (model/rank_weights.h), the 'Load weight end' mem usage",
+      "KV bytes: free after the weights - (1 - mem_fraction_static) x free before "
+      "(model_runner.py, profile_max_num_token)",
+      "tokens: KV bytes // cell size, down to page_size; the fewest of any rank "
+      "(model_runner.py, init_memory_pool)",
+  };
+  return f;
+}
+
+// --- TensorRT-LLM -------------------------------------------------------------
+
+Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r,
+                                                     std::uint32_t version) {
+  const ModelSpec& m = *r.model;
+  CapacityFigures f;
+  f.fraction_name = "free_gpu_memory_fraction";
+  f.fraction = r.fraction.value_or(0.9);
+  f.fraction_default = !r.fraction.has_value();
+  f.total_bytes = r.total_bytes;
+  f.budget_bytes = r.total_bytes;
+  f.page_tokens = r.page_tokens != 0 ? r.page_tokens : 32;
+  f.max_model_len = r.max_model_len != 0 ? r.max_model_len : m.max_position_embeddings;
+  f.max_num_batched_tokens = r.max_num_batched_tokens != 0 ? r.max_num_batched_tokens : 8192;
+  f.max_num_seqs = r.max_num_seqs != 0 ? r.max_num_seqs : 2048;
+  f.activation_bytes =
+      static_cast<std::uint64_t>(static_cast<double>(f.max_num_batched_tokens) * m.hidden_size *
+                                 kFitted.trtllm_activation_bytes_per_token_hidden);
+  f.non_torch_bytes = static_cast<std::uint64_t>(
+      (r.tp * r.pp > 1 ? kFitted.trtllm_outside_gib_tp : kFitted.trtllm_outside_gib_tp1) * kGiB);
+  std::optional<std::uint64_t> fewest;
+  for (const StageKv& stage : stages_of(m, r.tp, r.pp)) {
+    const std::uint64_t peak = stage.weights + f.activation_bytes + f.non_torch_bytes;
+    if (peak >= r.total_bytes) {
+      return Unexpected{shortfall(
+          r,
+          fmt::format("the weights ({:.2f} GiB a GPU), the profile run's activations ({:.2f} "
+                      "GiB) and memory outside torch ({:.2f} GiB)",
+                      gib(stage.weights), gib(f.activation_bytes), gib(f.non_torch_bytes)),
+          r.total_bytes, peak)};
+    }
+    const std::uint64_t kv =
+        static_cast<std::uint64_t>(f.fraction * static_cast<double>(r.total_bytes - peak));
+    const std::uint64_t per_token = layer_token_bytes(m, r.tp, r.kv_dtype) * stage.layers;
+    const std::uint64_t tokens = ceil_div(kv / per_token, f.page_tokens) * f.page_tokens;
+    if (!fewest || tokens < *fewest) {
+      fewest = tokens;
+      f.deciding_stage = stage.stage;
+      f.weights_bytes = stage.weights;
+      f.kv_bytes = kv;
+      f.bytes_per_token = per_token;
+      f.tokens = tokens;
+    }
+  }
+  f.blocks = f.tokens / f.page_tokens;
+  f.max_concurrency = static_cast<double>(f.tokens) / f.max_model_len;
+  f.version = version >= 10000 ? "1.0" : "0.21";
+  const double peak = gib(f.weights_bytes + f.activation_bytes + f.non_torch_bytes);
+  f.log_lines = {
+      fmt::format("Memory used after loading model weights (inside torch) in memory usage "
+                  "profiling: {:.2f} GiB",
+                  gib(f.weights_bytes)),
+      fmt::format("Peak memory during memory usage profiling (torch + non-torch): {:.2f} GiB, "
+                  "available KV cache memory when calculating max tokens: {:.2f} GiB, fraction "
+                  "is set {}, kv size is {}. device total memory {:.2f} GiB",
+                  peak, gib(f.kv_bytes), f.fraction, f.bytes_per_token, gib(r.total_bytes)),
+      fmt::format("[MemUsageChange] Allocated {:.2f} GiB for max tokens in paged KV cache ({}).",
+                  gib(f.tokens * f.bytes_per_token), f.tokens),
+  };
+  f.rules = {
+      "KV bytes: free_gpu_memory_fraction x (CUDA's total - the profile run's peak) "
+      "(tensorrt_llm/_torch/pyexecutor/_util.py, KvCacheCreator.configure_kv_cache_capacity)",
+      "weights: the bytes the rank holds (model/rank_weights.h)",
+      fmt::format("activation: max_num_tokens ({}) x hidden x {} bytes (the profile run's "
+                  "torch increase; fitted)",
+                  f.max_num_batched_tokens, kFitted.trtllm_activation_bytes_per_token_hidden),
+      fmt::format("outside torch: {} GiB at tp 1, {} GiB at tp > 1 (CUDA context, NCCL, CUDA "
+                  "graphs; fitted)",
+                  kFitted.trtllm_outside_gib_tp1, kFitted.trtllm_outside_gib_tp),
+      "tokens: floor(KV bytes / bytes a token), up to whole blocks of tokens_per_block "
+      "(cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp, calculateMaxNumBlocks)",
+  };
+  return f;
+}
+
+}  // namespace
+
+std::string_view to_string(CapacityEngine engine) {
+  switch (engine) {
+    case CapacityEngine::kVllm: return "vllm";
+    case CapacityEngine::kSglang: return "sglang";
+    case CapacityEngine::kTrtllm: return "trtllm";
+  }
+  return "vllm";
+}
+
+std::string newest_capacity_version(CapacityEngine engine) {
+  switch (engine) {
+    case CapacityEngine::kVllm: return "0.21";
+    case CapacityEngine::kSglang: return "0.5.4";
+    case CapacityEngine::kTrtllm: return "1.0";
+  }
+  return "";
+}
+
+std::optional<std::string> capacity_version_error(CapacityEngine engine,
+                                                  const std::string& version) {
+  if (version.empty() || version_number(version)) return std::nullopt;
+  return fmt::format("'{}' is not a version (A.B or A.B.C, e.g. {})", version,
+                     newest_capacity_version(engine));
+}
+
+Result<CapacityFigures, std::string> compute_capacity(const CapacityRequest& request) {
+  if (request.model == nullptr) return Unexpected{std::string("no model")};
+  if (request.fraction && !(*request.fraction > 0.0 && *request.fraction <= 1.0)) {
+    return Unexpected{fmt::format("the memory fraction {} is outside (0, 1]", *request.fraction)};
+  }
+  if (request.total_bytes == 0) return Unexpected{std::string("the GPU has no memory")};
+  const ModelSpec& m = *request.model;
+  auto share = gpu_share(m.layers, m.attention_heads, m.kv_heads, m.head_dim, m.mla ? 1 : 2,
+                         request.tp, request.pp);
+  if (!share) return Unexpected{share.error()};
+  const std::string version_text =
+      request.version.empty() ? newest_capacity_version(request.engine) : request.version;
+  const auto version = version_number(version_text);
+  if (!version) return Unexpected{*capacity_version_error(request.engine, request.version)};
+  Result<CapacityFigures, std::string> figures = Unexpected{std::string()};
+  switch (request.engine) {
+    case CapacityEngine::kVllm: figures = vllm_capacity(request, *version); break;
+    case CapacityEngine::kSglang: figures = sglang_capacity(request, *version); break;
+    case CapacityEngine::kTrtllm: figures = trtllm_capacity(request, *version); break;
+  }
+  if (figures) {
+    figures.value().engine = request.engine;
+    if (figures.value().version.empty()) {
+      figures.value().version = *version >= 2100 ? "0.21" : "0.11";
+    }
+  }
+  return figures;
+}
+
+}  // namespace kvreplay
