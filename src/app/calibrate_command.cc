@@ -122,8 +122,9 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
     overrides.context_default = overrides.kv_groups = true;
     set_activation_limits(overrides, w.options);
     // The engine that measured the row sized its KV cache by its own rule.
-    if (row.engine == "vllm" || row.engine == "sglang" || row.engine == "trtllm") {
-      overrides.capacity_rule = row.engine;
+    // NVIDIA NIM serves its LLMs on TensorRT-LLM profiles where the GPU has one.
+    if (auto engine = parse_capacity_engine(row.engine == "nim" ? "trtllm" : row.engine)) {
+      overrides.capacity_engine = *engine;
     }
     auto config = resolve_sim_config(overrides);
     // The row, not the command line, gave the model, GPU and TP at fault; a

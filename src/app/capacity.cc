@@ -218,6 +218,7 @@ class CapacityCommand final : public Command {
       request.gpu_name = gpu->name;
       request.total_bytes = gpu->cuda_total_bytes;
       request.smi_mib = gpu->nvidia_smi_mib;
+      request.fast_link = gpu->interconnect.find("PCIe") == std::string::npos;
     } else {
       auto bytes = parse_memory_size(gpu_memory_);
       if (!bytes) return fail("--gpu-memory: " + bytes.error());

@@ -172,9 +172,18 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
       options[12] = deploy(app.add_option("--pp", pp, pp_help)->check(CLI::Range(1u, 1024u)));
       options[13] = deploy(app.add_option("--gpu", gpu, gpu_help));
     }
-    options[14] = deploy(app.add_option("--gpu-memory-utilization", gpu_memory_utilization,
-                                        "share of the GPU's memory for weights, activations and "
-                                        "KV (default 0.9, as vLLM)"));
+    const std::string fraction_help =
+        "the engine's memory knob: vLLM's gpu_memory_utilization (default 0.9), SGLang's "
+        "mem_fraction_static (default as SGLang picks it), TensorRT-LLM's "
+        "free_gpu_memory_fraction (default 0.9); see kvreplay capacity";
+    if (swept) {
+      options[14] = deploy(app.add_option("--gpu-memory-utilization", memory_fractions,
+                                          fraction_help + "; comma-separated to sweep")
+                               ->delimiter(','));
+    } else {
+      options[14] =
+          deploy(app.add_option("--gpu-memory-utilization", gpu_memory_utilization, fraction_help));
+    }
   }
 }
 ConfigOverrides ConfigOptions::overrides() const {
@@ -195,7 +204,8 @@ ConfigOverrides ConfigOptions::overrides() const {
   if (given(11) && !lists) out.tp = tp;
   if (given(12) && !lists) out.pp = pp;
   if (given(13) && !lists) out.gpu = gpu;
-  if (given(14)) out.gpu_memory_utilization = gpu_memory_utilization;
+  if (given(14) && memory_fractions.empty()) out.gpu_memory_utilization = gpu_memory_utilization;
+  if (given(14) && memory_fractions.size() == 1) out.gpu_memory_utilization = memory_fractions[0];
   out.context_default = options[11] != nullptr;  // simulate and plan
   out.kv_groups = out.context_default;
   return out;
@@ -212,7 +222,8 @@ void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options
   if (engine.free_gpu_memory_fraction) {
     overrides.free_gpu_memory_fraction = engine.free_gpu_memory_fraction;
   }
-  overrides.capacity_rule = std::string(engine.capacity_rule);
+  overrides.capacity_engine =
+      parse_capacity_engine(engine.capacity_rule).value_or(CapacityEngine::kVllm);
 }
 void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,

@@ -54,6 +54,10 @@ struct ConfigOptions {
   // plan (swept and deployment): --gpu, --tp and --pp are lists it sweeps.
   std::vector<std::string> gpus;
   std::vector<std::uint32_t> tps, pps;
+  // plan: --gpu-memory-utilization as a list it sweeps (the engine's memory
+  // knob: vLLM's gpu_memory_utilization, SGLang's mem_fraction_static,
+  // TensorRT-LLM's free_gpu_memory_fraction).
+  std::vector<double> memory_fractions;
   std::vector<CLI::Option*> options;
 
   // `swept`: plan sweeps --model (and --model-config), --page-tokens and

@@ -67,22 +67,47 @@ struct Fitted {
   // vLLM: the sampler's warm-up holds the logits of min(max_num_batched_tokens,
   // max_num_seqs) dummy requests over the padded vocabulary in several float32
   // copies (logits, probabilities, the sorted values and their int64 indices
-  // for top-k/top-p): bytes a logit.
-  double vllm_sampler_bytes_per_logit = 20.0;
+  // for top-k/top-p): bytes a logit, from 0.17 on and before (0.17 dropped
+  // copies: the same model's peak fell 60% between 0.16 and 0.17).
+  double vllm_sampler_bytes_per_logit = 14.9;
+  double vllm_sampler_bytes_per_logit_before_017 = 38.3;
+  double vllm_sampler_bytes_per_logit_before_09 = 20.0;  // the first V1 releases
+  // vLLM: a mixture of experts keeps its fused-MoE workspace from the forward
+  // pass into the sampler's warm-up: this many times the tokens x experts a
+  // token x the wider of 2 x expert width and hidden (fused_experts' cache13).
+  double vllm_moe_workspace_copies = 1.8;
   // vLLM: the forward pass of max_num_batched_tokens tokens holds the MLP's
   // gate/up output, its activation and a few hidden-width tensors at once.
   double vllm_forward_hidden_copies = 4.0;
-  // Memory outside torch that the profile run adds (cuBLAS and attention
-  // workspaces; with tp > 1 the custom all-reduce's and NCCL's buffers).
-  double vllm_non_torch_gib_tp1 = 0.2;
-  double vllm_non_torch_gib_tp = 0.6;
+  // Memory outside torch that the profile run adds: cuBLAS and attention
+  // workspaces at tp 1 (0.25 GiB from 0.17, 0.13 before); with tp > 1 over
+  // NVLink the custom all-reduce's and NCCL's buffers (2.02 + 0.04 x tp GiB
+  // from 0.17, 0.55 before); over PCIe (no custom all-reduce) 1.7 and 0.21;
+  // pipeline stages alone 0.07.
+  double vllm_non_torch_gib_tp1 = 0.25;
+  double vllm_non_torch_gib_tp1_before_017 = 0.13;
+  double vllm_non_torch_gib_nvlink = 2.02;
+  double vllm_non_torch_gib_nvlink_per_rank = 0.04;
+  double vllm_non_torch_gib_nvlink_before_017 = 0.55;
+  double vllm_non_torch_gib_pcie = 1.7;
+  double vllm_non_torch_gib_pcie_before_017 = 0.21;
+  double vllm_non_torch_gib_pp = 0.07;
   // vLLM before 0.9: the CUDA context, charged to the budget.
   double vllm_cuda_context_gib = 0.45;
-  // vLLM 0.21 on: profile_cudagraph_memory's estimate, by default capture sizes.
-  double vllm_cuda_graph_gib = 0.4;
+  // vLLM 0.21 on: profile_cudagraph_memory's estimate at the default capture
+  // sizes: a + b x layers of the rank - c x log2(tp), and more with MoE
+  // layers, as 0.19 estimated it (logged, not yet applied).
+  double vllm_cuda_graph_gib = 0.376;
+  double vllm_cuda_graph_gib_per_layer = 0.0167;
+  double vllm_cuda_graph_gib_per_tp_doubling = 0.12;
+  double vllm_cuda_graph_gib_moe = 0.35;
   // SGLang: the memory CUDA's context and NCCL take before the weights load.
   double sglang_context_gib_tp1 = 0.38;
-  double sglang_context_gib_tp = 0.6;
+  double sglang_context_gib_tp = 0.5;
+  // SGLang: what "Load weight end ... mem usage" holds beyond the parameters'
+  // bytes (the caching allocator's rounding and the buffers made at load).
+  double sglang_load_gib_tp1 = 0.11;
+  double sglang_load_gib_tp = 0.22;
   // TensorRT-LLM: what its profile run holds beside the weights (activations of
   // max_num_tokens, CUDA graphs, NCCL and the CUDA context).
   double trtllm_outside_gib_tp1 = 1.5;
@@ -131,12 +156,149 @@ std::string shortfall(const CapacityRequest& r, const std::string& what, std::ui
 
 // --- vLLM ---------------------------------------------------------------------
 
+// What vLLM's profile run and its neighbours take (activation, memory outside
+// torch, the CUDA-graph estimate) into `f`; the figures the rules name.
+struct VllmProfile {
+  std::uint64_t tokens = 0, requests = 0;
+  double per_logit = 0, non_torch = 0;
+  bool graphs = false;
+};
+
+VllmProfile vllm_profile(const CapacityRequest& r, std::uint32_t version, CapacityFigures& f) {
+  const ModelSpec& m = *r.model;
+  // The profile run's torch peak (gpu_model_runner.py, profile_run): a forward
+  // pass of max_num_batched_tokens tokens, then the sampler's warm-up of
+  // min(tokens, max_num_seqs) requests; the larger of the two peaks.
+  VllmProfile p;
+  const std::uint64_t tokens = f.max_num_batched_tokens;
+  const std::uint64_t requests = std::min<std::uint64_t>(tokens, f.max_num_seqs);
+  const std::uint64_t element = dtype_bytes(m.dtype);
+  const std::uint64_t mlp = ceil_div(m.mlp_width, r.tp);
+  const double forward =
+      static_cast<double>(tokens * element) *
+      (3.0 * static_cast<double>(mlp) + kFitted.vllm_forward_hidden_copies * m.hidden_size);
+  const double per_logit = version >= 1700  ? kFitted.vllm_sampler_bytes_per_logit
+                           : version >= 900 ? kFitted.vllm_sampler_bytes_per_logit_before_017
+                                            : kFitted.vllm_sampler_bytes_per_logit_before_09;
+  // Seen with 16-bit experts from 0.17 on; quantized experts (fp8, mxfp4) run
+  // other kernels and show none.
+  const bool moe_workspace =
+      m.routed_experts > 0 && m.shape.quant == WeightQuant::kNone && version >= 1700;
+  const double workspace =
+      moe_workspace ? kFitted.vllm_moe_workspace_copies * static_cast<double>(tokens * element) *
+                          m.experts_per_token *
+                          static_cast<double>(std::max<std::uint64_t>(
+                              2 * ceil_div(m.shape.moe_intermediate, r.tp), m.hidden_size))
+                    : 0.0;
+  const double sampler = static_cast<double>(requests * padded_vocab(m)) * per_logit +
+                         static_cast<double>(tokens * m.hidden_size * element) + workspace;
+  f.activation_bytes = static_cast<std::uint64_t>(std::max(forward, sampler));
+  const bool recent = version >= 1700;
+  double non_torch = 0;
+  if (r.tp > 1 && r.fast_link) {
+    non_torch = recent ? kFitted.vllm_non_torch_gib_nvlink +
+                             kFitted.vllm_non_torch_gib_nvlink_per_rank * r.tp
+                       : kFitted.vllm_non_torch_gib_nvlink_before_017;
+  } else if (r.tp > 1) {
+    non_torch =
+        recent ? kFitted.vllm_non_torch_gib_pcie : kFitted.vllm_non_torch_gib_pcie_before_017;
+  } else if (r.pp > 1) {
+    non_torch = kFitted.vllm_non_torch_gib_pp;
+  } else {
+    non_torch = recent ? kFitted.vllm_non_torch_gib_tp1 : kFitted.vllm_non_torch_gib_tp1_before_017;
+  }
+  // Before 0.9 the budget also paid for the CUDA context and whatever else
+  // was outside torch (the absolute peak: gpu_worker.py of 0.8).
+  if (version < 900) non_torch += kFitted.vllm_cuda_context_gib;
+  f.non_torch_bytes = static_cast<std::uint64_t>(non_torch * kGiB);
+  const bool graphs = version >= 2100 && !r.enforce_eager;
+  if (graphs) {
+    const std::uint32_t last_stage_layers = pipeline_stage(m.layers, r.pp, r.pp - 1).second;
+    // The capture sizes (CompilationConfig): 1, 2, 4, then every 8 to 256,
+    // then every 16 to min(512, 2 x max_num_seqs); the estimate grows with
+    // their count (shared pool + one increment a further graph).
+    const std::uint32_t largest = std::min<std::uint32_t>(512, 2 * f.max_num_seqs);
+    std::uint32_t sizes = 0;
+    for (std::uint32_t size : {1u, 2u, 4u}) sizes += size <= largest ? 1 : 0;
+    for (std::uint32_t size = 8; size < 256; size += 8) sizes += size <= largest ? 1 : 0;
+    for (std::uint32_t size = 256; size <= largest; size += 16) ++sizes;
+    const double at_default = kFitted.vllm_cuda_graph_gib +
+                              kFitted.vllm_cuda_graph_gib_per_layer * last_stage_layers -
+                              kFitted.vllm_cuda_graph_gib_per_tp_doubling * std::log2(r.tp) +
+                              (m.routed_experts > 0 ? kFitted.vllm_cuda_graph_gib_moe : 0.0);
+    const double estimate = at_default * static_cast<double>(std::max(sizes, 2u) - 1) / 50.0;
+    f.cuda_graph_bytes = static_cast<std::uint64_t>(std::max(0.05, estimate) * kGiB);
+  }
+
+  p.tokens = tokens;
+  p.requests = requests;
+  p.per_logit = per_logit;
+  p.non_torch = non_torch;
+  p.graphs = graphs;
+  return p;
+}
+
+// vLLM's log lines and the rule of each term.
+void vllm_words(const CapacityRequest& r, std::uint32_t version, const VllmProfile& p,
+                CapacityFigures& f) {
+  const ModelSpec& m = *r.model;
+  const std::uint64_t tokens = p.tokens, requests = p.requests;
+  const double per_logit = p.per_logit, non_torch = p.non_torch;
+  const bool graphs = p.graphs;
+  f.log_lines.push_back(fmt::format("Model loading took {:.4f} GiB", gib(f.weights_bytes)));
+  if (graphs) {
+    f.log_lines.push_back(
+        fmt::format("Estimated CUDA graph memory: {:.2f} GiB total", gib(f.cuda_graph_bytes)));
+  }
+  f.log_lines.push_back(fmt::format("Available KV cache memory: {:.2f} GiB", gib(f.kv_bytes)));
+  if (version >= 2100) {
+    f.log_lines.push_back(fmt::format(
+        "GPU KV cache size: {} tokens, Maximum concurrency for {} tokens per request: {:.2f}x",
+        thousands(f.tokens), thousands(f.max_model_len), f.max_concurrency));
+  } else {
+    f.log_lines.push_back(fmt::format("GPU KV cache size: {} tokens", thousands(f.tokens)));
+    f.log_lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x",
+                                      thousands(f.max_model_len), f.max_concurrency));
+  }
+  f.rules = {
+      "budget: ceil(gpu_memory_utilization x CUDA's total) (vllm/v1/worker/gpu_worker.py, "
+      "Worker.determine_available_memory; vllm/v1/worker/utils.py, request_memory)",
+      "weights: the bytes the rank holds (model/rank_weights.h), as DeviceMemoryProfiler "
+      "measures load_model (gpu_model_runner.py)",
+      fmt::format("activation: the larger of a forward pass of {} tokens (MLP gate/up and its "
+                  "activation, {} hidden-width tensors) and the sampler warm-up of {} requests "
+                  "x {} padded vocabulary at {} bytes a logit (gpu_model_runner.py, profile_run, "
+                  "_dummy_sampler_run; constants fitted to bench/capacity/)",
+                  tokens, kFitted.vllm_forward_hidden_copies, requests, padded_vocab(m), per_logit),
+      fmt::format("non-torch: {:.2f} GiB ({}; mem_utils.py, memory_profiling non_torch_increase; "
+                  "fitted)",
+                  non_torch,
+                  r.tp > 1 ? (r.fast_link ? "tp > 1 over NVLink: custom all-reduce and NCCL"
+                                          : "tp > 1 over PCIe")
+                           : (r.pp > 1 ? "pipeline stages" : "tp 1")),
+      graphs ? fmt::format("cuda graphs: {:.2f} GiB (0.21 on: gpu_model_runner.py, "
+                           "profile_cudagraph_memory; by layers, tp and MoE, fitted)",
+                           gib(f.cuda_graph_bytes))
+             : std::string(r.enforce_eager ? "cuda graphs: none (--enforce-eager)"
+                                           : "cuda graphs: not subtracted before 0.21 "
+                                             "(captured after the KV cache is allocated)"),
+      "blocks: floor(floor(KV bytes / page bytes) / layers of a group), the fewest of any "
+      "rank (kv_cache_utils.py, get_num_blocks, get_kv_cache_configs)",
+      version >= 2100 ? "tokens: int(max concurrency x max_model_len) (kv_cache_utils.py, "
+                        "get_kv_cache_capacity, 0.21 on)"
+                      : "tokens: blocks / groups x block_size (kv_cache_utils.py, "
+                        "_report_kv_cache_config, 0.9 - 0.20)",
+  };
+}
+
 Result<CapacityFigures, std::string> vllm_capacity(const CapacityRequest& r,
                                                    std::uint32_t version) {
   const ModelSpec& m = *r.model;
   CapacityFigures f;
   f.fraction_name = "gpu_memory_utilization";
-  f.fraction = r.fraction.value_or(kDefaultGpuMemoryUtilization);
+  // 0.21 raised the default to 0.92 as it began charging CUDA graphs
+  // (vllm/config/cache.py; vLLM PR 38284).
+  f.fraction = r.fraction.value_or(version >= 2100 ? 0.92 : kDefaultGpuMemoryUtilization);
   f.fraction_default = !r.fraction.has_value();
   f.total_bytes = r.total_bytes;
   f.budget_bytes =
@@ -153,28 +315,7 @@ Result<CapacityFigures, std::string> vllm_capacity(const CapacityRequest& r,
   f.max_num_seqs = r.max_num_seqs != 0 ? r.max_num_seqs : (large ? 1024u : 256u);
   f.max_model_len = r.max_model_len != 0 ? r.max_model_len : m.max_position_embeddings;
 
-  // The profile run's torch peak (gpu_model_runner.py, profile_run): a forward
-  // pass of max_num_batched_tokens tokens, then the sampler's warm-up of
-  // min(tokens, max_num_seqs) requests; the larger of the two peaks.
-  const std::uint64_t tokens = f.max_num_batched_tokens;
-  const std::uint64_t requests = std::min<std::uint64_t>(tokens, f.max_num_seqs);
-  const std::uint64_t element = dtype_bytes(m.dtype);
-  const std::uint64_t mlp = ceil_div(m.mlp_width, r.tp);
-  const double forward =
-      static_cast<double>(tokens * element) *
-      (3.0 * static_cast<double>(mlp) + kFitted.vllm_forward_hidden_copies * m.hidden_size);
-  const double sampler =
-      static_cast<double>(requests * padded_vocab(m)) * kFitted.vllm_sampler_bytes_per_logit +
-      static_cast<double>(tokens * m.hidden_size * element);
-  f.activation_bytes = static_cast<std::uint64_t>(std::max(forward, sampler));
-  // Before 0.9 the budget also paid for the CUDA context and whatever else
-  // was outside torch (the absolute peak: gpu_worker.py of 0.8).
-  f.non_torch_bytes = static_cast<std::uint64_t>(
-      ((r.tp > 1 ? kFitted.vllm_non_torch_gib_tp : kFitted.vllm_non_torch_gib_tp1) +
-       (version < 900 ? kFitted.vllm_cuda_context_gib : 0.0)) *
-      kGiB);
-  const bool graphs = version >= 2100 && !r.enforce_eager;
-  f.cuda_graph_bytes = graphs ? static_cast<std::uint64_t>(kFitted.vllm_cuda_graph_gib * kGiB) : 0;
+  const VllmProfile profile = vllm_profile(r, version, f);
 
   const std::uint64_t per_layer_page = layer_token_bytes(m, r.tp, r.kv_dtype) * f.page_tokens;
   std::optional<std::uint64_t> fewest;
@@ -247,48 +388,7 @@ Result<CapacityFigures, std::string> vllm_capacity(const CapacityRequest& r,
         f.max_model_len, gib(need), gib(f.kv_bytes), r.gpu_name)};
   }
 
-  f.log_lines.push_back(fmt::format("Model loading took {:.4f} GiB", gib(f.weights_bytes)));
-  if (graphs) {
-    f.log_lines.push_back(
-        fmt::format("Estimated CUDA graph memory: {:.2f} GiB total", gib(f.cuda_graph_bytes)));
-  }
-  f.log_lines.push_back(fmt::format("Available KV cache memory: {:.2f} GiB", gib(f.kv_bytes)));
-  if (version >= 2100) {
-    f.log_lines.push_back(fmt::format(
-        "GPU KV cache size: {} tokens, Maximum concurrency for {} tokens per request: {:.2f}x",
-        thousands(f.tokens), thousands(f.max_model_len), f.max_concurrency));
-  } else {
-    f.log_lines.push_back(fmt::format("GPU KV cache size: {} tokens", thousands(f.tokens)));
-    f.log_lines.push_back(fmt::format("Maximum concurrency for {} tokens per request: {:.2f}x",
-                                      thousands(f.max_model_len), f.max_concurrency));
-  }
-  f.rules = {
-      "budget: ceil(gpu_memory_utilization x CUDA's total) (vllm/v1/worker/gpu_worker.py, "
-      "Worker.determine_available_memory; vllm/v1/worker/utils.py, request_memory)",
-      "weights: the bytes the rank holds (model/rank_weights.h), as DeviceMemoryProfiler "
-      "measures load_model (gpu_model_runner.py)",
-      fmt::format("activation: the larger of a forward pass of {} tokens (MLP gate/up and its "
-                  "activation, {} hidden-width tensors) and the sampler warm-up of {} requests "
-                  "x {} padded vocabulary at {} bytes a logit (gpu_model_runner.py, profile_run, "
-                  "_dummy_sampler_run; constants fitted to bench/capacity/)",
-                  tokens, kFitted.vllm_forward_hidden_copies, requests, padded_vocab(m),
-                  kFitted.vllm_sampler_bytes_per_logit),
-      fmt::format("non-torch: {} GiB at tp 1, {} GiB at tp > 1 (mem_utils.py, memory_profiling "
-                  "non_torch_increase; fitted)",
-                  kFitted.vllm_non_torch_gib_tp1, kFitted.vllm_non_torch_gib_tp),
-      graphs ? fmt::format("cuda graphs: {} GiB (0.21 on: gpu_model_runner.py, "
-                           "profile_cudagraph_memory; fitted)",
-                           kFitted.vllm_cuda_graph_gib)
-             : std::string(r.enforce_eager ? "cuda graphs: none (--enforce-eager)"
-                                           : "cuda graphs: not subtracted before 0.21 "
-                                             "(captured after the KV cache is allocated)"),
-      "blocks: floor(floor(KV bytes / page bytes) / layers of a group), the fewest of any "
-      "rank (kv_cache_utils.py, get_num_blocks, get_kv_cache_configs)",
-      version >= 2100 ? "tokens: int(max concurrency x max_model_len) (kv_cache_utils.py, "
-                        "get_kv_cache_capacity, 0.21 on)"
-                      : "tokens: blocks / groups x block_size (kv_cache_utils.py, "
-                        "_report_kv_cache_config, 0.9 - 0.20)",
-  };
+  vllm_words(r, version, profile, f);
   return f;
 }
 
@@ -360,7 +460,10 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
   f.activation_bytes = static_cast<std::uint64_t>(pre * (1.0 - f.fraction));
   f.budget_bytes = static_cast<std::uint64_t>(pre * f.fraction);
   std::optional<std::uint64_t> fewest;
-  for (const StageKv& stage : stages_of(m, r.tp, r.pp)) {
+  const auto load = static_cast<std::uint64_t>(
+      (r.tp * r.pp > 1 ? kFitted.sglang_load_gib_tp : kFitted.sglang_load_gib_tp1) * kGiB);
+  for (StageKv stage : stages_of(m, r.tp, r.pp)) {
+    stage.weights += load;
     const double rest = pre - static_cast<double>(stage.weights) - pre * (1.0 - f.fraction);
     if (rest <= 0) {
       return Unexpected{shortfall(
@@ -420,7 +523,9 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
       fmt::format("free before the weights: CUDA's total less {} GiB of CUDA context and "
                   "NCCL (model_runner.py, init_torch_distributed; fitted)",
                   context / kGiB),
-      "weights: the bytes the rank holds (model/rank_weights.h), the 'Load weight end' mem usage",
+      fmt::format("weights: the bytes the rank holds (model/rank_weights.h) and {} GiB the load "
+                  "leaves beside them (the 'Load weight end' mem usage; fitted)",
+                  static_cast<double>(load) / kGiB),
       "KV bytes: free after the weights - (1 - mem_fraction_static) x free before "
       "(model_runner.py, profile_max_num_token)",
       "tokens: KV bytes // cell size, down to page_size; the fewest of any rank "
@@ -513,6 +618,14 @@ std::string_view to_string(CapacityEngine engine) {
     case CapacityEngine::kTrtllm: return "trtllm";
   }
   return "vllm";
+}
+
+std::optional<CapacityEngine> parse_capacity_engine(std::string_view name) {
+  for (CapacityEngine e :
+       {CapacityEngine::kVllm, CapacityEngine::kSglang, CapacityEngine::kTrtllm}) {
+    if (to_string(e) == name) return e;
+  }
+  return std::nullopt;
 }
 
 std::string newest_capacity_version(CapacityEngine engine) {

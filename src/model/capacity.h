@@ -67,6 +67,9 @@ struct CapacityRequest {
   std::string gpu_name;           // for messages
   std::uint64_t total_bytes = 0;  // CUDA's total of one GPU
   std::uint64_t smi_mib = 0;      // nvidia-smi's memory.total (SGLang's gpu_mem); 0: from total
+  // GPUs linked by NVLink (or Infinity Fabric): vLLM's custom all-reduce
+  // takes its buffers; over PCIe it stays off.
+  bool fast_link = false;
   std::uint32_t tp = 1, pp = 1;
   std::uint32_t max_model_len = 0;  // 0: the model's context
   Dtype kv_dtype = Dtype::kBf16;
@@ -108,6 +111,8 @@ struct CapacityFigures {
 };
 
 std::string_view to_string(CapacityEngine engine);
+// "vllm", "sglang" or "trtllm"; nullopt for another name.
+std::optional<CapacityEngine> parse_capacity_engine(std::string_view name);
 
 // The newest version modelled, and whether `version` parses ("0.11", "0.21.3").
 std::string newest_capacity_version(CapacityEngine engine);

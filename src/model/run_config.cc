@@ -336,13 +336,12 @@ InputStatus size_pool(const HeaderSettings& h, const ConfigOverrides& cli, const
     }
     // What the engine would allocate at startup (model/capacity.h).
     CapacityRequest request;
-    request.engine = cli.capacity_rule == "sglang"   ? CapacityEngine::kSglang
-                     : cli.capacity_rule == "trtllm" ? CapacityEngine::kTrtllm
-                                                     : CapacityEngine::kVllm;
+    request.engine = cli.capacity_engine;
     request.model = &*run.model_spec;
     request.gpu_name = gpu->name;
     request.total_bytes = gpu->cuda_total_bytes;
     request.smi_mib = gpu->nvidia_smi_mib;
+    request.fast_link = gpu->interconnect.find("PCIe") == std::string::npos;
     request.tp = run.tp;
     request.pp = run.pp;
     request.max_model_len = run.kv.max_seq_tokens;

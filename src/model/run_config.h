@@ -51,9 +51,9 @@ struct ConfigOverrides {
   // Set for the trtllm engine: the GPU's KV memory by TensorRT-LLM's rule
   // (trtllm_gpu_memory), this fraction unless --gpu-memory-utilization gives one.
   std::optional<double> free_gpu_memory_fraction;
-  // Whose startup rule sizes the KV memory from --gpu (model/capacity.h):
-  // "vllm", "sglang" or "trtllm"; set by simulate and plan from the engine.
-  std::string capacity_rule = "vllm";
+  // Whose startup rule sizes the KV memory from --gpu (model/capacity.h); set
+  // by simulate and plan from the engine.
+  CapacityEngine capacity_engine = CapacityEngine::kVllm;
 };
 
 // The largest pool a run accepts. The pool keeps a refcount, a filled count and

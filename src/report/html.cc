@@ -353,6 +353,20 @@ std::string run_cards(const nlohmann::json& report, bool simulate) {
     body +=
         card("prefix-cache hit rate", percent_text(at_path(report, {"prefix_cache", "hit_rate"})));
     body += offload_cards(report);
+    // The pool the engine's startup rule gave one GPU, and where it went.
+    const nlohmann::json& rule = at_path(report, {"config", "kv_memory_rule"});
+    if (rule.is_object() && is_count(at_path(rule, {"kv_bytes_per_gpu"}))) {
+      auto gib = [&](const char* key) {
+        const nlohmann::json& v = at_path(rule, {key});
+        return is_count(v) ? bytes_text(v.get<std::uint64_t>()) : std::string("-");
+      };
+      body += card(fmt::format("KV memory a GPU ({} {})", value_text(at_path(rule, {"engine"})),
+                               value_text(at_path(rule, {"engine_version"}))),
+                   fmt::format("{} (weights {}, activation {}, CUDA graphs {}, non-torch {})",
+                               gib("kv_bytes_per_gpu"), gib("weights_bytes_per_gpu"),
+                               gib("activation_bytes_per_gpu"), gib("cuda_graph_bytes_per_gpu"),
+                               gib("non_torch_bytes_per_gpu")));
+    }
     const nlohmann::json& in_use_bytes = at_path(report, {"memory", "peak_in_use_bytes"});
     const nlohmann::json& instances = at_path(report, {"instances"});
     const nlohmann::json& block_bytes = at_path(report, {"config", "block_bytes"});

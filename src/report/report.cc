@@ -159,17 +159,21 @@ std::string base_summary(const ReportSource& input, bool color) {
     if (config.weights_bytes_per_gpu) {
       memory += fmt::format(", weights {}", bytes_text(*config.weights_bytes_per_gpu));
     }
-    if (config.activation_reserve_bytes) {
-      memory += fmt::format(", activation reserve {}, KV {}",
-                            bytes_text(*config.activation_reserve_bytes),
-                            bytes_text(config.kv_memory.value_or(0)));
+    std::string rule;
+    if (config.capacity) {
+      // The engine's startup rule sized the pool (kvreplay capacity): its terms.
+      const CapacityFigures& f = *config.capacity;
+      memory += fmt::format(", activation {}, CUDA graphs {}, non-torch {}, KV {}",
+                            bytes_text(f.activation_bytes), bytes_text(f.cuda_graph_bytes),
+                            bytes_text(f.non_torch_bytes), bytes_text(f.kv_bytes));
+      rule = fmt::format(", {} {}'s rule at {} {}", to_string(f.engine), f.version, f.fraction_name,
+                         f.fraction);
+    } else if (config.gpu_memory_utilization) {
+      rule = fmt::format(", {} of its memory", *config.gpu_memory_utilization);
     }
     out += fmt::format("deployment: {}tp {}, pp {} ({} layers x {} KV heads per GPU){}{}\n",
                        config.gpu.empty() ? std::string() : fmt::format("{}, ", config.gpu),
-                       config.tp, config.pp, config.kv.layers, config.kv.kv_heads,
-                       config.gpu_memory_utilization
-                           ? fmt::format(", {} of its memory", *config.gpu_memory_utilization)
-                           : std::string(),
+                       config.tp, config.pp, config.kv.layers, config.kv.kv_heads, rule,
                        memory.empty() ? std::string() : ": per GPU" + memory.substr(1));
   }
   out += paint.bold("blocks") + "\n";

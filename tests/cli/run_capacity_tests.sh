@@ -79,7 +79,7 @@ refused "a fraction that is not a number" \
   "command line: --free-gpu-memory-fraction: must be a finite number, got nan" \
   capacity --engine trtllm --model llama-3.1-8b --gpu h100-80gb --free-gpu-memory-fraction nan
 refused "weights over the budget" \
-  "command line: the weights (131.45 GiB a GPU), the profile run (2.57 GiB), memory outside torch (0.20 GiB) and CUDA graphs (0.40 GiB) under --gpu-memory-utilization 0.9 leave -63.35 GiB for the KV cache of a h100-80gb (134.62 GiB taken, 71.27 GiB granted); give a larger --tp or --pp, a larger memory fraction, or a GPU with more memory" \
+  "command line: the weights (131.45 GiB a GPU), the profile run (1.95 GiB), memory outside torch (0.25 GiB) and CUDA graphs (1.71 GiB) under --gpu-memory-utilization 0.92 leave -62.50 GiB for the KV cache of a h100-80gb (135.36 GiB taken, 72.86 GiB granted); give a larger --tp or --pp, a larger memory fraction, or a GPU with more memory" \
   capacity --model llama-3.1-70b --gpu h100-80gb
 refused "a TP the heads do not divide" \
   "command line: num_attention_heads 28 is not divisible by --tp 8 (vLLM refuses it)" \
@@ -102,7 +102,7 @@ table=$(bash scripts/capacity-table "$kvreplay" --json)
 check '[[ $(jq "[.rows[] | select(.refused)] | length" <<<"$table") == 0 ]]' \
   "a log's deployment was refused: $(jq -c '[.rows[] | select(.refused) | .id]' <<<"$table")"
 check '[[ $(jq ".rows | length" <<<"$table") == $(grep -c . bench/capacity/logs.jsonl) ]]' "rows missing"
-check '[[ $(jq "[.summary[] | select(.engine == \"vllm\") | .median <= 1.5] | all" <<<"$table") == true && $(jq "[.summary[] | select(.engine == \"sglang\") | .median <= 3.0] | all" <<<"$table") == true && $(jq "[.summary[] | select(.engine == \"trtllm\") | .median <= 1.0] | all" <<<"$table") == true ]]' \
+check '[[ $(jq "[.summary[] | .median <= 1.0] | all" <<<"$table") == true && $(jq ".summary | length" <<<"$table") == 3 ]]' \
   "medians past the README's: $(jq -c .summary <<<"$table")"
 finish "capacity table: bench/capacity/ within the README's figures"
 

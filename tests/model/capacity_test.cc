@@ -147,7 +147,7 @@ TEST_CASE("capacity: impossible deployments are refused with the shortfall in Gi
   auto r = on("llama-3.1-70b", "h100-80gb", CapacityEngine::kVllm, 1);
   auto f = compute_capacity(r);
   REQUIRE_FALSE(f);
-  CHECK(f.error().find("leave -63.35 GiB for the KV cache of a h100-80gb") != std::string::npos);
+  CHECK(f.error().find("leave -62.50 GiB for the KV cache of a h100-80gb") != std::string::npos);
   r.engine = CapacityEngine::kSglang;
   REQUIRE_FALSE(compute_capacity(r));
   CHECK(compute_capacity(r).error().find("GiB for the KV cache") != std::string::npos);

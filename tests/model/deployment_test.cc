@@ -138,27 +138,31 @@ TEST_CASE("run config: --gpu sizes the pool from one GPU's memory, every figure 
   CHECK(c.model == "llama-3-8b");
   CHECK(c.model_source == "preset:llama-3.1-8b");
   CHECK(c.kv.max_seq_tokens == 131072);  // the model's context length
-  // vLLM's rule (model/capacity.h), by hand: the rank's weights (embedding and
-  // lm_head, 32 layers of q/k/v/o and gate/up/down, two norms each, the final
-  // norm, the rotary cache), the profile run's sampler peak (1024 requests x
-  // 128256 logits x 20 bytes, beside the hidden states of 8192 tokens) over its
-  // forward peak, 0.2 GiB outside torch, 0.4 GiB of CUDA graphs (0.21).
+  // vLLM's rule (model/capacity.h, 0.21), by hand: the rank's weights
+  // (embedding and lm_head, 32 layers of q/k/v/o and gate/up/down, two norms
+  // each, the final norm, the rotary cache); the profile run's sampler peak
+  // (1024 requests x 128256 logits x 14.9 bytes, beside the hidden states of
+  // 8192 tokens), larger than its forward peak; 0.25 GiB outside torch; the
+  // CUDA-graph estimate of 32 layers at the 51 default capture sizes.
   const std::uint64_t per_layer =
       (48ull * 128 * 4096 + 4096ull * 4096 + 3ull * 14336 * 4096 + 2 * 4096) * 2;
   const std::uint64_t weights =
       2 * 128256ull * 4096 * 2 + 32 * per_layer + 4096 * 2 + 131072ull * 128 * 2;
-  const std::uint64_t sampler = 1024ull * 128256 * 20 + 8192ull * 4096 * 2;
+  const auto sampler = static_cast<std::uint64_t>(1024.0 * 128256 * 14.9 + 8192.0 * 4096 * 2);
   CHECK(sampler > 8192ull * 2 * (3 * 14336 + 4 * 4096));  // the forward peak is smaller
-  const std::uint64_t reserve = sampler + 429496729 + 214748364;
-  const std::uint64_t budget = 76527068775ull;          // ceil(0.9 x 85,030,076,416)
-  const std::uint64_t kv = budget - weights - reserve;  // 57,094,955,010
+  const auto graphs = static_cast<std::uint64_t>((0.376 + 0.0167 * 32) * kGiB);
+  const std::uint64_t reserve = sampler + graphs + kGiB / 4;
+  const std::uint64_t budget = 78227670303ull;          // ceil(0.92 x 85,030,076,416)
+  const std::uint64_t kv = budget - weights - reserve;  // 58,863,635,754
   CHECK(*c.weights_bytes_per_gpu == weights);
   CHECK(*c.activation_reserve_bytes == reserve);
   CHECK(*c.kv_memory == kv);
-  CHECK(c.kv.pool_blocks == kv / (131072ull * 16));  // 27,224 blocks of 2 MiB
+  CHECK(c.kv.pool_blocks == kv / (131072ull * 16));  // 28,068 blocks of 2 MiB
   REQUIRE(c.capacity);
-  CHECK(c.capacity->tokens == 27224ull * 16);
-  CHECK(*c.gpu_memory_utilization == 0.9);
+  // 0.21's words: int(max concurrency x max_model_len), the concurrency being
+  // blocks over the 8192 blocks one request of 131072 tokens needs.
+  CHECK(c.capacity->tokens == static_cast<std::uint64_t>(28068.0 / 8192 * 131072));
+  CHECK(*c.gpu_memory_utilization == 0.92);  // vLLM's default from 0.21
   const nlohmann::json json = c.to_json();
   CHECK(json["per_gpu"] == true);
   CHECK(json["gpu"] == "h100-80gb");
@@ -180,7 +184,11 @@ TEST_CASE("run config: --gpu sizes the pool from one GPU's memory, every figure 
       2 * 32064ull * 4096 * 2 + 32 * per_layer4 + 4096 * 2 + 131072ull * 128 * 2;
   CHECK(*run.value().weights_bytes_per_gpu == weights4);
   const std::uint64_t budget4 = 42515038208ull;  // ceil(0.5 x 85,030,076,416)
-  CHECK(*run.value().kv_memory == budget4 - weights4 - (sampler + 429496729 + 644245094));
+  // tp 4 over NVLink: 2.02 + 0.04 x 4 GiB outside torch; one graph doubling
+  // less per tp doubling.
+  const auto graphs4 = static_cast<std::uint64_t>((0.376 + 0.0167 * 32 - 0.12 * 2) * kGiB);
+  const auto non_torch4 = static_cast<std::uint64_t>((2.02 + 0.04 * 4) * kGiB);
+  CHECK(*run.value().kv_memory == budget4 - weights4 - (sampler + graphs4 + non_torch4));
 }
 
 TEST_CASE("run config: --kv-memory and --pool-blocks still set the pool, --gpu then only records") {
@@ -253,9 +261,9 @@ TEST_CASE("run config: deployment errors name the option and the figures") {
   cli.gpu = "h100-80gb";
   CHECK(error(cli) ==
         "command line: --gpu: llama-3.1-70b at --tp 1 --pp 1: the weights (131.45 GiB a GPU), "
-        "the profile run (2.57 GiB), memory outside torch (0.20 GiB) and CUDA graphs (0.40 GiB) "
-        "under --gpu-memory-utilization 0.9 leave -63.35 GiB for the KV cache of a h100-80gb "
-        "(134.62 GiB taken, 71.27 GiB granted); give a larger --tp or --pp, a larger memory "
+        "the profile run (1.95 GiB), memory outside torch (0.25 GiB) and CUDA graphs (1.71 GiB) "
+        "under --gpu-memory-utilization 0.92 leave -62.50 GiB for the KV cache of a h100-80gb "
+        "(135.36 GiB taken, 72.86 GiB granted); give a larger --tp or --pp, a larger memory "
         "fraction, or a GPU with more memory");
   cli.gpu = "h100";
   CHECK(error(cli).rfind("command line: --gpu: unknown GPU 'h100' (known: a100-80gb, ", 0) == 0);

@@ -406,6 +406,15 @@ class PlanCommand final : public Command {
       eprint("kvreplay {}: {}\n", request_.parts.empty() ? "plan" : "plan-merge", *problem);
       return kExitInput;
     }
+    // The engine's memory knob, when several are swept: one deployment each.
+    std::vector<std::optional<double>> fractions;
+    for (double f : config_.memory_fractions) {
+      if (!(f > 0.0 && f <= 1.0)) {
+        return usage_error(fmt::format("--gpu-memory-utilization: {} is not in (0, 1]", f));
+      }
+      if (config_.memory_fractions.size() > 1) fractions.emplace_back(f);
+    }
+    if (fractions.empty()) fractions.emplace_back(std::nullopt);
     std::vector<std::string> routers = routers_;
     if (routers.empty()) routers.emplace_back(to_string(RouterOptions{}.policy));
     for (const auto& gpu : gpus) {
@@ -426,7 +435,9 @@ class PlanCommand final : public Command {
             const std::size_t swept_routers = fleet.routed() ? routers.size() : 1;
             for (std::size_t r = 0; r < swept_routers; ++r) {
               fleet.router.policy = *parse_router_policy(routers[r]);
-              request_.deployments.push_back({gpu, tp, pp, options, fleet});
+              for (const std::optional<double>& fraction : fractions) {
+                request_.deployments.push_back({gpu, tp, pp, options, fleet, fraction});
+              }
             }
           }
         }

@@ -27,6 +27,9 @@ struct PlanDeployment {
   std::uint32_t pp = 1;
   SimOptions options;
   FleetOptions fleet;  // one instance unless --replicas or --pd is swept
+  // --gpu-memory-utilization when several are swept (one given applies to
+  // every deployment through the plan's overrides).
+  std::optional<double> memory_fraction;
   std::uint32_t gpus() const { return tp * pp * fleet.instances(); }
 };
 

@@ -94,6 +94,7 @@ std::string simulate_args(const PlanSweep& sweep, const PlanCell& cell, const Sl
   if (d.gpu) args += fmt::format(" --gpu {}", *d.gpu);
   if (d.tp > 1) args += fmt::format(" --tp {}", d.tp);
   if (d.pp > 1) args += fmt::format(" --pp {}", d.pp);
+  if (d.memory_fraction) args += fmt::format(" --gpu-memory-utilization {}", *d.memory_fraction);
   args += fmt::format(" --page-tokens {} --kv-memory {}", cell.page_tokens,
                       reproducible_memory(cell.config.kv.pool_blocks, cell.config.kv));
   if (d.fleet.disaggregated()) {

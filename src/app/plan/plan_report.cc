@@ -88,6 +88,7 @@ nlohmann::json deployment_json(const PlanSweep& sweep, std::size_t d) {
       {"pp", deployment.pp},
       {"gpus", deployment.gpus()},
       {"label", deployment_label(deployment)}};
+  if (deployment.memory_fraction) out["gpu_memory_utilization"] = *deployment.memory_fraction;
   if (sweep.fleet_sweep) out["fleet"] = fleet_json(deployment.fleet);
   if (deployment.options.gpu_hour_usd) out["gpu_hour_usd"] = *deployment.options.gpu_hour_usd;
   return out;

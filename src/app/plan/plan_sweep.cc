@@ -68,6 +68,7 @@ std::string deployment_label(const PlanDeployment& d) {
     parts.push_back(fmt::format("{} replicas", d.fleet.instances()));
   }
   if (d.fleet.routed()) parts.emplace_back(to_string(d.fleet.router.policy));
+  if (d.memory_fraction) parts.push_back(fmt::format("memory {}", *d.memory_fraction));
   std::string text = fmt::format("{} x{}", d.gpu.value_or("-"), d.gpus());
   if (!parts.empty()) text += fmt::format(" ({})", fmt::join(parts, ", "));
   return text;
@@ -314,7 +315,7 @@ std::optional<int> resolve_sweep(const PlanRequest& request, PlanSweep& sweep) {
   if (deployments.empty()) {
     deployments.push_back(PlanDeployment{request.overrides.gpu, request.overrides.tp.value_or(1),
                                          request.overrides.pp.value_or(1), request.options,
-                                         FleetOptions{}});
+                                         FleetOptions{}, std::nullopt});
   }
   // Deployment columns and answers when a GPU is named or more than one is swept.
   sweep.fleet_sweep = request.fleet_sweep;
@@ -346,6 +347,9 @@ std::optional<int> resolve_sweep(const PlanRequest& request, PlanSweep& sweep) {
           overrides.gpu = deployments[d].gpu;
           overrides.tp = deployments[d].tp;
           overrides.pp = deployments[d].pp;
+          if (deployments[d].memory_fraction) {
+            overrides.gpu_memory_utilization = deployments[d].memory_fraction;
+          }
           overrides.max_batched_tokens = deployments[d].options.max_batched_tokens;
           overrides.max_seqs = deployments[d].options.max_seqs;
           overrides.model.reset();
