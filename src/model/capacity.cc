@@ -496,7 +496,6 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
   }
   f.blocks = f.tokens / f.page_tokens;
   f.max_concurrency = static_cast<double>(f.tokens) / f.max_model_len;
-  f.version = version >= 504 ? "0.5.4" : version >= 406 ? "0.4.6" : "0.4.5";
   const double avail_before = pre / kGiB;
   const double avail_after = avail_before - gib(f.weights_bytes);
   f.log_lines = {
@@ -536,8 +535,8 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
 
 // --- TensorRT-LLM -------------------------------------------------------------
 
-Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r,
-                                                     std::uint32_t version) {
+// One rule for the versions modelled (1.0 - 1.2 of the PyTorch backend).
+Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r) {
   const ModelSpec& m = *r.model;
   CapacityFigures f;
   f.fraction_name = "free_gpu_memory_fraction";
@@ -580,7 +579,6 @@ Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r,
   }
   f.blocks = f.tokens / f.page_tokens;
   f.max_concurrency = static_cast<double>(f.tokens) / f.max_model_len;
-  f.version = version >= 10000 ? "1.0" : "0.21";
   const double peak = gib(f.weights_bytes + f.activation_bytes + f.non_torch_bytes);
   f.log_lines = {
       fmt::format("Memory used after loading model weights (inside torch) in memory usage "
@@ -662,13 +660,13 @@ Result<CapacityFigures, std::string> compute_capacity(const CapacityRequest& req
   switch (request.engine) {
     case CapacityEngine::kVllm: figures = vllm_capacity(request, *version); break;
     case CapacityEngine::kSglang: figures = sglang_capacity(request, *version); break;
-    case CapacityEngine::kTrtllm: figures = trtllm_capacity(request, *version); break;
+    case CapacityEngine::kTrtllm: figures = trtllm_capacity(request); break;
   }
   if (figures) {
     figures.value().engine = request.engine;
-    if (figures.value().version.empty()) {
-      figures.value().version = *version >= 2100 ? "0.21" : "0.11";
-    }
+    // The version whose rules applied, as given (the rules of the nearest
+    // modelled one below it).
+    figures.value().version = version_text;
   }
   return figures;
 }

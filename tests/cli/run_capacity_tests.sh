@@ -61,6 +61,19 @@ check '[[ $rc -eq 0 && $(jq -r ".config.kv_memory_rule.engine" "$work/sim3.json"
   "--engine sglang sizes by SGLang's rule: $(jq -c .config.kv_memory_rule "$work/sim3.json")"
 finish "simulate --gpu: the pool is capacity's figure for the engine"
 
+# plan sweeps the engine's memory knob: one deployment a value, each pool by the rule.
+run plan "$work/requests.jsonl" --model llama-3.1-8b --gpu h100-80gb \
+  --gpu-memory-utilization 0.5,0.8 --no-search -q --report "$work/plan.json"
+check '[[ $rc -eq 0 && $(jq -r "[.cells[].deployment.label] | join(\",\")" "$work/plan.json") == "h100-80gb x1 (memory 0.5),h100-80gb x1 (memory 0.8)" ]]' \
+  "labels: $(jq -c '[.cells[].deployment.label]' "$work/plan.json" 2>/dev/null) $(err_text)"
+check '[[ $(jq "[.cells[].config.kv_memory] | .[0] < .[1]" "$work/plan.json") == true && $(jq "[.cells[].config.gpu_memory_utilization] == [0.5, 0.8]" "$work/plan.json") == true ]]' \
+  "pools: $(jq -c '[.cells[] | [.config.gpu_memory_utilization, .config.kv_memory]]' "$work/plan.json" 2>/dev/null)"
+run plan "$work/requests.jsonl" --model llama-3.1-8b --gpu h100-80gb --gpu-memory-utilization 0.5,1.5 \
+  --no-search -q
+check '[[ $rc -eq 2 && "$(cat "$work/err")" == "command line: --gpu-memory-utilization: 1.5 is not in (0, 1]" ]]' \
+  "a fraction past 1: exit $rc: $(err_text)"
+finish "plan --gpu-memory-utilization A,B: a deployment each, its pool by the engine's rule"
+
 run capacity --engine sglang --model llama-3.1-8b --gpu h100-80gb
 check '[[ $rc -eq 0 ]] && grep -q "mem_fraction_static 0.835 (default)" "$work/out" && grep -q "^  max_total_num_tokens=" "$work/out"' \
   "sglang: $(head -c 600 "$work/out" | tr '\n' '|') $(err_text)"
