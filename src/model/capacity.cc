@@ -117,6 +117,9 @@ struct Fitted {
 
 constexpr Fitted kFitted;
 
+// SGLang's --swa-full-tokens-ratio default (server_args.py).
+constexpr double kSwaFullTokensRatio = 0.8;
+
 // The padded vocabulary of one rank (VocabParallelEmbedding: a multiple of 64).
 std::uint64_t padded_vocab(const ModelSpec& model) {
   return ceil_div(model.vocab_size, 64) * 64;
@@ -473,12 +476,22 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
                       gib(stage.weights), f.fraction, pre / kGiB),
           f.budget_bytes, stage.weights)};
     }
-    // Full-attention layers only count for a hybrid model's pool; a sliding
-    // window's layers are sized as full ones here (swa_full_tokens_ratio not modelled).
     const std::uint64_t cell = layer_token_bytes(m, r.tp, r.kv_dtype) * stage.layers;
     // int(rest GiB * 2^30) // cell, to the page.
     std::uint64_t tokens = static_cast<std::uint64_t>(rest) / cell;
     tokens = tokens / f.page_tokens * f.page_tokens;
+    // A model of full and sliding layers gets SGLang's sliding-window pool
+    // (model_runner.py, set_num_token_hybrid): the same bytes shared so that
+    // a sliding layer holds swa_full_tokens_ratio (0.8) of a full layer's
+    // tokens; max_total_num_tokens is the full layers'.
+    std::uint32_t full = 0, sliding = 0;
+    for (const KvCacheGroup& g : stage.groups) {
+      (g.attention == AttentionKind::kSliding ? sliding : full) += g.layers;
+    }
+    if (full > 0 && sliding > 0) {
+      tokens = static_cast<std::uint64_t>(static_cast<double>(tokens) * stage.layers /
+                                          (kSwaFullTokensRatio * sliding + full));
+    }
     if (!fewest || tokens < *fewest) {
       fewest = tokens;
       f.deciding_stage = stage.stage;
@@ -528,7 +541,8 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
       "KV bytes: free after the weights - (1 - mem_fraction_static) x free before "
       "(model_runner.py, profile_max_num_token)",
       "tokens: KV bytes // cell size, down to page_size; the fewest of any rank "
-      "(model_runner.py, init_memory_pool)",
+      "(model_runner.py, init_memory_pool); with full and sliding layers, the full layers' "
+      "tokens when a sliding layer holds 0.8 of them (set_num_token_hybrid)",
   };
   return f;
 }

@@ -66,6 +66,20 @@ TEST_CASE("capacity: SGLang's tokens are the KV bytes over the cell, down to the
   CHECK(f.tokens % 64 == 0);
 }
 
+TEST_CASE("capacity: SGLang's sliding-window pool gives the full layers' tokens") {
+  // gpt-oss-20b: 12 full and 12 sliding layers; a sliding layer holds 0.8 of a
+  // full layer's tokens from the same bytes (set_num_token_hybrid).
+  auto r = on("gpt-oss-20b", "h100-80gb", CapacityEngine::kSglang, 1);
+  r.fraction = 0.85;
+  const CapacityFigures f = compute_capacity(r).value();
+  const std::uint64_t cell = 24ull * 8 * 64 * 2 * 2;
+  CHECK(f.bytes_per_token == cell);
+  const std::uint64_t uniform = f.kv_bytes / cell;  // page 1
+  CHECK(f.tokens ==
+        static_cast<std::uint64_t>(static_cast<double>(uniform) * 24 / (0.8 * 12 + 12)));
+  CHECK(f.tokens > uniform);
+}
+
 TEST_CASE("capacity: vLLM's blocks, tokens and concurrency, the smallest rank deciding") {
   auto r = on("llama-3.1-8b", "h100-80gb", CapacityEngine::kVllm, 1);
   r.max_model_len = 32768;
