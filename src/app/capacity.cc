@@ -79,19 +79,34 @@ std::string text_summary(const CapacityFigures& f, const CapacityRequest& r,
                      r.pp > 1 ? fmt::format(" (stage {}, the one that decides)", f.deciding_stage)
                               : std::string());
   auto row = [&](std::string_view what, std::uint64_t bytes) {
-    out += fmt::format("  {:<30} {:>9.2f} GiB\n", what, gib(bytes));
+    out += fmt::format("  {:<36} {:>9.2f} GiB\n", what, gib(bytes));
   };
+  // Each engine's own arithmetic, top to bottom.
   row("total (as CUDA reports it)", f.total_bytes);
-  row(f.engine == CapacityEngine::kSglang ? "static budget (fraction x free)" : "budget",
-      f.budget_bytes);
-  row("weights", f.weights_bytes);
-  row(f.engine == CapacityEngine::kSglang ? "held back (1 - fraction)"
-                                          : "activation peak (profile run)",
-      f.activation_bytes);
-  row("CUDA graphs", f.cuda_graph_bytes);
-  row(f.engine == CapacityEngine::kSglang ? "CUDA context and NCCL" : "non-torch memory",
-      f.non_torch_bytes);
-  row("KV cache", f.kv_bytes);
+  switch (f.engine) {
+    case CapacityEngine::kVllm:
+      row(fmt::format("budget ({} x total)", f.fraction), f.budget_bytes);
+      row("- weights", f.weights_bytes);
+      row("- activation peak (profile run)", f.activation_bytes);
+      row("- CUDA graphs (estimate)", f.cuda_graph_bytes);
+      row("- non-torch memory", f.non_torch_bytes);
+      break;
+    case CapacityEngine::kSglang:
+      row("- CUDA context and NCCL", f.non_torch_bytes);
+      row("= free before the weights", f.total_bytes - f.non_torch_bytes);
+      row(fmt::format("static budget ({} x free)", f.fraction), f.budget_bytes);
+      row("- weights", f.weights_bytes);
+      break;
+    case CapacityEngine::kTrtllm:
+      row("- weights", f.weights_bytes);
+      row("- activations (profile run)", f.activation_bytes);
+      row("- outside torch (CUDA graphs, NCCL)", f.non_torch_bytes);
+      row("= free at the profile's peak", f.budget_bytes);
+      break;
+  }
+  row(f.engine == CapacityEngine::kTrtllm ? fmt::format("= KV cache ({} x free)", f.fraction)
+                                          : std::string("= KV cache"),
+      f.kv_bytes);
   out += fmt::format("KV cache: {} tokens, {} blocks of {} tokens, {} bytes a token a GPU\n",
                      f.tokens, f.blocks, f.page_tokens, f.bytes_per_token);
   out += "as the engine logs it:\n";
@@ -131,7 +146,8 @@ class CapacityCommand final : public Command {
                    "max_num_tokens)")
         ->check(CLI::Range(1u, 1u << 24));
     app.add_flag("--enforce-eager", eager_, "no CUDA graphs");
-    app.add_option("--gpu-memory-utilization", vllm_fraction_, "vLLM's knob (default 0.9)");
+    app.add_option("--gpu-memory-utilization", vllm_fraction_,
+                   "vLLM's knob (default 0.92 from 0.21, 0.9 before)");
     app.add_option("--mem-fraction-static", sglang_fraction_,
                    "SGLang's knob (default as SGLang chooses it for the GPU and TP)");
     app.add_option("--free-gpu-memory-fraction", trtllm_fraction_,

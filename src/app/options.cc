@@ -173,7 +173,8 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
       options[13] = deploy(app.add_option("--gpu", gpu, gpu_help));
     }
     const std::string fraction_help =
-        "the engine's memory knob: vLLM's gpu_memory_utilization (default 0.9), SGLang's "
+        "the engine's memory knob: vLLM's gpu_memory_utilization (default 0.92 from vLLM 0.21), "
+        "SGLang's "
         "mem_fraction_static (default as SGLang picks it), TensorRT-LLM's "
         "free_gpu_memory_fraction (default 0.9); see kvreplay capacity";
     if (swept) {

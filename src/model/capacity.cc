@@ -316,6 +316,12 @@ Result<CapacityFigures, std::string> vllm_capacity(const CapacityRequest& r,
   f.max_num_batched_tokens =
       r.max_num_batched_tokens != 0 ? r.max_num_batched_tokens : (large ? 8192u : 2048u);
   f.max_num_seqs = r.max_num_seqs != 0 ? r.max_num_seqs : (large ? 1024u : 256u);
+  if (f.max_num_seqs > f.max_num_batched_tokens) {
+    return Unexpected{fmt::format(
+        "--max-num-seqs {} is more than --max-num-batched-tokens {} (vLLM's SchedulerConfig "
+        "refuses it)",
+        f.max_num_seqs, f.max_num_batched_tokens)};
+  }
   f.max_model_len = r.max_model_len != 0 ? r.max_model_len : m.max_position_embeddings;
 
   const VllmProfile profile = vllm_profile(r, version, f);
@@ -397,16 +403,16 @@ Result<CapacityFigures, std::string> vllm_capacity(const CapacityRequest& r,
 
 // --- SGLang -------------------------------------------------------------------
 
-Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
-                                                     std::uint32_t version) {
-  const ModelSpec& m = *r.model;
-  CapacityFigures f;
-  f.fraction_name = "mem_fraction_static";
-  f.total_bytes = r.total_bytes;
-  f.page_tokens = r.page_tokens != 0 ? r.page_tokens : 1;
-  f.max_model_len = r.max_model_len != 0 ? r.max_model_len : m.max_position_embeddings;
-  // gpu_mem: nvidia-smi's memory.total in MiB (get_nvgpu_memory_capacity).
-  const std::uint64_t gpu_mem = r.smi_mib != 0 ? r.smi_mib : r.total_bytes / kMiB;
+// SGLang's default chunked_prefill_size and the memory its default
+// mem_fraction_static holds back (server_args.py, _handle_gpu_memory_settings),
+// by version; `gpu_mem` is nvidia-smi's MiB.
+struct SglangReserve {
+  std::uint64_t chunked = 0;
+  double reserved_mib = 0;
+};
+
+SglangReserve sglang_reserve(const CapacityRequest& r, std::uint32_t version,
+                             std::uint64_t gpu_mem) {
   // server_args.py, _handle_gpu_memory_settings: chunked_prefill_size and
   // cuda_graph_max_bs by GPU memory, then the reserve.
   std::uint64_t chunked = 0, graph_bs = 0;
@@ -422,7 +428,6 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
     chunked = 16384, graph_bs = 512;
   }
   if (r.max_num_batched_tokens != 0) chunked = r.max_num_batched_tokens;
-  f.max_num_batched_tokens = static_cast<std::uint32_t>(chunked);
   double reserved_mib = 0;
   const double parallel = static_cast<double>(r.tp) * r.pp;
   if (version >= 504) {
@@ -448,11 +453,33 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
                                      : 0.88;
     reserved_mib = static_cast<double>(gpu_mem) * (1.0 - table);
   }
+  return SglangReserve{chunked, reserved_mib};
+}
+
+Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
+                                                     std::uint32_t version) {
+  const ModelSpec& m = *r.model;
+  CapacityFigures f;
+  f.fraction_name = "mem_fraction_static";
+  f.total_bytes = r.total_bytes;
+  f.page_tokens = r.page_tokens != 0 ? r.page_tokens : 1;
+  f.max_model_len = r.max_model_len != 0 ? r.max_model_len : m.max_position_embeddings;
+  // gpu_mem: nvidia-smi's memory.total in MiB (get_nvgpu_memory_capacity).
+  const std::uint64_t gpu_mem = r.smi_mib != 0 ? r.smi_mib : r.total_bytes / kMiB;
+  const auto [chunked, reserved_mib] = sglang_reserve(r, version, gpu_mem);
+  f.max_num_batched_tokens = static_cast<std::uint32_t>(chunked);
   const double chosen = std::round((static_cast<double>(gpu_mem) - reserved_mib) /
                                    static_cast<double>(gpu_mem) * 1000.0) /
                         1000.0;
   f.fraction = r.fraction.value_or(chosen);
   f.fraction_default = !r.fraction.has_value();
+  if (!(f.fraction > 0.0)) {
+    return Unexpected{fmt::format(
+        "SGLang's default mem_fraction_static comes to {:.3f} on a {} ({:.0f} MiB held back of "
+        "{} MiB for chunked_prefill_size {}); give a smaller --max-num-batched-tokens or a "
+        "--mem-fraction-static",
+        chosen, r.gpu_name, reserved_mib, gpu_mem, chunked)};
+  }
 
   const double context =
       (r.tp * r.pp > 1 ? kFitted.sglang_context_gib_tp : kFitted.sglang_context_gib_tp1) * kGiB;
@@ -463,6 +490,7 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
   f.activation_bytes = static_cast<std::uint64_t>(pre * (1.0 - f.fraction));
   f.budget_bytes = static_cast<std::uint64_t>(pre * f.fraction);
   std::optional<std::uint64_t> fewest;
+  std::uint64_t swa_tokens = 0;  // a hybrid model's sliding layers' tokens
   const auto load = static_cast<std::uint64_t>(
       (r.tp * r.pp > 1 ? kFitted.sglang_load_gib_tp : kFitted.sglang_load_gib_tp1) * kGiB);
   for (StageKv stage : stages_of(m, r.tp, r.pp)) {
@@ -488,17 +516,26 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
     for (const KvCacheGroup& g : stage.groups) {
       (g.attention == AttentionKind::kSliding ? sliding : full) += g.layers;
     }
-    if (full > 0 && sliding > 0) {
-      tokens = static_cast<std::uint64_t>(static_cast<double>(tokens) * stage.layers /
-                                          (kSwaFullTokensRatio * sliding + full));
+    const bool hybrid = full > 0 && sliding > 0;
+    // A full layer's token and 0.8 of a sliding layer's: what one token of
+    // the full pool costs.
+    const double effective_layers =
+        hybrid ? kSwaFullTokensRatio * sliding + full : static_cast<double>(stage.layers);
+    if (hybrid) {
+      tokens =
+          static_cast<std::uint64_t>(static_cast<double>(tokens) * stage.layers / effective_layers);
     }
     if (!fewest || tokens < *fewest) {
       fewest = tokens;
       f.deciding_stage = stage.stage;
       f.weights_bytes = stage.weights;
       f.kv_bytes = static_cast<std::uint64_t>(rest);
-      f.bytes_per_token = cell;
+      f.bytes_per_token = static_cast<std::uint64_t>(std::llround(
+          static_cast<double>(layer_token_bytes(m, r.tp, r.kv_dtype)) * effective_layers));
       f.tokens = tokens;
+      swa_tokens =
+          hybrid ? static_cast<std::uint64_t>(static_cast<double>(tokens) * kSwaFullTokensRatio)
+                 : 0;
     }
   }
   if (f.tokens == 0) {
@@ -515,7 +552,10 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
       fmt::format("Load weight begin. avail mem={:.2f} GB", avail_before),
       fmt::format("Load weight end. avail mem={:.2f} GB, mem usage={:.2f} GB.", avail_after,
                   gib(f.weights_bytes)),
-      m.mla
+      swa_tokens > 0
+          ? fmt::format("Use Sliding window memory pool. full_layer_tokens={}, swa_layer_tokens={}",
+                        f.tokens, swa_tokens)
+      : m.mla
           ? fmt::format("KV Cache is allocated. #tokens: {}, KV size: {:.2f} GB", f.tokens,
                         gib(f.tokens * f.bytes_per_token))
           : fmt::format("KV Cache is allocated. #tokens: {}, K size: {:.2f} GB, V size: {:.2f} GB",
@@ -534,10 +574,10 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
                                    : ", the TP-size table up to 0.4.5"),
       fmt::format("free before the weights: CUDA's total less {} GiB of CUDA context and "
                   "NCCL (model_runner.py, init_torch_distributed; fitted)",
-                  context / kGiB),
+                  std::round(context / kGiB * 100) / 100),
       fmt::format("weights: the bytes the rank holds (model/rank_weights.h) and {} GiB the load "
                   "leaves beside them (the 'Load weight end' mem usage; fitted)",
-                  static_cast<double>(load) / kGiB),
+                  std::round(static_cast<double>(load) / kGiB * 100) / 100),
       "KV bytes: free after the weights - (1 - mem_fraction_static) x free before "
       "(model_runner.py, profile_max_num_token)",
       "tokens: KV bytes // cell size, down to page_size; the fewest of any rank "
@@ -549,15 +589,17 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
 
 // --- TensorRT-LLM -------------------------------------------------------------
 
-// One rule for the versions modelled (1.0 - 1.2 of the PyTorch backend).
-Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r) {
+// The PyTorch backend's rule (0.20 on); blocks rounded up to whole ones up to
+// 1.1 (KVCacheManager.calculate_max_num_blocks), down from 1.2.
+Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r,
+                                                     std::uint32_t version) {
+  const bool round_up = version < 10200;
   const ModelSpec& m = *r.model;
   CapacityFigures f;
   f.fraction_name = "free_gpu_memory_fraction";
   f.fraction = r.fraction.value_or(0.9);
   f.fraction_default = !r.fraction.has_value();
   f.total_bytes = r.total_bytes;
-  f.budget_bytes = r.total_bytes;
   f.page_tokens = r.page_tokens != 0 ? r.page_tokens : 32;
   f.max_model_len = r.max_model_len != 0 ? r.max_model_len : m.max_position_embeddings;
   f.max_num_batched_tokens = r.max_num_batched_tokens != 0 ? r.max_num_batched_tokens : 8192;
@@ -581,15 +623,25 @@ Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r) {
     const std::uint64_t kv =
         static_cast<std::uint64_t>(f.fraction * static_cast<double>(r.total_bytes - peak));
     const std::uint64_t per_token = layer_token_bytes(m, r.tp, r.kv_dtype) * stage.layers;
-    const std::uint64_t tokens = ceil_div(kv / per_token, f.page_tokens) * f.page_tokens;
+    const std::uint64_t tokens =
+        (round_up ? ceil_div(kv / per_token, f.page_tokens) : kv / per_token / f.page_tokens) *
+        f.page_tokens;
     if (!fewest || tokens < *fewest) {
       fewest = tokens;
       f.deciding_stage = stage.stage;
       f.weights_bytes = stage.weights;
+      // The budget the fraction divides: what is free at the profile's peak.
+      f.budget_bytes = r.total_bytes - peak;
       f.kv_bytes = kv;
       f.bytes_per_token = per_token;
       f.tokens = tokens;
     }
+  }
+  if (f.tokens == 0) {
+    return Unexpected{fmt::format(
+        "no block of {} tokens fits the {:.2f} GiB of KV cache on a {} (TensorRT-LLM refuses to "
+        "start); give a larger --free-gpu-memory-fraction or smaller --page-tokens",
+        f.page_tokens, gib(f.kv_bytes), r.gpu_name)};
   }
   f.blocks = f.tokens / f.page_tokens;
   f.max_concurrency = static_cast<double>(f.tokens) / f.max_model_len;
@@ -615,8 +667,10 @@ Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r) {
       fmt::format("outside torch: {} GiB at tp 1, {} GiB at tp > 1 (CUDA context, NCCL, CUDA "
                   "graphs; fitted)",
                   kFitted.trtllm_outside_gib_tp1, kFitted.trtllm_outside_gib_tp),
-      "tokens: floor(KV bytes / bytes a token), up to whole blocks of tokens_per_block "
-      "(cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp, calculateMaxNumBlocks)",
+      round_up ? "tokens: floor(KV bytes / bytes a token), up to whole blocks of "
+                 "tokens_per_block (resource_manager.py, calculate_max_num_blocks, to 1.1)"
+               : "tokens: floor(KV bytes / bytes a token), down to whole blocks of "
+                 "tokens_per_block (resource_manager.py, calculate_max_num_blocks, 1.2 on)",
   };
   return f;
 }
@@ -644,7 +698,7 @@ std::string newest_capacity_version(CapacityEngine engine) {
   switch (engine) {
     case CapacityEngine::kVllm: return "0.21";
     case CapacityEngine::kSglang: return "0.5.4";
-    case CapacityEngine::kTrtllm: return "1.0";
+    case CapacityEngine::kTrtllm: return "1.2";
   }
   return "";
 }
@@ -665,16 +719,51 @@ Result<CapacityFigures, std::string> compute_capacity(const CapacityRequest& req
   const ModelSpec& m = *request.model;
   auto share = gpu_share(m.layers, m.attention_heads, m.kv_heads, m.head_dim, m.mla ? 1 : 2,
                          request.tp, request.pp);
-  if (!share) return Unexpected{share.error()};
+  if (!share) {
+    // gpu_share speaks of vLLM; the same split rule holds in each engine.
+    std::string problem = share.error();
+    const std::string vllm = "(vLLM refuses it)";
+    if (auto at = problem.find(vllm); at != std::string::npos) {
+      problem.replace(at, vllm.size(),
+                      fmt::format("({} refuses it)",
+                                  request.engine == CapacityEngine::kVllm     ? "vLLM"
+                                  : request.engine == CapacityEngine::kSglang ? "SGLang"
+                                                                              : "TensorRT-LLM"));
+    }
+    return Unexpected{problem};
+  }
+  // vLLM and SGLang refuse a context past the model's without an override
+  // (VLLM_ALLOW_LONG_MAX_MODEL_LEN, SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN).
+  if (request.engine != CapacityEngine::kTrtllm &&
+      request.max_model_len > m.max_position_embeddings) {
+    return Unexpected{fmt::format(
+        "--max-model-len {} is past the model's max_position_embeddings {} ({} refuses it "
+        "without an override)",
+        request.max_model_len, m.max_position_embeddings,
+        request.engine == CapacityEngine::kVllm ? "vLLM" : "SGLang")};
+  }
+
   const std::string version_text =
       request.version.empty() ? newest_capacity_version(request.engine) : request.version;
   const auto version = version_number(version_text);
   if (!version) return Unexpected{*capacity_version_error(request.engine, request.version)};
+  // The versions whose rules are modelled (the logs of bench/capacity/ span them).
+  struct Span {
+    std::uint32_t lo, hi;
+    const char* text;
+  };
+  const Span span = request.engine == CapacityEngine::kVllm     ? Span{700, 3199, "0.7 - 0.31"}
+                    : request.engine == CapacityEngine::kSglang ? Span{300, 599, "0.3 - 0.5"}
+                                                                : Span{2000, 10399, "0.20 - 1.3"};
+  if (*version < span.lo || *version > span.hi) {
+    return Unexpected{fmt::format("--engine-version {}: {}'s rules are modelled for {}",
+                                  version_text, to_string(request.engine), span.text)};
+  }
   Result<CapacityFigures, std::string> figures = Unexpected{std::string()};
   switch (request.engine) {
     case CapacityEngine::kVllm: figures = vllm_capacity(request, *version); break;
     case CapacityEngine::kSglang: figures = sglang_capacity(request, *version); break;
-    case CapacityEngine::kTrtllm: figures = trtllm_capacity(request); break;
+    case CapacityEngine::kTrtllm: figures = trtllm_capacity(request, *version); break;
   }
   if (figures) {
     figures.value().engine = request.engine;

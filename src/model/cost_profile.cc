@@ -140,7 +140,11 @@ const CostProfile& CostProfile::shipped() {
       if (file.name != "cost_profile") continue;
       auto parsed = parse(nlohmann::json::parse(file.bytes()), "shipped", file.bytes());
       // The build's tests read it; a broken shipped profile is a defect.
-      if (parsed) return std::move(parsed).value();
+      if (parsed) {
+        CostProfile shipped = std::move(parsed).value();
+        shipped.over_shipped_ = false;  // it is the base
+        return shipped;
+      }
       fmt::print(stderr, "kvreplay: internal error: {}\n", parsed.error());
       std::abort();
     }
@@ -176,9 +180,16 @@ Result<CostProfile, std::string> CostProfile::parse(const nlohmann::json& docume
   }
   CostProfile out;
   out.name_ = name;
+  out.over_shipped_ = true;
   for (auto it = document.begin(); it != document.end(); ++it) {
     if (it.key() == "kvreplay_cost_profile") continue;
-    if (it.key() == "description") {
+    if (it.key() == "base") {
+      if (*it != "shipped" && *it != "built-in") {
+        return where.fail(it.key(), "expected \"shipped\" or \"built-in\", got " + shown(*it));
+      }
+      out.over_shipped_ = *it == "shipped";
+      out.base_built_in_ = !out.over_shipped_;
+    } else if (it.key() == "description") {
       if (!it->is_string()) return where.fail(it.key(), "expected a string");
       out.description_ = it->get<std::string>();
     } else if (it.key() == "profiles") {
@@ -196,7 +207,8 @@ Result<CostProfile, std::string> CostProfile::parse(const nlohmann::json& docume
         out.entries_.push_back(std::move(entry));
       }
     } else {
-      return where.fail(it.key(), "unknown key (kvreplay_cost_profile, description, profiles)");
+      return where.fail(it.key(),
+                        "unknown key (kvreplay_cost_profile, base, description, profiles)");
     }
   }
   return out;
@@ -219,7 +231,8 @@ std::vector<const CostProfile::Entry*> CostProfile::matching(std::string_view gp
 }
 
 RooflineConstants CostProfile::constants_for(std::string_view gpu, std::string_view engine) const {
-  RooflineConstants out;
+  RooflineConstants out =
+      over_shipped_ ? shipped().constants_for(gpu, engine) : RooflineConstants{};
   const auto& infos = roofline_constant_infos();
   for (const Entry* e : matching(gpu, engine)) {
     for (std::size_t i = 0; i < infos.size(); ++i) {
@@ -231,7 +244,9 @@ RooflineConstants CostProfile::constants_for(std::string_view gpu, std::string_v
 
 std::vector<std::string> CostProfile::sources_for(std::string_view gpu,
                                                   std::string_view engine) const {
-  std::vector<std::string> out(roofline_constant_infos().size(), "built-in");
+  std::vector<std::string> out =
+      over_shipped_ ? shipped().sources_for(gpu, engine)
+                    : std::vector<std::string>(roofline_constant_infos().size(), "built-in");
   for (const Entry* e : matching(gpu, engine)) {
     for (std::size_t i = 0; i < out.size(); ++i) {
       if (e->constants[i]) out[i] = e->constants[i]->source;
@@ -254,6 +269,7 @@ nlohmann::json CostProfile::to_json() const {
     profiles.push_back({{"gpu", e.gpu}, {"engine", e.engine}, {"constants", constants}});
   }
   nlohmann::json out = {{"kvreplay_cost_profile", 1}};
+  if (base_built_in_) out["base"] = "built-in";
   if (!description_.empty()) out["description"] = description_;
   out["profiles"] = profiles;
   return out;

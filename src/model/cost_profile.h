@@ -14,6 +14,10 @@
 // (RooflineConstants), then those of every entry that matches G and E, from the
 // least specific to the most (*/*, */E, G/*, G/E): a constant an entry leaves
 // out keeps the value before it. The command line's constant options come last.
+// A profile read from a file goes over the shipped one: the shipped profile's
+// constants first, then the file's, so a fit of one GPU kind leaves the others
+// as shipped. "base": "built-in" starts from the built-in values instead
+// ("base": "shipped", the default).
 // Every constant needs a value within its option's range and a source (a
 // sentence: the measurement, or the fit, it comes from). An error names the
 // file, the line of the key and the key.
@@ -89,6 +93,9 @@ class CostProfile {
   std::string name_;
   std::string description_;
   std::vector<Entry> entries_;
+  // Read from a file without "base": "built-in": the shipped constants first.
+  bool over_shipped_ = false;
+  bool base_built_in_ = false;  // the file said "base": "built-in"
 };
 
 }  // namespace kvreplay

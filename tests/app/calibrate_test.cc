@@ -256,7 +256,7 @@ TEST_CASE("calibrate: MEASURED.csv refusals are FILE:LINE: FIELD: problem, and a
 }
 
 TEST_CASE("cost profile: the most specific entry wins, constant by constant") {
-  const char* text = R"({"kvreplay_cost_profile": 1, "profiles": [
+  const char* text = R"({"kvreplay_cost_profile": 1, "base": "built-in", "profiles": [
     {"gpu": "h200", "engine": "vllm", "constants": {"step_overhead_ms": {"value": 4, "source": "d"}}},
     {"gpu": "*", "engine": "*", "constants": {"step_overhead_ms": {"value": 1, "source": "a"},
                                               "bandwidth_efficiency": {"value": 0.5, "source": "a"}}},
@@ -280,6 +280,8 @@ TEST_CASE("cost profile: the most specific entry wins, constant by constant") {
   auto reread = CostProfile::parse(nlohmann::json::parse(again), "q.json", again);
   REQUIRE(reread.ok());
   CHECK(reread.value().constants_for("h200", "vllm") == p.constants_for("h200", "vllm"));
+  // The reread profile keeps the built-in base only where the file says so.
+  CHECK(p.to_json().value("base", "shipped") == "built-in");
   // Two entries for one GPU and engine are refused, naming the line.
   const char* twice = R"({"kvreplay_cost_profile": 1,
  "profiles": [{"gpu": "*", "engine": "*"}, {"gpu": "*", "engine": "*"}]})";
@@ -300,4 +302,35 @@ TEST_CASE("cost profile: the shipped profile reads, and every constant says wher
       CHECK(said);
     }
   }
+}
+
+TEST_CASE(
+    "cost profile: a file goes over the shipped profile, so one GPU's fit leaves the others") {
+  // What calibrate writes for one H100 fit: one entry, h100-80gb / vllm.
+  const char* text = R"({"kvreplay_cost_profile": 1, "profiles": [
+    {"gpu": "h100-80gb", "engine": "vllm",
+     "constants": {"prefill_efficiency": {"value": 0.61, "source": "my H100 fit"}}}]})";
+  auto profile = CostProfile::parse(nlohmann::json::parse(text), "mine.json", text);
+  REQUIRE(profile.ok());
+  const CostProfile& mine = profile.value();
+  const CostProfile& shipped = CostProfile::shipped();
+  // Another GPU kind: exactly the shipped constants and sources.
+  CHECK(mine.constants_for("h200", "vllm") == shipped.constants_for("h200", "vllm"));
+  CHECK(mine.sources_for("h200", "vllm") == shipped.sources_for("h200", "vllm"));
+  // The fitted GPU: the fitted constant, the others as shipped.
+  RooflineConstants expected = shipped.constants_for("h100-80gb", "vllm");
+  expected.prefill_efficiency = 0.61;
+  CHECK(mine.constants_for("h100-80gb", "vllm") == expected);
+  const auto sources = mine.sources_for("h100-80gb", "vllm");
+  CHECK(std::count(sources.begin(), sources.end(), "my H100 fit") == 1);
+  // "base": "built-in" starts from the built-in values; another base is refused.
+  const char* bare = R"({"kvreplay_cost_profile": 1, "base": "built-in", "profiles": []})";
+  auto built_in = CostProfile::parse(nlohmann::json::parse(bare), "b.json", bare);
+  REQUIRE(built_in.ok());
+  CHECK(built_in.value().constants_for("h200", "vllm") == RooflineConstants{});
+  const char* wrong = R"({"kvreplay_cost_profile": 1, "base": "mine", "profiles": []})";
+  auto refused = CostProfile::parse(nlohmann::json::parse(wrong), "w.json", wrong);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error() ==
+        "w.json:1: cost profile: base: expected \"shipped\" or \"built-in\", got \"mine\"");
 }

@@ -390,7 +390,7 @@ check '[[ $rc -eq 0 && $(key .config.simulation.cost.model) == linear && $(key .
 # compare gates latency: the same run on an H100 instead of an H200 regresses p99 TPOT.
 # Under the built-in constants (an empty profile), so that only the GPU differs:
 # the shipped profile's constants are fitted per GPU kind.
-echo '{"kvreplay_cost_profile": 1, "profiles": []}' >"$work/builtin.json"
+echo '{"kvreplay_cost_profile": 1, "base": "built-in", "profiles": []}' >"$work/builtin.json"
 run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --gpu h200 -q --report "$work/h200.json" \
   --cost-profile "$work/builtin.json"
 run simulate traces/requests/azure_conv.csv --kv-memory 16GiB --gpu h100-80gb -q \

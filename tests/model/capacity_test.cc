@@ -73,7 +73,8 @@ TEST_CASE("capacity: SGLang's sliding-window pool gives the full layers' tokens"
   r.fraction = 0.85;
   const CapacityFigures f = compute_capacity(r).value();
   const std::uint64_t cell = 24ull * 8 * 64 * 2 * 2;
-  CHECK(f.bytes_per_token == cell);
+  // A full-pool token costs a full layer's bytes and 0.8 of a sliding one's.
+  CHECK(f.bytes_per_token == static_cast<std::uint64_t>(std::llround(2048.0 * (0.8 * 12 + 12))));
   const std::uint64_t uniform = f.kv_bytes / cell;  // page 1
   CHECK(f.tokens ==
         static_cast<std::uint64_t>(static_cast<double>(uniform) * 24 / (0.8 * 12 + 12)));
@@ -129,7 +130,15 @@ TEST_CASE("capacity: TensorRT-LLM's tokens round up to whole blocks of 32") {
   const std::uint64_t peak = f.weights_bytes + f.activation_bytes + f.non_torch_bytes;
   CHECK(f.kv_bytes == static_cast<std::uint64_t>(0.9 * static_cast<double>(r.total_bytes - peak)));
   CHECK(f.bytes_per_token == 32ull * 8 * 128 * 2 * 1);  // the checkpoint's fp8 KV cache
-  CHECK(f.tokens == (f.kv_bytes / f.bytes_per_token + 31) / 32 * 32);
+  // 1.2 on: down to whole blocks; up to 1.1 (and 0.20), up.
+  CHECK(f.tokens == f.kv_bytes / f.bytes_per_token / 32 * 32);
+  CHECK(f.budget_bytes == r.total_bytes - peak);
+  r.version = "0.20.0";
+  const CapacityFigures up = compute_capacity(r).value();
+  CHECK(up.tokens == (up.kv_bytes / up.bytes_per_token + 31) / 32 * 32);
+  // No whole block: refused, as the engine cannot start.
+  r.fraction = 1e-12;
+  CHECK(compute_capacity(r).error().find("no block of 32 tokens fits") != std::string::npos);
 }
 
 TEST_CASE("capacity: a rank's weights, quantized layouts and the vocabulary's padding") {
@@ -184,6 +193,28 @@ TEST_CASE("capacity: impossible deployments are refused with the shortfall in Gi
   CHECK(compute_capacity(r));
   r.version = "zero";
   CHECK(compute_capacity(r).error() == "'zero' is not a version (A.B or A.B.C, e.g. 0.21)");
+  r.version = "1.0";
+  CHECK(compute_capacity(r).error() ==
+        "--engine-version 1.0: vllm's rules are modelled for 0.7 - 0.31");
+  // What the engines refuse at startup.
+  r = on("llama-3.1-8b", "h100-80gb", CapacityEngine::kVllm, 1);
+  r.max_model_len = 200000;
+  CHECK(compute_capacity(r).error() ==
+        "--max-model-len 200000 is past the model's max_position_embeddings 131072 (vLLM "
+        "refuses it without an override)");
+  r.max_model_len = 0;
+  r.max_num_seqs = 9000;
+  CHECK(compute_capacity(r).error() ==
+        "--max-num-seqs 9000 is more than --max-num-batched-tokens 8192 (vLLM's SchedulerConfig "
+        "refuses it)");
+  r = on("llama-3.1-8b", "h100-80gb", CapacityEngine::kSglang, 3);
+  CHECK(compute_capacity(r).error() ==
+        "num_attention_heads 32 is not divisible by --tp 3 (SGLang refuses it)");
+  // SGLang's default fraction past zero: the reserve for a huge chunked prefill.
+  r.tp = 1;
+  r.max_num_batched_tokens = 60000;
+  CHECK(compute_capacity(r).error().find("SGLang's default mem_fraction_static comes to -0.118") ==
+        0);
 }
 
 }  // namespace kvreplay
