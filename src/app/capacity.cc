@@ -167,9 +167,8 @@ class CapacityCommand final : public Command {
       return kExitInput;
     };
     CapacityRequest request;
-    request.engine = engine_ == "sglang"   ? CapacityEngine::kSglang
-                     : engine_ == "trtllm" ? CapacityEngine::kTrtllm
-                                           : CapacityEngine::kVllm;
+    // --engine's choices are the table's names (CLI11 checked them).
+    request.engine = parse_capacity_engine(engine_).value_or(CapacityEngine::kVllm);
     // Each engine's knob under its own name only.
     struct Knob {
       const char* flag;
@@ -231,10 +230,7 @@ class CapacityCommand final : public Command {
                         "another)",
                         gpu_, gpu_preset_list()));
       }
-      request.gpu_name = gpu->name;
-      request.total_bytes = gpu->cuda_total_bytes;
-      request.smi_mib = gpu->nvidia_smi_mib;
-      request.fast_link = gpu->interconnect.find("PCIe") == std::string::npos;
+      set_capacity_gpu(request, *gpu);
     } else {
       auto bytes = parse_memory_size(gpu_memory_);
       if (!bytes) return fail("--gpu-memory: " + bytes.error());

@@ -6,7 +6,9 @@
 #include <charconv>
 #include <cmath>
 
+#include "core/enum_names.h"
 #include "model/deployment.h"
+#include "model/gpu.h"
 #include "model/kv_groups.h"
 #include "model/rank_weights.h"
 
@@ -116,6 +118,20 @@ struct Fitted {
 };
 
 constexpr Fitted kFitted;
+
+constexpr EnumName<CapacityEngine> kCapacityEngineNames[] = {
+    {CapacityEngine::kVllm, "vllm"},
+    {CapacityEngine::kSglang, "sglang"},
+    {CapacityEngine::kTrtllm, "trtllm"},
+};
+static_assert(enum_names_unique(kCapacityEngineNames));
+
+// How messages name an engine.
+std::string_view display_name(CapacityEngine engine) {
+  return engine == CapacityEngine::kVllm     ? "vLLM"
+         : engine == CapacityEngine::kSglang ? "SGLang"
+                                             : "TensorRT-LLM";
+}
 
 // SGLang's --swa-full-tokens-ratio default (server_args.py).
 constexpr double kSwaFullTokensRatio = 0.8;
@@ -678,20 +694,18 @@ Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r,
 }  // namespace
 
 std::string_view to_string(CapacityEngine engine) {
-  switch (engine) {
-    case CapacityEngine::kVllm: return "vllm";
-    case CapacityEngine::kSglang: return "sglang";
-    case CapacityEngine::kTrtllm: return "trtllm";
-  }
-  return "vllm";
+  return enum_name(kCapacityEngineNames, engine);
 }
 
 std::optional<CapacityEngine> parse_capacity_engine(std::string_view name) {
-  for (CapacityEngine e :
-       {CapacityEngine::kVllm, CapacityEngine::kSglang, CapacityEngine::kTrtllm}) {
-    if (to_string(e) == name) return e;
-  }
-  return std::nullopt;
+  return enum_parse(kCapacityEngineNames, name);
+}
+
+void set_capacity_gpu(CapacityRequest& request, const GpuSpec& gpu) {
+  request.gpu_name = gpu.name;
+  request.total_bytes = gpu.cuda_total_bytes;
+  request.smi_mib = gpu.nvidia_smi_mib;
+  request.fast_link = gpu.interconnect.find("PCIe") == std::string::npos;
 }
 
 std::string newest_capacity_version(CapacityEngine engine) {
@@ -725,10 +739,7 @@ Result<CapacityFigures, std::string> compute_capacity(const CapacityRequest& req
     const std::string vllm = "(vLLM refuses it)";
     if (auto at = problem.find(vllm); at != std::string::npos) {
       problem.replace(at, vllm.size(),
-                      fmt::format("({} refuses it)",
-                                  request.engine == CapacityEngine::kVllm     ? "vLLM"
-                                  : request.engine == CapacityEngine::kSglang ? "SGLang"
-                                                                              : "TensorRT-LLM"));
+                      fmt::format("({} refuses it)", display_name(request.engine)));
     }
     return Unexpected{problem};
   }
@@ -739,8 +750,7 @@ Result<CapacityFigures, std::string> compute_capacity(const CapacityRequest& req
     return Unexpected{fmt::format(
         "--max-model-len {} is past the model's max_position_embeddings {} ({} refuses it "
         "without an override)",
-        request.max_model_len, m.max_position_embeddings,
-        request.engine == CapacityEngine::kVllm ? "vLLM" : "SGLang")};
+        request.max_model_len, m.max_position_embeddings, display_name(request.engine))};
   }
 
   const std::string version_text =

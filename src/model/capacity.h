@@ -114,6 +114,11 @@ std::string_view to_string(CapacityEngine engine);
 // "vllm", "sglang" or "trtllm"; nullopt for another name.
 std::optional<CapacityEngine> parse_capacity_engine(std::string_view name);
 
+struct GpuSpec;
+// A GPU preset's figures into `request`: its name, CUDA's and nvidia-smi's
+// totals, and whether its GPUs link by NVLink (anything but PCIe).
+void set_capacity_gpu(CapacityRequest& request, const GpuSpec& gpu);
+
 // The newest version modelled, and whether `version` parses ("0.11", "0.21.3").
 std::string newest_capacity_version(CapacityEngine engine);
 std::optional<std::string> capacity_version_error(CapacityEngine engine,

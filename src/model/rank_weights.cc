@@ -56,6 +56,9 @@ RankWeights rank_weights(const ModelSpec& model, std::uint32_t tp, std::uint32_t
   const WeightShape& s = model.shape;
   const std::uint64_t e = dtype_bytes(model.dtype);
   const WeightQuant attention_quant = s.quant_attention ? s.quant : WeightQuant::kNone;
+  // Dense MLPs and shared experts: MXFP4 quantizes only the routed experts.
+  const WeightQuant mlp_quant =
+      s.quant == WeightQuant::kMxfp4Experts ? WeightQuant::kNone : s.quant;
   RankWeights w;
   const auto [first, count] = pipeline_stage(model.layers, pp, stage);
   const bool first_stage = stage == 0;
@@ -101,11 +104,8 @@ RankWeights rank_weights(const ModelSpec& model, std::uint32_t tp, std::uint32_t
     const bool moe = layer < s.moe_layer.size() && s.moe_layer[layer];
     if (!moe) {
       const std::uint64_t width = ceil_div(s.intermediate, tp);
-      w.mlp +=
-          linear_bytes(2 * width, s.hidden,
-                       s.quant == WeightQuant::kMxfp4Experts ? WeightQuant::kNone : s.quant, s, e) +
-          linear_bytes(s.hidden, width,
-                       s.quant == WeightQuant::kMxfp4Experts ? WeightQuant::kNone : s.quant, s, e);
+      w.mlp += linear_bytes(2 * width, s.hidden, mlp_quant, s, e) +
+               linear_bytes(s.hidden, width, mlp_quant, s, e);
       continue;
     }
     const std::uint64_t local_experts = ep > 1 ? ceil_div(s.experts, ep) : s.experts;
@@ -121,9 +121,8 @@ RankWeights rank_weights(const ModelSpec& model, std::uint32_t tp, std::uint32_t
     const std::uint64_t shared_width =
         ceil_div(s.shared_experts * s.moe_intermediate + s.shared_intermediate, tp);
     if (shared_width > 0) {
-      const WeightQuant q = s.quant == WeightQuant::kMxfp4Experts ? WeightQuant::kNone : s.quant;
-      w.mlp += linear_bytes(2 * shared_width, s.hidden, q, s, e) +
-               linear_bytes(s.hidden, shared_width, q, s, e);
+      w.mlp += linear_bytes(2 * shared_width, s.hidden, mlp_quant, s, e) +
+               linear_bytes(s.hidden, shared_width, mlp_quant, s, e);
       if (s.shared_intermediate > 0) w.mlp += s.hidden * e;  // Qwen2-MoE's shared_expert_gate
     }
   }

@@ -338,10 +338,7 @@ InputStatus size_pool(const HeaderSettings& h, const ConfigOverrides& cli, const
     CapacityRequest request;
     request.engine = cli.capacity_engine;
     request.model = &*run.model_spec;
-    request.gpu_name = gpu->name;
-    request.total_bytes = gpu->cuda_total_bytes;
-    request.smi_mib = gpu->nvidia_smi_mib;
-    request.fast_link = gpu->interconnect.find("PCIe") == std::string::npos;
+    set_capacity_gpu(request, *gpu);
     request.tp = run.tp;
     request.pp = run.pp;
     request.max_model_len = run.kv.max_seq_tokens;
