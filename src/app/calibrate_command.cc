@@ -65,7 +65,54 @@ std::optional<std::string> check_workload_memory(const std::vector<Workload>& wo
   return fmt::format("{}:{}: requests: {}", file, needs.front().second, *problem);
 }
 
+// How rows are grouped into fits, each group one profile entry (--fit-per).
+enum class FitPer : std::uint8_t { kGpuEngine, kGpu, kEngine, kAll };
+
+// trtllm-bench throughput's engine settings (tensorrt_llm/bench/build/
+// tuning.py, calc_engine_setting and finetune_setting): the requests its KV
+// estimate holds (the GPUs' memory in GiB less the parameters at 1 or 2 bytes,
+// times the KV fraction 0.95, over the KV bytes of a token with at least one
+// KV head a rank, over ISL + OSL) give max_batch_size and max_num_tokens,
+// rounded up as its table does; and chunked context is on
+// (--enable_chunked_context, default true).
+void trtllm_bench_settings(const RunConfig& config, const GpuSpec& gpu, std::uint32_t isl,
+                           std::uint32_t osl, SimOptions& options) {
+  if (!config.model_spec) return;
+  const ModelSpec& m = *config.model_spec;
+  const double elem = m.fp8_linear ? 1.0 : 2.0;
+  const double kv_elem = dtype_bytes(m.kv_dtype);
+  const double n_gpus = static_cast<double>(config.tp) * config.pp;
+  const double per_token = 2.0 * m.layers * std::max<double>(config.tp, m.kv_heads) * m.head_dim *
+                           kv_elem / (1024.0 * 1024 * 1024);
+  const double engine_gb = static_cast<double>(m.parameters.total) / 1e9 * elem;
+  const double total_gb =
+      static_cast<double>(gpu.cuda_total_bytes) / (1024.0 * 1024 * 1024) * n_gpus;
+  const double kv_requests = (total_gb - engine_gb) * 0.95 / per_token / (isl + osl);
+  const double raw_bs = std::min(kv_requests, 4096.0) / config.pp;
+  const double raw_token = std::min(raw_bs * (1 + static_cast<double>(isl) / osl), 32768.0);
+  double bs = 0, tokens = 0;
+  if (raw_bs < 256) {
+    bs = std::max(64.0, 32 * std::ceil(raw_bs / 32));
+  } else if (raw_bs < 1024) {
+    bs = 128 * std::ceil(raw_bs / 128);
+  } else {
+    bs = 256 * std::ceil(raw_bs / 256);
+  }
+  if (raw_token < 4096) {
+    tokens = std::max(2048.0, 256 * std::ceil(raw_token / 256));
+  } else if (raw_token < 8192) {
+    tokens = 512 * std::ceil(raw_token / 512);
+  } else {
+    tokens = 1024 * std::ceil(raw_token / 1024);
+  }
+  if (!(kv_requests >= 1)) return;  // trtllm-bench refuses it; the engine's defaults stand
+  options.max_seqs = static_cast<std::uint32_t>(bs);
+  options.max_batched_tokens = static_cast<std::uint32_t>(tokens);
+  options.trtllm.enable_chunked_context = true;
+}
+
 struct CalibrateRequest {
+  FitPer fit_per = FitPer::kGpuEngine;
   std::string measured_path;
   std::string report_path;   // the fitted profile
   std::string results_path;  // one CSV row per measured row
@@ -81,12 +128,14 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
                                                   const std::string& path) {
   std::vector<Workload> out;
   std::map<std::tuple<std::string, std::string, std::uint32_t, std::uint32_t, std::uint32_t,
-                      std::uint32_t, std::uint32_t, std::string>,
+                      std::uint32_t, std::uint32_t, std::string, std::uint64_t, double, RangeStyle>,
            std::size_t>
       index;
   for (MeasuredRow& row : rows) {
     const auto key = std::make_tuple(row.model, row.gpu, row.tp, row.input_tokens,
-                                     row.output_tokens, row.concurrency, row.requests, row.engine);
+                                     row.output_tokens, row.concurrency, row.requests,
+                                     row.engine + "/" + row.client + "/" + row.kv_dtype,
+                                     row.measure_after, row.range_ratio, row.range_style);
     if (auto it = index.find(key); it != index.end()) {
       row.workload = it->second;
       continue;
@@ -106,8 +155,19 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
     w.output_tokens = row.output_tokens;
     w.concurrency = row.concurrency;
     w.requests = row.requests;
+    w.measure_after = row.measure_after;
+    w.range_ratio = row.range_ratio;
+    w.range_style = row.range_style;
+    // The engine that measured the row is the one simulated, unless --engine
+    // says otherwise. NVIDIA NIM serves its LLMs on TensorRT-LLM where the GPU
+    // has a profile for it.
+    const std::string measured_by = row.engine == "nim" ? "trtllm" : row.engine;
+    SimOptionsCli row_cli = cli;
+    if (!cli.engine_given() && parse_engine(measured_by)) row_cli.engine = measured_by;
     std::optional<RequestFormat> format;
-    if (auto problem = cli.resolve(w.options, format, w.gpu)) return fail("gpu", *problem);
+    if (auto problem = row_cli.resolve(w.options, format, w.gpu)) {
+      return fail(cli.engine_given() ? "gpu" : "engine", *problem);
+    }
     ConfigOverrides overrides;
     if (find_model_preset(row.model) != nullptr) {
       overrides.model = row.model;
@@ -119,11 +179,11 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
     }
     overrides.gpu = w.gpu;
     overrides.tp = row.tp;
+    if (!row.kv_dtype.empty()) overrides.dtype = row.kv_dtype;
     overrides.context_default = overrides.kv_groups = true;
     set_activation_limits(overrides, w.options);
     // The engine that measured the row sized its KV cache by its own rule.
-    // NVIDIA NIM serves its LLMs on TensorRT-LLM profiles where the GPU has one.
-    if (auto engine = parse_capacity_engine(row.engine == "nim" ? "trtllm" : row.engine)) {
+    if (auto engine = parse_capacity_engine(measured_by)) {
       overrides.capacity_engine = *engine;
     }
     auto config = resolve_sim_config(overrides);
@@ -131,9 +191,13 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
     // config.json's own error keeps its FILE:LINE.
     if (!config) {
       const InputError& error = config.error();
-      return fail("model", error.file == "command line" ? error.problem : error.to_string());
+      const char* field = error.field == "--dtype" ? "kv_dtype" : "model";
+      return fail(field, error.file == "command line" ? error.problem : error.to_string());
     }
     w.config = std::move(config).value();
+    if (row.client == "trtllm-bench" && to_string(w.options.engine) == "trtllm") {
+      trtllm_bench_settings(w.config, *gpu, row.input_tokens, row.output_tokens, w.options);
+    }
     row.workload = out.size();
     index.emplace(key, out.size());
     out.push_back(std::move(w));
@@ -147,41 +211,50 @@ std::string percent(double x) {
 
 // The median |error| of each metric and of all rows, as one line.
 std::string medians_line(const std::vector<MeasuredRow>& rows, const std::vector<double>& errors) {
+  std::map<std::string, std::vector<double>> by_metric;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    by_metric[std::string(to_string(rows[i].metric))].push_back(errors[i]);
+  }
   std::string out;
-  for (auto metric :
-       {CalibrationMetric::kTtftMs, CalibrationMetric::kTpotMs, CalibrationMetric::kOutputTokS}) {
-    std::vector<double> e;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i].metric == metric) e.push_back(errors[i]);
-    }
-    if (!e.empty()) {
-      out += fmt::format("{} {} (n={}), ", to_string(metric), percent(median(e)), e.size());
-    }
+  for (const auto& [metric, e] : by_metric) {
+    out += fmt::format("{} {} (n={}), ", metric, percent(median(e)), e.size());
   }
   return out + fmt::format("all {} (n={})", percent(median(errors)), errors.size());
 }
 
-// What the fit of one GPU kind's rows gave.
-struct GpuFit {
+// A fit's group: the GPU and engine its profile entry names ("*": any).
+using FitKey = std::pair<std::string, std::string>;
+FitKey fit_key(FitPer per, const Workload& w) {
+  const bool by_gpu = per == FitPer::kGpuEngine || per == FitPer::kGpu;
+  const bool by_engine = per == FitPer::kGpuEngine || per == FitPer::kEngine;
+  return {by_gpu ? w.gpu : "*", by_engine ? std::string(to_string(w.options.engine)) : "*"};
+}
+
+// What the fit of one group's rows gave.
+struct GroupFit {
   std::vector<std::size_t> rows;
   RooflineConstants start;
   std::vector<std::string> start_sources;
   FitResult fit;
 };
 
-std::map<std::string, GpuFit> fit_by_gpu(const std::vector<MeasuredRow>& rows,
-                                         const std::vector<Workload>& workloads,
-                                         const std::vector<Schedule>& schedules, bool no_fit,
-                                         unsigned jobs) {
-  std::map<std::string, GpuFit> out;
+std::map<FitKey, GroupFit> fit_groups(FitPer per, const std::vector<MeasuredRow>& rows,
+                                      const std::vector<Workload>& workloads,
+                                      const std::vector<Schedule>& schedules, bool no_fit,
+                                      unsigned jobs,
+                                      const std::map<FitKey, RooflineConstants>* starts) {
+  std::map<FitKey, GroupFit> out;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    out[workloads[rows[i].workload].gpu].rows.push_back(i);
+    out[fit_key(per, workloads[rows[i].workload])].rows.push_back(i);
   }
-  for (auto& [gpu, group] : out) {
+  for (auto& [key, group] : out) {
     const Workload& w = workloads[rows[group.rows.front()].workload];
-    group.start = w.options.cost.roofline_for(gpu, w.options.engine);
-    group.start_sources =
-        w.options.cost.cost_profile().sources_for(gpu, to_string(w.options.engine));
+    // The group's start: the profile's constants for its GPU and engine ("*"
+    // matches the entries for any only), the command line's over them.
+    const EngineKind engine = key.second == "*" ? w.options.engine : *parse_engine(key.second);
+    group.start =
+        starts != nullptr ? starts->at(key) : w.options.cost.roofline_for(key.first, engine);
+    group.start_sources = w.options.cost.cost_profile().sources_for(key.first, key.second);
     std::vector<FitPoint> points;
     for (std::size_t i : group.rows) points.push_back({&rows[i], &schedules[rows[i].workload]});
     const std::uint32_t held = no_fit ? ~0u : w.options.cost.given_mask;
@@ -190,15 +263,15 @@ std::map<std::string, GpuFit> fit_by_gpu(const std::vector<MeasuredRow>& rows,
   return out;
 }
 
-nlohmann::json profile_json(const std::map<std::string, GpuFit>& fits,
-                            const std::vector<MeasuredRow>& rows, EngineKind engine,
-                            const std::string& path, const std::string& set) {
+nlohmann::json profile_json(const std::map<FitKey, GroupFit>& fits,
+                            const std::vector<MeasuredRow>& rows, const std::string& path,
+                            const std::string& set) {
   const auto& infos = roofline_constant_infos();
   std::vector<CostProfile::Entry> entries;
-  for (const auto& [gpu, group] : fits) {
+  for (const auto& [key, group] : fits) {
     CostProfile::Entry entry;
-    entry.gpu = gpu;
-    entry.engine = std::string(to_string(engine));
+    entry.gpu = key.first;
+    entry.engine = key.second;
     entry.constants.resize(infos.size());
     std::map<std::string, int> metrics;
     for (std::size_t i : group.rows) ++metrics[std::string(to_string(rows[i].metric))];
@@ -225,10 +298,42 @@ nlohmann::json profile_json(const std::map<std::string, GpuFit>& fits,
     entries.push_back(std::move(entry));
   }
   return CostProfile("",
-                     fmt::format("kvreplay calibrate {}{}, engine {}", path,
-                                 set.empty() ? std::string() : " --set " + set, to_string(engine)),
+                     fmt::format("kvreplay calibrate {}{}", path,
+                                 set.empty() ? std::string() : " --set " + set),
                      std::move(entries))
       .to_json();
+}
+
+// The warnings a fit earns, on stderr even under --quiet: a metric whose
+// median error the fit made worse (the median over every row went down at
+// its expense), and a fitted constant that ended at an end of its range.
+void warn_fit(const std::vector<MeasuredRow>& rows, const std::vector<double>& before,
+              const std::vector<double>& after, const std::map<FitKey, GroupFit>& fits) {
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_metric;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    auto& [b, a] = by_metric[std::string(to_string(rows[i].metric))];
+    b.push_back(before[i]);
+    a.push_back(after[i]);
+  }
+  for (const auto& [metric, errors] : by_metric) {
+    const double b = median(errors.first), a = median(errors.second);
+    if (a > b + 1e-3) {
+      eprint(
+          "kvreplay calibrate: warning: the fit made {} worse: median |error| {} before, {} "
+          "after ({} rows)\n",
+          metric, percent(b), percent(a), errors.first.size());
+    }
+  }
+  const auto& infos = roofline_constant_infos();
+  for (const auto& [key, group] : fits) {
+    for (std::size_t i : group.fit.at_bound) {
+      eprint(
+          "kvreplay calibrate: warning: {}/{}: {} ended at the end of its range ({:.4g}; {} "
+          "takes [{}, {}]): the rows do not pin it\n",
+          key.first, key.second, infos[i].name, group.fit.constants.*infos[i].field,
+          infos[i].option, infos[i].lo, infos[i].hi);
+    }
+  }
 }
 
 // Fits, checks the fit by simulating it again, prints the table and writes
@@ -237,25 +342,51 @@ int report_and_write(const CalibrateRequest& request, std::vector<MeasuredRow>& 
                      const std::vector<Workload>& workloads, const std::vector<Schedule>& schedules,
                      OutputSet& outputs, OutputFile* report, OutputFile* results, unsigned jobs,
                      std::chrono::steady_clock::time_point started) {
-  const auto fits = fit_by_gpu(rows, workloads, schedules, request.no_fit, jobs);
-  auto fitted_of = [&](const Workload& w) { return fits.at(w.gpu).fit.constants; };
-  auto again = record_schedules(workloads, fitted_of, jobs, request.measured_path);
-  if (!again) {
-    eprint("{}\n", again.error().to_string());
-    return kExitInput;
+  const FitPer per = request.fit_per;
+  const auto first = fit_groups(per, rows, workloads, schedules, request.no_fit, jobs, nullptr);
+  auto fits = first;
+  auto fitted_of = [&](const Workload& w) { return fits.at(fit_key(per, w)).fit.constants; };
+  // Simulate the fit in full. The server's intake (request_overhead_ms) can
+  // move a request to another step when the constants change; then the fit
+  // runs again on the new schedules, from its last answer, up to 3 rounds.
+  std::vector<Schedule> fitted_on, again;
+  const std::vector<Schedule>* on = &schedules;
+  bool agree = false;
+  for (int round = 0;; ++round) {
+    auto simulated = record_schedules(workloads, fitted_of, jobs, request.measured_path);
+    if (!simulated) {
+      eprint("{}\n", simulated.error().to_string());
+      return kExitInput;
+    }
+    again = std::move(simulated).value();
+    agree = true;
+    for (std::size_t i = 0; i < rows.size() && agree; ++i) {
+      const Workload& w = workloads[rows[i].workload];
+      const double replayed = (*on)[rows[i].workload].figures(fitted_of(w)).of(rows[i].metric);
+      agree =
+          relative_error(replayed, again[rows[i].workload].simulated().of(rows[i].metric)) <= 1e-9;
+    }
+    if (agree || request.no_fit || round == 2) break;
+    std::map<FitKey, RooflineConstants> from;
+    for (const auto& [key, group] : fits) from[key] = group.fit.constants;
+    fitted_on = std::move(again);
+    on = &fitted_on;
+    fits = fit_groups(per, rows, workloads, fitted_on, request.no_fit, jobs, &from);
+  }
+  if (!agree && request.no_fit) {
+    eprint("kvreplay calibrate: internal: the schedules replayed do not give the run's figures\n");
+    return kExitCheckFailed;
+  }
+  for (auto& [key, group] : fits) {  // before: the first fit's start
+    group.start = first.at(key).start;
+    group.fit.median_before = first.at(key).fit.median_before;
   }
   std::vector<double> before(rows.size()), after(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const MeasuredRow& row = rows[i];
     const Workload& w = workloads[row.workload];
-    before[i] = schedules[row.workload].figures(fits.at(w.gpu).start).of(row.metric);
-    after[i] = again.value()[row.workload].simulated().of(row.metric);
-    const double replayed = schedules[row.workload].figures(fitted_of(w)).of(row.metric);
-    if (relative_error(replayed, after[i]) > 1e-9) {
-      eprint("kvreplay calibrate: internal: line {}: the fit's {} replayed is {}, simulated {}\n",
-             row.line, to_string(row.metric), replayed, after[i]);
-      return kExitCheckFailed;
-    }
+    before[i] = schedules[row.workload].figures(first.at(fit_key(per, w)).start).of(row.metric);
+    after[i] = again[row.workload].simulated().of(row.metric);
   }
   std::vector<double> error_before, error_after;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -284,8 +415,8 @@ int report_and_write(const CalibrateRequest& request, std::vector<MeasuredRow>& 
     text += fmt::format("median |error| before: {}\n", medians_line(rows, error_before));
     text += fmt::format("median |error| after:  {}\n", medians_line(rows, error_after));
     const auto& infos = roofline_constant_infos();
-    for (const auto& [gpu, group] : fits) {
-      text += fmt::format("{} ({} rows):", gpu, group.rows.size());
+    for (const auto& [key, group] : fits) {
+      text += fmt::format("{}/{} ({} rows):", key.first, key.second, group.rows.size());
       for (std::size_t i : group.fit.fitted) {
         text += fmt::format(" {} {:.4g} -> {:.4g};", infos[i].name, group.start.*infos[i].field,
                             group.fit.constants.*infos[i].field);
@@ -296,10 +427,12 @@ int report_and_write(const CalibrateRequest& request, std::vector<MeasuredRow>& 
       }
       text.back() = '\n';
     }
-    text += fmt::format("{} rows, {} workloads simulated twice in {:.1f} s\n", rows.size(),
-                        workloads.size(), seconds);
+    text += fmt::format("{} rows, {} workloads simulated in {:.1f} s{}\n", rows.size(),
+                        workloads.size(), seconds,
+                        agree ? "" : " (the fit moved requests between steps: after = simulated)");
     put_text(out, text);
   }
+  warn_fit(rows, error_before, error_after, fits);
   if (results != nullptr) {
     results->write(
         "line,model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,"
@@ -312,9 +445,7 @@ int report_and_write(const CalibrateRequest& request, std::vector<MeasuredRow>& 
     }
   }
   if (report != nullptr) {
-    const EngineKind engine = workloads.front().options.engine;
-    report->write(profile_json(fits, rows, engine, request.measured_path, request.set).dump(2) +
-                  "\n");
+    report->write(profile_json(fits, rows, request.measured_path, request.set).dump(2) + "\n");
   }
   if (!outputs.commit()) {
     eprint("{}\n", outputs.error());
@@ -328,7 +459,9 @@ class CalibrateCommand final : public Command {
   void declare(CLI::App& app) override {
     app.add_option("MEASURED", request_.measured_path,
                    "measured figures, CSV: model,gpu,tp,input_tokens,output_tokens,concurrency,"
-                   "requests,metric,value (metric ttft_ms, tpot_ms or output_tok_s; - for stdin)")
+                   "requests,metric,value (metric ttft_ms, ttft_p50_ms, ttft_p99_ms, tpot_ms, ..., "
+                   "itl_ms, e2e_ms, ..., output_tok_s; columns engine, measure_after, "
+                   "range_ratio, range_style, set may follow; - for stdin)")
         ->required();
     app.add_option("--report", request_.report_path,
                    "write the fitted cost profile here (JSON; --cost-profile reads it; - for "
@@ -344,6 +477,10 @@ class CalibrateCommand final : public Command {
     app.add_option("-j,--jobs", request_.jobs, "workloads simulated at once (default: the cores)")
         ->check(CLI::Range(1u, 1024u));
     app.add_flag("-q,--quiet", request_.quiet, "print no table");
+    app.add_option("--fit-per", fit_per_,
+                   "one fit, and one profile entry, per gpu-engine (default), gpu, engine (the "
+                   "constants shared by every GPU kind), or all")
+        ->check(CLI::IsMember(std::vector<std::string>{"gpu-engine", "gpu", "engine", "all"}));
     options_.add_to(app, "invariant checks (default end)");
     // A calibration runs the roofline over its own closed loops: no trace to
     // read, no SLOs to meet.
@@ -352,9 +489,11 @@ class CalibrateCommand final : public Command {
     }
     options_.slo_ttft = options_.slo_tpot = nullptr;
     app.footer(
-        "Each distinct workload is simulated once, closed-loop (simulate --concurrency); the "
-        "constants given on the command line are held, the others fitted per GPU kind to the "
-        "median absolute percentage error.\n"
+        "Each distinct workload is simulated once, closed-loop (simulate --concurrency), with "
+        "the engine its row's engine column names; the constants given on the command line are "
+        "held, the others fitted per GPU kind and engine (--fit-per) to the median absolute "
+        "percentage error. The profile written goes over the shipped one: a run on a GPU kind "
+        "or engine it does not name keeps the shipped constants.\n"
         "Examples:\n"
         "  kvreplay calibrate bench/accuracy/example.csv --report my-profile.json\n"
         "  kvreplay simulate traces/requests/azure_conv.csv --model llama-3.1-8b-fp8 --gpu "
@@ -366,6 +505,7 @@ class CalibrateCommand final : public Command {
  private:
   int run_steps();
   CalibrateRequest request_;
+  std::string fit_per_ = "gpu-engine";
   SimOptionsCli options_;
 };
 
@@ -386,6 +526,10 @@ int CalibrateCommand::run() {
 
 int CalibrateCommand::run_steps() {
   const auto started = std::chrono::steady_clock::now();
+  request_.fit_per = fit_per_ == "gpu"      ? FitPer::kGpu
+                     : fit_per_ == "engine" ? FitPer::kEngine
+                     : fit_per_ == "all"    ? FitPer::kAll
+                                            : FitPer::kGpuEngine;
   auto rows = read_measured_csv(request_.measured_path, request_.set);
   if (!rows) {
     eprint("{}\n", rows.error().to_string());

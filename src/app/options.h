@@ -87,6 +87,7 @@ struct SimOptionsCli {
   CLI::Option* gpu_class_option = nullptr;
   CLI::Option* watermark = nullptr;
   CLI::Option* engine_option = nullptr;
+  bool engine_given() const;  // --engine was given
   CLI::Option* max_seqs = nullptr;
   CLI::Option* max_batched_tokens = nullptr;
   // The engines' own options (EngineEntry::options), each refused under
@@ -135,15 +136,29 @@ struct LoadOptionsCli {
   std::uint32_t concurrency = 0;
   std::uint64_t seed = 0;
   std::uint64_t warmup = 0;
+  std::uint64_t measure_after = 0;
+  double burstiness = 1.0;
+  std::string ramp_up;
+  double ramp_start = 0, ramp_end = 0;
+  double range_ratio = 0;
+  std::string range_style = "vllm";
   CLI::Option* rate_option = nullptr;
   CLI::Option* concurrency_option = nullptr;
   CLI::Option* seed_option = nullptr;
   CLI::Option* warmup_option = nullptr;
+  CLI::Option* measure_after_option = nullptr;
+  CLI::Option* burstiness_option = nullptr;
+  CLI::Option* ramp_option = nullptr;
+  CLI::Option* ramp_start_option = nullptr;
+  CLI::Option* ramp_end_option = nullptr;
+  CLI::Option* range_option = nullptr;
+  CLI::Option* range_style_option = nullptr;
 
   void add_to(CLI::App& app, const std::string& group);
   // Fills `out` from the options given; a problem for a pair that does not go
   // together (--load-seed without --request-rate, --warmup-requests without
-  // a generator).
+  // a generator, a ramp without its ends). A ramp's request count is the
+  // caller's to set (LoadOptions::ramp_requests).
   std::optional<std::string> resolve(LoadOptions& out) const;
 };
 // The same load as simulate's options (" --concurrency 8 ..."; empty for

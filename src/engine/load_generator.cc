@@ -13,6 +13,52 @@ namespace {
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
 
+// Uniform in [0, 1) from the top 53 bits: the same on every platform.
+double uniform01(std::mt19937_64& random) {
+  return static_cast<double>(random() >> 11) * 0x1.0p-53;
+}
+
+// Standard normal by Box-Muller (one of the pair), from uniform01.
+double normal(std::mt19937_64& random) {
+  const double u = 1.0 - uniform01(random);  // (0, 1]
+  const double v = uniform01(random);
+  return std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v);
+}
+
+// Gamma(shape, 1) by Marsaglia and Tsang's squeeze (shape < 1: boosted by
+// U^(1/shape)), from uniform01 and normal: libstdc++'s and libc++'s
+// gamma_distribution draw differently, and a report must not.
+double gamma(std::mt19937_64& random, double shape) {
+  if (shape < 1.0) {
+    const double boost = std::pow(1.0 - uniform01(random), 1.0 / shape);
+    return gamma(random, shape + 1.0) * boost;
+  }
+  const double d = shape - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    double x = 0, v = 0;
+    do {
+      x = normal(random);
+      v = 1.0 + c * x;
+    } while (v <= 0);
+    v = v * v * v;
+    const double u = 1.0 - uniform01(random);
+    if (u < 1.0 - 0.0331 * x * x * x * x) return d * v;
+    if (std::log(u) < 0.5 * x * x + d * (1.0 - v + std::log(v))) return d * v;
+  }
+}
+
+// A length drawn around `length` as the benchmark clients' random datasets
+// draw it (RangeStyle); at least 1.
+std::uint32_t spread(std::mt19937_64& random, std::uint32_t length, double ratio,
+                     RangeStyle style) {
+  const double l = length;
+  const double lo = style == RangeStyle::kVllm ? std::floor(l * (1 - ratio))
+                                               : std::max(std::floor(l * ratio), 1.0);
+  const double hi = style == RangeStyle::kVllm ? std::ceil(l * (1 + ratio)) : l;
+  const double drawn = std::floor(lo + uniform01(random) * (hi - lo + 1));
+  return static_cast<std::uint32_t>(std::clamp(drawn, 1.0, 4294967295.0));
+}
+
 }  // namespace
 
 LoadGenerator::LoadGenerator(const LoadOptions& options, std::function<double()> frontier,
@@ -21,6 +67,7 @@ LoadGenerator::LoadGenerator(const LoadOptions& options, std::function<double()>
       frontier_(std::move(frontier)),
       run_until_(std::move(run_until)),
       random_(options.seed),
+      lengths_(options.seed ^ 0x6c656e6774687321ull),
       measuring_(options.warmup == 0) {
   for (std::uint32_t i = 0; options_.concurrency && i < *options_.concurrency; ++i) {
     free_at_.push(0.0);
@@ -61,6 +108,10 @@ void LoadGenerator::ended(const RequestTimes& times, double end) {
     warmup_end_ = std::max(warmup_end_, end);
     return;
   }
+  if (auto it = unmeasured_.find(times.line); it != unmeasured_.end()) {
+    unmeasured_.erase(it);
+    return;
+  }
   last_end_ = std::max(last_end_, end);
   if (times.skipped || times.finished < 0) return;
   ++finished_;
@@ -87,11 +138,16 @@ bool LoadGenerator::set_arrival(Request& request) {
     next_poisson_ = warmup_end_;
     last_arrival_ = warmup_end_;
   }
-  if (options_.request_rate) {
+  if (options_.range_ratio > 0) {
+    // A prompt of known content (hash ids, a named prefix) keeps its length.
+    if (request.hash_ids.empty() && request.prefix.empty()) {
+      request.prompt = spread(lengths_, request.prompt, options_.range_ratio, options_.range_style);
+    }
+    request.output = spread(lengths_, request.output, options_.range_ratio, options_.range_style);
+  }
+  if (options_.request_rate || options_.ramp_up != RampUp::kNone) {
     request.arrival = next_poisson_;
-    // Exponential gap: -ln(1 - U) / R, U uniform in [0, 1) from the top 53 bits.
-    const double u = static_cast<double>(random_() >> 11) * 0x1.0p-53;
-    next_poisson_ += -std::log1p(-u) / *options_.request_rate;
+    next_poisson_ += gap();
   } else {
     // Run the earliest work a step at a time until a client is free, and no
     // request in flight can still end before it.
@@ -118,12 +174,34 @@ bool LoadGenerator::set_arrival(Request& request) {
     return false;
   }
   last_arrival_ = request.arrival;
+  ++index_;
   if (!measuring_) {
     ++warmup_sent_;
+  } else if (unmeasured_sent_ < options_.measure_after) {
+    ++unmeasured_sent_;
+    unmeasured_.insert(request.line);
   } else if (sent_++ == 0) {
     first_arrival_ = request.arrival;
   }
   return true;
+}
+
+double LoadGenerator::gap() {
+  // vllm bench serve's get_request: the rate of this request's index
+  // (ramped, or --request-rate), and a gamma gap of shape --burstiness and
+  // mean 1 / rate (shape 1: exponential, drawn as -ln(1 - U) / rate).
+  double rate = options_.request_rate.value_or(0.0);
+  if (options_.ramp_up != RampUp::kNone) {
+    const double progress =
+        static_cast<double>(index_) /
+        static_cast<double>(std::max<std::uint64_t>(options_.ramp_requests, 2) - 1);
+    const double from = options_.ramp_start_rps, to = options_.ramp_end_rps;
+    rate = options_.ramp_up == RampUp::kLinear ? from + (to - from) * progress
+                                               : from * std::pow(to / from, progress);
+  }
+  if (!(rate > 0)) return 0.0;  // a ramp from 0 rps: vLLM sends at once
+  if (options_.burstiness == 1.0) return -std::log1p(-uniform01(random_)) / rate;
+  return gamma(random_, options_.burstiness) / (rate * options_.burstiness);
 }
 
 nlohmann::json LoadGenerator::figures() const {
@@ -135,15 +213,29 @@ nlohmann::json LoadGenerator::figures() const {
     return count > 0 ? nlohmann::json(sum / static_cast<double>(count)) : nlohmann::json(nullptr);
   };
   nlohmann::json out;
-  if (options_.request_rate) {
-    out["generator"] = "poisson";
-    out["request_rate"] = *options_.request_rate;
+  if (options_.request_rate || options_.ramp_up != RampUp::kNone) {
+    out["generator"] = options_.burstiness == 1.0 ? "poisson" : "gamma";
+    if (options_.request_rate) out["request_rate"] = *options_.request_rate;
+    if (options_.burstiness != 1.0) out["burstiness"] = options_.burstiness;
+    if (options_.ramp_up != RampUp::kNone) {
+      out["ramp_up"] = {
+          {"strategy", options_.ramp_up == RampUp::kLinear ? "linear" : "exponential"},
+          {"start_rps", options_.ramp_start_rps},
+          {"end_rps", options_.ramp_end_rps},
+          {"requests", options_.ramp_requests}};
+    }
     out["seed"] = options_.seed;
   } else {
     out["generator"] = "closed_loop";
     out["concurrency"] = *options_.concurrency;
   }
   out["warmup"] = {{"requests", warmup_sent_}, {"end_s", warmup_end_}};
+  if (options_.measure_after > 0) out["measure_after"] = options_.measure_after;
+  if (options_.range_ratio > 0) {
+    out["random_range_ratio"] = {
+        {"ratio", options_.range_ratio},
+        {"style", options_.range_style == RangeStyle::kVllm ? "vllm" : "sglang"}};
+  }
   out["sent"] = sent_;
   out["window_start_s"] = sent_ == 0 ? warmup_end_ : first_arrival_;
   out["window_s"] = window;
@@ -158,10 +250,23 @@ nlohmann::json LoadGenerator::figures() const {
 
 std::string LoadGenerator::summary_line() const {
   const nlohmann::json f = figures();
-  std::string generator =
-      options_.request_rate
-          ? fmt::format("Poisson at {} requests/s (seed {})", *options_.request_rate, options_.seed)
-          : fmt::format("closed loop of {} clients", *options_.concurrency);
+  std::string generator;
+  if (options_.ramp_up != RampUp::kNone) {
+    generator = fmt::format("{} ramp from {} to {} requests/s (seed {})",
+                            options_.ramp_up == RampUp::kLinear ? "linear" : "exponential",
+                            options_.ramp_start_rps, options_.ramp_end_rps, options_.seed);
+  } else if (options_.request_rate) {
+    generator = fmt::format("{} at {} requests/s (seed {})",
+                            options_.burstiness == 1.0
+                                ? std::string("Poisson")
+                                : fmt::format("gamma (burstiness {})", options_.burstiness),
+                            *options_.request_rate, options_.seed);
+  } else {
+    generator = fmt::format("closed loop of {} clients", *options_.concurrency);
+  }
+  if (options_.measure_after > 0) {
+    generator += fmt::format(", the first {} requests not measured", options_.measure_after);
+  }
   if (warmup_sent_ > 0) {
     generator += fmt::format(" after {} warm-up requests (to {:.1f} s)", warmup_sent_, warmup_end_);
   }

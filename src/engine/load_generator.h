@@ -12,6 +12,7 @@
 #include <queue>
 #include <random>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/fleet/fleet.h"
@@ -31,6 +32,17 @@ namespace kvreplay {
 // free. In a fleet, the instances with the earliest clock step first, and a
 // client's end counts once no instance can still end a request before it
 // (Fleet::frontier).
+//
+// --burstiness B (vllm bench serve's): the gaps are gamma-distributed of
+// shape B and the same mean (B < 1 burstier, B > 1 steadier). --ramp-up-strategy
+// linear|exponential (vllm bench serve's): the rate of the i-th of the trace's
+// N requests is start + (end - start) i / (N - 1), or start (end / start)^(i / (N - 1)).
+// --random-range-ratio R: each request's prompt (one of no known content) and
+// output drawn around the trace's lengths as the benchmark clients' random
+// datasets do (RangeStyle), from a stream of their own seeded by --load-seed.
+// --measure-after N: the first N requests are sent as any other and left out
+// of the load figures: what a benchmark reports once its measurement is
+// stable (genai-perf's --measurement-interval windows), with no pause.
 //
 // --warmup-requests N (AIPerf's and genai-perf's --warmup-request-count):
 // the first N requests are sent by the same generator from time 0; then the
@@ -77,7 +89,14 @@ class LoadGenerator {
   std::function<double()> frontier_;
   std::function<bool(double)> run_until_;
   std::optional<InputError> error_;
+  // The gap to the next open-loop arrival after the index_-th request (from 0).
+  double gap();
+
   std::mt19937_64 random_;
+  std::mt19937_64 lengths_;  // --random-range-ratio's draws, apart from the arrivals'
+  std::uint64_t index_ = 0;  // requests sent
+  std::uint64_t unmeasured_sent_ = 0;
+  std::unordered_set<std::uint64_t> unmeasured_;  // lines of --measure-after's requests in flight
   double next_poisson_ = 0;
   std::priority_queue<double, std::vector<double>, std::greater<>> free_at_;
   double last_arrival_ = 0;

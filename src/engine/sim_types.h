@@ -200,12 +200,31 @@ std::uint32_t sglang_chunked_prefill_default(double gpu_gib);
 // (--warmup-requests), the first `warmup` requests are sent the same way
 // and every one of them ends before the measured requests start
 // (engine/load_generator.h).
+// vllm bench serve's --ramp-up-strategy: the request rate climbs from
+// --ramp-up-start-rps to --ramp-up-end-rps over the requests' indexes.
+enum class RampUp : std::uint8_t { kNone, kLinear, kExponential };
+// How --random-range-ratio R spreads a length L: vllm bench serve's random
+// dataset draws uniformly in [floor(L(1 - R)), ceil(L(1 + R))]; SGLang's
+// bench_serving in [max(floor(L R), 1), L].
+enum class RangeStyle : std::uint8_t { kVllm, kSglang };
 struct LoadOptions {
   std::optional<double> request_rate;
   std::optional<std::uint32_t> concurrency;
   std::uint64_t seed = 0;    // --load-seed: the Poisson draws
   std::uint64_t warmup = 0;  // --warmup-requests
-  bool any() const { return request_rate.has_value() || concurrency.has_value(); }
+  // --measure-after N: the first N requests keep the load going but are left
+  // out of the load's figures (the steady state a stable measurement window
+  // reports); unlike the warm-up, the clients never pause.
+  std::uint64_t measure_after = 0;
+  double burstiness = 1.0;  // --burstiness: the gamma shape of the gaps (1: Poisson)
+  RampUp ramp_up = RampUp::kNone;
+  double ramp_start_rps = 0, ramp_end_rps = 0;
+  std::uint64_t ramp_requests = 0;  // the requests a ramp spans (the trace's count)
+  double range_ratio = 0;           // --random-range-ratio
+  RangeStyle range_style = RangeStyle::kVllm;
+  bool any() const {
+    return request_rate.has_value() || concurrency.has_value() || ramp_up != RampUp::kNone;
+  }
 };
 
 // KV offload tiers (SPEC 3.7): blocks kept beyond the GPU as vLLM's native

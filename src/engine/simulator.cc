@@ -309,7 +309,7 @@ void Simulator::skip(const Request& request, SkipReason reason, std::uint64_t ne
   skip_request(request);
 }
 
-void Simulator::submit(Request request) {
+void Simulator::submit(Request request, bool from_client) {
   std::uint64_t need = 0;
   if (auto reason = scheduler_->never_fits(request, need)) {
     skip(request, *reason, need);
@@ -319,7 +319,21 @@ void Simulator::submit(Request request) {
   if (!any_arrival_) overload_.first_arrival = request.arrival;
   any_arrival_ = true;
   overload_.last_arrival = request.arrival;
-  arriving_.push_back(std::move(request));
+  // The engine sees a client's request once the server has taken it in
+  // (roofline.h: request_overhead_ms); one handed over by another instance
+  // is already in. Kept in the order the engine sees them.
+  double ready = request.arrival;
+  Intake intake{request.arrival, 0};
+  if (from_client && roofline_) {
+    const double overhead = roofline_->constants().request_overhead_ms / 1e3;
+    if (overhead > 0) {
+      intake.queued = 1;
+      ready = request.arrival + overhead;
+    }
+  }
+  auto at = arriving_.end();
+  while (at != arriving_.begin() && std::prev(at)->ready > ready) --at;
+  arriving_.insert(at, Arriving{ready, intake, std::move(request)});
 }
 
 OverloadFigures Simulator::overload() const {
@@ -340,9 +354,9 @@ void Simulator::skip_request(const Request& request) {
 bool Simulator::run_until(double horizon) {
   if (shell_.violation) return false;  // sim_options_error, or an earlier failure
   for (;;) {
-    const bool arrivals = !arriving_.empty() && arriving_.front().arrival <= now_;
-    while (!arriving_.empty() && arriving_.front().arrival <= now_) {
-      scheduler_->add_request(std::move(arriving_.front()));
+    const bool arrivals = !arriving_.empty() && arriving_.front().ready <= now_;
+    while (!arriving_.empty() && arriving_.front().ready <= now_) {
+      scheduler_->add_request(std::move(arriving_.front().request));
       arriving_.pop_front();
     }
     if (arrivals) {
@@ -352,7 +366,8 @@ bool Simulator::run_until(double horizon) {
     }
     if (!scheduler_->has_requests()) {
       if (arriving_.empty()) return true;
-      now_ = std::max(now_, arriving_.front().arrival);
+      if (arriving_.front().ready > now_) waited_for_ = arriving_.front().intake;
+      now_ = std::max(now_, arriving_.front().ready);
       continue;
     }
     if (now_ >= horizon) return true;
@@ -367,6 +382,8 @@ bool Simulator::emit_trace(TraceEmitter& trace) {
 }
 
 bool Simulator::step(double horizon) {
+  step_waited_for_ = waited_for_;
+  waited_for_.reset();
   shell_.step_start = now_;
   shell_.step_waits = now_;
   shell_.work.clear();
@@ -385,7 +402,7 @@ bool Simulator::step(double horizon) {
       // instance: expect_kv). The clock moves on to the first landing, the
       // next arrival or the horizon, whichever comes first, without a step.
       double next = *wake;
-      if (!arriving_.empty()) next = std::min(next, arriving_.front().arrival);
+      if (!arriving_.empty()) next = std::min(next, arriving_.front().ready);
       waiting_until_ = std::max(now_, next);
       now_ = std::max(now_, std::min(next, horizon));
       return true;
@@ -410,8 +427,7 @@ bool Simulator::step(double horizon) {
 
 double Simulator::next_change() const {
   if (!waiting_until_) return now_;
-  if (!arriving_.empty())
-    return std::min(*waiting_until_, std::max(now_, arriving_.front().arrival));
+  if (!arriving_.empty()) return std::min(*waiting_until_, std::max(now_, arriving_.front().ready));
   return *waiting_until_;
 }
 

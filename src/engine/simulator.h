@@ -36,8 +36,11 @@ class Simulator {
   Simulator& operator=(const Simulator&) = delete;
   ~Simulator();
 
-  // Feeds the next request (arrivals must not decrease).
-  void submit(Request request);
+  // Feeds the next request (arrivals must not decrease). A client's request
+  // reaches the engine request_overhead_ms after its arrival (the roofline's
+  // constant; at once under the linear cost model); `from_client` false: one
+  // handed over by another instance, which the engine sees at its arrival.
+  void submit(Request request, bool from_client = true);
   // Whether the engine can never run `request` (Scheduler::never_fits), and
   // the blocks it would need in `need`; submits nothing.
   std::optional<SkipReason> never_fits(const Request& request, std::uint64_t& need) const;
@@ -71,6 +74,20 @@ class Simulator {
     return shell_.first_skipped[static_cast<std::size_t>(reason)];
   }
   double now() const { return now_; }
+  // When the last step began (on_step: the step just run).
+  double step_started() const { return shell_.step_start; }
+  // The server's intake of a request (request_overhead_ms): the engine sees
+  // it `queued` overheads after `base`, its arrival; queued 0 when it took
+  // no time. (Requests are taken in side by side: the API server's intake is
+  // not a queue here; a burst of thousands that one event loop would
+  // serialize is not modelled.)
+  struct Intake {
+    double base = 0;
+    std::uint64_t queued = 0;
+  };
+  // What the last step waited for, idle, when it began after the one before
+  // had ended: the intake of the request it began for.
+  const std::optional<Intake>& last_step_waited_for() const { return step_waited_for_; }
   // The work of the last step (what the cost model priced it by).
   const StepWork& step_work() const { return shell_.work; }
   bool idle() const;
@@ -216,7 +233,14 @@ class Simulator {
     return connector != nullptr ? *connector : none;
   }
   TraceEmitter* trace_ = nullptr;  // --emit-trace
-  std::deque<Request> arriving_;
+  struct Arriving {
+    double ready;  // when the engine sees it: its arrival, plus the server's intake
+    Intake intake;
+    Request request;
+  };
+  std::optional<Intake> step_waited_for_;
+  std::deque<Arriving> arriving_;
+  std::optional<Intake> waited_for_;  // the step about to run waited for this intake
   double now_ = 0.0;
   // Set by a step that found nothing to run: when it can next (next_change).
   std::optional<double> waiting_until_;

@@ -17,7 +17,7 @@ namespace kvreplay {
 namespace {
 
 constexpr std::uint64_t kMaxProfileBytes = 1 << 20;
-constexpr std::array<std::string_view, 3> kEngines = {"vllm", "sglang", "generic"};
+constexpr std::array<std::string_view, 4> kEngines = {"vllm", "sglang", "trtllm", "generic"};
 
 // A key or value as messages show it: JSON, cut at 40 bytes.
 std::string shown(const nlohmann::json& value) {
@@ -67,7 +67,8 @@ Result<CostProfile::Entry, std::string> parse_entry(const nlohmann::json& json, 
       if (key == "engine" && value != "*" &&
           std::find(kEngines.begin(), kEngines.end(), value) == kEngines.end()) {
         return where.fail(
-            key, fmt::format("{}: unknown engine (vllm, sglang, generic, or *)", shown(*it)));
+            key,
+            fmt::format("{}: unknown engine (vllm, sglang, trtllm, generic, or *)", shown(*it)));
       }
       (key == "gpu" ? entry.gpu : entry.engine) = std::move(value);
     } else if (key == "constants") {
@@ -130,6 +131,21 @@ const std::vector<RooflineConstantInfo>& roofline_constant_infos() {
       {"step_overhead_ms", "--step-overhead-ms",
        "roofline: fixed ms per step (scheduler, sampling, launch)", 0.0, 1e6,
        &RooflineConstants::step_overhead_ms},
+      {"prefill_pass_ms", "--prefill-pass-ms",
+       "roofline: fixed ms more for a step that runs prompt tokens (outside the decode CUDA "
+       "graphs)",
+       0.0, 1e6, &RooflineConstants::prefill_pass_ms},
+      {"request_overhead_ms", "--request-overhead-ms",
+       "roofline: ms a request spends in the server outside the engine's steps (HTTP, "
+       "tokenization), in its TTFT and end-to-end latency",
+       0.0, 1e6, &RooflineConstants::request_overhead_ms},
+      {"expert_efficiency", "--expert-efficiency",
+       "roofline: factor on the bandwidth share for a MoE's routed experts (fused MoE's "
+       "grouped GEMM)",
+       1e-3, 1.0, &RooflineConstants::expert_efficiency},
+      {"layer_overhead_us", "--layer-overhead-us",
+       "roofline: fixed us per layer per step (its kernels' floor at a small batch)", 0.0, 1e4,
+       &RooflineConstants::layer_overhead_us},
   };
   return kInfos;
 }

@@ -6,7 +6,7 @@
 //   {"kvreplay_cost_profile": 1,
 //    "description": "...",                          optional
 //    "profiles": [
-//      {"gpu": "h100-80gb" | "*", "engine": "vllm" | "sglang" | "generic" | "*",
+//      {"gpu": "h100-80gb" | "*", "engine": "vllm" | "sglang" | "trtllm" | "generic" | "*",
 //       "constants": {"bandwidth_efficiency": {"value": 0.6, "source": "..."}, ...}},
 //      ...]}
 //

@@ -11,9 +11,12 @@
 //                    + 2 * vocab * hidden * requests          (logits: one row a request)
 //   attention FLOPs  2 * heads * (d_qk + d_v) * pairs, per layer, where pairs counts
 //                    (query, key) pairs: a chunk's token at position q attends to q + 1
-//                    keys (min(q + 1, window) in a sliding layer); d_qk = d_v = head_dim,
-//                    MLA in its absorbed form d_qk = kv_lora_rank + qk_rope_head_dim,
-//                    d_v = kv_lora_rank
+//                    keys (min(q + 1, window) in a sliding layer); d_qk = d_v = head_dim.
+//                    MLA decodes in its absorbed form, d_qk = kv_lora_rank +
+//                    qk_rope_head_dim, d_v = kv_lora_rank, and prefills in its MHA
+//                    form, d_qk = qk_nope + qk_rope, d_v = v_head, plus kv_b_proj's
+//                    2 * heads * kv_lora_rank * (qk_nope + v_head) FLOPs a key of each
+//                    prefill chunk (its context and its tokens), at the linear peak
 //   weight bytes     weight_bytes, less the routed experts no token of the step picks
 //                    (a MoE layer's E experts, each token picking k, are all read with
 //                    probability 1 - (1 - k/E)^tokens each), and less an untied input
@@ -30,12 +33,33 @@
 //                 (a request's logits row goes with its chunk; peak is the linear
 //                 layers' peak times fp8_efficiency for W8A8, attention's bf16 peak)
 //   memory_ms   = (weight bytes / tp + KV bytes per GPU) / (hbm_bandwidth * bandwidth_efficiency)
+//                 + routed experts' bytes / tp / (hbm_bandwidth * bandwidth_efficiency
+//                 * expert_efficiency) (fused MoE's grouped GEMM pads each expert's
+//                 tokens to its block, moe_align_block_size, and reads its weights in
+//                 small tiles: below the dense layers' share of the bandwidth)
 //   comm_ms     = tp > 1: 2 all-reduces a layer of tokens * hidden * dtype bytes, each
-//                 log2(tp) * allreduce_latency_us
-//                 + 2 (tp - 1) / tp * bytes / (link * link_efficiency)
-//                 (the latency is a 2-GPU all-reduce's, one round; recursive
-//                 doubling and trees take log2(tp) rounds)
+//                 by its size (vLLM's custom all-reduce): one-shot at 2 GPUs or
+//                 below 512 KiB (256 KiB past 4 GPUs), allreduce_latency_us
+//                 + (tp - 1) * bytes / (link * link_efficiency); above, two-shot,
+//                 2 * allreduce_latency_us + 2 (tp - 1) / tp * bytes / (link * ...)
 //   step_ms     = max(compute_ms, memory_ms) + comm_ms + step_overhead_ms
+//                 + prefill_pass_ms when the step runs any prompt tokens
+//                 + layers * layer_overhead_us
+//
+// Two fixed costs outside the GPU's arithmetic. prefill_pass_ms: a step that
+// prefills runs outside the decode CUDA graphs (vLLM captures graphs for
+// decode-sized batches, `CudagraphDispatcher`; SGLang's `CudaGraphRunner.can_run`
+// takes decode batches only), so it pays the kernels' launch and the attention
+// metadata's build on the host. request_overhead_ms: what a request spends in
+// the server outside the engine's steps (HTTP, tokenization, the hand-off to
+// the engine core, detokenization of the first chunk): the engine sees a
+// request that long after the client sent it, so its TTFT and end-to-end
+// latency include it (Simulator::submit).
+// layer_overhead_us: what a layer's kernels cost beyond their arithmetic and
+// traffic at a small batch, each a few microseconds at least however little
+// it computes (a decoder layer launches a dozen: norms, rotary, attention,
+// the all-reduces' and the MoE's routing kernels); it makes a deep model's
+// step slower than its bytes alone say.
 //
 // The linear layers' peak is the GPU's dense bf16 figure, or its fp8 one for a
 // W8A8 model (8-bit weights and activations; attention stays at bf16).
@@ -70,6 +94,10 @@ struct RooflineConstants {
   double link_efficiency = 0.7;
   double allreduce_latency_us = 5.0;
   double step_overhead_ms = 0.5;
+  double prefill_pass_ms = 0.0;
+  double request_overhead_ms = 0.0;
+  double expert_efficiency = 1.0;
+  double layer_overhead_us = 0.0;
   bool operator==(const RooflineConstants&) const = default;
 };
 
@@ -82,7 +110,7 @@ class StepWork {
   void clear() {
     tokens_ = requests_ = prefill_tokens_ = decode_requests_ = 0;
     full_pairs_ = window_pairs_ = decode_full_pairs_ = decode_window_pairs_ = 0.0;
-    full_read_ = window_read_ = context_read_ = 0.0;
+    full_read_ = window_read_ = context_read_ = prefill_keys_ = 0.0;
   }
   // A request's chunk: `tokens` computed after `context` already cached;
   // `prefill` when they are prompt (or recomputed) tokens, not one decode.
@@ -94,6 +122,7 @@ class StepWork {
     ++requests_;
     if (prefill) {
       prefill_tokens_ += tokens;
+      prefill_keys_ += p + c;
     } else {
       ++decode_requests_;
     }
@@ -122,6 +151,7 @@ class StepWork {
   double full_read() const { return full_read_; }        // KV tokens read + written, per full layer
   double window_read() const { return window_read_; }    // per sliding layer
   double context_read() const { return context_read_; }  // context + tokens, the linear model's
+  double prefill_keys() const { return prefill_keys_; }  // context + tokens of the prefill chunks
 
  private:
   // Keys the tokens at positions [context, context + tokens) attend to,
@@ -138,6 +168,7 @@ class StepWork {
   std::uint32_t window_;
   std::uint64_t tokens_ = 0, requests_ = 0, prefill_tokens_ = 0, decode_requests_ = 0;
   double full_pairs_ = 0, window_pairs_ = 0, full_read_ = 0, window_read_ = 0, context_read_ = 0;
+  double prefill_keys_ = 0;
   double decode_full_pairs_ = 0, decode_window_pairs_ = 0;
 };
 
@@ -158,17 +189,22 @@ struct StepTerms {
   double prefill_linear_ms = 0, prefill_attention_ms = 0;
   double decode_linear_ms = 0, decode_attention_ms = 0;
   double memory_ms = 0;
-  double allreduces = 0, allreduce_transfer_ms = 0;  // allreduces: in rounds
-  bool fp8 = false;  // the linear layers at the fp8 peak (fp8_efficiency applies)
+  double expert_memory_ms = 0;  // the routed experts' weights, apart (expert_efficiency)
+  double allreduces = 0, allreduce_transfer_ms = 0;  // allreduces: in latencies
+  bool fp8 = false;      // the linear layers at the fp8 peak (fp8_efficiency applies)
+  bool prefill = false;  // the step runs prompt tokens (prefill_pass_ms applies)
+  double layers = 0;     // the layers a step passes through (layer_overhead_us applies)
   StepCost at(const RooflineConstants& c) const {
     const double f = fp8 ? c.fp8_efficiency : 1.0;
     StepCost out;
     out.compute_ms = (prefill_linear_ms / f + prefill_attention_ms) / c.prefill_efficiency +
                      (decode_linear_ms / f + decode_attention_ms) / c.decode_efficiency;
-    out.memory_ms = memory_ms / c.bandwidth_efficiency;
+    out.memory_ms = memory_ms / c.bandwidth_efficiency +
+                    expert_memory_ms / (c.bandwidth_efficiency * c.expert_efficiency);
     out.comm_ms =
         allreduces * c.allreduce_latency_us * 1e-3 + allreduce_transfer_ms / c.link_efficiency;
-    out.overhead_ms = c.step_overhead_ms;
+    out.overhead_ms = c.step_overhead_ms + (prefill ? c.prefill_pass_ms : 0.0) +
+                      layers * c.layer_overhead_us * 1e-3;
     return out;
   }
 };
@@ -209,7 +245,10 @@ class Roofline {
   double embedding_row_bytes_ = 0;              // one row of the input table
   double routed_experts_ = 0, experts_per_token_ = 0;
   double full_layers_ = 0, window_layers_ = 0;
-  double attention_flops_per_pair_ = 0;  // per layer
+  double attention_flops_per_pair_ = 0;  // per layer; MLA: the absorbed form's (decode)
+  // MLA's prefill form (per head, K of qk_nope + qk_rope, V of v_head): a
+  // pair's FLOPs, and each key's up-projection from the latent, per layer.
+  double prefill_flops_per_pair_ = 0, prefill_flops_per_key_ = 0;
   double kv_bytes_per_token_layer_ = 0;
   double layers_ = 0, hidden_bytes_ = 0;  // for the all-reduces
   std::uint32_t window_ = 0;

@@ -127,7 +127,8 @@ TEST_CASE("calibrate: the fit recovers the constants that made the measurements"
   std::vector<FitPoint> points;
   for (const MeasuredRow& row : rows) points.push_back({&row, &schedules[row.workload]});
   // Only the three that made the difference are free; the rest held at truth.
-  const std::uint32_t held = 0b0110101;  // all but decode (1), bandwidth (3), overhead (6)
+  const std::uint32_t held =
+      ~((1u << 1) | (1u << 3) | (1u << 6));  // all but decode, bandwidth, overhead
   REQUIRE(roofline_constant_infos()[1].name == std::string("decode_efficiency"));
   REQUIRE(roofline_constant_infos()[3].name == std::string("bandwidth_efficiency"));
   REQUIRE(roofline_constant_infos()[6].name == std::string("step_overhead_ms"));
@@ -253,6 +254,38 @@ TEST_CASE("calibrate: MEASURED.csv refusals are FILE:LINE: FIELD: problem, and a
   // A line of 20 MiB is refused at 16 MiB, naming its line.
   CHECK(read_csv_problem(std::string(kHeaderLine) + std::string(20u << 20, 'x')) ==
         ":2: row: past 16 MiB of input: not a measurement file");
+}
+
+TEST_CASE("calibrate: a benchmark's figures: means, numpy's percentiles, the measured window") {
+  // Four requests sent at 0, 0, 1 and 2 s, one token first at +0.1, +0.2,
+  // +0.3, +0.4 s, and 11 tokens each ending 1 s after their first.
+  std::vector<RequestSpan> spans;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    const double arrival = i < 2 ? 0.0 : static_cast<double>(i - 1);
+    const double first = arrival + 0.1 * static_cast<double>(i + 1);
+    spans.push_back(RequestSpan{i + 1, arrival, first, first + 1.0, 11});
+  }
+  const Figures all = figures_of(spans, 0, true);
+  CHECK(all.ttft_ms == Approx(250));
+  CHECK(all.ttft_p50_ms == Approx(250));  // between 200 and 300
+  CHECK(all.ttft_p99_ms == Approx(397));  // 300 + 0.97 * 100
+  CHECK(all.tpot_ms == Approx(100));      // 1 s over 10 gaps
+  CHECK(all.itl_ms == Approx(100));
+  CHECK(all.e2e_ms == Approx(1250));
+  CHECK(all.output_tok_s == Approx(44 / 3.4));  // 44 tokens from 0 to the last end, 3.4 s
+  // Past the first two: the window starts at the third's arrival.
+  const Figures steady = figures_of(spans, 2, true);
+  CHECK(steady.ttft_ms == Approx(350));
+  CHECK(steady.output_tok_s == Approx(22 / 2.4));
+  // Without percentiles asked for, none are filled.
+  CHECK(figures_of(spans, 0, false).ttft_p99_ms == 0);
+  // Every metric has its name and class, and only those names parse.
+  CHECK(parse_calibration_metric("ttft_p99_ms") == CalibrationMetric::kTtftP99Ms);
+  CHECK(metric_class(CalibrationMetric::kItlMs) == "itl");
+  CHECK(is_percentile(CalibrationMetric::kE2eP50Ms));
+  CHECK_FALSE(is_percentile(CalibrationMetric::kE2eMs));
+  CHECK_FALSE(parse_calibration_metric("ttft_p90_ms"));
+  CHECK(calibration_metric_list().find("output_tok_s") != std::string::npos);
 }
 
 TEST_CASE("cost profile: the most specific entry wins, constant by constant") {

@@ -22,7 +22,7 @@ example=bench/accuracy/example.csv
 # 1. A fit: the error falls, the profile reproduces the fitted figures.
 run calibrate "$example" --report "$work/profile.json" --results "$work/fit.csv"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
-check '[[ $(jq -r ".kvreplay_cost_profile, .profiles[0].gpu, .profiles[0].engine" "$work/profile.json" | tr "\n" " ") == "1 h100-80gb vllm " ]]' \
+check '[[ $(jq -r ".kvreplay_cost_profile, .profiles[0].gpu, .profiles[0].engine" "$work/profile.json" | tr "\n" " ") == "1 h100-80gb trtllm " ]]' \
   "profile: $(head -c 300 "$work/profile.json")"
 check '[[ $(jq "[.profiles[0].constants[] | .source | length > 0] | all" "$work/profile.json") == true ]]' \
   "a constant without its source"
@@ -36,7 +36,7 @@ check '[[ $? -eq 0 ]] && grep -q "fewer rows (4) than constants" "$work/out"' \
 run calibrate "$example" --no-fit --cost-profile "$work/profile.json" --results "$work/again.csv" -q
 check '[[ $rc -eq 0 ]] && diff <(cut -d, -f1-10,12 "$work/fit.csv") <(cut -d, -f1-10,12 "$work/again.csv") >/dev/null' \
   "--cost-profile does not reproduce the fit: $(diff "$work/fit.csv" "$work/again.csv" | head -4)"
-run simulate traces/requests/azure_conv.csv --model llama-3.1-8b-fp8 --gpu h100-80gb -q \
+run simulate traces/requests/azure_conv.csv --model llama-3.1-8b-fp8 --gpu h100-80gb --engine trtllm -q \
   --cost-profile "$work/profile.json" --report "$work/report.json"
 check '[[ $rc -eq 0 && $(jq -r .config.simulation.cost.profile "$work/report.json") == "$work/profile.json" ]] &&
        [[ $(jq ".config.simulation.cost.bandwidth_efficiency == $(jq .profiles[0].constants.bandwidth_efficiency.value "$work/profile.json")" "$work/report.json") == true ]]' \
@@ -65,7 +65,7 @@ bad() {  # bad NAME ROW EXPECTED
   check '[[ $rc -eq 2 && ! -e $work/$name.json ]] && grep -qF -- "$work/$name.csv:3: $want" "$work/err"' \
     "$name: exit $rc: $(err_text)"
 }
-bad metric "llama-3.1-8b,h100-80gb,1,128,128,1,2,itl_ms,7" "metric: 'itl_ms' is none of"
+bad metric "llama-3.1-8b,h100-80gb,1,128,128,1,2,tbt_ms,7" "metric: 'tbt_ms' is none of"
 bad value "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,-3" "value: '-3' is not a positive number"
 bad nan "llama-3.1-8b,h100-80gb,1,128,128,1,2,tpot_ms,nan" "value: 'nan' is not a positive number"
 bad tp "llama-3.1-8b,h100-80gb,0,128,128,1,2,tpot_ms,7" "tp: '0' is not an integer from 1 to 64"
@@ -123,7 +123,66 @@ check '[[ $rc -eq 2 ]] && grep -qF -- "--cost-profile is a constant of the roofl
   "--cost-profile with --cost-model linear: exit $rc: $(err_text)"
 finish "--cost-profile: every bad key is FILE:LINE, exit 2"
 
-# 5. Two workloads of a million requests (~1.5 GiB) under `ulimit -v` 400 MB,
+# 5. A profile fitted on one GPU kind leaves the others as shipped, and the
+# report says where each constant came from.
+run simulate traces/requests/azure_conv.csv --model llama-3.1-8b-fp8 --gpu h200 --engine trtllm -q \
+  --report "$work/h200-shipped.json"
+run simulate traces/requests/azure_conv.csv --model llama-3.1-8b-fp8 --gpu h200 --engine trtllm -q \
+  --cost-profile "$work/profile.json" --report "$work/h200-fitted.json"
+check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
+check 'diff <(jq -S "del(.config.simulation.cost.profile, .timing, .trace)" "$work/h200-shipped.json") \
+            <(jq -S "del(.config.simulation.cost.profile, .timing, .trace)" "$work/h200-fitted.json") >/dev/null' \
+  "an h100-80gb fit moved the h200 figures: $(diff <(jq -S .config.simulation.cost "$work/h200-shipped.json") <(jq -S .config.simulation.cost "$work/h200-fitted.json") | head -6)"
+run simulate traces/requests/azure_conv.csv --model llama-3.1-8b-fp8 --gpu h100-80gb --engine trtllm -q \
+  --cost-profile "$work/profile.json" --step-overhead-ms 0.3 --report "$work/h100-fitted.json"
+check '[[ $(jq -r .config.simulation.cost.sources.bandwidth_efficiency "$work/h100-fitted.json") == "fitted by kvreplay calibrate to $example"* ]]' \
+  "the fitted constant's source: $(jq -c .config.simulation.cost.sources "$work/h100-fitted.json" | head -c 300)"
+check '[[ $(jq -r .config.simulation.cost.sources.step_overhead_ms "$work/h100-fitted.json") == "command line (--step-overhead-ms)" ]]' \
+  "the command line's constant's source: $(jq -c .config.simulation.cost.sources.step_overhead_ms "$work/h100-fitted.json")"
+check '[[ $(jq -r .config.simulation.cost.sources.bandwidth_efficiency "$work/h200-fitted.json") != "fitted by kvreplay calibrate to $example"* ]]' \
+  "the h200 run took the h100 fit's source"
+finish "calibrate: a profile of one GPU kind leaves another's figures as shipped; the report names each constant's source"
+
+# 6. The figures benchmark clients print, how they were measured, and a fit's warnings.
+{
+  echo "model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value,engine,client,measure_after,range_ratio,range_style,kv_dtype"
+  for m in ttft_ms:60 ttft_p50_ms:55 ttft_p99_ms:90 tpot_ms:8 tpot_p99_ms:9 itl_ms:8 e2e_ms:900 e2e_p50_ms:880 e2e_p99_ms:990 output_tok_s:400; do
+    echo "llama-3.1-8b,h100-80gb,1,1000,100,4,40,${m%%:*},${m##*:},vllm,vllm-bench-serve,4,0.2,vllm,"
+  done
+  echo "llama-3.1-8b,h100-80gb,1,1000,100,4,40,tpot_ms,8,sglang,sglang-bench-serving,,0.5,sglang,fp8"
+} >"$work/clients.csv"
+run calibrate "$work/clients.csv" --no-fit --results "$work/clients-results.csv"
+check '[[ $rc -eq 0 && $(wc -l <"$work/clients-results.csv") -eq 12 ]]' "exit $rc: $(err_text)"
+check '[[ $(awk -F, "NR > 1 && \$11 > 0" "$work/clients-results.csv" | wc -l) -eq 11 ]]' "a figure not simulated"
+# p99 above p50 above... the median TTFT at or below the p99.
+check 'awk -F, "\$9 == \"ttft_p50_ms\" { p50 = \$11 } \$9 == \"ttft_p99_ms\" { p99 = \$11 } END { exit !(p50 <= p99) }" "$work/clients-results.csv"' \
+  "TTFT p50 above p99: $(grep ttft "$work/clients-results.csv")"
+badcol() {  # badcol NAME COLUMNS VALUES EXPECTED
+  local name=$1 want=$4
+  printf 'model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value,%s\n%s\n' "$2" \
+    "llama-3.1-8b,h100-80gb,1,128,128,1,4,tpot_ms,7,$3" >"$work/$name.csv"
+  run calibrate "$work/$name.csv" --no-fit -q
+  check '[[ $rc -eq 2 ]] && grep -qF -- "$work/$name.csv:2: $want" "$work/err"' "$name: exit $rc: $(err_text)"
+}
+badcol after measure_after 4 "measure_after: 4 leaves none of the 4 requests measured"
+badcol ratio range_ratio 1.5 "range_ratio: '1.5' is not a number from 0 to 1"
+badcol style range_style uniform "range_style: 'uniform' is neither vllm nor sglang"
+badcol kv kv_dtype fp4 "kv_dtype: "
+# An engine no rule names (a note, say) is simulated with --engine's default.
+printf 'model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value,engine\n%s\n' \
+  "llama-3.1-8b,h100-80gb,1,128,128,1,4,tpot_ms,7,in-house" >"$work/engine.csv"
+run calibrate "$work/engine.csv" --no-fit -q
+check '[[ $rc -eq 0 ]]' "an engine column of no engine: exit $rc: $(err_text)"
+# A row no constant can meet (1 us to the first token) drives the fixed costs to
+# the end of their range: the fit says so, under --quiet too.
+printf 'model,gpu,tp,input_tokens,output_tokens,concurrency,requests,metric,value\n%s\n' \
+  "llama-3.1-8b,h100-80gb,1,128,16,1,2,ttft_ms,0.001" >"$work/bound.csv"
+run calibrate "$work/bound.csv" -q --report "$work/bound.json"
+check '[[ $rc -eq 0 ]] && grep -q "^kvreplay calibrate: warning: h100-80gb/vllm: .* ended at the end of its range" "$work/err"' \
+  "no warning of a constant at its bound: $(err_text)"
+finish "calibrate: percentiles, E2E and ITL, the clients' columns, warnings of a constant at its bound"
+
+# 7. Two workloads of a million requests (~1.5 GiB) under `ulimit -v` 400 MB,
 # -j 2: exit 2, one line, nothing written; never std::terminate (exit 134).
 # The memory bound refuses them before they run (the limit is ulimit -v's);
 # a worker that runs out all the same ends the same way, with the

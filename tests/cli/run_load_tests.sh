@@ -184,5 +184,44 @@ run plan "$work/alike.jsonl" --model llama-3.1-8b --kv-memory 4GiB --warmup-requ
 check '[[ $rc -eq 2 ]] && grep -qF -- "--warmup-requests warms up" "$work/err"' "plan --warmup-requests alone: exit $rc: $(err_text)"
 finish "plan --concurrency: every cell closed-loop"
 
+# 9. Load as the benchmark clients send it: --burstiness, a ramp, the random
+# datasets' length spread, --measure-after; and their misuse, exit 2.
+run simulate "$trace" "${common[@]}" --request-rate 4 --burstiness 0.5 --load-seed 1 --report "$work/b.json" \
+  --requests "$work/b.csv"
+check '[[ $rc -eq 0 && $(jq -r ".load.generator, .load.burstiness" "$work/b.json" | tr "\n" " ") == "gamma 0.5 " ]]' \
+  "burstiness: exit $rc, $(jq -c .load "$work/b.json")"
+run simulate "$trace" "${common[@]}" --request-rate 4 --load-seed 1 --requests "$work/b1.csv"
+check '! cmp -s <(cut -d, -f6 "$work/b.csv") <(cut -d, -f6 "$work/b1.csv")' "--burstiness 0.5 gave Poisson's arrivals"
+run simulate "$trace" "${common[@]}" --ramp-up-strategy linear --ramp-up-start-rps 1 --ramp-up-end-rps 20 \
+  --report "$work/ramp.json" --requests "$work/ramp.csv"
+check '[[ $rc -eq 0 && $(jq -c ".load.ramp_up" "$work/ramp.json") == "{\"end_rps\":20,\"requests\":500,\"start_rps\":1,\"strategy\":\"linear\"}" ]]' \
+  "ramp: exit $rc, $(jq -c .load "$work/ramp.json")"
+# The first 50 arrivals span far longer than the last 50 (1 against 20 a second at the ends).
+check 'awk -F, "NR > 1 { a[NR - 1] = \$6 } END { n = NR - 1; exit !((a[51] - a[1]) > 4 * (a[n] - a[n - 50])) }" "$work/ramp.csv"' \
+  "the ramp does not climb"
+run simulate "$work/alike.jsonl" "${small[@]}" --concurrency 4 --random-range-ratio 0.5 --report "$work/rr.json" \
+  --requests "$work/rr.csv"
+check '[[ $rc -eq 0 && $(awk -F, "NR > 1 { print \$4 }" "$work/rr.csv" | sort -u | wc -l) -gt 5 ]]' \
+  "--random-range-ratio: the outputs did not spread: exit $rc, $(awk -F, "NR > 1 { print \$4 }" "$work/rr.csv" | sort -u | head -3)"
+run simulate "$work/alike.jsonl" "${small[@]}" --concurrency 4 --measure-after 8 --report "$work/ma.json"
+check '[[ $rc -eq 0 && $(jq ".load.sent == 32 and .load.measure_after == 8 and .load.warmup.requests == 0" "$work/ma.json") == true ]]' \
+  "--measure-after: exit $rc, $(jq -c .load "$work/ma.json")"
+misuse() {  # misuse WANT ARGS...
+  local want=$1
+  shift
+  run simulate "$trace" "${common[@]}" "$@"
+  check '[[ $rc -eq 2 ]] && grep -qF -- "$want" "$work/err"' "$*: exit $rc: $(err_text)"
+}
+misuse "--burstiness shapes --request-rate's gaps" --burstiness 2
+misuse "--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps" --ramp-up-strategy linear --ramp-up-start-rps 1
+misuse "--ramp-up-strategy is a load generator of its own" --ramp-up-strategy linear --ramp-up-start-rps 1 --ramp-up-end-rps 2 --request-rate 3
+misuse "--ramp-up-strategy exponential needs --ramp-up-start-rps above 0" --ramp-up-strategy exponential --ramp-up-start-rps 0 --ramp-up-end-rps 2
+misuse "--ramp-up-start-rps and --ramp-up-end-rps need --ramp-up-strategy" --ramp-up-end-rps 2
+misuse "--measure-after belongs to a load generator" --measure-after 3
+misuse "--random-range-ratio belongs to a load generator" --random-range-ratio 0.1
+misuse "--range-ratio-style says whose --random-range-ratio" --concurrency 2 --range-ratio-style sglang
+misuse "--random-range-ratio: value 1.5 not in range 0 to 1" --concurrency 2 --random-range-ratio 1.5
+finish "load as the clients send it: gamma gaps, a ramp, spread lengths, --measure-after; misuse is exit 2"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -205,11 +205,13 @@ TEST_CASE("roofline: an fp8 checkpoint's linear layers run at the GPU's fp8 rate
   REQUIRE(a100.ok());
   CHECK(h200.value().peak_flops() == 1979e12);
   CHECK(a100.value().peak_flops() == 312e12);  // no fp8 tensor cores: bf16
-  // MLA in its absorbed form: 2 * heads * (2 * 512 + 64) FLOPs a pair, 128 heads, 61 layers.
+  // A prefill runs MLA in its MHA form: 2 * heads * (128 + 64 + 128) FLOPs a pair,
+  // 128 heads, 61 layers; kv_b_proj expands each of the 4096 keys' latents,
+  // 2 * 128 * 512 * (128 + 128) FLOPs a key a layer, at the linear (fp8) rate.
   const double lm_head = 129280.0 * 7168;
-  const double linear =
-      2 * (static_cast<double>(m.parameters.active) - lm_head) * 4096 + 2 * lm_head;
-  const double attention = 2.0 * 128 * (2 * 512 + 64) * (4096.0 * 4097 / 2) * 61;
+  const double linear = 2 * (static_cast<double>(m.parameters.active) - lm_head) * 4096 +
+                        2 * lm_head + 2.0 * 128 * 512 * 256 * 4096 * 61;
+  const double attention = 2.0 * 128 * (128 + 64 + 128) * (4096.0 * 4097 / 2) * 61;
   CHECK(h200.value().cost(work).compute_ms ==
         Approx((linear / 1979e12 + attention / 989.5e12) / 8 * 1e3).epsilon(1e-9));
   // fp8_efficiency scales the linear layers' fp8 rate only, not attention's.
@@ -220,6 +222,73 @@ TEST_CASE("roofline: an fp8 checkpoint's linear layers run at the GPU's fp8 rate
   // On an A100 (no fp8 rate) it changes nothing.
   CHECK(a100.value().with_constants(c).cost(work).compute_ms ==
         Approx(a100.value().cost(work).compute_ms).epsilon(1e-12));
+}
+
+TEST_CASE("roofline: MLA decodes in its absorbed form") {
+  const ModelSpec& m = preset("deepseek-v3");
+  auto made = Roofline::make(m, gpu("h200"), 8, 1, 576 * 2, ideal());
+  REQUIRE(made.ok());
+  StepWork work;
+  for (int i = 0; i < 64; ++i) work.add(4095, 1, false);
+  // 64 decodes of 4096 keys: 2 * heads * (2 * kv_lora_rank + qk_rope) a pair,
+  // 3.4x the prefill form's; no expansion of the cached latents.
+  const StepTerms t = made.value().terms(work);
+  CHECK(t.decode_attention_ms ==
+        Approx(2.0 * 128 * (2 * 512 + 64) * 64 * 4096 * 61 / 989.5e12 / 8 * 1e3).epsilon(1e-9));
+  CHECK(t.prefill_attention_ms == 0);
+  CHECK(t.prefill_linear_ms == 0);
+}
+
+TEST_CASE("roofline: an all-reduce runs one-shot while small, two-shot past the threshold") {
+  const ModelSpec& m = preset("llama-3.1-70b");
+  RooflineConstants c = ideal();
+  c.allreduce_latency_us = 10;
+  const Roofline tp8 = make(m, "h100-80gb", 8, c);
+  // 8 decodes: 8 * 8192 * 2 = 128 KiB a message, below 256 KiB at 8 GPUs:
+  // one latency, 7 peers' buffers read.
+  StepWork small;
+  for (int i = 0; i < 8; ++i) small.add(100, 1, false);
+  const double b8 = 8.0 * 8192 * 2;
+  CHECK(tp8.cost(small).comm_ms == Approx(2 * 80 * (10e-3 + 7 * b8 / 450e9 * 1e3)).epsilon(1e-9));
+  // 64 decodes: 1 MiB, two-shot: two latencies, 2 * 7/8 of the buffer.
+  StepWork large;
+  for (int i = 0; i < 64; ++i) large.add(100, 1, false);
+  const double b64 = 64.0 * 8192 * 2;
+  CHECK(tp8.cost(large).comm_ms ==
+        Approx(2 * 80 * (20e-3 + 1.75 * b64 / 450e9 * 1e3)).epsilon(1e-9));
+  // At 4 GPUs the threshold is 512 KiB: 16 decodes (256 KiB) still one-shot.
+  const Roofline tp4 = make(m, "h100-80gb", 4, c);
+  StepWork sixteen;
+  for (int i = 0; i < 16; ++i) sixteen.add(100, 1, false);
+  CHECK(tp4.terms(sixteen).allreduces == Approx(2 * 80));
+  CHECK(tp8.terms(sixteen).allreduces == Approx(2 * 80 * 2));
+}
+
+TEST_CASE("roofline: the fixed costs: a prefill pass, a layer's kernels, the experts' bandwidth") {
+  const ModelSpec& m = preset("llama-3.1-8b");
+  RooflineConstants c = ideal();
+  c.prefill_pass_ms = 3;
+  c.layer_overhead_us = 10;
+  const Roofline r = make(m, "h100-80gb", 1, c);
+  StepWork decode, prefill;
+  decode.add(100, 1, false);
+  prefill.add(0, 100, true);
+  // 32 layers of 10 us on every step; 3 ms more on one that prefills.
+  CHECK(r.cost(decode).overhead_ms == Approx(32 * 10e-3));
+  CHECK(r.cost(prefill).overhead_ms == Approx(3 + 32 * 10e-3));
+  // expert_efficiency slows the routed experts' read alone: a dense model's
+  // steps do not move, a MoE's decode does by the experts' share.
+  RooflineConstants slow = ideal();
+  slow.expert_efficiency = 0.5;
+  CHECK(make(m, "h100-80gb", 1, slow).cost(decode).memory_ms ==
+        Approx(make(m, "h100-80gb").cost(decode).memory_ms));
+  const ModelSpec& moe = preset("qwen3-235b-a22b");
+  const Roofline fast_moe = make(moe, "h200", 8), slow_moe = make(moe, "h200", 8, slow);
+  StepWork one;
+  one.add(0, 1, false);
+  const double experts = fast_moe.terms(one).expert_memory_ms;
+  CHECK(experts > 0);
+  CHECK(slow_moe.cost(one).memory_ms == Approx(fast_moe.cost(one).memory_ms + experts));
 }
 
 TEST_CASE("roofline: sliding layers attend to their window only") {

@@ -193,7 +193,7 @@ std::vector<nlohmann::json> instance_reports(const Fleet& fleet, const std::stri
                                    fleet.violated_instance() == i,
                                    &sim.config(),
                                    &options,
-                                   cost_json(options.cost, sim.roofline()),
+                                   cost_json(options.cost, sim.roofline(), options.engine),
                                    wall,
                                    0,
                                    &engine_sections};
@@ -398,7 +398,9 @@ InputResult<SimulationResult> simulate_fleet_file(
 
   // A load generator (--request-rate, --concurrency) sets each arrival, as
   // for one instance, over the fleet's requests as the user sent them.
-  LoadGenerator load_generator(options.load, fleet);
+  auto load_options = load_for(options.load, path, format, shown);
+  if (!load_options) return Unexpected{load_options.error()};
+  LoadGenerator load_generator(load_options.value(), fleet);
   auto ran = drive(reader, fleet, load_generator, outputs_failed);
   if (!ran) return Unexpected{ran.error()};
   if (ran.value().output_failed) return SimulationResult{};
@@ -422,14 +424,15 @@ InputResult<SimulationResult> simulate_fleet_file(
   const std::vector<nlohmann::json> reports =
       instance_reports(fleet, shown, trace, options, wall, result);
   result.figures = fleet_figures(fleet, result.instance_figures, collected, options);
-  const SimReportContext context{trace,
-                                 violated,
-                                 &fleet.instance(0).config(),
-                                 &options,
-                                 cost_json(options.cost, fleet.instance(0).roofline()),
-                                 wall,
-                                 reader.skipped(),
-                                 nullptr};
+  const SimReportContext context{
+      trace,
+      violated,
+      &fleet.instance(0).config(),
+      &options,
+      cost_json(options.cost, fleet.instance(0).roofline(), options.engine),
+      wall,
+      reader.skipped(),
+      nullptr};
   nlohmann::json report = sim_report(result.figures, context);
   result.trace = context.trace;
   result.reader_skipped = context.reader_skipped;

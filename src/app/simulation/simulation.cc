@@ -79,6 +79,22 @@ void skip_warnings(const std::string& path, const Simulator& sim, SimulationResu
   }
 }
 
+InputResult<LoadOptions> load_for(const LoadOptions& load, const std::string& path,
+                                  std::optional<RequestFormat> format, const std::string& shown) {
+  LoadOptions out = load;
+  if (load.ramp_up == RampUp::kNone) return out;
+  auto opened = RequestReader::open(path, format, shown);
+  if (!opened) return Unexpected{opened.error()};
+  Request request;
+  for (;;) {
+    auto more = opened.value()->next(request);
+    if (!more) return Unexpected{more.error()};
+    if (!more.value()) break;
+    ++out.ramp_requests;
+  }
+  return out;
+}
+
 }  // namespace sim_detail
 
 using namespace sim_detail;
@@ -102,6 +118,21 @@ nlohmann::json sim_options_json(const SimOptions& options) {
   }
   if (options.load.concurrency) out["concurrency"] = *options.load.concurrency;
   if (options.load.warmup > 0) out["warmup_requests"] = options.load.warmup;
+  // The clients' options, under their names (load_args prints them back).
+  const LoadOptions& load = options.load;
+  if (load.ramp_up != RampUp::kNone) {
+    out["ramp_up_strategy"] = load.ramp_up == RampUp::kLinear ? "linear" : "exponential";
+    out["ramp_up_start_rps"] = load.ramp_start_rps;
+    out["ramp_up_end_rps"] = load.ramp_end_rps;
+    out["load_seed"] = load.seed;
+  }
+  if (load.burstiness != 1.0) out["burstiness"] = load.burstiness;
+  if (load.range_ratio > 0) {
+    out["random_range_ratio"] = load.range_ratio;
+    out["range_ratio_style"] = load.range_style == RangeStyle::kVllm ? "vllm" : "sglang";
+    out["load_seed"] = load.seed;
+  }
+  if (load.measure_after > 0) out["measure_after"] = load.measure_after;
   if (options.offload.any()) {
     nlohmann::json tiers = nlohmann::json::object();
     for (const OffloadTierOptions& tier : options.offload.tiers) {
@@ -113,13 +144,25 @@ nlohmann::json sim_options_json(const SimOptions& options) {
   return out;
 }
 
-nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& roofline) {
+nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& roofline,
+                         EngineKind engine) {
   if (roofline) {
     const RooflineConstants& c = roofline->constants();
     nlohmann::json out = {
         {"model", "roofline"}, {"gpu", roofline->gpu()}, {"profile", cost.cost_profile().name()}};
-    for (const RooflineConstantInfo& info : roofline_constant_infos())
-      out[info.name] = c.*info.field;
+    // Where each constant came from: the command line, or the profile's
+    // entry (a file's over the shipped one's: CostProfile::sources_for).
+    const auto& infos = roofline_constant_infos();
+    const std::vector<std::string> sources =
+        cost.cost_profile().sources_for(roofline->gpu(), to_string(engine));
+    nlohmann::json from = nlohmann::json::object();
+    for (std::size_t i = 0; i < infos.size(); ++i) {
+      out[infos[i].name] = c.*infos[i].field;
+      from[infos[i].name] = cost.given_mask & (1u << i)
+                                ? fmt::format("command line ({})", infos[i].option)
+                                : sources[i];
+    }
+    out["sources"] = std::move(from);
     return out;
   }
   return {{"model", "linear"},
@@ -419,7 +462,7 @@ SimReportContext report_context(const ReportSource& source, const SimOptions& op
                           source.status == RunStatus::kViolation,
                           source.config,
                           &options,
-                          cost_json(options.cost, sim.roofline()),
+                          cost_json(options.cost, sim.roofline(), options.engine),
                           source.wall_seconds,
                           reader_skipped,
                           engine_sections};
@@ -572,7 +615,9 @@ InputResult<SimulationResult> simulate_file(
            (kv_events != nullptr && kv_events->failed()) || (trace != nullptr && trace->failed());
   };
 
-  LoadGenerator load(options.load, sim);
+  auto load_options = load_for(options.load, path, format, shown_as);
+  if (!load_options) return Unexpected{load_options.error()};
+  LoadGenerator load(load_options.value(), sim);
   auto ran = drive(reader, sim, load, timeline_failed);
   if (!ran) return Unexpected{ran.error()};
   if (ran.value().output_failed) return SimulationResult{};

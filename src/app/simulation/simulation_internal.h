@@ -55,6 +55,12 @@ SimReportContext report_context(const ReportSource& source, const SimOptions& op
 nlohmann::json cost_usd_json(double gpu_hour_usd, std::uint64_t gpus, double seconds,
                              std::uint64_t slo_output_tokens);
 // "warning: PATH: overloaded: ..." when arrivals outpaced service, else empty.
+// The load options of a run over `path`: `load` with a ramp's request count
+// (LoadOptions::ramp_requests), read by a first pass over the trace when
+// --ramp-up-strategy asks for it.
+InputResult<LoadOptions> load_for(const LoadOptions& load, const std::string& path,
+                                  std::optional<RequestFormat> format, const std::string& shown);
+
 std::string overload_warning(const std::string& path, const OverloadFigures& load);
 // The TTFT and TPOT distributions for the HTML page's CDF.
 nlohmann::json latency_cdf(const Simulator::Latencies& lat);

@@ -15,7 +15,8 @@ namespace {
 
 // The order constants are fitted in: the first ones matter at most points.
 constexpr const char* kFitOrder[] = {
-    "bandwidth_efficiency", "decode_efficiency",    "step_overhead_ms", "prefill_efficiency",
+    "bandwidth_efficiency", "decode_efficiency",    "step_overhead_ms",    "prefill_efficiency",
+    "layer_overhead_us",    "prefill_pass_ms",      "request_overhead_ms", "expert_efficiency",
     "fp8_efficiency",       "allreduce_latency_us", "link_efficiency"};
 
 std::size_t info_index(const char* name) {
@@ -33,9 +34,16 @@ std::vector<double> errors(const std::vector<FitPoint>& points, const RooflineCo
   for (const FitPoint& p : points) schedules.push_back(p.schedule);
   std::sort(schedules.begin(), schedules.end());
   schedules.erase(std::unique(schedules.begin(), schedules.end()), schedules.end());
+  // Percentiles only for the schedules a percentile's row prices.
+  std::vector<char> percentiles(schedules.size(), 0);
+  for (const FitPoint& p : points) {
+    if (!is_percentile(p.row->metric)) continue;
+    const auto at = std::lower_bound(schedules.begin(), schedules.end(), p.schedule);
+    percentiles[static_cast<std::size_t>(at - schedules.begin())] = 1;
+  }
   std::vector<Figures> figures(schedules.size());
   parallel_for(schedules.size(), jobs,
-               [&](std::size_t i) { figures[i] = schedules[i]->figures(c); });
+               [&](std::size_t i) { figures[i] = schedules[i]->figures(c, percentiles[i] != 0); });
   std::vector<double> out;
   out.reserve(points.size());
   for (const FitPoint& p : points) {
@@ -192,6 +200,13 @@ FitResult fit_constants(const std::vector<FitPoint>& points, const RooflineConst
     out.constants = start;
   }
   out.median_after = median(errors(points, out.constants, jobs));
+  for (std::size_t i : out.fitted) {
+    const RooflineConstantInfo& info = infos[i];
+    const double v = out.constants.*info.field;
+    if (v <= std::max(info.lo, 1e-6) * (1 + 1e-3) || v >= info.hi * (1 - 1e-3)) {
+      out.at_bound.push_back(i);
+    }
+  }
   return out;
 }
 

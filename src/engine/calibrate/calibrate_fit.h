@@ -26,11 +26,15 @@ struct FitResult {
   // The constants not fitted, each with why ("held by --step-overhead-ms", ...).
   std::vector<std::pair<std::size_t, std::string>> kept;
   double median_before = 0, median_after = 0;
+  // Fitted constants that ended at an end of their range (within 0.1%): the
+  // rows do not pin them, or want a value the range refuses.
+  std::vector<std::size_t> at_bound;
 };
 
 // Fits the constants not `held` (a mask over roofline_constant_infos()) from
 // `start`: those some row depends on, as many as there are rows, in the order
-// bandwidth, decode, overhead, prefill, fp8, all-reduce latency, link. The
+// bandwidth, decode, overhead, prefill, prefill pass, request overhead, fp8,
+// all-reduce latency, link. The
 // objective is the median absolute percentage error plus 1% of the mean (which
 // breaks the median's ties); Nelder-Mead over the logarithms, restarted until
 // it gains nothing. Each pass over the rows prices their schedules `jobs` at

@@ -340,7 +340,7 @@ bool Fleet::run_until(double horizon) {
     ++routed.requests;
     routed.prompt_tokens += decode.prompt;
     routed.output_tokens += std::uint64_t{decode.output} * decode.n;
-    instances_[event.decode]->submit(std::move(decode));
+    instances_[event.decode]->submit(std::move(decode), /*from_client=*/false);
   }
   return run_instances(decode_first, decode_count, horizon);
 }
