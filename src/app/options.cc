@@ -112,7 +112,7 @@ void add_value_checks(CLI::App& app) {
 void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
   auto positive = CLI::Range(1u, 0xFFFFFFFFu);
   auto group = [](CLI::Option* option) { return option->group("Configuration"); };
-  options.assign(15, nullptr);
+  options.assign(17, nullptr);
   if (!swept) {
     options[0] = group(app.add_option("--model", model, "model preset: " + model_preset_list()));
     options[10] = group(app.add_option(
@@ -171,6 +171,16 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
       options[11] = deploy(app.add_option("--tp", tp, tp_help)->check(CLI::Range(1u, 1024u)));
       options[12] = deploy(app.add_option("--pp", pp, pp_help)->check(CLI::Range(1u, 1024u)));
       options[13] = deploy(app.add_option("--gpu", gpu, gpu_help));
+      options[15] = deploy(
+          app.add_option("--dp-attention", dp_attention,
+                         "attention data parallelism (SGLang's --enable-dp-attention --dp N): "
+                         "N attention replicas of tp/N GPUs, each its own requests and KV, "
+                         "the MLP and experts over all --tp GPUs")
+              ->check(CLI::Range(1u, 1024u)));
+      options[16] = deploy(app.add_option("--ep", ep,
+                                          "expert parallelism: routed experts whole, E/N a GPU, "
+                                          "tokens sent to them by all-to-all (N divides --tp)")
+                               ->check(CLI::Range(1u, 1024u)));
     }
     const std::string fraction_help =
         "the engine's memory knob: vLLM's gpu_memory_utilization (default 0.92 from vLLM 0.21), "
@@ -205,6 +215,8 @@ ConfigOverrides ConfigOptions::overrides() const {
   if (given(11) && !lists) out.tp = tp;
   if (given(12) && !lists) out.pp = pp;
   if (given(13) && !lists) out.gpu = gpu;
+  if (given(15)) out.dp_attention = dp_attention;
+  if (given(16)) out.ep = ep;
   if (given(14) && memory_fractions.empty()) out.gpu_memory_utilization = gpu_memory_utilization;
   if (given(14) && memory_fractions.size() == 1) out.gpu_memory_utilization = memory_fractions[0];
   out.context_default = options[11] != nullptr;  // simulate and plan
@@ -212,6 +224,7 @@ ConfigOverrides ConfigOptions::overrides() const {
   return out;
 }
 void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options) {
+  overrides.draft_layers = options.speculative.draft_layers();
   overrides.max_batched_tokens = options.max_batched_tokens;
   overrides.max_seqs = options.max_seqs;
   // The engine's page size and free-block order, unless given.
@@ -225,6 +238,59 @@ void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options
   }
   overrides.capacity_engine =
       parse_capacity_engine(engine.capacity_rule).value_or(CapacityEngine::kVllm);
+}
+void SimOptionsCli::add_speculative_to(CLI::App& app) {
+  const std::string group = "Speculative decoding";
+  app.add_option("--speculative", speculative,
+                 "METHOD:K: a draft proposes K tokens a decode step and the model verifies "
+                 "the K + 1 at once; METHOD eagle, eagle3 or mtp (a draft of one decoder "
+                 "layer, its KV in the pool) or ngram (no draft model)")
+      ->group(group);
+  spec_acceptance_option =
+      app.add_option("--spec-acceptance", spec_acceptance,
+                     "each draft accepted with probability R when the one before it was "
+                     "(default for mtp 0.85, DeepSeek-V3's report)")
+          ->check(number_range(0.0, 1.0))
+          ->group(group);
+  spec_length_option =
+      app.add_option("--spec-acceptance-length", spec_acceptance_length,
+                     "vLLM's mean acceptance length (1 + accepted / drafts), from 1 to K + 1")
+          ->check(number_range(1.0, 17.0))
+          ->group(group);
+  app.add_option("--spec-acceptance-dist", spec_acceptance_dist,
+                 "P0,...,PK: the probability that 0, 1, ... K drafts of a step are accepted")
+      ->delimiter(',')
+      ->group(group);
+  app.add_option("--spec-seed", spec_seed, "seed of the acceptance draws (default 0)")
+      ->group(group);
+}
+std::optional<std::string> SimOptionsCli::resolve_speculative(SimOptions& out) const {
+  auto given = [](const CLI::Option* option) { return option != nullptr && option->count() > 0; };
+  if (!speculative.empty()) {
+    auto spec = parse_speculative(speculative);
+    if (!spec) return spec.error();
+    out.speculative = std::move(spec).value();
+    out.speculative.seed = spec_seed;
+  }
+  return set_acceptance(
+      out.speculative,
+      given(spec_acceptance_option) ? std::optional<double>(spec_acceptance) : std::nullopt,
+      given(spec_length_option) ? std::optional<double>(spec_acceptance_length) : std::nullopt,
+      spec_acceptance_dist);
+}
+void apply_attention_replicas(SimOptions& options, std::uint32_t replicas) {
+  if (replicas <= 1) return;
+  const EngineEntry& engine = engine_entry(options.engine);
+  if (engine.defaults.attention_replicas) {
+    engine.defaults.attention_replicas(options, replicas);
+    return;
+  }
+  auto times = [replicas](std::uint32_t limit) {
+    return static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(std::uint64_t{limit} * replicas, 0xFFFFFFFFu));
+  };
+  options.max_seqs = times(options.max_seqs);
+  options.max_batched_tokens = times(options.max_batched_tokens);
 }
 void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
   app.add_option("--format", format,
@@ -273,6 +339,7 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
                                       "--gpu-class, generic 8192)")
                            ->check(CLI::Range(1u, 1u << 30))
                            ->group("Simulation");
+  add_speculative_to(app);
   watermark = app.add_option("--watermark", defaults.watermark,
                              "fraction of blocks kept free at admission (default 0.01; vllm: 0)")
                   ->check(number_range(0.0, 0.5))
@@ -594,6 +661,7 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   }
   out.prefix_cache = !no_prefix_cache;
   if (auto problem = resolve_offload(out, gpu)) return problem;
+  if (auto problem = resolve_speculative(out)) return problem;
   out.check = *CheckPolicy::parse(check);
   if (!format.empty()) {
     out_format = parse_request_format(format);

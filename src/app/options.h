@@ -49,7 +49,7 @@ CLI::Validator number_range(double lo, double hi);
 struct ConfigOptions {
   std::string model, model_config, dtype, kv_memory, alloc_order, gpu;
   std::uint32_t layers = 0, kv_heads = 0, head_dim = 0, page_tokens = 0, pool_blocks = 0,
-                max_seq_tokens = 0, tp = 1, pp = 1;
+                max_seq_tokens = 0, tp = 1, pp = 1, dp_attention = 1, ep = 1;
   double gpu_memory_utilization = 0.9;
   // plan (swept and deployment): --gpu, --tp and --pp are lists it sweeps.
   std::vector<std::string> gpus;
@@ -107,6 +107,13 @@ struct SimOptionsCli {
   std::array<double, kMaxOffloadTiers> offload_gbps{}, offload_latency_us{};
   std::array<CLI::Option*, kMaxOffloadTiers> offload_gbps_options{}, offload_latency_options{};
   std::vector<CLI::Option*> offload_options;  // all but --offload: refused without it
+  // --speculative METHOD:K and its acceptance (engine/speculative.h).
+  std::string speculative;
+  double spec_acceptance = 0, spec_acceptance_length = 0;
+  std::vector<double> spec_acceptance_dist;
+  std::uint64_t spec_seed = 0;
+  CLI::Option* spec_acceptance_option = nullptr;
+  CLI::Option* spec_length_option = nullptr;
   SimOptions defaults;
 
   // `check_help`: what --check checks in this command.
@@ -115,6 +122,9 @@ struct SimOptionsCli {
   void add_offload_to(CLI::App& app);
   // add_to's share: the engines' own options, as their entries declare them.
   void add_engine_options_to(CLI::App& app);
+  // add_to's share: --speculative and its acceptance; resolve's share.
+  void add_speculative_to(CLI::App& app);
+  std::optional<std::string> resolve_speculative(SimOptions& out) const;
 
   // Fills `out`; returns a problem for a bad value. `gpu`: the --gpu preset,
   // whose vLLM GPU class applies unless --gpu-class is given.
@@ -176,5 +186,9 @@ std::optional<std::string> disaggregation_problem(const SimOptions& options,
 // (model/deployment.h): those the simulation runs with. And the engine's
 // page size: --engine sglang's is 1 token unless --page-tokens is given.
 void set_activation_limits(ConfigOverrides& overrides, const SimOptions& options);
+// --dp-attention N: the engine's limits for one scheduler running the N
+// replicas as one (EngineDefaults::attention_replicas); after
+// set_activation_limits, which sizes one replica's activation reserve.
+void apply_attention_replicas(SimOptions& options, std::uint32_t replicas);
 
 }  // namespace kvreplay

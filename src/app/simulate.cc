@@ -292,6 +292,7 @@ class SimulateCommand final : public Command {
       return usage_error(*problem);
     }
     set_activation_limits(request_.overrides, request_.options);
+    apply_attention_replicas(request_.options, request_.overrides.dp_attention.value_or(1));
     request_.options.kv_events = !request_.kv_events_path.empty();
     request_.options.emit_trace = !request_.emit_trace_path.empty();
     if (!prices_.prices_path.empty())

@@ -83,6 +83,12 @@ struct EngineDefaults {
   // (defaults that depend on the GPU, shared figures its own set); a problem
   // with the command line, or nullopt.
   std::optional<std::string> (*resolve)(SimOptions& out, const EngineSetup& setup) = nullptr;
+  // Under --dp-attention N the scheduler runs the N attention replicas as one
+  // (RunConfig::dp_attention): how the engine's limits read then. Null: each
+  // replica has the limits (vLLM's engine cores under --data-parallel-size,
+  // TensorRT-LLM's ranks under enable_attention_dp), so --max-seqs and
+  // --max-batched-tokens count N times.
+  void (*attention_replicas)(SimOptions& out, std::uint32_t replicas) = nullptr;
 };
 
 // One of the engine's own command-line options ("OPTION is an option of

@@ -17,6 +17,7 @@
 // line in the table of engine/engine_registry.cc (engine/engine_registry.h).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -97,6 +98,34 @@ class EngineShell {
                      bool prefill) {
     work.add(context, tokens, prefill);
     if (times && times->scheduled < 0) times->scheduled = step_start;
+  }
+  // Speculative decoding (engine/speculative.h): the tokens a decode of a
+  // request verifies (1 + K; 1 without drafts), and the tokens it emits: 1 +
+  // the drafts accepted, at most `left` (at least 1), drawn for the request
+  // keyed `key` at `generated` tokens of output and counted.
+  std::uint32_t verify_tokens() const { return 1 + options.speculative.k; }
+  std::uint32_t decode_tokens(RequestTimes* times, std::uint64_t key, std::uint32_t generated,
+                              std::uint32_t left) {
+    const std::uint32_t emitted = draw_decode(key, generated, left);
+    count_decode(times, emitted);
+    return emitted;
+  }
+  // decode_tokens in two: the draw, and its count once the step keeps it.
+  std::uint32_t draw_decode(std::uint64_t key, std::uint32_t generated, std::uint32_t left) const {
+    const SpecDecode& spec = options.speculative;
+    if (!spec.on()) return 1;
+    return std::min(1 + spec.draw(key, generated), std::max(left, 1u));
+  }
+  void count_decode(RequestTimes* times, std::uint32_t emitted) {
+    const SpecDecode& spec = options.speculative;
+    if (!spec.on()) return;
+    ++sim.spec_drafts;
+    sim.spec_draft_tokens += spec.k;
+    sim.spec_accepted_tokens += emitted - 1;
+    if (times) {
+      times->drafted += spec.k;
+      times->accepted += emitted - 1;
+    }
   }
   // The request produced its first token / its last one in this step: stamped
   // with the step's end when the shell ends it.

@@ -190,6 +190,9 @@ void SimFigures::merge(const SimFigures& o) {
 
   sum(steps, o.steps);
   sum(preemptions, o.preemptions);
+  sum(spec_drafts, o.spec_drafts);
+  sum(spec_draft_tokens, o.spec_draft_tokens);
+  sum(spec_accepted_tokens, o.spec_accepted_tokens);
   sum(max_running, o.max_running);
   max(virtual_seconds, o.virtual_seconds);
   sum(output_tokens, o.output_tokens);

@@ -154,8 +154,10 @@ struct SimFigures {
   std::optional<std::uint64_t> oom_first_event;  // kMin: the earliest instance's own count
 
   // scheduler
-  std::uint64_t steps = 0;                   // kSum
-  std::uint64_t preemptions = 0;             // kSum
+  std::uint64_t steps = 0;        // kSum
+  std::uint64_t preemptions = 0;  // kSum
+  // Speculative decoding (SimTotals::spec_drafts ...): kSum each.
+  std::uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::uint64_t max_running = 0;             // kSum
   double virtual_seconds = 0.0;              // kMax
   std::uint64_t output_tokens = 0;           // kSum (a fleet: its answering side's)

@@ -18,6 +18,7 @@
 #include "engine/offload/offload_tier.h"
 #include "engine/paged/prefix_cache.h"
 #include "engine/replay/replayer.h"
+#include "engine/speculative.h"
 #include "engine/trtllm/trtllm_options.h"
 #include "formats/requests/request.h"
 #include "model/cost_profile.h"
@@ -124,6 +125,8 @@ struct RequestTimes {
   // Prompt tokens found in the prefix cache at its first admission (SGLang's
   // meta_info cached_tokens; the most any of its n > 1 children found).
   std::uint32_t cached_tokens = 0;
+  // Speculative decoding: draft tokens proposed for it and accepted.
+  std::uint32_t drafted = 0, accepted = 0;
   bool skipped = false;
   double queue_ms() const { return (scheduled - arrival) * 1e3; }
   double ttft_ms() const { return (first_token - arrival) * 1e3; }
@@ -269,6 +272,7 @@ struct SimOptions {
   // "cost_usd" (none without it).
   std::optional<double> gpu_hour_usd;
   LoadOptions load;        // the trace's own arrival times unless set
+  SpecDecode speculative;  // --speculative: off unless set (engine/speculative.h)
   OffloadOptions offload;  // --offload: none unless set
   // --kv-events: the engine logs its caches' changes (EngineShell::events);
   // an engine whose entry declares kv_events.
@@ -322,7 +326,11 @@ struct SimTotals {
   std::uint64_t preemptions = 0;
   std::uint64_t max_running = 0;  // samples running at once
   double virtual_seconds = 0.0;
-  std::uint64_t output_tokens = 0;           // each once, however often recomputed
+  std::uint64_t output_tokens = 0;  // each once, however often recomputed
+  // Speculative decoding: decode steps of a request with drafts, their draft
+  // tokens and the drafts accepted (vLLM's spec_decode num_drafts,
+  // num_draft_tokens, num_accepted_tokens).
+  std::uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::uint64_t prompt_tokens_computed = 0;  // recomputation included
   std::uint64_t query_tokens = 0;            // prompt tokens at first admission
   std::uint64_t hit_tokens = 0;

@@ -275,8 +275,18 @@ Simulator::Simulator(const RunConfig& config, const SimOptions& options)
                              std::max<std::uint32_t>(config.kv.layers, 1);
     if (gpu != nullptr) {
       auto made = Roofline::make(*config.model_spec, *gpu, config.tp, config.pp, per_layer,
-                                 options.cost.roofline_for(gpu->name, options.engine));
+                                 options.cost.roofline_for(gpu->name, options.engine),
+                                 ParallelLayout{config.dp_attention, config.ep});
       if (made) roofline_ = std::move(made).value();
+      const SpecDecode& spec = options.speculative;
+      if (roofline_ && spec.draft_layers() > 0) {
+        // The draft's own projection: EAGLE's fc from [embedding, hidden]
+        // (2 hidden x hidden), EAGLE-3's from three layers' features (3), MTP's
+        // eh_proj (2).
+        const double hidden = config.model_spec->hidden_size;
+        const double inputs = spec.method == SpecMethod::kEagle3 ? 3 : 2;
+        roofline_->set_draft(spec.k, spec.draft_layers(), inputs * hidden * hidden);
+      }
     }
   }
   shell_.work = StepWork(roofline_ ? roofline_->sliding_window() : 0);

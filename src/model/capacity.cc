@@ -148,11 +148,17 @@ struct StageKv {
   std::vector<KvCacheGroup> groups;
 };
 
-std::vector<StageKv> stages_of(const ModelSpec& model, std::uint32_t tp, std::uint32_t pp) {
+// The GPUs of one attention replica.
+std::uint32_t attention_tp(const CapacityRequest& r) {
+  return r.tp / std::max<std::uint32_t>(r.dp_attention, 1);
+}
+
+std::vector<StageKv> stages_of(const ModelSpec& model, const CapacityRequest& r) {
   std::vector<StageKv> out;
-  for (std::uint32_t stage = 0; stage < pp; ++stage) {
-    auto [first, count] = pipeline_stage(model.layers, pp, stage);
-    out.push_back(StageKv{stage, count, rank_weights(model, tp, pp, stage).total(),
+  for (std::uint32_t stage = 0; stage < r.pp; ++stage) {
+    auto [first, count] = pipeline_stage(model.layers, r.pp, stage);
+    out.push_back(StageKv{stage, count,
+                          rank_weights(model, r.tp, r.pp, stage, r.ep, attention_tp(r)).total(),
                           model.kv_cache_groups(first, count)});
   }
   return out;
@@ -342,9 +348,10 @@ Result<CapacityFigures, std::string> vllm_capacity(const CapacityRequest& r,
 
   const VllmProfile profile = vllm_profile(r, version, f);
 
-  const std::uint64_t per_layer_page = layer_token_bytes(m, r.tp, r.kv_dtype) * f.page_tokens;
+  const std::uint64_t per_layer_page =
+      layer_token_bytes(m, attention_tp(r), r.kv_dtype) * f.page_tokens;
   std::optional<std::uint64_t> fewest;
-  for (const StageKv& stage : stages_of(m, r.tp, r.pp)) {
+  for (const StageKv& stage : stages_of(m, r)) {
     const std::uint64_t taken =
         stage.weights + f.activation_bytes + f.non_torch_bytes + f.cuda_graph_bytes;
     if (taken >= f.budget_bytes) {
@@ -378,7 +385,7 @@ Result<CapacityFigures, std::string> vllm_capacity(const CapacityRequest& r,
       f.deciding_stage = stage.stage;
       f.weights_bytes = stage.weights;
       f.kv_bytes = kv;
-      f.bytes_per_token = layer_token_bytes(m, r.tp, r.kv_dtype) * stage.layers;
+      f.bytes_per_token = layer_token_bytes(m, attention_tp(r), r.kv_dtype) * stage.layers;
       // Blocks one request of max_model_len needs, over the groups.
       std::uint64_t per_request = 0;
       for (const KvCacheGroupSpec& g : vllm_groups) {
@@ -404,8 +411,8 @@ Result<CapacityFigures, std::string> vllm_capacity(const CapacityRequest& r,
     const std::uint64_t need =
         ceil_div(f.max_model_len, f.page_tokens) * per_layer_page *
         std::max<std::uint64_t>(
-            1,
-            f.bytes_per_token / std::max<std::uint64_t>(1, layer_token_bytes(m, r.tp, r.kv_dtype)));
+            1, f.bytes_per_token /
+                   std::max<std::uint64_t>(1, layer_token_bytes(m, attention_tp(r), r.kv_dtype)));
     return Unexpected{fmt::format(
         "one request of --max-model-len {} needs {:.2f} GiB of KV cache a GPU, more than the "
         "{:.2f} GiB left on a {} (vLLM refuses to start: check_enough_kv_cache_memory); give a "
@@ -509,7 +516,7 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
   std::uint64_t swa_tokens = 0;  // a hybrid model's sliding layers' tokens
   const auto load = static_cast<std::uint64_t>(
       (r.tp * r.pp > 1 ? kFitted.sglang_load_gib_tp : kFitted.sglang_load_gib_tp1) * kGiB);
-  for (StageKv stage : stages_of(m, r.tp, r.pp)) {
+  for (StageKv stage : stages_of(m, r)) {
     stage.weights += load;
     const double rest = pre - static_cast<double>(stage.weights) - pre * (1.0 - f.fraction);
     if (rest <= 0) {
@@ -520,7 +527,7 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
                       gib(stage.weights), f.fraction, pre / kGiB),
           f.budget_bytes, stage.weights)};
     }
-    const std::uint64_t cell = layer_token_bytes(m, r.tp, r.kv_dtype) * stage.layers;
+    const std::uint64_t cell = layer_token_bytes(m, attention_tp(r), r.kv_dtype) * stage.layers;
     // int(rest GiB * 2^30) // cell, to the page.
     std::uint64_t tokens = static_cast<std::uint64_t>(rest) / cell;
     tokens = tokens / f.page_tokens * f.page_tokens;
@@ -546,8 +553,9 @@ Result<CapacityFigures, std::string> sglang_capacity(const CapacityRequest& r,
       f.deciding_stage = stage.stage;
       f.weights_bytes = stage.weights;
       f.kv_bytes = static_cast<std::uint64_t>(rest);
-      f.bytes_per_token = static_cast<std::uint64_t>(std::llround(
-          static_cast<double>(layer_token_bytes(m, r.tp, r.kv_dtype)) * effective_layers));
+      f.bytes_per_token = static_cast<std::uint64_t>(
+          std::llround(static_cast<double>(layer_token_bytes(m, attention_tp(r), r.kv_dtype)) *
+                       effective_layers));
       f.tokens = tokens;
       swa_tokens =
           hybrid ? static_cast<std::uint64_t>(static_cast<double>(tokens) * kSwaFullTokensRatio)
@@ -626,7 +634,7 @@ Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r,
   f.non_torch_bytes = static_cast<std::uint64_t>(
       (r.tp * r.pp > 1 ? kFitted.trtllm_outside_gib_tp : kFitted.trtllm_outside_gib_tp1) * kGiB);
   std::optional<std::uint64_t> fewest;
-  for (const StageKv& stage : stages_of(m, r.tp, r.pp)) {
+  for (const StageKv& stage : stages_of(m, r)) {
     const std::uint64_t peak = stage.weights + f.activation_bytes + f.non_torch_bytes;
     if (peak >= r.total_bytes) {
       return Unexpected{shortfall(
@@ -638,7 +646,8 @@ Result<CapacityFigures, std::string> trtllm_capacity(const CapacityRequest& r,
     }
     const std::uint64_t kv =
         static_cast<std::uint64_t>(f.fraction * static_cast<double>(r.total_bytes - peak));
-    const std::uint64_t per_token = layer_token_bytes(m, r.tp, r.kv_dtype) * stage.layers;
+    const std::uint64_t per_token =
+        layer_token_bytes(m, attention_tp(r), r.kv_dtype) * stage.layers;
     const std::uint64_t tokens =
         (round_up ? ceil_div(kv / per_token, f.page_tokens) : kv / per_token / f.page_tokens) *
         f.page_tokens;
@@ -731,8 +740,12 @@ Result<CapacityFigures, std::string> compute_capacity(const CapacityRequest& req
   }
   if (request.total_bytes == 0) return Unexpected{std::string("the GPU has no memory")};
   const ModelSpec& m = *request.model;
+  if (request.dp_attention == 0 || request.tp % request.dp_attention != 0) {
+    return Unexpected{
+        fmt::format("--dp-attention {} does not divide --tp {}", request.dp_attention, request.tp)};
+  }
   auto share = gpu_share(m.layers, m.attention_heads, m.kv_heads, m.head_dim, m.mla ? 1 : 2,
-                         request.tp, request.pp);
+                         attention_tp(request), request.pp);
   if (!share) {
     // gpu_share speaks of vLLM; the same split rule holds in each engine.
     std::string problem = share.error();

@@ -71,6 +71,10 @@ struct CapacityRequest {
   // takes its buffers; over PCIe it stays off.
   bool fast_link = false;
   std::uint32_t tp = 1, pp = 1;
+  // Attention data parallelism (--dp-attention): tp / dp_attention GPUs hold
+  // one attention replica's weights and KV heads (the figures are one GPU's,
+  // of one replica); expert parallelism (--ep): whole experts a rank.
+  std::uint32_t dp_attention = 1, ep = 1;
   std::uint32_t max_model_len = 0;  // 0: the model's context
   Dtype kv_dtype = Dtype::kBf16;
   std::uint32_t page_tokens = 0;   // 0: the engine's default (16, 1, 32)

@@ -52,7 +52,9 @@ std::uint64_t expert_bytes(std::uint64_t out, std::uint64_t in, const WeightShap
 }  // namespace
 
 RankWeights rank_weights(const ModelSpec& model, std::uint32_t tp, std::uint32_t pp,
-                         std::uint32_t stage, std::uint32_t ep) {
+                         std::uint32_t stage, std::uint32_t ep, std::uint32_t attention_tp) {
+  // Attention splits within an attention replica.
+  const std::uint32_t atp = attention_tp == 0 ? tp : attention_tp;
   const WeightShape& s = model.shape;
   const std::uint64_t e = dtype_bytes(model.dtype);
   const WeightQuant attention_quant = s.quant_attention ? s.quant : WeightQuant::kNone;
@@ -73,7 +75,7 @@ RankWeights rank_weights(const ModelSpec& model, std::uint32_t tp, std::uint32_t
   if (last_stage) w.norms += s.hidden * e;
 
   w.buffers = std::uint64_t{model.max_position_embeddings} * (s.mla ? s.qk_rope : s.head_dim) * e;
-  const std::uint64_t heads = ceil_div(s.heads, tp);
+  const std::uint64_t heads = ceil_div(s.heads, atp);
   for (std::uint32_t layer = first; layer < first + count; ++layer) {
     w.norms += 2 * s.hidden * e;
     // Attention.
@@ -93,7 +95,7 @@ RankWeights rank_weights(const ModelSpec& model, std::uint32_t tp, std::uint32_t
           linear_bytes(s.hidden, heads * s.v_head, attention_quant, s, e);
       w.norms += s.kv_lora * e;
     } else {
-      const std::uint64_t kv = ceil_div(s.kv_heads, tp);
+      const std::uint64_t kv = ceil_div(s.kv_heads, atp);
       const std::uint64_t qkv = (heads + 2 * kv) * s.head_dim;
       w.attention += linear_bytes(qkv, s.hidden, attention_quant, s, e) +
                      linear_bytes(s.hidden, heads * s.head_dim, attention_quant, s, e);
@@ -130,10 +132,10 @@ RankWeights rank_weights(const ModelSpec& model, std::uint32_t tp, std::uint32_t
 }
 
 HeaviestStage heaviest_stage(const ModelSpec& model, std::uint32_t tp, std::uint32_t pp,
-                             std::uint32_t ep) {
+                             std::uint32_t ep, std::uint32_t attention_tp) {
   HeaviestStage out;
   for (std::uint32_t stage = 0; stage < pp; ++stage) {
-    RankWeights w = rank_weights(model, tp, pp, stage, ep);
+    RankWeights w = rank_weights(model, tp, pp, stage, ep, attention_tp);
     if (stage == 0 || w.total() > out.weights.total()) out = HeaviestStage{stage, w};
   }
   return out;

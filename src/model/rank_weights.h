@@ -57,9 +57,14 @@ struct RankWeights {
 
 // One rank of pipeline stage `stage` (of `pp`); every tensor-parallel rank of a
 // stage holds the same bytes. `ep` 1: experts split by width; else by count.
-// REQUIRES: tp, pp, ep >= 1, stage < pp <= layers.
+// `attention_tp`: the GPUs one attention replica spans under attention data
+// parallelism (tp / --dp-attention; SGLang's attn_tp_size), which split the
+// attention's weights (each replica holds them whole; the embedding and
+// lm_head stay vocab-parallel over tp, SGLang's default without
+// --enable-dp-lm-head); 0: tp.
+// REQUIRES: tp, pp, ep >= 1, stage < pp <= layers, attention_tp divides tp.
 RankWeights rank_weights(const ModelSpec& model, std::uint32_t tp, std::uint32_t pp,
-                         std::uint32_t stage, std::uint32_t ep = 1);
+                         std::uint32_t stage, std::uint32_t ep = 1, std::uint32_t attention_tp = 0);
 
 // The stage that holds the most, and its bytes.
 struct HeaviestStage {
@@ -67,6 +72,6 @@ struct HeaviestStage {
   RankWeights weights;
 };
 HeaviestStage heaviest_stage(const ModelSpec& model, std::uint32_t tp, std::uint32_t pp,
-                             std::uint32_t ep = 1);
+                             std::uint32_t ep = 1, std::uint32_t attention_tp = 0);
 
 }  // namespace kvreplay

@@ -1,5 +1,7 @@
 #include "model/roofline.h"
 
+#include "model/rank_weights.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,7 +12,8 @@ namespace kvreplay {
 Result<Roofline, std::string> Roofline::make(const ModelSpec& model, const GpuSpec& gpu,
                                              std::uint32_t tp, std::uint32_t pp,
                                              double kv_bytes_per_token_layer,
-                                             const RooflineConstants& constants) {
+                                             const RooflineConstants& constants,
+                                             const ParallelLayout& layout) {
   (void)pp;  // stages run in turn: the sum over them is the whole model (file comment)
   if (model.parameters.active == 0 || model.hidden_size == 0 || model.layers == 0) {
     return Unexpected{
@@ -61,6 +64,22 @@ Result<Roofline, std::string> Roofline::make(const ModelSpec& model, const GpuSp
   r.kv_bytes_per_token_layer_ = kv_bytes_per_token_layer;
   r.layers_ = model.layers;
   r.hidden_bytes_ = static_cast<double>(model.hidden_size) * dtype_bytes(model.dtype);
+  if (model.parameters.total > 0) {
+    r.bytes_per_parameter_ =
+        static_cast<double>(model.weight_bytes) / static_cast<double>(model.parameters.total);
+  }
+  r.dp_ = std::max<std::uint32_t>(layout.dp_attention, 1);
+  r.ep_ = std::max<std::uint32_t>(layout.ep, 1);
+  if (r.dp_ > 1) r.attention_bytes_ = static_cast<double>(rank_weights(model, 1, 1, 0).attention);
+  for (bool moe : model.shape.moe_layer) r.moe_layers_ += moe ? 1 : 0;
+  // DeepEP's low-latency layout (csrc/legacy/config.hpp, LowLatencyLayout):
+  // a token sent to an expert carries its hidden state in FP8 with one float
+  // scale per 128 channels and a 16-byte header (hidden + hidden / 32 + 16
+  // bytes; SGLang's default, SGLANG_DEEPEP_BF16_DISPATCH off), and comes back
+  // in bf16 (2 * hidden).
+  const double hidden = model.hidden_size;
+  r.dispatch_bytes_ = hidden + hidden / 32 + 16;
+  r.combine_bytes_ = 2 * hidden;
   return r;
 }
 
@@ -92,7 +111,8 @@ StepTerms Roofline::terms(const StepWork& work) const {
       prefill_flops_per_key_ * full_layers_ * work.prefill_keys() / peak_flops_ / tp * 1e3;
   out.prefill_attention_ms =
       prefill_flops_per_pair_ * (all_pairs - decode_pairs) / attention_peak_flops_ / tp * 1e3;
-  out.decode_linear_ms = linear_ms(tokens - prefill_tokens, decode_requests);
+  // A decode's logits: a row a token (1 + K under speculative decoding's verify).
+  out.decode_linear_ms = linear_ms(tokens - prefill_tokens, tokens - prefill_tokens);
   out.decode_attention_ms = attention_ms(decode_pairs);
   double weights = weight_bytes_ + embedding_row_bytes_ * tokens;
   double experts = 0;  // the routed experts' bytes the step reads
@@ -103,23 +123,86 @@ StepTerms Roofline::terms(const StepWork& work) const {
   }
   const double kv = kv_bytes_per_token_layer_ *
                     (full_layers_ * work.full_read() + window_layers_ * work.window_read());
-  out.memory_ms = (weights / tp + kv) / bandwidth_ * 1e3;
+  // Attention data parallelism: each GPU holds its replica's attention whole
+  // over tp / dp GPUs (more weight bytes than tp's split) and reads its
+  // replica's KV only (the replicas balanced: 1 / dp of the step's).
+  const double attention_tp = tp / dp_;
+  const double replicated = dp_ > 1 ? attention_bytes_ * (1 / attention_tp - 1 / tp) : 0.0;
+  out.memory_ms = (weights / tp + replicated + kv / dp_) / bandwidth_ * 1e3;
   out.expert_memory_ms = experts / tp / bandwidth_ * 1e3;
-  if (tp_ > 1) {
-    // Two all-reduces a layer of tokens * hidden values. vLLM's custom
-    // all-reduce (CustomAllreduce::allreduce, csrc/custom_all_reduce.cuh)
-    // runs one-shot at 2 GPUs, and below 512 KiB up to 4 GPUs or 256 KiB at
-    // more: one latency, each GPU reading its tp - 1 peers' whole buffers.
-    // Above, two-shot (a reduce-scatter and an all-gather, as NCCL's ring):
-    // two latencies and 2 (tp - 1) / tp of the buffer each way.
-    const double bytes = tokens * hidden_bytes_;
-    const bool one_shot = tp_ == 2 || bytes < (tp_ <= 4 ? 512.0 : 256.0) * 1024;
-    const double count = 2 * layers_;
-    out.allreduces = count * (one_shot ? 1 : 2);
-    out.allreduce_transfer_ms =
-        count * (one_shot ? tp - 1 : 2 * (tp - 1) / tp) * bytes / link_ * 1e3;
+  if (tp_ > 1) add_collectives(tokens, out);
+  if (draft_k_ > 0) {
+    // One layer's weights as the step read them (its experts' share included).
+    const double lm_head_bytes = lm_head_params_ * bytes_per_parameter_;
+    add_draft(work, (weights + experts - lm_head_bytes) / layers_, out);
   }
   return out;
+}
+
+void Roofline::add_draft(const StepWork& work, double layer_weight_bytes, StepTerms& out) const {
+  const double tp = tp_;
+  const double k = draft_k_, layers = draft_layers_;
+  const double requests = static_cast<double>(work.requests());
+  // The first pass runs over every token the step scheduled, the other K - 1
+  // over one token a request (EagleProposer.propose); K lm_head rows a request.
+  const double passes_tokens = static_cast<double>(work.tokens()) + (k - 1) * requests;
+  const double layer_params = linear_params_ / layers_;
+  const double flops = 2 * (layer_params * layers + draft_extra_params_) * passes_tokens +
+                       2 * lm_head_params_ * k * requests;
+  out.decode_linear_ms += flops / peak_flops_ / tp * 1e3;
+  // Each pass reads the draft's weights, the lm_head and its layers' KV.
+  const double lm_head_bytes = lm_head_params_ * bytes_per_parameter_;
+  const double weights = k * (layer_weight_bytes * layers +
+                              draft_extra_params_ * bytes_per_parameter_ + lm_head_bytes);
+  const double kv = k * layers * kv_bytes_per_token_layer_ * work.full_read();
+  out.memory_ms += (weights / tp + kv / dp_) / bandwidth_ * 1e3;
+  out.layers += k * layers;
+}
+
+void Roofline::add_collectives(double tokens, StepTerms& out) const {
+  // An all-reduce of `bytes` over `n` GPUs, `count` times. vLLM's custom
+  // all-reduce (CustomAllreduce::allreduce, csrc/custom_all_reduce.cuh) runs
+  // one-shot at 2 GPUs, and below 512 KiB up to 4 GPUs or 256 KiB at more:
+  // one latency, each GPU reading its n - 1 peers' whole buffers. Above,
+  // two-shot (a reduce-scatter and an all-gather, as NCCL's ring): two
+  // latencies and 2 (n - 1) / n of the buffer each way.
+  auto all_reduce = [&](double bytes, double n, double count) {
+    if (n <= 1 || count <= 0) return;
+    const bool one_shot = n == 2 || bytes < (n <= 4 ? 512.0 : 256.0) * 1024;
+    out.allreduces += count * (one_shot ? 1 : 2);
+    out.allreduce_transfer_ms += count * (one_shot ? n - 1 : 2 * (n - 1) / n) * bytes / link_ * 1e3;
+  };
+  const double tp = tp_;
+  const double bytes = tokens * hidden_bytes_;
+  if (dp_ == 1) {
+    // Tensor parallelism: two all-reduces a layer (after the attention and
+    // after the MLP) of the step's tokens. Expert parallelism without
+    // attention replicas keeps them: every GPU holds every token, computes its
+    // own experts and the MLP's all-reduce sums them.
+    all_reduce(bytes, tp, 2 * layers_);
+    return;
+  }
+  // Attention data parallelism (SGLang's dp_attention.py): the attention's
+  // all-reduce stays within a replica, over its tokens; the MLP runs over every
+  // replica's tokens, gathered before it (dp_gather) and reduce-scattered back
+  // after it (dp_reduce_scatter_tensor): a reduce-scatter and an all-gather of
+  // the step's tokens over tp GPUs, as a two-shot all-reduce.
+  all_reduce(bytes / dp_, tp / dp_, layers_);
+  const bool all_to_all = ep_ > 1 && moe_layers_ > 0;
+  const double gathered_layers = all_to_all ? layers_ - moe_layers_ : layers_;
+  out.allreduces += 2 * gathered_layers;
+  out.allreduce_transfer_ms += gathered_layers * 2 * (tp - 1) / tp * bytes / link_ * 1e3;
+  if (all_to_all) {
+    // Expert parallelism over replicas (DeepEP): each GPU sends its share of
+    // the tokens, each to its k experts, (ep - 1) / ep of them to other GPUs,
+    // and takes their results back: a dispatch and a combine a MoE layer,
+    // each a latency.
+    const double ep = ep_;
+    const double pairs = tokens / tp * experts_per_token_ * (ep - 1) / ep;
+    out.allreduces += 2 * moe_layers_;
+    out.allreduce_transfer_ms +=
+        moe_layers_ * pairs * (dispatch_bytes_ + combine_bytes_) / link_ * 1e3;
+  }
 }
 
 }  // namespace kvreplay

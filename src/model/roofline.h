@@ -42,6 +42,13 @@
 //                 below 512 KiB (256 KiB past 4 GPUs), allreduce_latency_us
 //                 + (tp - 1) * bytes / (link * link_efficiency); above, two-shot,
 //                 2 * allreduce_latency_us + 2 (tp - 1) / tp * bytes / (link * ...)
+//               Attention replicas (ParallelLayout::dp_attention, SGLang's
+//               dp_attention.py): the attention's all-reduce within a replica of
+//               tp / dp GPUs over its tokens; the MLP's a gather and a
+//               reduce-scatter of every token over tp (two latencies, 2 (tp - 1)
+//               / tp of the bytes); with expert parallelism (ParallelLayout::ep)
+//               a MoE layer's are DeepEP's dispatch and combine instead
+//               (add_collectives). Not overlapped with compute.
 //   step_ms     = max(compute_ms, memory_ms) + comm_ms + step_overhead_ms
 //                 + prefill_pass_ms when the step runs any prompt tokens
 //                 + layers * layer_overhead_us
@@ -209,6 +216,12 @@ struct StepTerms {
   }
 };
 
+// How a deployment spreads the model beyond --tp (RunConfig::dp_attention, ::ep).
+struct ParallelLayout {
+  std::uint32_t dp_attention = 1;
+  std::uint32_t ep = 1;
+};
+
 class Roofline {
  public:
   // `kv_bytes_per_token_layer`: KV bytes of one token in one layer on one GPU
@@ -216,11 +229,23 @@ class Roofline {
   static Result<Roofline, std::string> make(const ModelSpec& model, const GpuSpec& gpu,
                                             std::uint32_t tp, std::uint32_t pp,
                                             double kv_bytes_per_token_layer,
-                                            const RooflineConstants& constants);
+                                            const RooflineConstants& constants,
+                                            const ParallelLayout& layout = {});
 
   StepTerms terms(const StepWork& work) const;
   StepCost cost(const StepWork& work) const { return terms(work).at(constants_); }
   double step_ms(const StepWork& work) const { return cost(work).total_ms(); }
+
+  // Speculative decoding's draft (engine/speculative.h): `k` passes a step of
+  // `layers` decoder layers like the model's, plus `extra_params` of its own
+  // (EAGLE's fc, MTP's eh_proj), each pass with the lm_head; the first over
+  // the step's tokens, the others over one token a request; each reads its
+  // layers' KV. A verify's logits are a row a token.
+  void set_draft(std::uint32_t k, std::uint32_t layers, double extra_params) {
+    draft_k_ = k;
+    draft_layers_ = layers;
+    draft_extra_params_ = extra_params;
+  }
 
   const RooflineConstants& constants() const { return constants_; }
   // The same model and GPU under other constants (what calibrate fits).
@@ -252,6 +277,20 @@ class Roofline {
   double kv_bytes_per_token_layer_ = 0;
   double layers_ = 0, hidden_bytes_ = 0;  // for the all-reduces
   std::uint32_t window_ = 0;
+  // Attention data parallelism and expert parallelism (ParallelLayout).
+  std::uint32_t dp_ = 1, ep_ = 1;
+  double attention_bytes_ = 0;                     // the attention's weights, the whole model's
+  double moe_layers_ = 0;                          // layers with routed experts
+  double dispatch_bytes_ = 0, combine_bytes_ = 0;  // a (token, expert) pair's all-to-all
+
+  // Speculative decoding's draft (set_draft).
+  std::uint32_t draft_k_ = 0, draft_layers_ = 0;
+  double draft_extra_params_ = 0, bytes_per_parameter_ = 0;
+
+  // Per-layer collectives of a step of `tokens` tokens (comm_ms's rules).
+  void add_collectives(double tokens, StepTerms& out) const;
+  // The draft's passes (set_draft), at the decode's rates.
+  void add_draft(const StepWork& work, double layer_weight_bytes, StepTerms& out) const;
 };
 
 }  // namespace kvreplay

@@ -217,13 +217,36 @@ InputStatus take_gpu_share(const ModelGeometry& g, const ConfigOverrides& cli,
                            const ConfigSite& site, RunConfig& run) {
   run.tp = cli.tp.value_or(1);
   run.pp = cli.pp.value_or(1);
-  auto share =
-      gpu_share(g.layers, g.attention_heads, g.kv_heads, g.head_dim, g.kv_tensors, run.tp, run.pp);
+  run.dp_attention = cli.dp_attention.value_or(1);
+  run.ep = cli.ep.value_or(1);
+  if (run.dp_attention > 1 && run.tp % run.dp_attention != 0) {
+    // SGLang's ServerArgs._handle_data_parallelism asserts tp_size % dp_size == 0.
+    return site.fail("dp-attention", true,
+                     fmt::format("{} attention replicas do not divide --tp {}: each replica is "
+                                 "tp / N GPUs (give an N that divides --tp)",
+                                 run.dp_attention, run.tp));
+  }
+  if (run.ep > 1) {
+    if (run.tp % run.ep != 0) {
+      return site.fail("ep", true,
+                       fmt::format("--ep {} does not divide --tp {}: the experts spread over the "
+                                   "deployment's GPUs",
+                                   run.ep, run.tp));
+    }
+    if (!run.model_spec || run.model_spec->routed_experts == 0) {
+      return site.fail("ep", true, "expert parallelism needs a model with routed experts");
+    }
+  }
+  // Under attention data parallelism one attention replica's GPUs split the KV heads.
+  auto share = gpu_share(g.layers, g.attention_heads, g.kv_heads, g.head_dim, g.kv_tensors,
+                         run.tp / run.dp_attention, run.pp);
   if (!share) {
     return site.fail(share.error().find("--pp") != std::string::npos ? "pp" : "tp", true,
                      share.error());
   }
-  run.kv.layers = share.value().layers;
+  // A speculative draft's layers keep their KV in the same pool (vLLM
+  // allocates the drafter's attention layers with the model's).
+  run.kv.layers = share.value().layers + cli.draft_layers;
   run.kv.kv_heads = share.value().kv_heads;
   run.kv.head_dim = share.value().head_dim;
   run.kv.kv_tensors = share.value().kv_tensors;
@@ -242,6 +265,11 @@ InputStatus take_gpu_share(const ModelGeometry& g, const ConfigOverrides& cli,
       run.kv_groups = form_kv_cache_groups(stage);
       const bool hybrid =
           run.kv_groups.size() > 1 || run.kv_groups[0].attention == KvCacheGroupSpec::kSliding;
+      if (hybrid && cli.draft_layers > 0) {
+        return site.fail("speculative", true,
+                         "a draft's KV beside sliding-window layers' groups is not modelled: "
+                         "give --speculative ngram:K, or a model with full attention only");
+      }
       if (hybrid) {
         run.kv.block_layers = kv_group_size(run.kv_groups);
       } else {
@@ -341,6 +369,8 @@ InputStatus size_pool(const HeaderSettings& h, const ConfigOverrides& cli, const
     set_capacity_gpu(request, *gpu);
     request.tp = run.tp;
     request.pp = run.pp;
+    request.dp_attention = run.dp_attention;
+    request.ep = run.ep;
     request.max_model_len = run.kv.max_seq_tokens;
     request.kv_dtype = run.kv.dtype;
     request.page_tokens = run.kv.page_tokens;
@@ -391,6 +421,12 @@ InputStatus size_pool(const HeaderSettings& h, const ConfigOverrides& cli, const
     return site.fail("pool_blocks", false,
                      "missing: give pool_blocks or kv_memory (or --pool-blocks / --kv-memory)");
   }
+  // A pool sized by memory is one GPU's; the attention replicas each have
+  // theirs (a pool given in blocks is the whole deployment's).
+  if (run.dp_attention > 1 && !pool_blocks) {
+    run.kv.pool_blocks = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+        std::uint64_t{run.kv.pool_blocks} * run.dp_attention, kMaxSupportedPoolBlocks + 1ull));
+  }
   if (run.kv.pool_blocks > kMaxSupportedPoolBlocks) {
     return site.fail(
         pool_from_cli                  ? (cli.pool_blocks ? "pool-blocks" : "kv-memory")
@@ -429,6 +465,9 @@ nlohmann::json RunConfig::to_json() const {
   out["per_gpu"] = true;  // every byte, block and geometry figure is one GPU's
   out["tp"] = tp;
   out["pp"] = pp;
+  // Present only when used: a report of a plain deployment is as before.
+  if (dp_attention > 1) out["dp_attention"] = dp_attention;
+  if (ep > 1) out["ep"] = ep;
   out["gpu"] = gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu);
   out["gpu_memory_utilization"] = or_null(gpu_memory_utilization);
   out["weights_bytes_per_gpu"] = or_null(weights_bytes_per_gpu);

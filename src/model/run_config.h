@@ -36,6 +36,8 @@ struct ConfigOverrides {
   // sizes the pool when neither --pool-blocks nor --kv-memory is given.
   std::optional<std::uint32_t> tp;
   std::optional<std::uint32_t> pp;
+  std::optional<std::uint32_t> dp_attention;  // --dp-attention (simulate)
+  std::optional<std::uint32_t> ep;            // --ep (simulate)
   std::optional<std::string> gpu;
   std::optional<double> gpu_memory_utilization;
   // Set by the command, not by an option. `context_default`: max_seq_tokens
@@ -48,6 +50,9 @@ struct ConfigOverrides {
   bool kv_groups = false;
   std::uint32_t max_batched_tokens = 0;
   std::uint32_t max_seqs = 0;
+  // Set by simulate and plan under --speculative: the draft's decoder layers,
+  // whose KV the pool holds beside the model's (one more layer a token).
+  std::uint32_t draft_layers = 0;
   // Set for the trtllm engine: the GPU's KV memory by TensorRT-LLM's rule
   // (trtllm_gpu_memory), this fraction unless --gpu-memory-utilization gives one.
   std::optional<double> free_gpu_memory_fraction;
@@ -79,6 +84,15 @@ struct RunConfig {
   std::optional<std::uint64_t> kv_memory;  // bytes per GPU, when the pool was sized by memory
   std::uint32_t tp = 1;
   std::uint32_t pp = 1;
+  // Attention data parallelism (--dp-attention N, SGLang's
+  // --enable-dp-attention --dp N): the tp GPUs form N attention replicas of
+  // tp / N GPUs, each with its own requests and KV pool, the MLP and experts
+  // spread over all tp. kv is one replica's GPU geometry; pool_blocks is the N
+  // replicas' pools together (one scheduler runs them as one, balanced).
+  std::uint32_t dp_attention = 1;
+  // Expert parallelism (--ep N): routed experts whole, E / N a GPU, tokens
+  // dispatched to them and combined back by all-to-all.
+  std::uint32_t ep = 1;
   std::string gpu;                                     // the GPU preset, empty when none was named
   std::optional<double> gpu_memory_utilization;        // with gpu
   std::optional<std::uint64_t> weights_bytes_per_gpu;  // with model_spec

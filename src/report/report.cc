@@ -171,9 +171,15 @@ std::string base_summary(const ReportSource& input, bool color) {
     } else if (config.gpu_memory_utilization) {
       rule = fmt::format(", {} of its memory", *config.gpu_memory_utilization);
     }
-    out += fmt::format("deployment: {}tp {}, pp {} ({} layers x {} KV heads per GPU){}{}\n",
+    std::string replicas;
+    if (config.dp_attention > 1) {
+      replicas = fmt::format(", {} attention replicas of {} GPUs (the pool is theirs together)",
+                             config.dp_attention, config.tp / config.dp_attention);
+    }
+    if (config.ep > 1) replicas += fmt::format(", experts over {} GPUs", config.ep);
+    out += fmt::format("deployment: {}tp {}, pp {} ({} layers x {} KV heads per GPU){}{}{}\n",
                        config.gpu.empty() ? std::string() : fmt::format("{}, ", config.gpu),
-                       config.tp, config.pp, config.kv.layers, config.kv.kv_heads, rule,
+                       config.tp, config.pp, config.kv.layers, config.kv.kv_heads, replicas, rule,
                        memory.empty() ? std::string() : ": per GPU" + memory.substr(1));
   }
   out += paint.bold("blocks") + "\n";

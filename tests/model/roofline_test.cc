@@ -11,6 +11,7 @@
 
 #include "model/gpu.h"
 #include "model/presets.h"
+#include "model/rank_weights.h"
 
 namespace kvreplay {
 namespace {
@@ -321,6 +322,90 @@ TEST_CASE("roofline: a model without a parameter count has none") {
   auto made = Roofline::make(m, gpu("h100-80gb"), 1, 1, 4096, RooflineConstants{});
   REQUIRE_FALSE(made.ok());
   CHECK(made.error().find("--cost-model linear") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvreplay
+
+namespace kvreplay {
+namespace {
+
+TEST_CASE("roofline: attention replicas hold their attention whole and read their own KV") {
+  const ModelSpec& m = preset("deepseek-v3");
+  const double latent = 576 * 2;  // one token's MLA latent in one layer, bf16
+  auto tp8 = Roofline::make(m, gpu("h200"), 8, 1, latent, ideal());
+  auto dp8 = Roofline::make(m, gpu("h200"), 8, 1, latent, ideal(), ParallelLayout{8, 1});
+  REQUIRE(tp8.ok());
+  REQUIRE(dp8.ok());
+  StepWork work;
+  for (int i = 0; i < 64; ++i) work.add(4095, 1, false);
+  const StepTerms a = tp8.value().terms(work), b = dp8.value().terms(work);
+  // The FLOPs are the same (the replicas split the tokens as tp split the heads).
+  CHECK(b.decode_linear_ms == Approx(a.decode_linear_ms));
+  CHECK(b.decode_attention_ms == Approx(a.decode_attention_ms));
+  // Memory: 7/8 of the attention's weights more on each GPU, 1/8 of the KV.
+  const double attention = static_cast<double>(rank_weights(m, 1, 1, 0).attention);
+  const double kv = latent * 61 * 64 * 4096;
+  const double hbm = static_cast<double>(gpu("h200").hbm_bandwidth_bytes_per_second);
+  CHECK(b.memory_ms - a.memory_ms ==
+        Approx((attention * 7 / 8 - kv * 7 / 8) / hbm * 1e3).epsilon(1e-6));
+  // No all-reduce inside a replica of one GPU: the MLP's gather and
+  // reduce-scatter of every token, two latencies and 2 * 7/8 of the step's
+  // hidden states a layer (the same bytes as tp's two-shot all-reduces, one
+  // collective a layer fewer).
+  CHECK(b.allreduces == Approx(2 * 61));
+  CHECK(b.allreduce_transfer_ms == Approx(a.allreduce_transfer_ms / 2).epsilon(1e-9));
+}
+
+TEST_CASE("roofline: expert parallelism over replicas sends tokens to experts and back") {
+  const ModelSpec& m = preset("deepseek-v3");
+  auto dp8 = Roofline::make(m, gpu("h200"), 8, 1, 576 * 2, ideal(), ParallelLayout{8, 1});
+  auto ep8 = Roofline::make(m, gpu("h200"), 8, 1, 576 * 2, ideal(), ParallelLayout{8, 8});
+  REQUIRE(dp8.ok());
+  REQUIRE(ep8.ok());
+  StepWork work;
+  for (int i = 0; i < 256; ++i) work.add(1000, 1, false);
+  const StepTerms g = dp8.value().terms(work), a = ep8.value().terms(work);
+  // 58 MoE layers of 61: each a dispatch and a combine of 256 / 8 tokens a GPU
+  // to 8 experts, 7/8 of them away, at 7168 + 7168 / 32 + 16 bytes out and
+  // 2 * 7168 back; the 3 dense layers keep the gather.
+  const double pairs = 256.0 / 8 * 8 * 7 / 8;
+  const double link = static_cast<double>(gpu("h200").interconnect_bytes_per_second);
+  const double a2a = 58 * pairs * (7168 + 224 + 16 + 2 * 7168) / link * 1e3;
+  const double per_gather = g.allreduce_transfer_ms / 61;
+  CHECK(a.allreduce_transfer_ms == Approx(3 * per_gather + a2a).epsilon(1e-9));
+  CHECK(a.allreduces == Approx(g.allreduces));  // two latencies a layer either way
+  // Without attention replicas every GPU holds every token: the all-reduces stay.
+  auto tp_ep = Roofline::make(m, gpu("h200"), 8, 1, 576 * 2, ideal(), ParallelLayout{1, 8});
+  auto tp = Roofline::make(m, gpu("h200"), 8, 1, 576 * 2, ideal());
+  CHECK(tp_ep.value().terms(work).allreduce_transfer_ms ==
+        Approx(tp.value().terms(work).allreduce_transfer_ms));
+}
+
+TEST_CASE("roofline: a speculative verify and its draft") {
+  const ModelSpec& m = preset("llama-3.1-8b");
+  Roofline r = make(m, "h100-80gb");
+  StepWork plain, verify;
+  for (int i = 0; i < 8; ++i) {
+    plain.add(1000, 1, false);
+    verify.add(1000, 4, false);  // 1 + K = 4 tokens
+  }
+  // A verify's 4 tokens each have linear FLOPs and a logits row.
+  const double lm_head = 128256.0 * 4096;
+  const double linear = static_cast<double>(m.parameters.active) - lm_head;
+  CHECK(r.terms(verify).decode_linear_ms ==
+        Approx(2 * (linear + lm_head) * 32 / 989.5e12 * 1e3).epsilon(1e-9));
+  const StepTerms before = r.terms(verify);
+  r.set_draft(3, 1, 3.0 * 4096 * 4096);
+  const StepTerms after = r.terms(verify);
+  // Three passes: the first over the 32 tokens, two over the 8 requests; one
+  // layer's FLOPs and the fc each, and 3 lm_head rows a request.
+  const double layer = linear / 32;
+  const double flops = 2 * (layer + 3.0 * 4096 * 4096) * (32 + 2 * 8) + 2 * lm_head * 3 * 8;
+  CHECK(after.decode_linear_ms - before.decode_linear_ms ==
+        Approx(flops / 989.5e12 * 1e3).epsilon(1e-9));
+  CHECK(after.memory_ms > before.memory_ms);
+  CHECK(after.layers == Approx(before.layers + 3));
 }
 
 }  // namespace

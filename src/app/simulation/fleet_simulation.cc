@@ -77,7 +77,7 @@ void attach_fleet_observers(Fleet& fleet, const SimOptions& options, const Fleet
     outputs.timeline->write("instance," + timeline_csv_header(fleet.instance(0)));
   }
   if (outputs.requests != nullptr) {
-    std::string header = requests_csv_header();
+    std::string header = requests_csv_header(options.speculative.on());
     header.insert(header.size() - 1, ",instance");
     outputs.requests->write(header);
   }
@@ -101,7 +101,7 @@ void attach_fleet_observers(Fleet& fleet, const SimOptions& options, const Fleet
         }
       }
       if (requests != nullptr) {
-        std::string row = requests_csv_row(t);
+        std::string row = requests_csv_row(t, options.speculative.on());
         row.insert(row.size() - 1, fmt::format(",{}", i));
         requests->write(row);
       }

@@ -163,6 +163,9 @@ SimFigures instance_figures(const Simulator& sim, const SimOptions& options,
   f.oom_first_event = t.oom_first_event;
   f.steps = st.steps;
   f.preemptions = st.preemptions;
+  f.spec_drafts = st.spec_drafts;
+  f.spec_draft_tokens = st.spec_draft_tokens;
+  f.spec_accepted_tokens = st.spec_accepted_tokens;
   f.max_running = st.max_running;
   f.virtual_seconds = st.virtual_seconds;
   f.output_tokens = st.output_tokens;
@@ -296,6 +299,17 @@ nlohmann::json sim_report(const SimFigures& f, const SimReportContext& c) {
                          {"prompt_tokens_computed", f.prompt_tokens_computed},
                          {"output_tokens_per_second", f.output_tokens_per_second()},
                          {"requests_per_second", f.requests_per_second()}};
+  if (options.speculative.on()) {
+    // As vLLM's spec_decode metrics name them (vllm/v1/spec_decode/metrics.py).
+    const auto drafts = static_cast<double>(f.spec_drafts);
+    const auto drafted = static_cast<double>(f.spec_draft_tokens);
+    const auto accepted = static_cast<double>(f.spec_accepted_tokens);
+    report["speculative"] = {{"num_drafts", f.spec_drafts},
+                             {"num_draft_tokens", f.spec_draft_tokens},
+                             {"num_accepted_tokens", f.spec_accepted_tokens},
+                             {"acceptance_rate", drafted > 0 ? accepted / drafted : 0.0},
+                             {"mean_acceptance_length", drafts > 0 ? 1 + accepted / drafts : 1.0}};
+  }
   if (c.engine_sections != nullptr) {
     for (const auto& [key, value] : c.engine_sections->items()) report[key] = value;
   }

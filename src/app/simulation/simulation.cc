@@ -133,6 +133,13 @@ nlohmann::json sim_options_json(const SimOptions& options) {
     out["load_seed"] = load.seed;
   }
   if (load.measure_after > 0) out["measure_after"] = load.measure_after;
+  if (const SpecDecode& spec = options.speculative; spec.on()) {
+    out["speculative"] = {{"method", std::string(to_string(spec.method))},
+                          {"num_speculative_tokens", spec.k},
+                          {"acceptance", spec.accepted},
+                          {"mean_acceptance_length", spec.mean_length()},
+                          {"seed", spec.seed}};
+  }
   if (options.offload.any()) {
     nlohmann::json tiers = nlohmann::json::object();
     for (const OffloadTierOptions& tier : options.offload.tiers) {
@@ -178,12 +185,16 @@ nlohmann::json latency_json(const LatencySummary& summary) {
           {"exact", summary.exact}};
 }
 
-std::string requests_csv_header() {
-  return "line,id,prompt,output,n,arrival_s,status,preemptions,queue_ms,ttft_ms,tpot_ms,e2e_ms,"
-         "cached_tokens\n";
+std::string requests_csv_header(bool speculative) {
+  return std::string(
+             "line,id,prompt,output,n,arrival_s,status,preemptions,queue_ms,ttft_ms,tpot_ms,"
+             "e2e_ms,cached_tokens") +
+         (speculative ? ",drafted,accepted\n" : "\n");
 }
 
-std::string requests_csv_row(const RequestTimes& t) {
+std::string requests_csv_row(const RequestTimes& t, bool speculative) {
+  const std::string spec =
+      speculative ? fmt::format(",{},{}", t.drafted, t.accepted) : std::string();
   // The id as CSV: quoted, quotes doubled (a native id is JSON text).
   std::string id = "\"";
   for (char c : t.id) {
@@ -192,14 +203,14 @@ std::string requests_csv_row(const RequestTimes& t) {
   }
   id += '"';
   if (t.skipped) {
-    return fmt::format("{},{},{},{},{},{:.6f},skipped,0,,,,,\n", t.line, id, t.prompt, t.output,
-                       t.n, t.arrival);
+    return fmt::format("{},{},{},{},{},{:.6f},skipped,0,,,,,{}\n", t.line, id, t.prompt, t.output,
+                       t.n, t.arrival, speculative ? ",," : "");
   }
   const std::optional<double> tpot = t.tpot_ms();
-  return fmt::format("{},{},{},{},{},{:.6f},finished,{},{:.3f},{:.3f},{},{:.3f},{}\n", t.line, id,
+  return fmt::format("{},{},{},{},{},{:.6f},finished,{},{:.3f},{:.3f},{},{:.3f},{}{}\n", t.line, id,
                      t.prompt, t.output, t.n, t.arrival, t.preemptions, t.queue_ms(), t.ttft_ms(),
                      tpot ? fmt::format("{:.3f}", *tpot) : std::string(), t.e2e_ms(),
-                     t.cached_tokens);
+                     t.cached_tokens, spec);
 }
 
 InputResult<RunConfig> resolve_sim_config(const ConfigOverrides& overrides) {
@@ -392,9 +403,10 @@ void attach_observers(Simulator& sim, OutputFile* timeline, TimelineSampler* sam
                       const SimulateTerminal& terminal, const SimFaults& faults,
                       OutputFile* requests) {
   if (requests != nullptr) {
-    requests->write(requests_csv_header());
-    sim.on_request = [requests](const RequestTimes& times) {
-      requests->write(requests_csv_row(times));
+    const bool spec = sim.options().speculative.on();
+    requests->write(requests_csv_header(spec));
+    sim.on_request = [requests, spec](const RequestTimes& times) {
+      requests->write(requests_csv_row(times, spec));
     };
   }
 
@@ -533,7 +545,8 @@ std::string simulation_summary(const ReportSource& source, const Simulator& sim,
        fmt::format("{:.4f} of prompt tokens ({:.4f} per request)", f.hit_rate, f.per_request));
   line("hit blocks / evictions", fmt::format("{} / {}", st.hit_blocks, sim.evictions()));
   line("blocks in use", fmt::format("peak {} ({} per GPU), mean {}", grouped(st.peak_in_use),
-                                    bytes_text(std::uint64_t{st.peak_in_use} * sim.block_bytes()),
+                                    bytes_text(std::uint64_t{st.peak_in_use} * sim.block_bytes() /
+                                               sim.config().dp_attention),
                                     grouped(static_cast<std::uint64_t>(f.mean_in_use + 0.5))));
   line("cached, no request", fmt::format("peak {} blocks (the cache gives them back on demand)",
                                          grouped(st.peak_cache_resident)));

@@ -107,8 +107,10 @@ std::string router_log_header(std::uint32_t replicas, bool prefix_aware);
 
 // --requests: the CSV's header, and one request's row (RequestTimes): times in
 // ms, empty where they do not apply (a skipped request's, a TPOT of one token).
-std::string requests_csv_header();
-std::string requests_csv_row(const RequestTimes& times);
+// `speculative`: two more columns, the draft tokens proposed for the request
+// and those accepted (--speculative).
+std::string requests_csv_header(bool speculative = false);
+std::string requests_csv_row(const RequestTimes& times, bool speculative = false);
 
 // The report's "config.simulation" object: the options a simulation ran with
 // (its "cost" is the run's, cost_json: the options alone do not resolve auto).

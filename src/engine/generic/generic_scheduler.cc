@@ -304,13 +304,20 @@ bool GenericScheduler::run_flight(Flight& flight, std::uint32_t& budget, std::si
   for (std::size_t k = 0; k < flight.samples.size(); ++k) {
     if (flight.samples[k].done) continue;
     if (budget == 0) break;
-    if (!append(flight, flight.samples[k], 1, index, stopped)) return false;
+    // With drafts (engine/speculative.h): a verify of 1 + K tokens of the
+    // budget, keeping the 1 + a it emits.
+    const std::uint32_t emitted =
+        shell_.draw_decode(std::uint64_t{request.line} * 64 + k, flight.samples[k].generated,
+                           request.output - flight.samples[k].generated);
+    if (!append(flight, flight.samples[k], emitted, index, stopped)) return false;
     if (stopped) return true;
     Sample& sample = flight.samples[k];
-    --budget;
-    ++sample.generated;
+    const std::uint32_t verify = shell_.verify_tokens();
+    budget -= std::min(verify, budget);
+    sample.generated += emitted;
+    shell_.count_decode(flight.times.get(), emitted);
     count_output(flight, k);
-    schedule_work(flight, sample.length - 1, 1, false);
+    schedule_work(flight, sample.length - emitted, verify, false);
     if (sample.generated >= request.output) finish_sample(flight, sample);
   }
   return true;
@@ -366,8 +373,8 @@ void GenericScheduler::count_output(Flight& flight, std::size_t sample) {
   // A preempted request starts over and produces its first tokens again:
   // recomputation, not output.
   if (flight.samples[sample].generated > flight.counted[sample]) {
+    sim_.output_tokens += flight.samples[sample].generated - flight.counted[sample];
     flight.counted[sample] = flight.samples[sample].generated;
-    ++sim_.output_tokens;
   }
 }
 

@@ -95,6 +95,14 @@ constexpr SectionField kMerge[] = {
     {"hicache/load_back_threshold", FigureMerge::kSame},
 };
 
+// ServerArgs._handle_data_parallelism under --enable-dp-attention: the
+// limits are the deployment's (chunked_prefill_size //= dp_size and
+// max_running_requests split per replica, so their sum is as given), and
+// schedule_conservativeness *= 0.3.
+void attention_replicas(SimOptions& out, std::uint32_t replicas) {
+  if (replicas > 1) out.sglang.schedule_conservativeness *= 0.3;
+}
+
 std::unique_ptr<Scheduler> make(EngineShell& shell) {
   return std::make_unique<SglangScheduler>(shell);
 }
@@ -137,6 +145,7 @@ const EngineEntry& sglang_engine() {
                              "--max-prefill-tokens",
               .capacity_rule = "sglang",
               .resolve = resolve,
+              .attention_replicas = attention_replicas,
           },
       .options = kOptions,
       .config_json = config_json,

@@ -684,8 +684,14 @@ bool SglangScheduler::prefill_step(std::vector<Req*>& batch) {
 bool SglangScheduler::decode_room(std::size_t count) {
   // ScheduleBatch.check_decode_mem: a page for each request whose next token
   // starts one (new_page_count_next_decode), evicting if needed.
+  // With drafts, room for the 1 + K tokens a verify may keep
+  // (engine/speculative.h).
+  const std::uint64_t grow = shell_.verify_tokens();
   std::uint64_t pages = 0;
-  for (std::size_t i = 0; i < count; ++i) pages += running_[i]->kv_len % page_ == 0 ? 1 : 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t len = running_[i]->kv_len;
+    pages += ceil_div(len + grow, page_) - ceil_div(len, page_);
+  }
   return make_room(pages * page_, pages);
 }
 
@@ -746,11 +752,15 @@ bool SglangScheduler::decode_step() {
   // prepare_for_decode: a slot for each request's last token; the step
   // samples the next; a request that reaches its output finishes
   // (process_batch_result_decode: cache_finished_req).
+  // With drafts (engine/speculative.h): a verify of 1 + K tokens, keeping
+  // the 1 + a it emits.
   for (auto& r : running_) {
-    shell_.schedule_work(r->times.get(), r->kv_len, 1, false);
-    extend_kv(*r, 1);
-    ++r->generated;
-    ++sim_.output_tokens;
+    shell_.schedule_work(r->times.get(), r->kv_len, shell_.verify_tokens(), false);
+    const std::uint32_t emitted = shell_.decode_tokens(
+        r->times.get(), r->request.line, r->generated, r->request.output - r->generated);
+    extend_kv(*r, emitted);
+    r->generated += emitted;
+    sim_.output_tokens += emitted;
     if (r->generated >= r->request.output) finished(*r);
   }
   return true;

@@ -26,6 +26,7 @@ struct TrtllmScheduler::Req {
   std::uint32_t context_pos = 0;  // getContextCurrentPosition
   std::uint32_t chunk = 0;        // this step's context chunk (getContextChunkSize)
   std::uint32_t num_tokens = 0;   // the sequence's tokens (GenerationRequest::getNumTokens)
+  std::uint32_t emitting = 1;     // this generation step's tokens kept (1 + drafts accepted)
   bool has_seq = false;           // addSequence done: the request is started
   bool generating = false;        // isGenerationInProgressState
   bool done = false;

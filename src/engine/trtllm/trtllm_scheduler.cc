@@ -155,8 +155,10 @@ std::uint32_t TrtllmScheduler::needed_one_step(const Req& req) const {
   // one, a later context chunk none (its blocks were allocated).
   if (!req.has_seq) return static_cast<std::uint32_t>(ceil_div(req.prompt, tpb_));
   if (!req.generating) return 0;
+  // With drafts, the 1 + K tokens a verify may keep (engine/speculative.h).
   const std::uint64_t past = req.num_tokens;
-  return static_cast<std::uint32_t>(ceil_div(past + 1, tpb_) - ceil_div(past, tpb_));
+  return static_cast<std::uint32_t>(ceil_div(past + shell_.verify_tokens(), tpb_) -
+                                    ceil_div(past, tpb_));
 }
 
 std::optional<TrtBlockKey> TrtllmScheduler::new_context_block(const Req& req) const {
@@ -302,9 +304,11 @@ void TrtllmScheduler::micro_batch(const std::vector<Req*>& fitting, std::vector<
         chunked_tokens += r->chunk;
       }
     } else {
-      if (batch_tokens + 1 > max_num_tokens_) break;
+      // Draft tokens count towards max_num_tokens (engine/speculative.h).
+      const std::uint32_t verify = shell_.verify_tokens();
+      if (batch_tokens + verify > max_num_tokens_) break;
       generations.push_back(r);
-      batch_tokens += 1;
+      batch_tokens += verify;
     }
     if (++scheduled >= max_batch_size_) break;
   }
@@ -604,9 +608,14 @@ bool TrtllmScheduler::step() {
       return fail("T4", "no free block for a context the capacity scheduler admitted");
   }
   for (Req* r : generations) {
-    if (r->num_tokens % tpb_ == 0 && !take_block(*r))
-      return fail("T4", "no free block for a generation step the capacity scheduler admitted");
-    ++r->num_tokens;
+    // The tokens it keeps: 1, or 1 + the drafts accepted (engine/speculative.h).
+    r->emitting = shell_.decode_tokens(r->times.get(), r->request.line, r->prompt + r->generated,
+                                       r->max_new - r->generated);
+    for (std::uint32_t t = 0; t < r->emitting; ++t) {
+      if (r->num_tokens % tpb_ == 0 && !take_block(*r))
+        return fail("T4", "no free block for a generation step the capacity scheduler admitted");
+      ++r->num_tokens;
+    }
   }
   if (host_) host_step_end();
   sim_.max_running = std::max<std::uint64_t>(sim_.max_running, started_);
@@ -631,11 +640,12 @@ bool TrtllmScheduler::step() {
     if (r->generated >= r->max_new) finished(*r);
   }
   for (Req* r : generations) {
-    shell_.schedule_work(r->times.get(), r->num_tokens - 1, 1, false);
-    fill(*r, r->num_tokens - 1, r->num_tokens);
-    ++logical_;
-    ++r->generated;
-    ++sim_.output_tokens;
+    const std::uint32_t kept = r->emitting;
+    shell_.schedule_work(r->times.get(), r->num_tokens - kept, shell_.verify_tokens(), false);
+    fill(*r, r->num_tokens - kept, r->num_tokens);
+    logical_ += kept;
+    r->generated += kept;
+    sim_.output_tokens += kept;
     if (r->generated >= r->max_new) finished(*r);
   }
   // PyExecutor._handle_responses -> _terminate_request: the finished

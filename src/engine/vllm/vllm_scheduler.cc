@@ -260,13 +260,17 @@ bool VllmScheduler::schedule_running(std::uint32_t& budget, bool& preempted, Sch
       ++i;
       continue;
     }
+    // A decode with drafts verifies 1 + K tokens of the budget (its
+    // num_new_tokens counts the spec tokens; the budget trims them).
+    const std::uint32_t charge =
+        flight.prefilling ? tokens : std::min(std::max(tokens, shell_.verify_tokens()), budget);
     if (!hybrid_ && flight.samples[0].table.append_in_place(tokens, pool_)) {
       // The common decode step: the tokens fit the partial last page, so
       // get_num_blocks_to_allocate is 0 and allocate_slots cannot fail (what
       // the loop below and allocate would do, at once).
       if (!appended(flight, tokens)) return false;
       scheduled.emplace_back(&flight, tokens);
-      budget -= tokens;
+      budget -= charge;
       ++i;
       continue;
     }
@@ -292,7 +296,7 @@ bool VllmScheduler::schedule_running(std::uint32_t& budget, bool& preempted, Sch
     if (self) break;
     if (!allocate(flight, tokens)) return false;
     scheduled.emplace_back(&flight, tokens);
-    budget -= tokens;
+    budget -= charge;
     ++i;
   }
   return true;
@@ -531,14 +535,21 @@ bool VllmScheduler::step() {
     // last token (get_computed_blocks caps the hit at num_tokens - 1)
     // recomputes that token as part of its re-prefill, not as a decode.
     const bool prefill = flight->prefilling;
-    schedule_work(*flight, flight->computed, tokens, prefill);
+    // A decode with drafts verifies 1 + K tokens (engine/speculative.h); its
+    // KV keeps the tokens it emits.
+    schedule_work(*flight, flight->computed,
+                  prefill ? tokens : std::max(tokens, shell_.verify_tokens()), prefill);
     flight->computed += tokens;
     if (prefill) sim_.prompt_tokens_computed += tokens;
     if (flight->computed < num_tokens) continue;
     flight->prefilling = false;
     if (flight->generated == 0) first_token(*flight);
-    ++flight->generated;
-    ++sim_.output_tokens;  // once: a preempted request keeps what it generated
+    const std::uint32_t emitted =
+        prefill ? 1
+                : shell_.decode_tokens(flight->times.get(), flight->request.line, flight->generated,
+                                       flight->request.output - flight->generated);
+    flight->generated += emitted;
+    sim_.output_tokens += emitted;  // once: a preempted request keeps what it generated
     if (flight->generated >= flight->request.output ||
         std::uint64_t{flight->request.prompt} + flight->generated >= max_model_len) {
       flight->samples[0].done = true;
