@@ -78,8 +78,8 @@ Result<SpecDecode, std::string> parse_speculative(std::string_view text) {
         text, name)};
   }
   if (colon == std::string_view::npos) {
-    return Unexpected{
-        fmt::format("--speculative {}: give the drafts a step as METHOD:K (e.g. {}:3)", text, name)};
+    return Unexpected{fmt::format(
+        "--speculative {}: give the drafts a step as METHOD:K (e.g. {}:3)", text, name)};
   }
   const std::string number(text.substr(colon + 1));
   std::uint32_t k = 0;
@@ -91,8 +91,8 @@ Result<SpecDecode, std::string> parse_speculative(std::string_view text) {
     used = 0;
   }
   if (used != number.size() || number.empty() || k == 0 || k > kMaxDrafts) {
-    return Unexpected{fmt::format("--speculative {}: K must be a whole number from 1 to {}", text,
-                                  kMaxDrafts)};
+    return Unexpected{
+        fmt::format("--speculative {}: K must be a whole number from 1 to {}", text, kMaxDrafts)};
   }
   spec.k = k;
   return spec;

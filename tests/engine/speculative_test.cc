@@ -53,8 +53,8 @@ TEST_CASE("speculative: a rate, a mean length or a distribution gives the accept
   CHECK(mtp.mean_length() == Approx(1 + kMtpAcceptance));
   SpecDecode none = spec_of("eagle:3");
   CHECK(set_acceptance(none, std::nullopt, std::nullopt, {}).has_value());
-  CHECK(set_acceptance(none, 0.5, 2.0, {}).has_value());                    // two forms
-  CHECK(set_acceptance(none, std::nullopt, 4.5, {}).has_value());           // above K + 1
+  CHECK(set_acceptance(none, 0.5, 2.0, {}).has_value());                            // two forms
+  CHECK(set_acceptance(none, std::nullopt, 4.5, {}).has_value());                   // above K + 1
   CHECK(set_acceptance(none, std::nullopt, std::nullopt, {0.5, 0.5}).has_value());  // K + 1
   CHECK(set_acceptance(none, std::nullopt, std::nullopt, {0.5, 0.5, 0.5, 0.5}).has_value());
   SpecDecode off;
