@@ -128,7 +128,8 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
                                                   const std::string& path) {
   std::vector<Workload> out;
   std::map<std::tuple<std::string, std::string, std::uint32_t, std::uint32_t, std::uint32_t,
-                      std::uint32_t, std::uint32_t, std::string, std::uint64_t, double, RangeStyle>,
+                      std::uint32_t, std::uint32_t, std::string, std::uint64_t,
+                      std::optional<double>, RangeStyle>,
            std::size_t>
       index;
   for (MeasuredRow& row : rows) {

@@ -774,7 +774,7 @@ std::optional<std::string> LoadOptionsCli::resolve(LoadOptions& out) const {
   out.warmup = warmup;
   out.measure_after = measure_after;
   out.burstiness = burstiness;
-  out.range_ratio = range_ratio;
+  if (range_option->count() > 0) out.range_ratio = range_ratio;
   out.range_style = range_style == "sglang" ? RangeStyle::kSglang : RangeStyle::kVllm;
   const bool ramp = ramp_option->count() > 0;
   if (ramp) {
@@ -799,7 +799,7 @@ std::optional<std::string> LoadOptionsCli::resolve(LoadOptions& out) const {
     return std::string("--ramp-up-start-rps and --ramp-up-end-rps need --ramp-up-strategy");
   }
   const bool any = out.any() || ramp;
-  if (seed_option->count() > 0 && rate_option->count() == 0 && !ramp && range_ratio == 0) {
+  if (seed_option->count() > 0 && rate_option->count() == 0 && !ramp && !out.range_ratio) {
     return std::string(
         "--load-seed seeds --request-rate's and --random-range-ratio's draws: give one of them");
   }
@@ -840,8 +840,8 @@ std::string load_args(const LoadOptions& load) {
         load.ramp_end_rps, load.seed);
   }
   if (load.burstiness != 1.0) out += fmt::format(" --burstiness {}", load.burstiness);
-  if (load.range_ratio > 0) {
-    out += fmt::format(" --random-range-ratio {}", load.range_ratio);
+  if (load.range_ratio) {
+    out += fmt::format(" --random-range-ratio {}", *load.range_ratio);
     if (load.range_style == RangeStyle::kSglang) out += " --range-ratio-style sglang";
     if (!load.request_rate && load.ramp_up == RampUp::kNone) {
       out += fmt::format(" --load-seed {}", load.seed);

@@ -138,12 +138,13 @@ bool LoadGenerator::set_arrival(Request& request) {
     next_poisson_ = warmup_end_;
     last_arrival_ = warmup_end_;
   }
-  if (options_.range_ratio > 0) {
+  if (options_.range_ratio) {
     // A prompt of known content (hash ids, a named prefix) keeps its length.
     if (request.hash_ids.empty() && request.prefix.empty()) {
-      request.prompt = spread(lengths_, request.prompt, options_.range_ratio, options_.range_style);
+      request.prompt =
+          spread(lengths_, request.prompt, *options_.range_ratio, options_.range_style);
     }
-    request.output = spread(lengths_, request.output, options_.range_ratio, options_.range_style);
+    request.output = spread(lengths_, request.output, *options_.range_ratio, options_.range_style);
   }
   if (options_.request_rate || options_.ramp_up != RampUp::kNone) {
     request.arrival = next_poisson_;
@@ -231,9 +232,9 @@ nlohmann::json LoadGenerator::figures() const {
   }
   out["warmup"] = {{"requests", warmup_sent_}, {"end_s", warmup_end_}};
   if (options_.measure_after > 0) out["measure_after"] = options_.measure_after;
-  if (options_.range_ratio > 0) {
+  if (options_.range_ratio) {
     out["random_range_ratio"] = {
-        {"ratio", options_.range_ratio},
+        {"ratio", *options_.range_ratio},
         {"style", options_.range_style == RangeStyle::kVllm ? "vllm" : "sglang"}};
   }
   out["sent"] = sent_;

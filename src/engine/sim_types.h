@@ -223,7 +223,9 @@ struct LoadOptions {
   RampUp ramp_up = RampUp::kNone;
   double ramp_start_rps = 0, ramp_end_rps = 0;
   std::uint64_t ramp_requests = 0;  // the requests a ramp spans (the trace's count)
-  double range_ratio = 0;           // --random-range-ratio
+  // --random-range-ratio, when given: SGLang's R = 0 still spreads lengths
+  // (over [1, L]), so "not given" is no value, not 0.
+  std::optional<double> range_ratio;
   RangeStyle range_style = RangeStyle::kVllm;
   bool any() const {
     return request_rate.has_value() || concurrency.has_value() || ramp_up != RampUp::kNone;

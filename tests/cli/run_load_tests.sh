@@ -203,6 +203,11 @@ run simulate "$work/alike.jsonl" "${small[@]}" --concurrency 4 --random-range-ra
   --requests "$work/rr.csv"
 check '[[ $rc -eq 0 && $(awk -F, "NR > 1 { print \$4 }" "$work/rr.csv" | sort -u | wc -l) -gt 5 ]]' \
   "--random-range-ratio: the outputs did not spread: exit $rc, $(awk -F, "NR > 1 { print \$4 }" "$work/rr.csv" | sort -u | head -3)"
+# SGLang's default R = 0 is a spread too, over [1, L]: given, it is not "no spread".
+run simulate "$work/alike.jsonl" "${small[@]}" --concurrency 4 --random-range-ratio 0 \
+  --range-ratio-style sglang --report "$work/rr0.json" --requests "$work/rr0.csv"
+check '[[ $rc -eq 0 && $(awk -F, "NR > 1 { print \$4 }" "$work/rr0.csv" | sort -u | wc -l) -gt 5 && $(jq -c .load.random_range_ratio "$work/rr0.json") == "{\"ratio\":0,\"style\":\"sglang\"}" ]]' \
+  "--random-range-ratio 0 --range-ratio-style sglang did not spread: exit $rc, $(jq -c .load.random_range_ratio "$work/rr0.json")"
 run simulate "$work/alike.jsonl" "${small[@]}" --concurrency 4 --measure-after 8 --report "$work/ma.json"
 check '[[ $rc -eq 0 && $(jq ".load.sent == 32 and .load.measure_after == 8 and .load.warmup.requests == 0" "$work/ma.json") == true ]]' \
   "--measure-after: exit $rc, $(jq -c .load "$work/ma.json")"

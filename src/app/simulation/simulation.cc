@@ -127,8 +127,8 @@ nlohmann::json sim_options_json(const SimOptions& options) {
     out["load_seed"] = load.seed;
   }
   if (load.burstiness != 1.0) out["burstiness"] = load.burstiness;
-  if (load.range_ratio > 0) {
-    out["random_range_ratio"] = load.range_ratio;
+  if (load.range_ratio) {
+    out["random_range_ratio"] = *load.range_ratio;
     out["range_ratio_style"] = load.range_style == RangeStyle::kVllm ? "vllm" : "sglang";
     out["load_seed"] = load.seed;
   }

@@ -84,7 +84,7 @@ struct MeasuredRow {
   std::string client;               // the column "client": the benchmark that measured it
   std::string kv_dtype;             // the column "kv_dtype" (simulate --dtype); empty: the model's
   std::uint64_t measure_after = 0;  // the column "measure_after"
-  double range_ratio = 0;           // the column "range_ratio"
+  std::optional<double> range_ratio;  // the column "range_ratio", when filled
   RangeStyle range_style = RangeStyle::kVllm;
   std::size_t workload = 0;  // index into the workloads the rows name
 };
@@ -101,7 +101,7 @@ struct Workload {
   std::string model, gpu;
   std::uint32_t tp = 1, input_tokens = 0, output_tokens = 0, concurrency = 0, requests = 0;
   std::uint64_t measure_after = 0;
-  double range_ratio = 0;
+  std::optional<double> range_ratio;
   RangeStyle range_style = RangeStyle::kVllm;
   RunConfig config;
   SimOptions options;
