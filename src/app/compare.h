@@ -15,6 +15,10 @@ struct CompareRequest {
   std::vector<std::string> thresholds;  // "NAME=VALUE", after the file's
   std::string thresholds_file;          // empty: none
   bool quiet = false;                   // no table on stdout
+  // What stdout gets: "text" (the table), "json", "junit" or "github"
+  // (report/compare.h); `name` names the case in junit and github ("" : NEW's path).
+  std::string format = "text";
+  std::string name;
 };
 
 // The `compare` subcommand. Returns 0 (no regression), 1 (a regression: one

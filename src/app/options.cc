@@ -125,23 +125,24 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
       app.add_option("--kv-heads", kv_heads, "KV heads (replaces the model's)")->check(positive));
   options[3] = group(app.add_option("--head-dim", head_dim, "head dimension (replaces the model's)")
                          ->check(positive));
-  options[4] = group(app.add_option("--dtype", dtype,
+  options[4] = group(app.add_option("--dtype,--kv-cache-dtype", dtype,
                                     "KV cache: fp32, fp16, bf16 or fp8 (default: the "
                                     "model's, else bf16)"));
   if (!swept) {
-    options[5] =
-        group(app.add_option("--page-tokens", page_tokens, "tokens per page (block); default 16")
-                  ->check(positive));
+    options[5] = group(app.add_option("--page-tokens,--block-size,--page-size", page_tokens,
+                                      "tokens per page (block); default 16")
+                           ->check(positive));
     options[6] = group(app.add_option("--pool-blocks", pool_blocks, "pool size in blocks, per GPU")
                            ->check(CLI::Range(1u, 0xFFFFFFFEu)));
     options[7] = group(app.add_option("--kv-memory", kv_memory,
                                       "pool size in memory, per GPU: 80GiB, 512MiB, or bytes"));
   }
-  options[8] = group(app.add_option("--max-seq-tokens", max_seq_tokens,
-                                    deployment ? "longest sequence; default: the model's context "
-                                                 "length (max_position_embeddings), else 32768"
-                                               : "longest sequence; default 32768")
-                         ->check(positive));
+  options[8] =
+      group(app.add_option("--max-seq-tokens,--max-model-len,--context-length", max_seq_tokens,
+                           deployment ? "longest sequence; default: the model's context "
+                                        "length (max_position_embeddings), else 32768"
+                                      : "longest sequence; default 32768")
+                ->check(positive));
   options[9] = group(app.add_option(
       "--alloc-order", alloc_order,
       "free-block order: lifo (default; sglang: fifo, as SGLang's allocator), fifo, lowest, vllm "
@@ -159,17 +160,21 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
         gpu_preset_list();
     if (swept) {
       // plan sweeps deployments as it sweeps memory.
-      options[11] = deploy(app.add_option("--tp", tps, tp_help + "; comma-separated to sweep")
+      options[11] = deploy(app.add_option("--tp,--tensor-parallel-size,--tp-size", tps,
+                                          tp_help + "; comma-separated to sweep")
                                ->delimiter(',')
                                ->check(CLI::Range(1u, 1024u)));
-      options[12] = deploy(app.add_option("--pp", pps, pp_help + "; comma-separated to sweep")
+      options[12] = deploy(app.add_option("--pp,--pipeline-parallel-size,--pp-size", pps,
+                                          pp_help + "; comma-separated to sweep")
                                ->delimiter(',')
                                ->check(CLI::Range(1u, 1024u)));
       options[13] = deploy(
           app.add_option("--gpu", gpus, gpu_help + "; comma-separated to sweep")->delimiter(','));
     } else {
-      options[11] = deploy(app.add_option("--tp", tp, tp_help)->check(CLI::Range(1u, 1024u)));
-      options[12] = deploy(app.add_option("--pp", pp, pp_help)->check(CLI::Range(1u, 1024u)));
+      options[11] = deploy(app.add_option("--tp,--tensor-parallel-size,--tp-size", tp, tp_help)
+                               ->check(CLI::Range(1u, 1024u)));
+      options[12] = deploy(app.add_option("--pp,--pipeline-parallel-size,--pp-size", pp, pp_help)
+                               ->check(CLI::Range(1u, 1024u)));
       options[13] = deploy(app.add_option("--gpu", gpu, gpu_help));
       options[15] = deploy(
           app.add_option("--dp-attention", dp_attention,
@@ -177,7 +182,7 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
                          "N attention replicas of tp/N GPUs, each its own requests and KV, "
                          "the MLP and experts over all --tp GPUs")
               ->check(CLI::Range(1u, 1024u)));
-      options[16] = deploy(app.add_option("--ep", ep,
+      options[16] = deploy(app.add_option("--ep,--ep-size", ep,
                                           "expert parallelism: routed experts whole, E/N a GPU, "
                                           "tokens sent to them by all-to-all (N divides --tp)")
                                ->check(CLI::Range(1u, 1024u)));
@@ -188,12 +193,13 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
         "mem_fraction_static (default as SGLang picks it), TensorRT-LLM's "
         "free_gpu_memory_fraction (default 0.9); see kvreplay capacity";
     if (swept) {
-      options[14] = deploy(app.add_option("--gpu-memory-utilization", memory_fractions,
-                                          fraction_help + "; comma-separated to sweep")
-                               ->delimiter(','));
-    } else {
       options[14] =
-          deploy(app.add_option("--gpu-memory-utilization", gpu_memory_utilization, fraction_help));
+          deploy(app.add_option("--gpu-memory-utilization,--mem-fraction-static", memory_fractions,
+                                fraction_help + "; comma-separated to sweep")
+                     ->delimiter(','));
+    } else {
+      options[14] = deploy(app.add_option("--gpu-memory-utilization,--mem-fraction-static",
+                                          gpu_memory_utilization, fraction_help));
     }
   }
 }
@@ -204,7 +210,17 @@ ConfigOverrides ConfigOptions::overrides() const {
   if (given(1)) out.layers = layers;
   if (given(2)) out.kv_heads = kv_heads;
   if (given(3)) out.head_dim = head_dim;
-  if (given(4)) out.dtype = dtype;
+  if (given(4)) {
+    // vLLM's and SGLang's --kv-cache-dtype spellings: auto keeps the model's.
+    static const std::pair<std::string_view, std::string_view> kSpellings[] = {
+        {"fp8_e4m3", "fp8"}, {"fp8_e5m2", "fp8"}, {"bfloat16", "bf16"}, {"float16", "fp16"},
+        {"half", "fp16"},    {"float32", "fp32"}, {"float", "fp32"}};
+    std::string name = dtype;
+    for (auto [spelling, ours] : kSpellings) {
+      if (name == spelling) name = ours;
+    }
+    if (name != "auto") out.dtype = name;
+  }
   if (given(5)) out.page_tokens = page_tokens;
   if (given(6)) out.pool_blocks = pool_blocks;
   if (given(7)) out.kv_memory = kv_memory;
@@ -329,16 +345,17 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
       ->check(CLI::IsMember(evict_policy_names()))
       ->group("Simulation");
   app.add_flag("--no-prefix-cache", no_prefix_cache, "disable prefix caching")->group("Simulation");
-  max_seqs = app.add_option("--max-seqs", defaults.max_seqs,
+  max_seqs = app.add_option("--max-seqs,--max-num-seqs", defaults.max_seqs,
                             "most sequences running at once (default: vllm by --gpu-class, "
                             "generic 256)")
                  ->check(CLI::Range(1u, 1u << 20))
                  ->group("Simulation");
-  max_batched_tokens = app.add_option("--max-batched-tokens", defaults.max_batched_tokens,
-                                      "token budget per step, chunked prefill (default: vllm by "
-                                      "--gpu-class, generic 8192)")
-                           ->check(CLI::Range(1u, 1u << 30))
-                           ->group("Simulation");
+  max_batched_tokens =
+      app.add_option("--max-batched-tokens,--max-num-batched-tokens", defaults.max_batched_tokens,
+                     "token budget per step, chunked prefill (default: vllm by "
+                     "--gpu-class, generic 8192)")
+          ->check(CLI::Range(1u, 1u << 30))
+          ->group("Simulation");
   add_speculative_to(app);
   watermark = app.add_option("--watermark", defaults.watermark,
                              "fraction of blocks kept free at admission (default 0.01; vllm: 0)")

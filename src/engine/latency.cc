@@ -25,6 +25,7 @@ LatencySummary summarize_sorted(const std::vector<double>& sorted) {
   out.mean = sum / static_cast<double>(sorted.size());
   out.p50 = quantile_sorted(sorted, 0.50);
   out.p90 = quantile_sorted(sorted, 0.90);
+  out.p95 = quantile_sorted(sorted, 0.95);
   out.p99 = quantile_sorted(sorted, 0.99);
   out.max = sorted.back();
   return out;
@@ -128,6 +129,7 @@ LatencySummary LatencyDistribution::summary() const {
   out.mean = sum_ / static_cast<double>(count_);
   out.p50 = quantile(0.50);
   out.p90 = quantile(0.90);
+  out.p95 = quantile(0.95);
   out.p99 = quantile(0.99);
   out.max = max_;
   return out;

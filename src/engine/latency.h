@@ -29,6 +29,7 @@ struct LatencySummary {
   std::uint64_t count = 0;
   double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
   bool exact = true;
+  double p95 = 0;  // the planners' percentile (an SLO's p95)
 };
 LatencySummary summarize_latency(std::vector<double> values);
 // The q-quantile (0..1) of sorted values, interpolated; 0 when empty.

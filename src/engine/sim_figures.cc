@@ -82,6 +82,7 @@ LatencyFigures LatencyFigures::of(const LatencySummary& s) {
   f.weighted = 0.0 + s.mean * static_cast<double>(s.count);
   f.p50 = s.p50;
   f.p90 = s.p90;
+  f.p95 = s.p95;
   f.p99 = s.p99;
   f.max = s.max;
   f.exact = s.exact;
@@ -94,6 +95,7 @@ void LatencyFigures::merge(const LatencyFigures& o) {
   mean = count == 0 ? 0.0 : weighted / static_cast<double>(count);
   p50 = std::max(p50, o.p50);
   p90 = std::max(p90, o.p90);
+  p95 = std::max(p95, o.p95);
   p99 = std::max(p99, o.p99);
   max = std::max(max, o.max);
   exact = exact && o.exact;

@@ -58,10 +58,14 @@ struct LatencyFigures {
   std::uint64_t count = 0;
   double mean = 0.0;
   double weighted = 0.0;  // mean x count, summed over the merged instances
-  double p50 = 0.0, p90 = 0.0, p99 = 0.0, max = 0.0;
+  double p50 = 0.0, p90 = 0.0, p95 = 0.0, p99 = 0.0, max = 0.0;
   bool exact = true;
   static LatencyFigures of(const LatencySummary& s);
-  LatencySummary summary() const { return {count, mean, p50, p90, p99, max, exact}; }
+  LatencySummary summary() const {
+    LatencySummary s{count, mean, p50, p90, p99, max, exact};
+    s.p95 = p95;
+    return s;
+  }
   void merge(const LatencyFigures& o);
 };
 

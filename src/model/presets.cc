@@ -1,5 +1,7 @@
 #include "model/presets.h"
 
+#include <cctype>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -42,9 +44,27 @@ const std::vector<std::pair<std::string, std::string>>& model_preset_aliases() {
   return kAliases;
 }
 
+namespace {
+
+// A Hugging Face repository id (OWNER/NAME) names the same repository
+// whatever its case, as the hub resolves it.
+bool same_alias(std::string_view alias, std::string_view name) {
+  if (alias == name) return true;
+  if (alias.find('/') == std::string_view::npos || alias.size() != name.size()) return false;
+  for (std::size_t i = 0; i < alias.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(alias[i])) !=
+        std::tolower(static_cast<unsigned char>(name[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 const ModelPreset* find_model_preset(std::string_view name) {
   for (const auto& [alias, target] : model_preset_aliases()) {
-    if (alias == name) {
+    if (same_alias(alias, name)) {
       name = target;
       break;
     }
@@ -62,11 +82,21 @@ std::string model_preset_list() {
     out += preset.name;
   }
   std::string aliases;
+  bool hub_ids = false;
   for (const auto& [alias, target] : model_preset_aliases()) {
+    if (alias.find('/') != std::string::npos) {
+      hub_ids = true;  // listed in src/model/aliases.json, too many to name here
+      continue;
+    }
     aliases += aliases.empty() ? "" : ", ";
     aliases += fmt::format("{} = {}", alias, target);
   }
   if (!aliases.empty()) out += fmt::format(" (aliases: {})", aliases);
+  if (hub_ids) {
+    out +=
+        "; Hugging Face ids of the same checkpoints resolve too (e.g. "
+        "meta-llama/Llama-3.1-8B-Instruct)";
+  }
   return out;
 }
 

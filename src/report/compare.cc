@@ -27,9 +27,11 @@ constexpr std::optional<Threshold> kInformational = std::nullopt;
 // threshold is not a noise margin: it is how much worse a change may make a
 // metric before a gate fails. Ratios get absolute slack (0.001 = 0.1 point),
 // counts relative slack (1% of the base); oom.events may not grow at all.
-constexpr std::array<CompareMetric, 33> kMetrics = {{
+constexpr std::array<CompareMetric, 48> kMetrics = {{
     {"blocks.peak_used", false, relative(0.01)},
-    {"blocks.peak_in_use", false, kInformational},  // simulate
+    // What requests hold: peak_used reaches the pool once a prefix cache
+    // fills it, so this is the figure that moves (simulate).
+    {"blocks.peak_in_use", false, relative(0.01)},
     {"blocks.final_used", false, kInformational},
     {"blocks.allocations", false, kInformational},
     {"fragmentation.waste_ratio_mean", false, absolute(0.001)},
@@ -50,6 +52,7 @@ constexpr std::array<CompareMetric, 33> kMetrics = {{
     {"requests.finished", true, kInformational},
     {"requests.skipped", false, kInformational},
     {"prefix_cache.hit_rate", true, absolute(0.001)},
+    {"prefix_cache.hit_rate_with_tiers", true, absolute(0.001), true},  // with --offload
     {"prefix_cache.hit_blocks", true, kInformational},
     {"prefix_cache.hits", true, kInformational},
     {"prefix_cache.evictions", false, kInformational},
@@ -61,9 +64,24 @@ constexpr std::array<CompareMetric, 33> kMetrics = {{
     // Latency in virtual time (a cost model or scheduler change moves it).
     {"latency.ttft_ms.p99", false, relative(0.05)},
     {"latency.tpot_ms.p99", false, relative(0.05)},
+    {"latency.e2e_ms.p99", false, relative(0.05)},
+    {"latency.ttft_ms.p90", false, relative(0.05)},
+    {"latency.tpot_ms.p90", false, relative(0.05)},
+    {"latency.e2e_ms.p90", false, relative(0.05)},
+    {"latency.ttft_ms.p95", false, relative(0.05), true},  // reports since p95
+    {"latency.tpot_ms.p95", false, relative(0.05), true},
+    {"latency.e2e_ms.p95", false, relative(0.05), true},
     {"latency.ttft_ms.p50", false, kInformational},
     {"latency.tpot_ms.p50", false, kInformational},
+    {"latency.e2e_ms.p50", false, kInformational},
+    {"latency.queue_ms.p99", false, kInformational},
     {"slo.attainment", true, absolute(0.01)},  // when the runs had SLOs
+    {"slo.goodput_rps", true, kInformational},
+    // Cost, when the runs were given a price (--gpu-hour-usd, --gpu-prices).
+    {"cost_usd.usd_per_million_output_tokens", false, relative(0.01), true},
+    {"cost_usd.usd_per_hour", false, kInformational, true},
+    {"cost_usd.usd_run", false, kInformational, true},
+    {"cost_usd.gpus", false, kInformational, true},
 }};
 
 const CompareMetric* find_metric(std::string_view path) {
@@ -255,7 +273,8 @@ std::string kind_of(const nlohmann::json& report) {
 // Metrics only simulate reports carry.
 bool simulate_only(std::string_view path) {
   return path.starts_with("requests.") || path.starts_with("prefix_cache.") ||
-         path.starts_with("scheduler.") || path.starts_with("latency.") || path.starts_with("slo.");
+         path.starts_with("scheduler.") || path.starts_with("latency.") ||
+         path.starts_with("slo.") || path.starts_with("cost_usd.") || path == "blocks.peak_in_use";
 }
 
 // The node at `path`: nullptr when absent; an error when a parent on the way
@@ -338,6 +357,7 @@ Result<void, std::string> check_shape(const nlohmann::json& report, std::string_
         (metric.path.starts_with("latency.") && !report.contains("latency"))) {
       continue;
     }
+    if (metric.optional && at_path(report, metric.path) == nullptr) continue;
     if (thresholds.find(metric.path)) {
       if (auto ok = required(metric.path, &nlohmann::json::is_number, "a number", "a gated metric");
           !ok)
@@ -350,6 +370,14 @@ Result<void, std::string> check_shape(const nlohmann::json& report, std::string_
       return Unexpected{fmt::format("{}: {}: expected a number, got {}", name, metric.path,
                                     node.value()->type_name())};
     }
+  }
+  // A figure gated by its path must be there, a number, in both reports.
+  for (const AdHocGate& gate : thresholds.ad_hoc()) {
+    if (gate.threshold.kind == Threshold::Kind::kOff) continue;
+    if (auto ok = required(gate.path, &nlohmann::json::is_number, "a number",
+                           "given a threshold by --threshold");
+        !ok)
+      return ok;
   }
   return {};
 }
@@ -416,9 +444,35 @@ Result<void, std::string> Thresholds::set(std::string_view assignment) {
   if (equals == std::string_view::npos) {
     return Unexpected{fmt::format("'{}': expected NAME=VALUE (e.g. peak_used=2%)", assignment)};
   }
-  auto path = resolve_name(assignment.substr(0, equals));
-  if (!path) return Unexpected{path.error()};
-  auto threshold = Threshold::parse(assignment.substr(equals + 1));
+  const std::string_view name = assignment.substr(0, equals);
+  std::string_view value = assignment.substr(equals + 1);
+  auto path = resolve_name(name);
+  if (!path) {
+    // Any figure of the report by its dotted path: an increase is worse, or
+    // a decrease with a leading '-'.
+    const bool dotted = name.find('.') != std::string_view::npos && name.front() != '.' &&
+                        name.back() != '.' && name.find("..") == std::string_view::npos;
+    if (path.error().find("ambiguous") != std::string::npos ||
+        path.error().find("always checked") != std::string::npos) {
+      return Unexpected{path.error()};
+    }
+    if (!dotted) {
+      return Unexpected{path.error() + "; or any number of the report by its dotted path"};
+    }
+    const bool decrease = value.starts_with('-');
+    if (decrease) value.remove_prefix(1);
+    auto threshold = Threshold::parse(value);
+    if (!threshold) return Unexpected{fmt::format("{}: {}", name, threshold.error())};
+    for (AdHocGate& gate : ad_hoc_) {
+      if (gate.path == name) {
+        gate = AdHocGate{std::string(name), decrease, threshold.value()};
+        return {};
+      }
+    }
+    ad_hoc_.push_back(AdHocGate{std::string(name), decrease, threshold.value()});
+    return {};
+  }
+  auto threshold = Threshold::parse(value);
   if (!threshold) return Unexpected{fmt::format("{}: {}", path.value(), threshold.error())};
   by_path_[path.value()] = threshold.value();
   return {};
@@ -452,6 +506,12 @@ std::optional<Threshold> Thresholds::find(std::string_view path) const {
   if (it == by_path_.end() || it->second.kind == Threshold::Kind::kOff) return std::nullopt;
   return it->second;
 }
+
+namespace {
+// One row of a number both reports carry (none when either lacks it).
+void add_metric_row(Comparison& out, const nlohmann::json& base, const nlohmann::json& now,
+                    std::string_view path, bool higher_is_better, std::optional<Threshold> gate);
+}  // namespace
 
 Result<Comparison, std::string> compare_reports(const nlohmann::json& base,
                                                 const nlohmann::json& now,
@@ -521,43 +581,59 @@ Result<Comparison, std::string> compare_reports(const nlohmann::json& base,
   }
 
   for (const CompareMetric& metric : kMetrics) {
-    auto b = number_at(base, metric.path);
-    auto n = number_at(now, metric.path);
-    if (!b || !n) continue;  // e.g. simulate-only keys in replay reports
-    CompareRow row;
-    row.metric = std::string(metric.path);
-    row.base = b->text;
-    row.now = n->text;
-    row.change = change_text(*b, *n);
-    std::optional<Threshold> gate = thresholds.find(metric.path);
-    row.threshold = gate ? gate->to_string() : std::string();
-    const double worse_by = metric.higher_is_better ? -difference(*b, *n) : difference(*b, *n);
-    // Floating-point reports: differences below rounding are not changes.
-    const double epsilon = b->integer && n->integer
-                               ? 0.0
-                               : 1e-12 * std::max({1.0, std::fabs(b->value), std::fabs(n->value)});
-    if (std::fabs(worse_by) <= epsilon) {
-      row.verdict = CompareRow::Verdict::kSame;
-    } else if (worse_by < 0) {
-      row.verdict = CompareRow::Verdict::kBetter;
-    } else if (!gate) {
-      row.verdict = CompareRow::Verdict::kWorse;
-    } else {
-      const double allowed = gate->kind == Threshold::Kind::kRelative
-                                 ? gate->value * std::fabs(b->value)
-                                 : gate->value;
-      if (worse_by > allowed + epsilon) {
-        row.verdict = CompareRow::Verdict::kRegressed;
-        out.regressions.push_back(fmt::format("{}: {} -> {} ({}; threshold {})", row.metric,
-                                              row.base, row.now, row.change, row.threshold));
-      } else {
-        row.verdict = CompareRow::Verdict::kWithin;
-      }
-    }
-    out.rows.push_back(std::move(row));
+    add_metric_row(out, base, now, metric.path, metric.higher_is_better,
+                   thresholds.find(metric.path));
+  }
+  for (const AdHocGate& gate : thresholds.ad_hoc()) {
+    if (find_metric(gate.path) != nullptr) continue;
+    add_metric_row(out, base, now, gate.path, gate.higher_is_better,
+                   gate.threshold.kind == Threshold::Kind::kOff
+                       ? std::nullopt
+                       : std::optional<Threshold>(gate.threshold));
   }
   return out;
 }
+
+namespace {
+
+void add_metric_row(Comparison& out, const nlohmann::json& base, const nlohmann::json& now,
+                    std::string_view path, bool higher_is_better, std::optional<Threshold> gate) {
+  auto b = number_at(base, path);
+  auto n = number_at(now, path);
+  if (!b || !n) return;  // e.g. simulate-only keys in replay reports
+  CompareRow row;
+  row.metric = std::string(path);
+  row.base = b->text;
+  row.now = n->text;
+  row.change = change_text(*b, *n);
+  row.threshold = gate ? gate->to_string() : std::string();
+  if (gate && higher_is_better && find_metric(path) == nullptr) row.threshold = "-" + row.threshold;
+  const double worse_by = higher_is_better ? -difference(*b, *n) : difference(*b, *n);
+  // Floating-point reports: differences below rounding are not changes.
+  const double epsilon = b->integer && n->integer
+                             ? 0.0
+                             : 1e-12 * std::max({1.0, std::fabs(b->value), std::fabs(n->value)});
+  if (std::fabs(worse_by) <= epsilon) {
+    row.verdict = CompareRow::Verdict::kSame;
+  } else if (worse_by < 0) {
+    row.verdict = CompareRow::Verdict::kBetter;
+  } else if (!gate) {
+    row.verdict = CompareRow::Verdict::kWorse;
+  } else {
+    const double allowed =
+        gate->kind == Threshold::Kind::kRelative ? gate->value * std::fabs(b->value) : gate->value;
+    if (worse_by > allowed + epsilon) {
+      row.verdict = CompareRow::Verdict::kRegressed;
+      out.regressions.push_back(fmt::format("{}: {} -> {} ({}; threshold {})", row.metric, row.base,
+                                            row.now, row.change, row.threshold));
+    } else {
+      row.verdict = CompareRow::Verdict::kWithin;
+    }
+  }
+  out.rows.push_back(std::move(row));
+}
+
+}  // namespace
 
 std::string comparison_text(const Comparison& comparison, std::string_view base_name,
                             std::string_view new_name, bool color) {
@@ -601,6 +677,136 @@ std::string comparison_text(const Comparison& comparison, std::string_view base_
   } else {
     out += paint.green(fmt::format("no regression ({} metrics)", comparison.rows.size())) + "\n";
   }
+  return out;
+}
+
+namespace {
+
+std::string_view verdict_name(CompareRow::Verdict verdict) {
+  switch (verdict) {
+    case CompareRow::Verdict::kSame: return "same";
+    case CompareRow::Verdict::kBetter: return "better";
+    case CompareRow::Verdict::kWorse: return "worse";
+    case CompareRow::Verdict::kWithin: return "within";
+    case CompareRow::Verdict::kRegressed: return "regressed";
+  }
+  return "?";
+}
+
+std::string xml_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        // XML 1.0 allows no control characters but tab, newline and return.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+          out += '?';
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+// GitHub's workflow commands: a property (title) escapes ',' and ':' too.
+std::string github_escaped(std::string_view text, bool property) {
+  std::string out;
+  for (char c : text) {
+    if (c == '%') {
+      out += "%25";
+    } else if (c == '\r') {
+      out += "%0D";
+    } else if (c == '\n') {
+      out += "%0A";
+    } else if (property && c == ':') {
+      out += "%3A";
+    } else if (property && c == ',') {
+      out += "%2C";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string comparison_json(const Comparison& comparison, std::string_view base_name,
+                            std::string_view new_name) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const CompareRow& row : comparison.rows) {
+    rows.push_back({{"metric", row.metric},
+                    {"base", row.base},
+                    {"new", row.now},
+                    {"change", row.change},
+                    {"threshold", row.threshold},
+                    {"verdict", std::string(verdict_name(row.verdict))}});
+  }
+  nlohmann::json out = {{"kvreplay_compare", 1},
+                        {"base", std::string(base_name)},
+                        {"new", std::string(new_name)},
+                        {"kind", comparison.kind},
+                        {"trace_sha256", comparison.sha256},
+                        {"config_changes", comparison.config_changes},
+                        {"rows", std::move(rows)},
+                        {"regressions", comparison.regressions},
+                        {"regressed", comparison.regressed()}};
+  return out.dump(2) + "\n";
+}
+
+std::string comparison_junit(const Comparison& comparison, std::string_view name) {
+  std::size_t failures = 0;
+  for (const CompareRow& row : comparison.rows) {
+    failures += row.verdict == CompareRow::Verdict::kRegressed ? 1 : 0;
+  }
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out += fmt::format("<testsuites name=\"kvreplay compare\" tests=\"{}\" failures=\"{}\">\n",
+                     comparison.rows.size(), failures);
+  out += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\">\n",
+                     xml_escaped(name), comparison.rows.size(), failures);
+  for (const CompareRow& row : comparison.rows) {
+    out += fmt::format("    <testcase classname=\"{}\" name=\"{}\"", xml_escaped(name),
+                       xml_escaped(row.metric));
+    const std::string detail =
+        fmt::format("{}: {} -> {}{}{}", row.metric, row.base, row.now,
+                    row.change.empty() ? std::string() : " (" + row.change + ")",
+                    row.threshold.empty() ? std::string() : "; threshold " + row.threshold);
+    if (row.verdict == CompareRow::Verdict::kRegressed) {
+      out +=
+          fmt::format(">\n      <failure message=\"{}\" type=\"regression\"/>\n    </testcase>\n",
+                      xml_escaped(detail));
+    } else {
+      out += fmt::format(">\n      <system-out>{} ({})</system-out>\n    </testcase>\n",
+                         xml_escaped(detail), verdict_name(row.verdict));
+    }
+  }
+  out += "  </testsuite>\n</testsuites>\n";
+  return out;
+}
+
+std::string comparison_github(const Comparison& comparison, std::string_view name) {
+  std::string out;
+  for (const CompareRow& row : comparison.rows) {
+    if (row.verdict != CompareRow::Verdict::kRegressed) continue;
+    out += fmt::format("::error title={}::{}\n",
+                       github_escaped(fmt::format("{}: {} regressed", name, row.metric), true),
+                       github_escaped(fmt::format("{}: {} -> {} ({}; threshold {})", row.metric,
+                                                  row.base, row.now, row.change, row.threshold),
+                                      false));
+  }
+  out += fmt::format(
+      "::notice title={}::{}\n", github_escaped(fmt::format("{}: kvreplay compare", name), true),
+      github_escaped(comparison.regressed()
+                         ? fmt::format("{} of {} metrics regressed", comparison.regressions.size(),
+                                       comparison.rows.size())
+                         : fmt::format("no regression ({} metrics)", comparison.rows.size()),
+                     false));
   return out;
 }
 

@@ -54,6 +54,18 @@ struct CompareMetric {
   std::string_view path;          // "fragmentation.waste_ratio_mean"
   bool higher_is_better = false;  // false: an increase is worse
   std::optional<Threshold> gate;  // the default; nullopt: informational
+  // Present only in some runs (tiers, prices): a report without it has
+  // nothing to gate there, and the row is left out.
+  bool optional = false;
+};
+
+// A threshold on a figure outside compare_metrics(): any number of the report
+// by its dotted path ("offload.tiers.cpu.hit_tokens"). An increase is worse,
+// or a decrease when the threshold was written with a leading '-' ("-2%").
+struct AdHocGate {
+  std::string path;
+  bool higher_is_better = false;
+  Threshold threshold;
 };
 
 // Every metric compare knows, in table order (the always-checked status and
@@ -72,9 +84,12 @@ class Thresholds {
   Result<void, std::string> set_all(const nlohmann::json& object);
   // nullopt: the metric is not gated.
   std::optional<Threshold> find(std::string_view path) const;
+  // The thresholds on figures outside compare_metrics(), in the order given.
+  const std::vector<AdHocGate>& ad_hoc() const { return ad_hoc_; }
 
  private:
   std::map<std::string, Threshold, std::less<>> by_path_;
+  std::vector<AdHocGate> ad_hoc_;
 };
 
 struct CompareRow {
@@ -110,5 +125,15 @@ Result<Comparison, std::string> compare_reports(const nlohmann::json& base,
 // The table printed on stdout, coloured when `color`.
 std::string comparison_text(const Comparison& comparison, std::string_view base_name,
                             std::string_view new_name, bool color);
+
+// The comparison for machines (compare --format): `json`, one object with
+// every row and the regressions; `junit`, a JUnit XML test suite named
+// `name` with a test case a row (a regression is a failure), for CI
+// dashboards; `github`, one workflow command a regression
+// (`::error title=...::...`) and a notice line at the end.
+std::string comparison_json(const Comparison& comparison, std::string_view base_name,
+                            std::string_view new_name);
+std::string comparison_junit(const Comparison& comparison, std::string_view name);
+std::string comparison_github(const Comparison& comparison, std::string_view name);
 
 }  // namespace kvreplay

@@ -387,10 +387,12 @@ std::string run_cards(const nlohmann::json& report, bool simulate) {
       const nlohmann::json& v = at_path(report, where);
       return v.is_number() ? ms_text(v.get<double>()) : std::string("-");
     };
-    body += card("TTFT p50 / p99",
-                 ms({"latency", "ttft_ms", "p50"}) + " / " + ms({"latency", "ttft_ms", "p99"}));
-    body += card("TPOT p50 / p99",
-                 ms({"latency", "tpot_ms", "p50"}) + " / " + ms({"latency", "tpot_ms", "p99"}));
+    body += card("TTFT p50 / p95 / p99", ms({"latency", "ttft_ms", "p50"}) + " / " +
+                                             ms({"latency", "ttft_ms", "p95"}) + " / " +
+                                             ms({"latency", "ttft_ms", "p99"}));
+    body += card("TPOT p50 / p95 / p99", ms({"latency", "tpot_ms", "p50"}) + " / " +
+                                             ms({"latency", "tpot_ms", "p95"}) + " / " +
+                                             ms({"latency", "tpot_ms", "p99"}));
     const nlohmann::json& attainment = at_path(report, {"slo", "attainment"});
     if (attainment.is_number()) {
       body += card("SLO attainment", percent_text(attainment),

@@ -232,6 +232,51 @@ run compare "$r/sim.json" "$r/quick.json"
 check '[[ $rc -eq 2 ]]' "simulate vs replay report of other traces: exit $rc"
 finish "compare: simulate reports"
 
+# --- every figure by name, defaults that fire, and the machine formats
+# peak_in_use is gated by default (peak_used stops at the pool once a cache fills it).
+jq '.blocks.peak_in_use += 50' "$r/sim.json" >"$r/sim_in_use.json"
+run compare "$r/sim.json" "$r/sim_in_use.json" -q
+check '[[ $rc -eq 1 ]] && err_has "regression: blocks.peak_in_use: "' "peak_in_use: exit $rc, $(err_text)"
+# The p90s and E2E's p99 are gated too.
+jq '.latency.e2e_ms.p90 *= 1.2' "$r/sim.json" >"$r/sim_e2e.json"
+run compare "$r/sim.json" "$r/sim_e2e.json" -q
+check '[[ $rc -eq 1 ]] && err_has "regression: latency.e2e_ms.p90: "' "e2e p90: exit $rc, $(err_text)"
+# Any number by its dotted path: an increase worse, or a decrease with -VALUE.
+jq '.tokens.peak_logical += 100' "$r/quick.json" >"$r/quick_logical.json"
+run compare "$r/quick.json" "$r/quick_logical.json" --threshold tokens.peak_logical=1% -q
+check '[[ $rc -eq 1 ]] && err_has "regression: tokens.peak_logical: 1601 -> 1701"' \
+  "a dotted path: exit $rc, $(err_text)"
+run compare "$r/quick_logical.json" "$r/quick.json" --threshold tokens.peak_logical=-1% -q
+check '[[ $rc -eq 1 ]] && err_has "regression: tokens.peak_logical: 1701 -> 1601"' \
+  "a dotted path, a decrease worse: exit $rc, $(err_text)"
+run compare "$r/quick.json" "$r/quick_logical.json" --threshold tokens.peak_logical=-1% -q
+check '[[ $rc -eq 0 ]]' "a dotted path, an increase better under -VALUE: exit $rc, $(err_text)"
+run compare "$r/quick.json" "$r/quick.json" --threshold tokens.nothing_here=1%
+check '[[ $rc -eq 2 ]] && err_has "tokens.nothing_here: missing (given a threshold by --threshold)"' \
+  "a path the report lacks: exit $rc, $(err_text)"
+run compare "$r/quick.json" "$r/quick.json" --threshold peak_nothing=1%
+check '[[ $rc -eq 2 ]] && err_has "unknown metric '"'"'peak_nothing'"'"'"' "an unknown bare name: exit $rc, $(err_text)"
+# JUnit: one test case a row, a failure a regression; stderr names the case.
+run compare "$r/sim.json" "$r/sim_in_use.json" --format junit --name sim-case
+check '[[ $rc -eq 1 ]] && head -1 "$work/out" | grep -qF "<?xml version=\"1.0\""' "junit: exit $rc"
+cases=$(grep -c "<testcase " "$work/out")
+failures=$(grep -c "<failure " "$work/out")
+check '[[ $failures -eq 1 ]] && grep -qF "tests=\"$cases\" failures=\"1\"" "$work/out" && [[ $(grep -c "</testcase>" "$work/out") -eq $cases ]]' \
+  "junit: $cases cases, $failures failures: $(head -3 "$work/out" | tr '\n' '|')"
+check 'grep -qF "<testsuite name=\"sim-case\"" "$work/out" && err_has "kvreplay compare: sim-case: regression: blocks.peak_in_use"' \
+  "junit: the case is not named: $(err_text)"
+# GitHub annotations: an ::error a regression, a ::notice at the end.
+run compare "$r/sim.json" "$r/sim_in_use.json" --format github --name sim-case
+check '[[ $rc -eq 1 && $(grep -c "^::error title=sim-case%3A blocks.peak_in_use regressed::" "$work/out") -eq 1 ]] && tail -1 "$work/out" | grep -q "^::notice "' \
+  "github: exit $rc, $(head -c 300 "$work/out" | tr '\n' '|')"
+# JSON: every row, the regressions, the verdict.
+run compare "$r/sim.json" "$r/sim_in_use.json" --format json
+check '[[ $rc -eq 1 && $(jq -r ".regressed, (.rows | length > 10), (.rows[] | select(.metric == \"blocks.peak_in_use\") | .verdict)" "$work/out" | tr "\n" " ") == "true true regressed " ]]' \
+  "json: exit $rc, $(head -c 200 "$work/out")"
+run compare "$r/sim.json" "$r/sim.json" --format xml
+check '[[ $rc -eq 2 ]]' "--format xml: exit $rc"
+finish "compare: every figure by its path, defaults that fire, json, junit and github"
+
 # --- the gate: update, compare, regressions, a missing baseline
 gate() {  # gate ARGS...: sets rc; output in $work/out
   "$root/scripts/gate" --kvreplay "$kvreplay" "$@" >"$work/out" 2>"$work/err"

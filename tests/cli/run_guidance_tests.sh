@@ -74,7 +74,7 @@ awk 'BEGIN { for (i = 0; i < 3000; i++)
 number='[0-9]+(\.[0-9]+)?'
 unit="$number (ms|s|min|h)"
 for label in TTFT TPOT queueing end-to-end; do
-  check 'grep -Eq "^  $label +p50 $unit, p90 $unit, p99 $unit, mean $unit\$" "$work/out"' \
+  check 'grep -Eq "^  $label +p50 $unit, p90 $unit, p95 $unit, p99 $unit, mean $unit\$" "$work/out"' \
     "$label: $(grep "^  $label " "$work/out")"
 done
 check 'grep -Eq "^  TTFT +p50 $number min, " "$work/out"' "TTFT not in minutes: $(grep "^  TTFT" "$work/out")"

@@ -229,7 +229,7 @@ refused "--gpu with a geometry given by hand" \
   "command line: --gpu: sizing the pool from the GPU's memory needs the model's weights: give --model or --model-config (a geometry given by hand has none), or --kv-memory" \
   simulate "$work/requests.jsonl" --layers 4 --kv-heads 2 --head-dim 64 --gpu h200 -q
 refused "an unknown model" \
-  "command line: --model: unknown model 'llama-4' (known: deepseek-v3, gemma-3-27b, gpt-oss-120b, gpt-oss-20b, llama-3.1-405b, llama-3.1-405b-fp8, llama-3.1-70b, llama-3.1-70b-fp8, llama-3.1-8b, llama-3.1-8b-fp8, mistral-7b, qwen2.5-7b, qwen3-235b-a22b, qwen3-32b, qwen3-8b (aliases: llama-3-70b = llama-3.1-70b, llama-3-8b = llama-3.1-8b))" \
+  "command line: --model: unknown model 'llama-4' (known: deepseek-v3, gemma-3-27b, gpt-oss-120b, gpt-oss-20b, llama-3.1-405b, llama-3.1-405b-fp8, llama-3.1-70b, llama-3.1-70b-fp8, llama-3.1-8b, llama-3.1-8b-fp8, mistral-7b, qwen2.5-7b, qwen3-235b-a22b, qwen3-32b, qwen3-8b (aliases: llama-3-70b = llama-3.1-70b, llama-3-8b = llama-3.1-8b); Hugging Face ids of the same checkpoints resolve too (e.g. meta-llama/Llama-3.1-8B-Instruct))" \
   simulate "$work/requests.jsonl" --model llama-4 --kv-memory 1GiB -q
 refused "no pool size" \
   "command line: --kv-memory: missing: give --kv-memory (e.g. 40GiB), --pool-blocks or --gpu (e.g. h100-80gb)" \

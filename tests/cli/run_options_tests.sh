@@ -128,5 +128,29 @@ check '[[ $rc -eq 2 ]] && grep -q "not expected: traces/oom.jsonl" "$work/err"' 
   "exit $rc: $(shown "$work/err")"
 finish "kvreplay replay A B: the parser's message"
 
+# vLLM's and SGLang's spellings of the shared options, and a Hugging Face id
+# for --model: the same run as kvreplay's own names, byte for byte but for
+# the model as named.
+head -n 101 traces/requests/azure_conv.csv >"$work/azure.csv"
+ours=(--model llama-3.1-8b --gpu h100-80gb --max-seqs 8 --max-batched-tokens 4096 --page-tokens 32
+  --tp 2 --max-seq-tokens 8192 --dtype fp8 --gpu-memory-utilization 0.85 -q)
+theirs=(--model meta-llama/Llama-3.1-8B-Instruct --gpu h100-80gb --max-num-seqs 8
+  --max-num-batched-tokens 4096 --block-size 32 --tensor-parallel-size 2 --max-model-len 8192
+  --kv-cache-dtype fp8_e4m3 --mem-fraction-static 0.85 -q)
+run_cmd "$kvreplay" simulate "$work/azure.csv" "${ours[@]}" --report "$work/ours.json"
+ours_rc=$rc
+run_cmd "$kvreplay" simulate "$work/azure.csv" "${theirs[@]}" --report "$work/theirs.json"
+check '[[ $ours_rc -eq 0 && $rc -eq 0 ]]' "exit $ours_rc / $rc: $(shown "$work/err")"
+check 'cmp -s <(jq -S "del(.timing, .config.model)" "$work/ours.json") <(jq -S "del(.timing, .config.model)" "$work/theirs.json")' \
+  "the spellings gave another run: $(diff <(jq -S "del(.timing)" "$work/ours.json") <(jq -S "del(.timing)" "$work/theirs.json") | head -5 | tr '\n' '|')"
+check '[[ $(jq -r .config.model_source "$work/theirs.json") == preset:llama-3.1-8b ]]' \
+  "model_source: $(jq -r .config.model_source "$work/theirs.json")"
+# --kv-cache-dtype auto keeps the model's; SGLang's --page-size and --tp-size too.
+run_cmd "$kvreplay" simulate "$work/azure.csv" --model llama-3.1-8b-fp8 --gpu h100-80gb --kv-cache-dtype auto \
+  --engine sglang --page-size 1 --tp-size 2 --context-length 8192 -q --report "$work/sg.json"
+check '[[ $rc -eq 0 && $(jq -r "[.config.dtype, .config.page_tokens, .config.tp] | join(\" \")" "$work/sg.json") == "fp8 1 2" ]]' \
+  "sglang spellings: exit $rc, $(jq -c "[.config.dtype, .config.page_tokens, .config.tp]" "$work/sg.json" 2>/dev/null)"
+finish "vLLM's and SGLang's option spellings and Hugging Face ids run as kvreplay's names"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

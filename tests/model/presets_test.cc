@@ -46,7 +46,6 @@ TEST_CASE("presets: every preset is listed once, reads, and every alias names a 
     CHECK(preset->spec.layer_attention.size() == preset->spec.layers);
   }
   // kvreplay's first presets are aliases now, of the models with their geometry.
-  REQUIRE(model_preset_aliases().size() == 2u);
   CHECK(find_model_preset("llama-3-8b") == find_model_preset("llama-3.1-8b"));
   CHECK(find_model_preset("llama-3-70b") == find_model_preset("llama-3.1-70b"));
   CHECK(find_model_preset("llama-3-8B") == nullptr);
@@ -54,6 +53,28 @@ TEST_CASE("presets: every preset is listed once, reads, and every alias names a 
   CHECK(find_model_preset("") == nullptr);
   CHECK(model_preset_list().find("gemma-3-27b") != std::string::npos);
   CHECK(model_preset_list().find("llama-3-8b = llama-3.1-8b") != std::string::npos);
+}
+
+TEST_CASE("presets: Hugging Face ids resolve to the preset of the same checkpoint") {
+  // Every alias with an owner names a preset that exists.
+  std::size_t hub_ids = 0;
+  for (const auto& [alias, target] : model_preset_aliases()) {
+    INFO(alias);
+    CHECK(find_model_preset(target) != nullptr);
+    hub_ids += alias.find('/') != std::string::npos ? 1 : 0;
+  }
+  CHECK(hub_ids >= 15);
+  CHECK(find_model_preset("meta-llama/Llama-3.1-8B-Instruct") == find_model_preset("llama-3.1-8b"));
+  // The hub's ids are case-insensitive; kvreplay's own names are not.
+  CHECK(find_model_preset("META-LLAMA/llama-3.1-8b-instruct") == find_model_preset("llama-3.1-8b"));
+  CHECK(find_model_preset("deepseek-ai/DeepSeek-R1") == find_model_preset("deepseek-v3"));
+  CHECK(find_model_preset("nvidia/Llama-3.3-70B-Instruct-FP8") ==
+        find_model_preset("llama-3.1-70b-fp8"));
+  CHECK(find_model_preset("meta-llama/Llama-3.1-8B-Instruct-x") == nullptr);
+  CHECK(find_model_preset("Llama-3.1-8B") == nullptr);
+  // The message lists the short aliases and says the hub's ids resolve.
+  CHECK(model_preset_list().find("meta-llama/Llama-3.1-8B-Instruct)") != std::string::npos);
+  CHECK(model_preset_list().find("Qwen/Qwen3-32B") == std::string::npos);
 }
 
 TEST_CASE("presets: llama-3.1-8b") {

@@ -40,6 +40,7 @@ json replay_report() {
 json simulate_report() {
   json report = replay_report();
   report["requests"] = {{"total", 10}, {"finished", 10}, {"skipped", 0}};
+  report["blocks"]["peak_in_use"] = 40;  // simulate's: what requests hold
   report["prefix_cache"] = {{"query_tokens", 1000},        {"hit_tokens", 500}, {"hit_rate", 0.5},
                             {"hit_rate_per_request", 0.4}, {"hit_blocks", 30},  {"evictions", 0}};
   report["scheduler"] = {{"steps", 100},
@@ -426,6 +427,58 @@ TEST_CASE("compare: the table is deterministic and coloured only when asked") {
   CHECK(colored.find("\033[1;31mREGRESSED\033[0m") != std::string::npos);
   CHECK(comparison_text(compare(base, base), "b", "n", false).find("no regression (") !=
         std::string::npos);
+}
+
+TEST_CASE("compare: any number by its dotted path, in either direction") {
+  Thresholds t;
+  REQUIRE(t.set("tokens.peak_logical=1%").ok());
+  REQUIRE(t.set("cow.bytes_extra=-0").ok());  // a path the reports lack
+  REQUIRE(t.ad_hoc().size() == 2);
+  CHECK_FALSE(t.ad_hoc()[0].higher_is_better);
+  CHECK(t.ad_hoc()[1].higher_is_better);
+  CHECK_FALSE(t.set("peak_nothing=1%").ok());         // a bare name must be known
+  CHECK_FALSE(t.set("tokens..x=1%").ok());            // not a path
+  CHECK_FALSE(t.set("tokens.peak_logical=-x").ok());  // not a threshold
+  json base = replay_report();
+  base["tokens"]["peak_logical"] = 100;
+  json now = base;
+  now["tokens"]["peak_logical"] = 102;
+  Thresholds one;
+  REQUIRE(one.set("tokens.peak_logical=1%").ok());
+  const Comparison up = compare(base, now, one);
+  CHECK(row(up, "tokens.peak_logical").verdict == Verdict::kRegressed);
+  Thresholds down;
+  REQUIRE(down.set("tokens.peak_logical=-1%").ok());
+  CHECK(row(compare(base, now, down), "tokens.peak_logical").verdict == Verdict::kBetter);
+  CHECK(row(compare(now, base, down), "tokens.peak_logical").verdict == Verdict::kRegressed);
+  // Both reports must carry it.
+  auto missing = compare_reports(base, now, t);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().find("cow.bytes_extra: missing") != std::string::npos);
+}
+
+TEST_CASE("compare: JUnit and GitHub outputs name the case and escape what they must") {
+  json base = replay_report();
+  json now = base;
+  now["cow"]["copies"] = 1000;
+  const Comparison c = compare(base, now);
+  const std::string xml = comparison_junit(c, "a<b>&\"c\"");
+  CHECK(xml.rfind("<?xml version=\"1.0\" encoding=\"UTF-8\"?>", 0) == 0);
+  CHECK(xml.find("<testsuite name=\"a&lt;b&gt;&amp;&quot;c&quot;\"") != std::string::npos);
+  CHECK(xml.find("failures=\"1\"") != std::string::npos);
+  CHECK(xml.find("<failure message=\"cow.copies: ") != std::string::npos);
+  std::size_t cases = 0;
+  for (std::size_t at = xml.find("<testcase "); at != std::string::npos;
+       at = xml.find("<testcase ", at + 1)) {
+    ++cases;
+  }
+  CHECK(cases == c.rows.size());
+  const std::string gh = comparison_github(c, "case:1,2");
+  CHECK(gh.rfind("::error title=case%3A1%2C2%3A cow.copies regressed::cow.copies: ", 0) == 0);
+  CHECK(gh.find("::notice ") != std::string::npos);
+  const json parsed = json::parse(comparison_json(c, "B", "N"));
+  CHECK(parsed["regressed"] == true);
+  CHECK(parsed["rows"].size() == c.rows.size());
 }
 
 }  // namespace

@@ -480,9 +480,9 @@ std::string fleet_summary(const nlohmann::json& report, bool color) {
   line("steps / preemptions", fmt::format("{} / {}", scheduler["steps"].get<std::uint64_t>(),
                                           scheduler["preemptions"].get<std::uint64_t>()));
   auto percentiles = [](const nlohmann::json& l) {
-    return fmt::format("p50 {}, p90 {}, p99 {}, mean {}", ms_text(l["p50"].get<double>()),
-                       ms_text(l["p90"].get<double>()), ms_text(l["p99"].get<double>()),
-                       ms_text(l["mean"].get<double>()));
+    return fmt::format("p50 {}, p90 {}, p95 {}, p99 {}, mean {}", ms_text(l["p50"].get<double>()),
+                       ms_text(l["p90"].get<double>()), ms_text(l["p95"].get<double>()),
+                       ms_text(l["p99"].get<double>()), ms_text(l["mean"].get<double>()));
   };
   line("TTFT", percentiles(report["latency"]["ttft_ms"]));
   line("TPOT", percentiles(report["latency"]["tpot_ms"]));

@@ -119,7 +119,7 @@ nlohmann::json sim_options_json(const SimOptions& options);
 // made; none: linear) and its constants.
 nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& roofline,
                          EngineKind engine);
-// {count, mean, p50, p90, p99, max, exact} of one latency (exact: false when
+// {count, mean, p50, p90, p95, p99, max, exact} of one latency (exact: false when
 // its percentiles come from the bounded histogram, within 0.1%: engine/latency.h).
 nlohmann::json latency_json(const LatencySummary& summary);
 

@@ -15,6 +15,9 @@
 //                      hash_block_tokens prompt tokens (the last may be partial),
 //                      exactly ceil(prompt / hash_block_tokens) of them
 //   hash_block_tokens  int >= 1, default 512; only with hash_ids
+//   session            non-empty string: the conversation or client the request
+//                      belongs to (the fleet's --router session keeps one on one
+//                      instance)
 //   start              string, first record only: the wall-clock instant of
 //                      arrival 0 as "YYYY-MM-DD HH:MM:SS[.fraction]" (the grammar
 //                      of azure_reader.h's TIMESTAMP), which convert keeps when it
