@@ -294,6 +294,33 @@ std::optional<std::string> SimOptionsCli::resolve_speculative(SimOptions& out) c
       given(spec_length_option) ? std::optional<double>(spec_acceptance_length) : std::nullopt,
       spec_acceptance_dist);
 }
+std::optional<std::string> SimOptionsCli::resolve_slo(SimOptions& out) const {
+  for (const std::string& list : slo_targets) {
+    auto targets = parse_slo_targets(list);
+    if (!targets) return "--slo: " + targets.error();
+    for (const PercentileTarget& t : targets.value()) {
+      for (const PercentileTarget& had : out.slo.targets) {
+        if (had.metric == t.metric && had.percentile == t.percentile) {
+          return fmt::format("--slo: {} p{:g} is given twice", to_string(t.metric), t.percentile);
+        }
+      }
+      out.slo.targets.push_back(t);
+    }
+  }
+  if (auto problem = parse_goodput(goodput, out.slo)) return "--goodput: " + *problem;
+  out.slo.attainment = slo_attainment;
+  for (const std::string& text : percentiles) {
+    // vllm bench serve writes them bare (99.9), kvreplay's keys with a p.
+    auto p = parse_percentile(!text.empty() && text.front() == 'p' ? text : "p" + text);
+    if (!p) return "--percentiles: " + p.error();
+    if (std::find(out.percentiles.begin(), out.percentiles.end(), p.value()) ==
+        out.percentiles.end()) {
+      out.percentiles.push_back(p.value());
+    }
+  }
+  return std::nullopt;
+}
+
 void apply_attention_replicas(SimOptions& options, std::uint32_t replicas) {
   if (replicas <= 1) return;
   const EngineEntry& engine = engine_entry(options.engine);
@@ -308,7 +335,7 @@ void apply_attention_replicas(SimOptions& options, std::uint32_t replicas) {
   options.max_seqs = times(options.max_seqs);
   options.max_batched_tokens = times(options.max_batched_tokens);
 }
-void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
+void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help, bool swept) {
   app.add_option("--format", format,
                  "request format (default: by content): " + request_format_help())
       ->group("Simulation");
@@ -345,17 +372,26 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
       ->check(CLI::IsMember(evict_policy_names()))
       ->group("Simulation");
   app.add_flag("--no-prefix-cache", no_prefix_cache, "disable prefix caching")->group("Simulation");
-  max_seqs = app.add_option("--max-seqs,--max-num-seqs", defaults.max_seqs,
-                            "most sequences running at once (default: vllm by --gpu-class, "
-                            "generic 256)")
-                 ->check(CLI::Range(1u, 1u << 20))
-                 ->group("Simulation");
-  max_batched_tokens =
-      app.add_option("--max-batched-tokens,--max-num-batched-tokens", defaults.max_batched_tokens,
-                     "token budget per step, chunked prefill (default: vllm by "
-                     "--gpu-class, generic 8192)")
-          ->check(CLI::Range(1u, 1u << 30))
+  const std::string seqs_help =
+      std::string("most sequences running at once (default: vllm by --gpu-class, generic 256)") +
+      (swept ? "; comma-separated to sweep" : "");
+  max_seqs =
+      (swept ? app.add_option("--max-seqs,--max-num-seqs", max_seqs_list, seqs_help)->delimiter(',')
+             : app.add_option("--max-seqs,--max-num-seqs", defaults.max_seqs, seqs_help))
+          ->check(CLI::Range(1u, 1u << 20))
           ->group("Simulation");
+  const std::string batched_help =
+      std::string(
+          "token budget per step, chunked prefill (default: vllm by --gpu-class, "
+          "generic 8192)") +
+      (swept ? "; comma-separated to sweep" : "");
+  max_batched_tokens = (swept ? app.add_option("--max-batched-tokens,--max-num-batched-tokens",
+                                               max_batched_list, batched_help)
+                                    ->delimiter(',')
+                              : app.add_option("--max-batched-tokens,--max-num-batched-tokens",
+                                               defaults.max_batched_tokens, batched_help))
+                           ->check(CLI::Range(1u, 1u << 30))
+                           ->group("Simulation");
   add_speculative_to(app);
   watermark = app.add_option("--watermark", defaults.watermark,
                              "fraction of blocks kept free at admission (default 0.01; vllm: 0)")
@@ -420,6 +456,26 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help) {
       app.add_option("--slo-tpot-ms", slo_tpot_ms, "SLO: time per output token after the first, ms")
           ->check(number_range(0.0, 1e12))
           ->group("Latency");
+  app.add_option("--slo", slo_targets,
+                 "per-metric percentile targets, METRIC:pNN:MS, comma-separated (ttft, tpot, "
+                 "itl, e2e; as ttft:p95:2000,tpot:p95:50): the report's slo.targets, met "
+                 "when every one is")
+      ->group("Latency");
+  app.add_option("--goodput", goodput,
+                 "vllm bench serve's goodput: KEY:MS pairs (ttft, tpot, e2el) a request must "
+                 "all meet, the joint rule as --slo-ttft-ms and --slo-tpot-ms")
+      ->delimiter(',')
+      ->group("Latency");
+  app.add_option("--slo-attainment", slo_attainment,
+                 "the joint rule (--slo-ttft-ms, --slo-tpot-ms, --goodput) is met when this share "
+                 "of the requests meets it (default 0.99)")
+      ->check(number_range(0.0, 1.0))
+      ->group("Latency");
+  app.add_option("--percentiles,--metric-percentiles", percentiles,
+                 "latency percentiles to report beside p50, p90, p95 and p99 (as 99.9 or p99.9, "
+                 "comma-separated)")
+      ->delimiter(',')
+      ->group("Latency");
   app.add_option("--check", check, check_help)->check(kCheckValidator);
   add_offload_to(app);
 }
@@ -539,6 +595,8 @@ std::optional<std::string> SimOptionsCli::resolve_offload(
     }
     return std::nullopt;
   }
+  // No tiers, said so (a plan's swept "none" keeps the tiers' other options).
+  if (offload == "none") return std::nullopt;
   if (auto problem = parse_offload(offload, out.offload)) return problem;
   out.offload.policy = *parse_offload_policy(offload_policy);
   for (OffloadTierOptions& tier : out.offload.tiers) {
@@ -671,6 +729,7 @@ std::optional<std::string> SimOptionsCli::resolve(SimOptions& out,
   }
   if (given(slo_ttft)) out.slo.ttft_ms = slo_ttft_ms;
   if (given(slo_tpot)) out.slo.tpot_ms = slo_tpot_ms;
+  if (auto problem = resolve_slo(out)) return problem;
   out.evict = *parse_evict_policy(evict);
   const EngineEntry& chosen = engine_entry(out.engine);
   if (!declared(chosen.can.evict_policies, evict)) {
@@ -705,168 +764,6 @@ std::optional<std::string> disaggregation_problem(const SimOptions& options,
         "{}: the decode side receives KV into its prefix cache (drop --no-prefix-cache)", option);
   }
   return std::nullopt;
-}
-
-void LoadOptionsCli::add_to(CLI::App& app, const std::string& group) {
-  rate_option = app.add_option("--request-rate", request_rate,
-                               "send the trace's requests, in order, at seeded Poisson times: R "
-                               "requests a second on average (the trace's times are ignored)")
-                    ->check(number_range(1e-9, 1e9))
-                    ->group(group);
-  concurrency_option =
-      app.add_option("--concurrency", concurrency,
-                     "a closed loop of C clients: each sends the trace's next request "
-                     "when its previous one ends, as genai-perf --concurrency and vllm "
-                     "bench serve --max-concurrency (the trace's times are ignored)")
-          ->check(CLI::Range(1u, 1000000u))
-          ->group(group);
-  concurrency_option->excludes(rate_option);
-  // A 64-bit value: CLI11's own conversion wraps an overflow.
-  const CLI::Validator uint64_text(
-      [](const std::string& text) {
-        std::uint64_t value = 0;
-        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-        return error == std::errc() && end == text.data() + text.size()
-                   ? std::string()
-                   : "'" + text.substr(0, 40) +
-                         "' is not an integer from 0 to 18446744073709551615";
-      },
-      "UINT64");
-  seed_option = app.add_option("--load-seed", seed, "seed of --request-rate's draws (default 0)")
-                    ->check(uint64_text)
-                    ->group(group);
-  warmup_option = app.add_option("--warmup-requests", warmup,
-                                 "send the trace's first N requests as a warm-up, wait until "
-                                 "they all end, then measure the rest (genai-perf "
-                                 "--warmup-request-count); needs --concurrency or --request-rate")
-                      ->check(uint64_text)
-                      ->group(group);
-  measure_after_option =
-      app.add_option("--measure-after", measure_after,
-                     "send the first N requests as any other but leave them out of the load's "
-                     "figures (the steady state a stable measurement window reports, as "
-                     "genai-perf's --measurement-interval); the clients do not pause")
-          ->check(uint64_text)
-          ->group(group);
-  burstiness_option =
-      app.add_option("--burstiness", burstiness,
-                     "gaps between --request-rate's arrivals gamma-distributed with this shape "
-                     "and the same mean, as vllm bench serve --burstiness (1: Poisson; lower: "
-                     "burstier)")
-          ->check(number_range(1e-3, 1e3))
-          ->group(group);
-  ramp_option = app.add_option("--ramp-up-strategy", ramp_up,
-                               "open-loop arrivals whose rate climbs over the trace's requests "
-                               "from --ramp-up-start-rps to --ramp-up-end-rps, as vllm bench "
-                               "serve (linear or exponential)")
-                    ->check(CLI::IsMember(std::vector<std::string>{"linear", "exponential"}))
-                    ->group(group);
-  ramp_start_option =
-      app.add_option("--ramp-up-start-rps", ramp_start, "the ramp's first rate, requests/s")
-          ->check(number_range(0.0, 1e9))
-          ->group(group);
-  ramp_end_option =
-      app.add_option("--ramp-up-end-rps", ramp_end, "the ramp's last rate, requests/s")
-          ->check(number_range(0.0, 1e9))
-          ->group(group);
-  range_option =
-      app.add_option(
-             "--random-range-ratio", range_ratio,
-             "draw each request's prompt and output length around the trace's, as the "
-             "benchmark clients' random datasets: vllm bench serve's uniform "
-             "[L(1-R), L(1+R)], or SGLang bench_serving's [L R, L] (--range-ratio-style); a "
-             "prompt with hash ids or a named prefix keeps its length")
-          ->check(number_range(0.0, 1.0))
-          ->group(group);
-  range_style_option = app.add_option("--range-ratio-style", range_style,
-                                      "whose --random-range-ratio: vllm (default) or sglang")
-                           ->check(CLI::IsMember(std::vector<std::string>{"vllm", "sglang"}))
-                           ->group(group);
-}
-
-std::optional<std::string> LoadOptionsCli::resolve(LoadOptions& out) const {
-  if (rate_option->count() > 0) out.request_rate = request_rate;
-  if (concurrency_option->count() > 0) out.concurrency = concurrency;
-  out.seed = seed;
-  out.warmup = warmup;
-  out.measure_after = measure_after;
-  out.burstiness = burstiness;
-  if (range_option->count() > 0) out.range_ratio = range_ratio;
-  out.range_style = range_style == "sglang" ? RangeStyle::kSglang : RangeStyle::kVllm;
-  const bool ramp = ramp_option->count() > 0;
-  if (ramp) {
-    out.ramp_up = ramp_up == "linear" ? RampUp::kLinear : RampUp::kExponential;
-    out.ramp_start_rps = ramp_start;
-    out.ramp_end_rps = ramp_end;
-    if (ramp_start_option->count() == 0 || ramp_end_option->count() == 0) {
-      return std::string("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps");
-    }
-    if (rate_option->count() > 0 || concurrency_option->count() > 0) {
-      return std::string(
-          "--ramp-up-strategy is a load generator of its own: drop --request-rate and "
-          "--concurrency");
-    }
-    if (out.ramp_up == RampUp::kExponential && !(ramp_start > 0)) {
-      return std::string("--ramp-up-strategy exponential needs --ramp-up-start-rps above 0");
-    }
-    if (!(std::max(ramp_start, ramp_end) > 0)) {
-      return std::string("--ramp-up-strategy: a ramp from 0 to 0 requests/s sends nothing");
-    }
-  } else if (ramp_start_option->count() > 0 || ramp_end_option->count() > 0) {
-    return std::string("--ramp-up-start-rps and --ramp-up-end-rps need --ramp-up-strategy");
-  }
-  const bool any = out.any() || ramp;
-  if (seed_option->count() > 0 && rate_option->count() == 0 && !ramp && !out.range_ratio) {
-    return std::string(
-        "--load-seed seeds --request-rate's and --random-range-ratio's draws: give one of them");
-  }
-  if (warmup_option->count() > 0 && !any) {
-    return std::string(
-        "--warmup-requests warms up a load generator: give --concurrency or --request-rate "
-        "(the trace's own times have no warm-up)");
-  }
-  for (auto [option, what] : {std::pair{measure_after_option, "--measure-after"},
-                              std::pair{range_option, "--random-range-ratio"}}) {
-    if (option->count() > 0 && !any) {
-      return fmt::format(
-          "{} belongs to a load generator: give --concurrency, --request-rate or "
-          "--ramp-up-strategy",
-          what);
-    }
-  }
-  if (burstiness_option->count() > 0 && rate_option->count() == 0 && !ramp) {
-    return std::string("--burstiness shapes --request-rate's gaps: give --request-rate");
-  }
-  if (range_style_option->count() > 0 && range_option->count() == 0) {
-    return std::string("--range-ratio-style says whose --random-range-ratio: give that too");
-  }
-  return std::nullopt;
-}
-
-std::string load_args(const LoadOptions& load) {
-  std::string out;
-  if (load.concurrency) out += fmt::format(" --concurrency {}", *load.concurrency);
-  if (load.request_rate) {
-    out += fmt::format(" --request-rate {} --load-seed {}", *load.request_rate, load.seed);
-  }
-  if (load.ramp_up != RampUp::kNone) {
-    out += fmt::format(
-        " --ramp-up-strategy {} --ramp-up-start-rps {} --ramp-up-end-rps {} "
-        "--load-seed {}",
-        load.ramp_up == RampUp::kLinear ? "linear" : "exponential", load.ramp_start_rps,
-        load.ramp_end_rps, load.seed);
-  }
-  if (load.burstiness != 1.0) out += fmt::format(" --burstiness {}", load.burstiness);
-  if (load.range_ratio) {
-    out += fmt::format(" --random-range-ratio {}", *load.range_ratio);
-    if (load.range_style == RangeStyle::kSglang) out += " --range-ratio-style sglang";
-    if (!load.request_rate && load.ramp_up == RampUp::kNone) {
-      out += fmt::format(" --load-seed {}", load.seed);
-    }
-  }
-  if (load.warmup > 0) out += fmt::format(" --warmup-requests {}", load.warmup);
-  if (load.measure_after > 0) out += fmt::format(" --measure-after {}", load.measure_after);
-  return out;
 }
 
 }  // namespace kvreplay

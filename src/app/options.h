@@ -75,9 +75,13 @@ struct ConfigOptions {
 struct SimOptionsCli {
   std::string format, allocator = "paged", evict = "lru", check = "end", engine = "vllm",
                       gpu_class = "large", cost_model = "auto";
-  double slo_ttft_ms = 0, slo_tpot_ms = 0;
+  double slo_ttft_ms = 0, slo_tpot_ms = 0, slo_attainment = 0.99;
   CLI::Option* slo_ttft = nullptr;
   CLI::Option* slo_tpot = nullptr;
+  std::vector<std::string> slo_targets;  // --slo, each a comma-separated list
+  std::vector<std::string> goodput;      // --goodput KEY:MS ...
+  std::vector<std::string> percentiles;  // --percentiles
+  std::optional<std::string> resolve_slo(SimOptions& out) const;
   std::vector<CLI::Option*> linear_options;    // --cost-model linear's constants
   std::vector<CLI::Option*> roofline_options;  // the roofline's, by roofline_constant_infos()
   CLI::Option* compute_efficiency = nullptr;   // prefill and decode at once
@@ -115,9 +119,13 @@ struct SimOptionsCli {
   CLI::Option* spec_acceptance_option = nullptr;
   CLI::Option* spec_length_option = nullptr;
   SimOptions defaults;
+  // plan (`swept`): --max-seqs and --max-batched-tokens take comma-separated
+  // lists here, and --offload several settings (plan_offload_settings); the
+  // plan sets defaults' and `offload` from them before each resolve.
+  std::vector<std::uint32_t> max_seqs_list, max_batched_list;
 
   // `check_help`: what --check checks in this command.
-  void add_to(CLI::App& app, const std::string& check_help);
+  void add_to(CLI::App& app, const std::string& check_help, bool swept = false);
   // add_to's share: --offload, --offload-policy and the tiers' links.
   void add_offload_to(CLI::App& app);
   // add_to's share: the engines' own options, as their entries declare them.
@@ -163,8 +171,15 @@ struct LoadOptionsCli {
   CLI::Option* ramp_end_option = nullptr;
   CLI::Option* range_option = nullptr;
   CLI::Option* range_style_option = nullptr;
+  double time_scale = 1.0;
+  CLI::Option* time_scale_option = nullptr;
+  // plan (`swept`): --request-rate, --concurrency and --time-scale take
+  // comma-separated lists here; the plan sets the scalars above from them,
+  // one swept value at a time, before each resolve.
+  std::vector<double> rates, time_scales;
+  std::vector<std::uint32_t> concurrencies;
 
-  void add_to(CLI::App& app, const std::string& group);
+  void add_to(CLI::App& app, const std::string& group, bool swept = false);
   // Fills `out` from the options given; a problem for a pair that does not go
   // together (--load-seed without --request-rate, --warmup-requests without
   // a generator, a ramp without its ends). A ramp's request count is the
@@ -174,6 +189,12 @@ struct LoadOptionsCli {
 // The same load as simulate's options (" --concurrency 8 ..."; empty for
 // the trace's own times), for a command line printed to reproduce a run.
 std::string load_args(const LoadOptions& load);
+// plan's --offload: the settings it sweeps, each as simulate's --offload
+// takes it. Comma-separated tiers form one setting until "none" or a medium
+// the setting already has starts the next: "none,cpu:256GiB" is two settings,
+// "cpu:64GiB,disk:1TiB" one of two tiers, "cpu:64GiB,cpu:256GiB" two. Empty
+// text: no setting (nothing given).
+std::vector<std::string> plan_offload_settings(const std::string& text);
 
 // Why `options` cannot run disaggregated prefill and decode (`option`, the
 // flag that asked for it, leads the message), or nullopt: the decode side

@@ -118,12 +118,14 @@ double LatencyDistribution::quantile(double q) const {
   return low + (order_statistic(above) - low) * (rank - static_cast<double>(below));
 }
 
-LatencySummary LatencyDistribution::summary() const {
+LatencySummary LatencyDistribution::summary(std::span<const double> extra) const {
+  LatencySummary out;
   if (!histogram_) {
     sort_values();
-    return summarize_sorted(values_);
+    out = summarize_sorted(values_);
+    for (double p : extra) out.extra.emplace_back(p, quantile_sorted(values_, p / 100.0));
+    return out;
   }
-  LatencySummary out;
   out.count = count_;
   out.exact = false;
   out.mean = sum_ / static_cast<double>(count_);
@@ -132,7 +134,20 @@ LatencySummary LatencyDistribution::summary() const {
   out.p95 = quantile(0.95);
   out.p99 = quantile(0.99);
   out.max = max_;
+  for (double p : extra) out.extra.emplace_back(p, quantile(p / 100.0));
   return out;
+}
+
+std::optional<double> LatencySummary::at(double percentile) const {
+  for (const auto& [p, value] : extra) {
+    if (p == percentile) return value;
+  }
+  if (percentile == 50) return p50;
+  if (percentile == 90) return p90;
+  if (percentile == 95) return p95;
+  if (percentile == 99) return p99;
+  if (percentile == 100) return max;
+  return std::nullopt;
 }
 
 }  // namespace kvreplay

@@ -18,6 +18,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace kvreplay {
@@ -30,6 +33,12 @@ struct LatencySummary {
   double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
   bool exact = true;
   double p95 = 0;  // the planners' percentile (an SLO's p95)
+  // Percentiles asked for beyond those (--percentiles, --slo targets): the
+  // percentile (0..100] and its value, in the order asked.
+  std::vector<std::pair<double, double>> extra;
+  // The value at `percentile` (0..100]: a field, an extra one, or max at 100;
+  // nullopt when this summary was not asked for it.
+  std::optional<double> at(double percentile) const;
 };
 LatencySummary summarize_latency(std::vector<double> values);
 // The q-quantile (0..1) of sorted values, interpolated; 0 when empty.
@@ -47,7 +56,8 @@ class LatencyDistribution {
   bool exact() const { return !histogram_; }
   // The q-quantile (0..1), interpolated; 0 when empty.
   double quantile(double q) const;
-  LatencySummary summary() const;
+  // With `extra`: those percentiles (0..100] too (LatencySummary::extra).
+  LatencySummary summary(std::span<const double> extra = {}) const;
 
  private:
   // The k-th smallest value (0-based): exact, or its bucket's midpoint clamped.

@@ -124,7 +124,17 @@ void LoadGenerator::ended(const RequestTimes& times, double end) {
 }
 
 bool LoadGenerator::set_arrival(Request& request) {
-  if (!options_.any()) return true;
+  if (!options_.any()) {
+    if (options_.time_scale != 1.0) request.arrival /= options_.time_scale;
+    if (!(request.arrival <= kMaxArrivalSeconds)) {
+      error_ = InputError{"command line", 0, "--time-scale",
+                          fmt::format("request {} (line {}) would arrive at {:.6g} s, past the "
+                                      "2^33 s (about 272 years) a trace may use",
+                                      request.id.substr(0, 40), request.line, request.arrival)};
+      return false;
+    }
+    return true;
+  }
   if (!measuring_ && warmup_sent_ == options_.warmup) {
     // The warm-up is sent: every request of it ends before the first
     // measured one is sent.

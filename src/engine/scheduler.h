@@ -117,6 +117,7 @@ class EngineShell {
     return std::min(1 + spec.draw(key, generated), std::max(left, 1u));
   }
   void count_decode(RequestTimes* times, std::uint32_t emitted) {
+    later_token(times);
     const SpecDecode& spec = options.speculative;
     if (!spec.on()) return;
     ++sim.spec_drafts;
@@ -129,11 +130,20 @@ class EngineShell {
   }
   // The request produced its first token / its last one in this step: stamped
   // with the step's end when the shell ends it.
+  // A request that had its first token and emits again after a recompute
+  // (a preempted or retracted one) counts as a later token.
   void first_token(const std::shared_ptr<RequestTimes>& times) {
     if (times && times->first_token < 0) {
       times->first_token = 0;
       step_first_tokens.push_back(times);
+    } else {
+      later_token(times.get());
     }
+  }
+  // The request emitted tokens after its first in this step: its inter-token
+  // gap is taken when the shell ends the step (engine/simulator.cc).
+  void later_token(RequestTimes* times) {
+    if (times) step_later_tokens.push_back(times);
   }
   void request_done(const std::shared_ptr<RequestTimes>& times) {
     if (times) step_done.push_back(times);
@@ -146,6 +156,9 @@ class EngineShell {
 
   // The shell's bookkeeping of the step's times (engine/simulator.cc).
   std::vector<std::shared_ptr<RequestTimes>> step_first_tokens, step_done;
+  // Not owned: a request emitting in a step lives to its end (step_done holds
+  // one that finishes in it).
+  std::vector<RequestTimes*> step_later_tokens;
   const std::function<void(const RequestTimes&)>* on_request = nullptr;
 };
 

@@ -86,6 +86,7 @@ LatencyFigures LatencyFigures::of(const LatencySummary& s) {
   f.p99 = s.p99;
   f.max = s.max;
   f.exact = s.exact;
+  f.extra = s.extra;
   return f;
 }
 
@@ -98,6 +99,14 @@ void LatencyFigures::merge(const LatencyFigures& o) {
   p95 = std::max(p95, o.p95);
   p99 = std::max(p99, o.p99);
   max = std::max(max, o.max);
+  // The same percentiles asked of every instance (an empty one takes the other's).
+  if (extra.empty()) {
+    extra = o.extra;
+  } else if (extra.size() == o.extra.size()) {
+    for (std::size_t i = 0; i < extra.size(); ++i) {
+      extra[i].second = std::max(extra[i].second, o.extra[i].second);
+    }
+  }
   exact = exact && o.exact;
 }
 
@@ -203,6 +212,7 @@ void SimFigures::merge(const SimFigures& o) {
   queue_ms.merge(o.queue_ms);  // kDistribution
   ttft_ms.merge(o.ttft_ms);    // kDistribution
   tpot_ms.merge(o.tpot_ms);    // kDistribution
+  itl_ms.merge(o.itl_ms);      // kDistribution
   e2e_ms.merge(o.e2e_ms);      // kDistribution
   sum(slo_met, o.slo_met);
   sum(slo_output_tokens, o.slo_output_tokens);

@@ -60,10 +60,19 @@ struct LatencyFigures {
   double weighted = 0.0;  // mean x count, summed over the merged instances
   double p50 = 0.0, p90 = 0.0, p95 = 0.0, p99 = 0.0, max = 0.0;
   bool exact = true;
+  std::vector<std::pair<double, double>> extra;  // LatencySummary::extra
   static LatencyFigures of(const LatencySummary& s);
   LatencySummary summary() const {
-    LatencySummary s{count, mean, p50, p90, p99, max, exact};
+    LatencySummary s;
+    s.count = count;
+    s.mean = mean;
+    s.p50 = p50;
+    s.p90 = p90;
     s.p95 = p95;
+    s.p99 = p99;
+    s.max = max;
+    s.exact = exact;
+    s.extra = extra;
     return s;
   }
   void merge(const LatencyFigures& o);
@@ -171,9 +180,9 @@ struct SimFigures {
 
   // The requests as the user sees them: latency, SLOs. A fleet's driver sets
   // these from its requests (disaggregated: timed from the user's arrival).
-  LatencyFigures queue_ms, ttft_ms, tpot_ms, e2e_ms;  // kDistribution
-  std::uint64_t slo_met = 0;                          // kSum
-  std::uint64_t slo_output_tokens = 0;                // kSum
+  LatencyFigures queue_ms, ttft_ms, tpot_ms, itl_ms, e2e_ms;  // kDistribution
+  std::uint64_t slo_met = 0;                                  // kSum
+  std::uint64_t slo_output_tokens = 0;                        // kSum
 
   // overload (OverloadFigures); a fleet's: over instances given requests.
   bool has_arrivals = false;                  // kAny

@@ -98,13 +98,45 @@ struct CostModel {
   RooflineConstants roofline_for(std::string_view gpu, EngineKind engine) const;
 };
 
-// Service-level objectives (--slo-ttft-ms, --slo-tpot-ms): a request meets
-// them when its TTFT and its TPOT (a request of one output token has none) are
-// at most these; an SLO not given always holds.
+// Service-level objectives, in the two forms planners write them.
+//
+// Per-metric percentile targets (--slo ttft:p95:2000,tpot:p95:50): the
+// metric's percentile over the run must be at most the limit. TTFT, TPOT
+// (requests of one output token have none), ITL (every gap between two
+// emissions of a request's tokens, pooled, as `vllm bench serve` counts it)
+// and E2E.
+//
+// The joint rule (--slo-ttft-ms, --slo-tpot-ms, or --goodput's ttft, tpot and
+// e2el): a request meets it when its TTFT, TPOT and end-to-end latency are all
+// at most these (an SLO not given always holds); the run meets it when at
+// least `attainment` of the requests do. Goodput counts the requests meeting
+// it a second, as `vllm bench serve --goodput` does.
+enum class SloMetric : std::uint8_t { kTtft, kTpot, kItl, kE2e };
+std::string_view to_string(SloMetric metric);
+std::optional<SloMetric> parse_slo_metric(std::string_view name);  // "e2el" too
+struct PercentileTarget {
+  SloMetric metric{};
+  double percentile = 95;  // (0, 100]
+  double limit_ms = 0;
+  bool operator==(const PercentileTarget&) const = default;
+};
+// "pNN" (0 < NN <= 100, decimals allowed: p99.9) as a percentile, or the problem.
+Result<double, std::string> parse_percentile(std::string_view text);
+// --slo's list: comma-separated METRIC:pNN:MS, each metric and percentile
+// once; the problem names the entry.
+Result<std::vector<PercentileTarget>, std::string> parse_slo_targets(std::string_view text);
+// --goodput's KEY:MS pairs (vllm bench serve's: ttft, tpot, e2el), into the
+// joint rule's limits; each key once.
+struct SloTargets;
+std::optional<std::string> parse_goodput(const std::vector<std::string>& pairs, SloTargets& slo);
 struct SloTargets {
   std::optional<double> ttft_ms;
   std::optional<double> tpot_ms;
-  bool any() const { return ttft_ms || tpot_ms; }
+  std::optional<double> e2e_ms;
+  double attainment = 0.99;  // the joint rule's share (--slo-attainment)
+  std::vector<PercentileTarget> targets;
+  bool joint() const { return ttft_ms || tpot_ms || e2e_ms; }
+  bool any() const { return joint() || !targets.empty(); }
 };
 
 // One request's times, reported when it finishes or is skipped (--requests).
@@ -121,6 +153,7 @@ struct RequestTimes {
   double scheduled = -1;    // the start of the step that first scheduled it
   double first_token = -1;  // the end of the step that produced its first token
   double finished = -1;     // the end of the step that produced its last token
+  double last_token = -1;   // the end of the latest step that emitted its tokens
   std::uint32_t preemptions = 0;
   // Prompt tokens found in the prefix cache at its first admission (SGLang's
   // meta_info cached_tokens; the most any of its n > 1 children found).
@@ -227,6 +260,9 @@ struct LoadOptions {
   // (over [1, L]), so "not given" is no value, not 0.
   std::optional<double> range_ratio;
   RangeStyle range_style = RangeStyle::kVllm;
+  // --time-scale F: the trace's own arrival times divided by F (2 replays it
+  // twice as fast, its gaps keeping their shape); only without a generator.
+  double time_scale = 1.0;
   bool any() const {
     return request_rate.has_value() || concurrency.has_value() || ramp_up != RampUp::kNone;
   }
@@ -261,6 +297,8 @@ struct SimOptions {
   GpuClass gpu_class = GpuClass::kLarge;  // recorded: which batch defaults apply
   CostModel cost;
   SloTargets slo;
+  // --percentiles: reported beside p50/p90/p95/p99 (report_percentiles).
+  std::vector<double> percentiles;
   CheckPolicy check;
   // The KV-cache groups the pool serves (model/kv_groups.h), as vLLM's
   // hybrid KV cache manager forms them. Empty: one full-attention group of
@@ -283,6 +321,10 @@ struct SimOptions {
   // an engine whose entry declares emit_trace, paged, without hybrid groups.
   bool emit_trace = false;
 };
+
+// The percentiles a run's latency summaries carry beyond p50/p90/p95/p99:
+// --percentiles and the SLO targets' own, ascending, each once.
+std::vector<double> report_percentiles(const SimOptions& options);
 
 // A combination of options a run cannot take: the option at fault, as the
 // command line names it ("--offload"), and the problem, without that name.

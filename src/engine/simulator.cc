@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -36,7 +37,125 @@ constexpr EnumName<CostKind> kCostKindNames[] = {
 };
 static_assert(enum_names_unique(kCostKindNames));
 
+constexpr EnumName<SloMetric> kSloMetricNames[] = {
+    {SloMetric::kTtft, "ttft"},
+    {SloMetric::kTpot, "tpot"},
+    {SloMetric::kItl, "itl"},
+    {SloMetric::kE2e, "e2e"},
+};
+static_assert(enum_names_unique(kSloMetricNames));
+
 }  // namespace
+
+std::string_view to_string(SloMetric metric) {
+  return enum_name(kSloMetricNames, metric);
+}
+
+std::optional<SloMetric> parse_slo_metric(std::string_view name) {
+  if (name == "e2el") return SloMetric::kE2e;  // vllm bench serve's name
+  return enum_parse(kSloMetricNames, name);
+}
+
+namespace {
+
+// A limit in ms: a finite number from 0 to 1e12, written whole.
+std::optional<double> parse_limit_ms(std::string_view text) {
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
+      value < 0 || value > 1e12) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+}  // namespace
+
+Result<double, std::string> parse_percentile(std::string_view text) {
+  double value = 0;
+  const bool prefixed = !text.empty() && text.front() == 'p';
+  const std::string_view digits = prefixed ? text.substr(1) : text;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (!prefixed || error != std::errc() || end != digits.data() + digits.size() ||
+      !(value > 0 && value <= 100)) {
+    return Unexpected{fmt::format(
+        "'{}' is not a percentile (p50, p95, p99.9: above 0, at most 100)", text.substr(0, 40))};
+  }
+  return value;
+}
+
+Result<std::vector<PercentileTarget>, std::string> parse_slo_targets(std::string_view text) {
+  std::vector<PercentileTarget> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view entry = text.substr(start, comma - start);
+    start = comma + 1;
+    auto problem = [&](std::string_view what) {
+      return Unexpected{
+          fmt::format("'{}': {} (expected METRIC:pNN:MS, as ttft:p95:2000; metrics {})",
+                      entry.substr(0, 60), what, "ttft, tpot, itl, e2e")};
+    };
+    const std::size_t first = entry.find(':');
+    const std::size_t second = first == std::string_view::npos ? first : entry.find(':', first + 1);
+    if (second == std::string_view::npos || entry.find(':', second + 1) != std::string_view::npos) {
+      return problem("not three fields");
+    }
+    const auto metric = parse_slo_metric(entry.substr(0, first));
+    if (!metric) return problem("unknown metric");
+    auto percentile = parse_percentile(entry.substr(first + 1, second - first - 1));
+    if (!percentile)
+      return Unexpected{fmt::format("'{}': {}", entry.substr(0, 60), percentile.error())};
+    const auto limit = parse_limit_ms(entry.substr(second + 1));
+    if (!limit) return problem("the limit is not a number of ms from 0 to 1e12");
+    PercentileTarget target{*metric, percentile.value(), *limit};
+    for (const PercentileTarget& t : out) {
+      if (t.metric == target.metric && t.percentile == target.percentile) {
+        return problem("that metric and percentile are given twice");
+      }
+    }
+    out.push_back(target);
+  }
+  return out;
+}
+
+std::optional<std::string> parse_goodput(const std::vector<std::string>& pairs, SloTargets& slo) {
+  for (const std::string& pair : pairs) {
+    const std::size_t colon = pair.find(':');
+    const std::string_view key = std::string_view(pair).substr(0, colon);
+    std::optional<double>* limit = nullptr;
+    if (key == "ttft") limit = &slo.ttft_ms;
+    if (key == "tpot") limit = &slo.tpot_ms;
+    if (key == "e2el" || key == "e2e") limit = &slo.e2e_ms;
+    if (colon == std::string::npos || limit == nullptr) {
+      return fmt::format("'{}' is not KEY:MS with KEY ttft, tpot or e2el (vllm bench serve's)",
+                         pair.substr(0, 60));
+    }
+    const auto ms = parse_limit_ms(std::string_view(pair).substr(colon + 1));
+    if (!ms)
+      return fmt::format("'{}': the limit is not a number of ms from 0 to 1e12",
+                         pair.substr(0, 60));
+    if (limit->has_value()) {
+      return fmt::format(
+          "'{}': the {} limit is given twice (by --slo-{}-ms, or earlier in --goodput)",
+          pair.substr(0, 60), key, key);
+    }
+    *limit = *ms;
+  }
+  return std::nullopt;
+}
+
+std::vector<double> report_percentiles(const SimOptions& options) {
+  std::vector<double> out;
+  auto add = [&](double p) {
+    if (p == 50 || p == 90 || p == 95 || p == 99) return;
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  };
+  for (double p : options.percentiles) add(p);
+  for (const PercentileTarget& t : options.slo.targets) add(t.percentile);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 double LinearCost::step_ms_of(const StepWork& work, std::uint64_t bytes_per_token) const {
   return step_ms + static_cast<double>(work.prefill_tokens()) * prefill_token_ms +
@@ -254,7 +373,8 @@ void Simulator::Latencies::add(const RequestTimes& times) {
 bool meets_slo(const SloTargets& slo, const RequestTimes& times) {
   const std::optional<double> tpot = times.tpot_ms();
   return (!slo.ttft_ms || times.ttft_ms() <= *slo.ttft_ms) &&
-         (!slo.tpot_ms || !tpot || *tpot <= *slo.tpot_ms);
+         (!slo.tpot_ms || !tpot || *tpot <= *slo.tpot_ms) &&
+         (!slo.e2e_ms || times.e2e_ms() <= *slo.e2e_ms);
 }
 
 Simulator::Simulator(const RunConfig& config, const SimOptions& options)
@@ -397,6 +517,7 @@ bool Simulator::step(double horizon) {
   shell_.step_start = now_;
   shell_.step_waits = now_;
   shell_.work.clear();
+  shell_.step_later_tokens.clear();
   if (trace_ != nullptr) trace_->at(now_);
   if (!scheduler_->step()) return false;
   if (shell_.work.tokens() != 0 || !shell_.step_done.empty() || !shell_.step_first_tokens.empty()) {
@@ -452,8 +573,20 @@ bool Simulator::end_step() {
   now_ = std::max(now_ + step_ms / 1000.0, shell_.step_waits);
   last_first_tokens_ = shell_.step_first_tokens.size();
   last_ttft_sum_ms_ = 0;
+  // Inter-token latency: each later emission's gap from the request's last
+  // one (once a step, whatever its samples or drafts emitted).
+  for (RequestTimes* times : shell_.step_later_tokens) {
+    if (times->last_token >= 0 && times->last_token < now_) {
+      const double itl = (now_ - times->last_token) * 1e3;
+      latencies_.itl_ms.add(itl);
+      if (itl_sink != nullptr) itl_sink->add(itl);
+    }
+    times->last_token = now_;
+  }
+  shell_.step_later_tokens.clear();
   for (auto& times : shell_.step_first_tokens) {
     times->first_token = now_;
+    times->last_token = now_;
     last_ttft_sum_ms_ += times->ttft_ms();
     if (on_first_token) on_first_token(*times);
   }

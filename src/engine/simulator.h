@@ -133,6 +133,8 @@ class Simulator {
   // Called at the end of the step that produced a request's first token
   // (first_token stamped): the fleet's router stops counting its prefill.
   std::function<void(const RequestTimes&)> on_first_token;
+  // Where a fleet pools its instances' inter-token gaps too (not owned).
+  LatencyDistribution* itl_sink = nullptr;
 
   // The cost model run (roofline or linear: auto resolved), and the roofline
   // when that is it.
@@ -143,6 +145,9 @@ class Simulator {
   // in s; bounded in memory (engine/latency.h).
   struct Latencies {
     LatencyDistribution queue_ms, ttft_ms, tpot_ms, e2e_ms, service_s;
+    // Every gap between two emissions of a request's tokens, as the steps
+    // end (SloMetric::kItl), finished request or not.
+    LatencyDistribution itl_ms;
     // A finished request's times.
     void add(const RequestTimes& times);
   };

@@ -233,6 +233,8 @@ std::string run_concerns(const nlohmann::json& report) {
   if (attainment.is_number() && attainment.get<double>() < kSloAttained) {
     const double percent = std::floor(attainment.get<double>() * 10000.0) / 100.0;
     out += fmt::format("{}SLO {:g}%", out.empty() ? "" : " · ", percent);
+  } else if (at_path(report, {"slo", "met"}) == false) {
+    out += fmt::format("{}SLO missed", out.empty() ? "" : " · ");
   }
   return out;
 }
@@ -393,10 +395,26 @@ std::string run_cards(const nlohmann::json& report, bool simulate) {
     body += card("TPOT p50 / p95 / p99", ms({"latency", "tpot_ms", "p50"}) + " / " +
                                              ms({"latency", "tpot_ms", "p95"}) + " / " +
                                              ms({"latency", "tpot_ms", "p99"}));
+    if (at_path(report, {"latency", "itl_ms", "count"}).is_number()) {
+      body += card("ITL p50 / p95 / p99", ms({"latency", "itl_ms", "p50"}) + " / " +
+                                              ms({"latency", "itl_ms", "p95"}) + " / " +
+                                              ms({"latency", "itl_ms", "p99"}));
+    }
     const nlohmann::json& attainment = at_path(report, {"slo", "attainment"});
     if (attainment.is_number()) {
-      body += card("SLO attainment", percent_text(attainment),
+      body += card("SLO joint attainment", percent_text(attainment),
                    attainment.get<double>() < kSloAttained ? "warn" : "good");
+    }
+    // --slo: each target, its value against its limit.
+    const nlohmann::json& targets = at_path(report, {"slo", "targets"});
+    for (std::size_t i = 0; targets.is_array() && i < targets.size(); ++i) {
+      const nlohmann::json& t = targets[i];
+      const nlohmann::json& value = at_path(t, {"value_ms"});
+      body += card(fmt::format("SLO {} {} (limit {} ms)", value_text(at_path(t, {"metric"})),
+                               "p" + value_text(at_path(t, {"percentile"})),
+                               value_text(at_path(t, {"limit_ms"}))),
+                   value.is_number() ? ms_text(value.get<double>()) : std::string("-"),
+                   at_path(t, {"met"}) == true ? "good" : "bad");
     }
     const nlohmann::json& ratio = at_path(report, {"overload", "ratio"});
     if (ratio.is_number()) {
@@ -666,6 +684,45 @@ std::string fleet_answer_table(const nlohmann::json& answers, bool slo) {
   return body + "</table>\n";
 }
 
+// --objective: the best serving cell, or the nearest miss and what binds it.
+std::string objective_section(const nlohmann::json& objective, const std::string& trace) {
+  if (!objective.is_object()) return std::string();
+  const nlohmann::json& answer = at_path(objective, {"answer"});
+  const nlohmann::json& miss = at_path(objective, {"nearest_miss"});
+  const bool found = answer.is_object();
+  const nlohmann::json& cell = found ? answer : miss;
+  std::string body = fmt::format("<h2>Best by {}</h2>\n",
+                                 escape_html(value_text(at_path(objective, {"objective"}))));
+  if (!cell.is_object()) {
+    return body + fmt::format("<p>{} of {} cells serve; none has a value to rank by.</p>\n",
+                              escape_html(value_text(at_path(objective, {"serving_cells"}))),
+                              escape_html(value_text(at_path(objective, {"cells"}))));
+  }
+  auto usd = [](const nlohmann::json& v) {
+    return v.is_number() ? fmt::format("${:.3f}", v.get<double>()) : std::string("-");
+  };
+  body += fmt::format(
+      "<p>{}</p>\n<table class=\"sweep\">\n<tr><th>deployment</th><th>model</th><th>page</th>"
+      "<th>kv_memory</th><th>GPUs</th><th>$ an hour</th><th>$ per million output tokens</th>"
+      "</tr>\n<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+      "</tr>\n</table>\n",
+      found ? fmt::format("The best of the {} cells that serve:",
+                          value_text(at_path(objective, {"serving_cells"})))
+            : fmt::format("No swept cell serves the trace. Its nearest miss, bound by {}: {}.",
+                          escape_html(value_text(at_path(miss, {"reason"}))),
+                          escape_html(value_text(at_path(miss, {"shortfall"})))),
+      escape_html(value_text(at_path(cell, {"deployment", "label"}))),
+      escape_html(value_text(at_path(cell, {"model"}))),
+      escape_html(value_text(at_path(cell, {"page_tokens"}))),
+      escape_html(value_text(at_path(cell, {"kv_memory"}))),
+      escape_html(value_text(at_path(cell, {"gpus"}))),
+      escape_html(usd(at_path(cell, {"usd_per_hour"}))),
+      escape_html(usd(at_path(cell, {"usd_per_million_output_tokens"}))));
+  body += fmt::format("<pre>kvreplay simulate {} {}</pre>\n", escape_html(trace),
+                      escape_html(value_text(at_path(cell, {"simulate_args"}))));
+  return body;
+}
+
 }  // namespace
 
 std::string render_plan_html(const nlohmann::json& plan) {
@@ -687,15 +744,28 @@ std::string render_plan_html(const nlohmann::json& plan) {
   body +=
       "<th>model</th><th>page</th><th>kv_memory</th><th>blocks</th><th>peak in use</th>"
       "<th>mean waste</th><th>preemptions</th><th>hit rate</th><th>finished</th><th>skipped</th>"
-      "<th>output tokens/s</th><th>p99 TTFT</th><th>p99 TPOT</th><th>time / arrivals</th>";
-  if (slo) body += "<th>SLO attainment</th>";
+      "<th>output tokens/s</th><th>p95 TTFT</th><th>p99 TTFT</th><th>p95 TPOT</th>"
+      "<th>p99 TPOT</th><th>time / arrivals</th>";
+  if (slo) body += "<th>SLO</th>";
+  const bool tiered = std::any_of(cells.begin(), cells.end(), [](const nlohmann::json& c) {
+    return at_path(c, {"prefix_cache", "hit_rate_with_tiers"}).is_number();
+  });
+  if (tiered) body += "<th>hit rate with tiers</th>";
   const bool priced = std::any_of(cells.begin(), cells.end(),
                                   [](const nlohmann::json& c) { return c.contains("cost_usd"); });
   if (priced) body += "<th>$ per million output tokens</th>";
   body += "</tr>\n";
-  auto latency = [](const nlohmann::json& c, const char* name) {
-    const nlohmann::json& v = at_path(c, {"latency", name, "p99"});
+  auto latency = [](const nlohmann::json& c, const char* name, const char* percentile) {
+    const nlohmann::json& v = at_path(c, {"latency", name, percentile});
     return v.is_number() ? ms_text(v.get<double>()) : std::string("-");
+  };
+  // A cell's SLO: the joint rule's attainment, and whether every target is met.
+  auto slo_text = [](const nlohmann::json& c) {
+    const nlohmann::json& attainment = at_path(c, {"slo", "attainment"});
+    const nlohmann::json& met = at_path(c, {"slo", "met"});
+    std::string out = met.is_boolean() ? (met.get<bool>() ? "met" : "missed") : "-";
+    if (attainment.is_number()) out += " · " + percent_text(attainment);
+    return out;
   };
   for (const nlohmann::json& c : cells) {
     body += "<tr>";
@@ -706,7 +776,8 @@ std::string render_plan_html(const nlohmann::json& plan) {
     const nlohmann::json& ratio = at_path(c, {"overload", "ratio"});
     body += fmt::format(
         "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td>",
         escape_html(value_text(at_path(c, {c.contains("label") ? "label" : "model"}))),
         escape_html(value_text(at_path(c, {"page_tokens"}))),
         escape_html(value_text(at_path(c, {"kv_memory"}))),
@@ -720,15 +791,19 @@ std::string render_plan_html(const nlohmann::json& plan) {
         escape_html(value_text(at_path(c, {"finished"}))),
         escape_html(value_text(at_path(c, {"skipped"}))),
         escape_html(value_text(at_path(c, {"output_tokens_per_second"}))),
-        escape_html(latency(c, "ttft_ms")), escape_html(latency(c, "tpot_ms")),
+        escape_html(latency(c, "ttft_ms", "p95")), escape_html(latency(c, "ttft_ms", "p99")),
+        escape_html(latency(c, "tpot_ms", "p95")), escape_html(latency(c, "tpot_ms", "p99")),
         escape_html(
             ratio.is_number()
                 ? fmt::format("{:.2f}x{}", ratio.get<double>(),
                               at_path(c, {"overload", "overloaded"}) == true ? " overloaded" : "")
                 : std::string("-")));
-    if (slo)
-      body +=
-          fmt::format("<td>{}</td>", escape_html(percent_text(at_path(c, {"slo", "attainment"}))));
+    if (slo) body += fmt::format("<td>{}</td>", escape_html(slo_text(c)));
+    if (tiered) {
+      body += fmt::format(
+          "<td>{}</td>",
+          escape_html(percent_text(at_path(c, {"prefix_cache", "hit_rate_with_tiers"}))));
+    }
     if (priced) {
       const nlohmann::json& usd = at_path(c, {"cost_usd", "usd_per_million_output_tokens"});
       body += fmt::format("<td>{}</td>", usd.is_number() ? fmt::format("${:.3f}", usd.get<double>())
@@ -784,6 +859,7 @@ std::string render_plan_html(const nlohmann::json& plan) {
     body += "</table>\n";
   }
   body += fleet_answer_table(at_path(plan, {"min_fleet"}), slo);
+  body += objective_section(at_path(plan, {"objective"}), path);
   body += "<h2>Simulation settings</h2>\n<div class=\"tables\">\n" +
           report_tables(nlohmann::json{{"simulation", at_path(plan, {"simulation"})}}) + "</div>\n";
 

@@ -92,7 +92,7 @@ read -r part k <<<"$(holder fleet "$answer")"
 # The answer forged to preempt: the next cheapest fleet would win, and simulates
 # as its part says; the merge simulates the cell that could have won too.
 forged fleet "$part" "cells[$k].report: the figures of" ".cells[$k].report.scheduler.preemptions = 1"
-forged fleet "$part" "cells[$k].report: the figures of" ".cells[$k].report.slo.met = 0 | .cells[$k].report.slo.attainment = 0"
+forged fleet "$part" "cells[$k].report: the figures of" ".cells[$k].report.slo.requests_met = 0 | .cells[$k].report.slo.met = false | .cells[$k].report.slo.attainment = 0"
 read -r part k <<<"$(holder fleet "$rr")"
 forged fleet "$part" "cells[$k].report.fleet.router.policy" ".cells[$k].report.fleet.router.policy = \"prefix-aware\""
 forged fleet "$part" "cells[$k].report.cost_usd.gpus" ".cells[$k].report.cost_usd.gpus = 1"

@@ -27,7 +27,7 @@ SimFigures instance_a() {
   f.first_arrival = 1.0;
   f.last_arrival = 4.0;
   f.end = 10.0;
-  f.ttft_ms = LatencyFigures::of(LatencySummary{2, 10.0, 10.0, 11.0, 12.0, 12.0, true});
+  f.ttft_ms = LatencyFigures::of(LatencySummary{2, 10.0, 10.0, 11.0, 12.0, 12.0, true, 0.0, {}});
   f.violations.push_back({Violation{3, 4, "I1", "a"}, 0});
   f.offload = true;
   f.offload_policy = "lru";
@@ -60,7 +60,7 @@ SimFigures instance_b() {
   f.first_arrival = 0.5;
   f.last_arrival = 3.0;
   f.end = 25.0;
-  f.ttft_ms = LatencyFigures::of(LatencySummary{6, 2.0, 2.0, 4.0, 5.0, 20.0, false});
+  f.ttft_ms = LatencyFigures::of(LatencySummary{6, 2.0, 2.0, 4.0, 5.0, 20.0, false, 0.0, {}});
   f.violations.push_back({Violation{0, 0, "I2", "b"}, 1});
   f.offload = true;
   f.offload_policy = "arc";  // not a real fleet's: shows whose a kSame keeps

@@ -136,7 +136,18 @@ TEST_CASE("html: a plan page lists every configuration") {
          {"output_tokens_per_second", 150.25},
          {"latency", {{"ttft_ms", {{"p99", 147.44}}}, {"tpot_ms", {{"p99", 12345.0}}}}},
          {"overload", {{"ratio", 1.5}, {"overloaded", true}}},
-         {"slo", {{"attainment", 0.5}}}}}},
+         {"slo", {{"attainment", 0.5}, {"met", false}}}}}},
+      {"objective",
+       {{"objective", "usd-per-mtok"},
+        {"serving_cells", 0},
+        {"cells", 2},
+        {"answer", nullptr},
+        {"nearest_miss",
+         {{"deployment", {{"label", "h100-80gb x1"}}},
+          {"model", "llama-3-8b"},
+          {"reason", "queueing"},
+          {"shortfall", "ttft p95 3 s over 2000 ms"},
+          {"simulate_args", "--model llama-3-8b --kv-memory 2GiB"}}}}},
       {"min_kv_memory",
        {{{"model", "llama-3-8b"},
          {"page_tokens", 16},
@@ -154,8 +165,15 @@ TEST_CASE("html: a plan page lists every configuration") {
   CHECK(page.find("<td>147 ms</td>") != std::string::npos);
   CHECK(page.find("<td>12.3 s</td>") != std::string::npos);
   CHECK(page.find("<td>1.50x overloaded</td>") != std::string::npos);
-  CHECK(page.find("<th>SLO attainment</th>") != std::string::npos);
-  CHECK(page.find("<td>50.00%</td>") != std::string::npos);
+  CHECK(page.find("<th>p95 TTFT</th>") != std::string::npos);
+  CHECK(page.find("<th>SLO</th>") != std::string::npos);
+  CHECK(page.find("<td>missed · 50.00%</td>") != std::string::npos);
+  // --objective with nothing serving: the nearest miss, its reason and its line.
+  CHECK(page.find("<h2>Best by usd-per-mtok</h2>") != std::string::npos);
+  CHECK(page.find("Its nearest miss, bound by queueing: ttft p95 3 s over 2000 ms") !=
+        std::string::npos);
+  CHECK(page.find("kvreplay simulate r.jsonl --model llama-3-8b --kv-memory 2GiB") !=
+        std::string::npos);
   CHECK(page.find("meeting the SLOs") != std::string::npos);
   CHECK(page.find("http") == std::string::npos);
 }

@@ -181,15 +181,75 @@ Result<PlanShard, std::string> parse_shard(const std::string& text) {
   return PlanShard{*index, *count};
 }
 
+// A value as a POSIX shell reads it back: bare when it is plain, else in
+// single quotes.
+std::string shell_quoted(const std::string& value) {
+  const bool plain = !value.empty() && value.find_first_not_of(
+                                           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                           "0123456789_./:,=+-@%") == std::string::npos;
+  if (plain) return value;
+  std::string out = "'";
+  for (char c : value) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The options given to plan that a cell's `kvreplay simulate` takes as they
+// are: all but the swept ones (the cell's line names its own values) and the
+// plan's own.
+std::string passthrough_args(const CLI::App& app) {
+  static const std::set<std::string, std::less<>> kNotPassed = {"--model",
+                                                                "--model-config",
+                                                                "--kv-memory",
+                                                                "--page-tokens",
+                                                                "--report",
+                                                                "--html",
+                                                                "--jobs",
+                                                                "--no-search",
+                                                                "--quiet",
+                                                                "--replicas",
+                                                                "--pd",
+                                                                "--router",
+                                                                "--shard",
+                                                                "--gpu",
+                                                                "--tp",
+                                                                "--pp",
+                                                                "--gpu-memory-utilization",
+                                                                "--gpu-prices",
+                                                                "--gpu-hour-usd",
+                                                                "--objective",
+                                                                "--offload",
+                                                                "--max-seqs",
+                                                                "--max-batched-tokens",
+                                                                "--request-rate",
+                                                                "--concurrency",
+                                                                "--time-scale",
+                                                                "--help"};
+  std::string out;
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() == 0 || option->get_positional()) continue;
+    const std::string name = option->get_name();
+    if (kNotPassed.contains(name)) continue;
+    if (option->get_expected_min() == 0) {
+      out += " " + name;
+      continue;
+    }
+    for (const std::string& value : option->results())
+      out += " " + name + " " + shell_quoted(value);
+  }
+  return out;
+}
+
 class PlanCommand final : public Command {
  public:
   void declare(CLI::App& app) override {
+    app_ = &app;
     app.add_option("REQUESTS", request_.trace_path, "request trace")->required();
     config_.add_to(app, /*swept=*/true, /*deployment=*/true);
     options_.add_to(app,
                     "invariant checks in every simulation of the sweep and the search: after "
                     "every step, every N steps, at the end (default), or off; a failed check "
-                    "exits 1 naming the sweep point");
+                    "exits 1 naming the sweep point",
+                    /*swept=*/true);
     app.add_option("--model", request_.models,
                    "model presets to sweep (comma-separated): " + model_preset_list())
         ->delimiter(',')
@@ -212,12 +272,12 @@ class PlanCommand final : public Command {
                    "bytes a pool block, and those at once must fit the memory limit, else exit 2 "
                    "(README, \"Memory bounds (plan)\")");
     app.add_flag("--no-search", no_search_, "skip the search for the smallest KV memory");
-    app.add_option("--slo-attainment", request_.slo_attainment,
-                   "with --slo-ttft-ms/--slo-tpot-ms: the share of requests that must meet them "
-                   "(default 0.99)")
-        ->check(number_range(0.0, 1.0))
-        ->group("Latency");
     app.add_flag("-q,--quiet", request_.quiet, "print no table");
+    app.add_option("--objective", objective_,
+                   "one answer across every swept cell, the best that serves by: gpus, "
+                   "usd-per-hour or usd-per-mtok (these two need --gpu-hour-usd or --gpu-prices); "
+                   "with none serving, the nearest miss and what binds it")
+        ->check(CLI::IsMember(plan_objective_names()));
     declare_fleet(app);
     app.add_option("--shard", shard_,
                    "I/N: run only the I-th of N disjoint parts of the sweep and write them as a "
@@ -271,7 +331,74 @@ class PlanCommand final : public Command {
                             ->group("Fleet"));
     prices_.add_to(app, "Fleet");
     // Load generators (SPEC 3.5): every cell runs the trace's requests so.
-    load_.add_to(app, "Load");
+    load_.add_to(app, "Load", /*swept=*/true);
+  }
+
+  // One point of the options swept besides the deployment (offload settings,
+  // batch limits, load): the values to set before resolving, the simulate
+  // options naming them (the load's come from load_args) and the label's
+  // words for those with more than one value.
+  struct SweptSetting {
+    std::optional<std::string> offload;
+    std::optional<std::uint32_t> max_seqs, max_batched_tokens, concurrency;
+    std::optional<double> request_rate, time_scale;
+    std::string args;
+    std::vector<std::string> labels;
+    void apply(SimOptionsCli& options, LoadOptionsCli& load) const {
+      if (offload) options.offload = *offload;
+      if (max_seqs) options.defaults.max_seqs = *max_seqs;
+      if (max_batched_tokens) options.defaults.max_batched_tokens = *max_batched_tokens;
+      if (concurrency) load.concurrency = *concurrency;
+      if (request_rate) load.request_rate = *request_rate;
+      if (time_scale) load.time_scale = *time_scale;
+    }
+  };
+  // Every combination of the swept lists, in the order: offload, --max-seqs,
+  // --max-batched-tokens, load (--request-rate, --concurrency or
+  // --time-scale). One empty setting when none is given.
+  std::vector<SweptSetting> swept_settings() const {
+    std::vector<SweptSetting> out(1);
+    auto cross = [&out](const auto& values, auto set) {
+      if (values.empty()) return;
+      std::vector<SweptSetting> next;
+      for (const SweptSetting& base : out) {
+        for (const auto& value : values) {
+          SweptSetting s = base;
+          set(s, value, values.size() > 1);
+          next.push_back(std::move(s));
+        }
+      }
+      out = std::move(next);
+    };
+    cross(plan_offload_settings(options_.offload),
+          [](SweptSetting& s, const std::string& text, bool several) {
+            s.offload = text;
+            if (text != "none") s.args += " --offload " + text;
+            if (several) s.labels.push_back("offload " + text);
+          });
+    cross(options_.max_seqs_list, [](SweptSetting& s, std::uint32_t v, bool several) {
+      s.max_seqs = v;
+      s.args += fmt::format(" --max-seqs {}", v);
+      if (several) s.labels.push_back(fmt::format("max-seqs {}", v));
+    });
+    cross(options_.max_batched_list, [](SweptSetting& s, std::uint32_t v, bool several) {
+      s.max_batched_tokens = v;
+      s.args += fmt::format(" --max-batched-tokens {}", v);
+      if (several) s.labels.push_back(fmt::format("max-batched-tokens {}", v));
+    });
+    cross(load_.rates, [](SweptSetting& s, double v, bool several) {
+      s.request_rate = v;
+      if (several) s.labels.push_back(fmt::format("rate {:g}/s", v));
+    });
+    cross(load_.concurrencies, [](SweptSetting& s, std::uint32_t v, bool several) {
+      s.concurrency = v;
+      if (several) s.labels.push_back(fmt::format("concurrency {}", v));
+    });
+    cross(load_.time_scales, [](SweptSetting& s, double v, bool several) {
+      s.time_scale = v;
+      if (several) s.labels.push_back(fmt::format("time x{:g}", v));
+    });
+    return out;
   }
 
   // The fleets swept: each --replicas, then each --pd split; one instance
@@ -368,6 +495,7 @@ class PlanCommand final : public Command {
 
  private:
   int resolve_and_run() {
+    request_.passthrough_args = passthrough_args(*app_);
     request_.overrides = config_.overrides();
     if (request_.models.empty() && request_.model_configs.empty()) {
       request_.models = {std::string(kDefaultSimModel)};
@@ -417,26 +545,32 @@ class PlanCommand final : public Command {
     if (fractions.empty()) fractions.emplace_back(std::nullopt);
     std::vector<std::string> routers = routers_;
     if (routers.empty()) routers.emplace_back(to_string(RouterOptions{}.policy));
+    const std::vector<SweptSetting> settings = swept_settings();
     for (const auto& gpu : gpus) {
-      SimOptions options;
-      if (auto problem = options_.resolve(options, request_.format, gpu)) {
-        return usage_error(*problem);
-      }
-      if (auto problem = load_.resolve(options.load)) return usage_error(*problem);
-      if (auto problem = fleet_problem(fleets.value(), options)) return usage_error(*problem);
-      auto price = prices_.price(gpu);
-      if (!price) return usage_error(price.error());
-      options.gpu_hour_usd = price.value();
-      for (std::uint32_t tp : tps) {
-        for (std::uint32_t pp : pps) {
-          for (FleetOptions fleet : fleets.value()) {
-            // A fleet of one (or with one prefill instance) routes nothing: one
-            // deployment, whatever the routers.
-            const std::size_t swept_routers = fleet.routed() ? routers.size() : 1;
-            for (std::size_t r = 0; r < swept_routers; ++r) {
-              fleet.router.policy = *parse_router_policy(routers[r]);
-              for (const std::optional<double>& fraction : fractions) {
-                request_.deployments.push_back({gpu, tp, pp, options, fleet, fraction});
+      for (const SweptSetting& setting : settings) {
+        setting.apply(options_, load_);
+        SimOptions options;
+        if (auto problem = options_.resolve(options, request_.format, gpu)) {
+          return usage_error(*problem);
+        }
+        if (auto problem = load_.resolve(options.load)) return usage_error(*problem);
+        if (auto problem = fleet_problem(fleets.value(), options)) return usage_error(*problem);
+        auto price = prices_.price(gpu);
+        if (!price) return usage_error(price.error());
+        options.gpu_hour_usd = price.value();
+        for (std::uint32_t tp : tps) {
+          for (std::uint32_t pp : pps) {
+            for (FleetOptions fleet : fleets.value()) {
+              // A fleet of one (or with one prefill instance) routes nothing: one
+              // deployment, whatever the routers.
+              const std::size_t swept_routers = fleet.routed() ? routers.size() : 1;
+              for (std::size_t r = 0; r < swept_routers; ++r) {
+                fleet.router.policy = *parse_router_policy(routers[r]);
+                for (const std::optional<double>& fraction : fractions) {
+                  PlanDeployment d{gpu,   tp,       pp,           options,
+                                   fleet, fraction, setting.args, setting.labels};
+                  request_.deployments.push_back(std::move(d));
+                }
               }
             }
           }
@@ -444,11 +578,26 @@ class PlanCommand final : public Command {
       }
     }
     request_.options = request_.deployments[0].options;
+    request_.slo_attainment = request_.options.slo.attainment;
+    if (!objective_.empty()) {
+      request_.objective = parse_plan_objective(objective_);
+      const bool priced =
+          std::all_of(request_.deployments.begin(), request_.deployments.end(),
+                      [](const PlanDeployment& d) { return d.options.gpu_hour_usd.has_value(); });
+      if (*request_.objective != PlanObjective::kGpus && !priced) {
+        return usage_error(fmt::format(
+            "--objective {}: needs a price for every swept GPU (--gpu-hour-usd, or --gpu-prices "
+            "with each --gpu)",
+            objective_));
+      }
+    }
     request_.overrides.gpu = gpus[0];
     set_activation_limits(request_.overrides, request_.options);
     return run_plan(request_);
   }
 
+  CLI::App* app_ = nullptr;
+  std::string objective_;
   PlanRequest request_;
   ConfigOptions config_;
   SimOptionsCli options_;

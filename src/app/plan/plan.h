@@ -30,6 +30,10 @@ struct PlanDeployment {
   // --gpu-memory-utilization when several are swept (one given applies to
   // every deployment through the plan's overrides).
   std::optional<double> memory_fraction;
+  // The options swept besides (offload, batch limits, load): simulate's
+  // options for them but the load's (load_args), and the label's words.
+  std::string setting_args;
+  std::vector<std::string> setting_labels;
   std::uint32_t gpus() const { return tp * pp * fleet.instances(); }
 };
 
@@ -44,6 +48,12 @@ struct PlanPart {
   std::string path;
   nlohmann::json json;
 };
+
+// plan --objective: what one answer across every swept cell minimises.
+enum class PlanObjective : std::uint8_t { kGpus, kUsdPerHour, kUsdPerMtok };
+std::string_view to_string(PlanObjective objective);
+std::optional<PlanObjective> parse_plan_objective(std::string_view name);
+std::vector<std::string> plan_objective_names();
 
 struct PlanRequest {
   std::string trace_path;
@@ -61,10 +71,11 @@ struct PlanRequest {
   // --replicas or --pd given: a sweep of fleets, answered by the fewest GPUs
   // (then the lowest $) that serve the trace (plan.json's min_fleet).
   bool fleet_sweep = false;
-  std::string report_path;  // the sweep as JSON
-  std::string html_path;    // the sweep as an HTML page
-  unsigned jobs = 0;        // 0: one per core
-  bool search_min = true;   // find the smallest KV memory with no preemption
+  std::optional<PlanObjective> objective;  // --objective
+  std::string report_path;                 // the sweep as JSON
+  std::string html_path;                   // the sweep as an HTML page
+  unsigned jobs = 0;                       // 0: one per core
+  bool search_min = true;                  // find the smallest KV memory with no preemption
   // With --slo-ttft-ms or --slo-tpot-ms: the share of requests that must meet
   // them for a cell to serve the trace (--slo-attainment).
   double slo_attainment = 0.99;
@@ -72,6 +83,9 @@ struct PlanRequest {
   // --shard: simulate only this part of the sweep and write it as a partial
   // report to report_path (no table, no HTML).
   std::optional<PlanShard> shard;
+  // The options a cell's `kvreplay simulate` line repeats as given (every
+  // option the plan does not sweep or keep to itself), shell-quoted.
+  std::string passthrough_args;
   // The plan's arguments after `plan`, recorded in a partial report so that
   // plan-merge rebuilds the same sweep.
   std::vector<std::string> command;

@@ -86,31 +86,6 @@ void could_win(const PlanSweep& sweep, const FleetAnswer& answer,
   }
 }
 
-// `kvreplay simulate` options that pick out exactly this cell's fleet, with
-// the SLOs (the plan's other options go with them).
-std::string simulate_args(const PlanSweep& sweep, const PlanCell& cell, const SloTargets& slo) {
-  const PlanDeployment& d = sweep.deployments[cell.deployment];
-  std::string args = fmt::format("--model {}", cell.model);
-  if (d.gpu) args += fmt::format(" --gpu {}", *d.gpu);
-  if (d.tp > 1) args += fmt::format(" --tp {}", d.tp);
-  if (d.pp > 1) args += fmt::format(" --pp {}", d.pp);
-  if (d.memory_fraction) args += fmt::format(" --gpu-memory-utilization {}", *d.memory_fraction);
-  args += fmt::format(" --page-tokens {} --kv-memory {}", cell.page_tokens,
-                      reproducible_memory(cell.config.kv.pool_blocks, cell.config.kv));
-  if (d.fleet.disaggregated()) {
-    args += fmt::format(" --prefill-replicas {} --decode-replicas {}", d.fleet.prefill_replicas,
-                        d.fleet.decode_replicas);
-  } else if (d.fleet.instances() > 1) {
-    args += fmt::format(" --replicas {}", d.fleet.instances());
-  }
-  if (d.fleet.routed()) args += fmt::format(" --router {}", to_string(d.fleet.router.policy));
-  // Shortest round-trip decimals: the option parses back to the very value.
-  if (d.options.gpu_hour_usd) args += fmt::format(" --gpu-hour-usd {}", *d.options.gpu_hour_usd);
-  if (slo.ttft_ms) args += fmt::format(" --slo-ttft-ms {}", *slo.ttft_ms);
-  if (slo.tpot_ms) args += fmt::format(" --slo-tpot-ms {}", *slo.tpot_ms);
-  return args + load_args(d.options.load);
-}
-
 std::string gpus_text(std::uint32_t gpus) {
   return fmt::format("{} GPU{}", gpus, gpus == 1 ? "" : "s");
 }
@@ -159,6 +134,28 @@ std::optional<int> verify_cell(const PlanRequest& request, const PlanSweep& swee
 }
 
 }  // namespace
+
+std::string simulate_args(const PlanSweep& sweep, const PlanCell& cell,
+                          const std::string& passthrough) {
+  const PlanDeployment& d = sweep.deployments[cell.deployment];
+  std::string args = fmt::format("--model {}", cell.model);
+  if (d.gpu) args += fmt::format(" --gpu {}", *d.gpu);
+  if (d.tp > 1) args += fmt::format(" --tp {}", d.tp);
+  if (d.pp > 1) args += fmt::format(" --pp {}", d.pp);
+  if (d.memory_fraction) args += fmt::format(" --gpu-memory-utilization {}", *d.memory_fraction);
+  args += fmt::format(" --page-tokens {} --kv-memory {}", cell.page_tokens,
+                      reproducible_memory(cell.config.kv.pool_blocks, cell.config.kv));
+  if (d.fleet.disaggregated()) {
+    args += fmt::format(" --prefill-replicas {} --decode-replicas {}", d.fleet.prefill_replicas,
+                        d.fleet.decode_replicas);
+  } else if (d.fleet.instances() > 1) {
+    args += fmt::format(" --replicas {}", d.fleet.instances());
+  }
+  if (d.fleet.routed()) args += fmt::format(" --router {}", to_string(d.fleet.router.policy));
+  // Shortest round-trip decimals: the option parses back to the very value.
+  if (d.options.gpu_hour_usd) args += fmt::format(" --gpu-hour-usd {}", *d.options.gpu_hour_usd);
+  return args + d.setting_args + load_args(d.options.load) + passthrough;
+}
 
 std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
                                  PlanSimulator& simulator, unsigned jobs) {
@@ -283,19 +280,19 @@ nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep
       row.update(cell_json(*answer.cell));
       row["label"] = model_label(cell.config);
       row["verified"] = answer.verified;
-      row["simulate_args"] = simulate_args(sweep, cell, request.options.slo);
+      row["simulate_args"] = simulate_args(sweep, cell, request.passthrough_args);
       const std::string cost =
           f.usd_per_hour ? fmt::format(", {} an hour, {} per million output tokens",
                                        usd_text(f.usd_per_hour), usd_text(f.usd_per_million_tokens))
                          : std::string();
       table += fmt::format(
           "  {:<15} page {:>4}: {}: {}{}, hit rate {:.4f}, p99 TTFT {}, p99 TPOT {}\n    kvreplay "
-          "simulate {} {} (and the plan's other options)\n",
+          "simulate {} {}\n",
           model_label(cell.config), answer.page_tokens,
           gpus_text(sweep.deployments[cell.deployment].gpus()),
           deployment_label(sweep.deployments[cell.deployment]), cost, f.hit_rate,
           ms_text(f.p99_ttft_ms), ms_text(f.p99_tpot_ms), request.trace_path,
-          simulate_args(sweep, cell, request.options.slo));
+          simulate_args(sweep, cell, request.passthrough_args));
     } else {
       row["deployment"] = nullptr;
       // The searches for the smallest KV memory may have found fleets that do, with more.
@@ -309,6 +306,15 @@ nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep
                            searched ? " at its swept KV memory (the smallest KV memory below "
                                       "names fleets that do, with more)"
                                     : "");
+      const auto nearest = nearest_miss(request, sweep, [&](std::size_t i) {
+        return sweep.cells[i].model == answer.model &&
+               sweep.cells[i].page_tokens == answer.page_tokens;
+      });
+      row["nearest_miss"] = nullptr;
+      if (nearest) {
+        row["nearest_miss"] = nearest_miss_json(request, sweep, nearest->first, nearest->second);
+        table += nearest_miss_lines(request, sweep, nearest->first, nearest->second);
+      }
     }
     nlohmann::json by_router = nlohmann::json::array();
     std::vector<std::string> words;

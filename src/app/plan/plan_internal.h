@@ -42,15 +42,20 @@ struct CellFigures {
   double output_tokens_per_second = 0.0;
   double virtual_seconds = 0.0;
   double hit_rate = 0.0;
-  double p99_ttft_ms = 0.0;
-  double p99_tpot_ms = 0.0;
+  // With offload tiers: the hit rate counting the tiers' hits too.
+  std::optional<double> hit_rate_with_tiers;
+  nlohmann::json prefix_cache;  // the report's, whole
+  nlohmann::json offload;       // likewise; null without tiers
+  double p95_ttft_ms = 0.0, p99_ttft_ms = 0.0;
+  double p95_tpot_ms = 0.0, p99_tpot_ms = 0.0;
   nlohmann::json latency;   // the report's latency, whole (plan.json's cells[].latency)
   nlohmann::json overload;  // likewise
   std::optional<double> overload_ratio;
   bool overloaded = false;
   std::uint64_t invariant_checks = 0;
-  nlohmann::json slo;  // null without SLOs
-  std::optional<double> slo_attainment;
+  nlohmann::json slo;                    // null without SLOs
+  std::optional<bool> slo_met;           // the report's slo.met
+  std::optional<double> slo_attainment;  // the joint rule's, when given
   std::optional<double> slo_ttft_ms;
   std::optional<double> slo_tpot_ms;
   nlohmann::json cost;  // config.simulation.cost
@@ -243,6 +248,40 @@ std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
                                  PlanSimulator& simulator, unsigned jobs);
 nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep,
                               const std::string& slo_words, std::string& table);
+// `kvreplay simulate` options that reproduce exactly this cell: its model,
+// deployment, pool, fleet, swept settings and load, then `passthrough` (the
+// plan's other options, PlanRequest::passthrough_args).
+std::string simulate_args(const PlanSweep& sweep, const PlanCell& cell,
+                          const std::string& passthrough);
+
+// plan_objective.cc: why a cell does not serve, and how far it is from it.
+struct MissDiagnosis {
+  // The worst unmet requirement as a ratio of its limit (1: just met); the
+  // nearest miss has the smallest.
+  double score = 0.0;
+  // What binds it: "memory" (preemptions, requests skipped for the pool),
+  // "queueing" (overload, or a TTFT mostly spent waiting), "transfer" (a
+  // disaggregated fleet's KV crossing), "compute-bound prefill" or
+  // "compute-bound decode" (the steps themselves are too long).
+  std::string reason;
+  std::string words;  // the shortfall and its parts, for the table
+};
+MissDiagnosis diagnose_miss(const CellFigures& figures, const PlanDeployment& deployment,
+                            double slo_attainment);
+// The cell nearest to serving among those `among` accepts that do not
+// serve (ties: the objective's value, else fewer GPUs); nullopt when none.
+std::optional<std::pair<std::size_t, MissDiagnosis>> nearest_miss(
+    const PlanRequest& request, const PlanSweep& sweep,
+    const std::function<bool(std::size_t)>& among);
+// plan.json's and the table's words for a nearest miss.
+nlohmann::json nearest_miss_json(const PlanRequest& request, const PlanSweep& sweep,
+                                 std::size_t cell, const MissDiagnosis& miss);
+std::string nearest_miss_lines(const PlanRequest& request, const PlanSweep& sweep, std::size_t cell,
+                               const MissDiagnosis& miss);
+// plan.json's "objective" (--objective): the best serving cell by it, or the
+// nearest miss; its lines appended to `table`.
+nlohmann::json objective_answer(const PlanRequest& request, const PlanSweep& sweep,
+                                std::string& table);
 // plan.json's deployment (plan_report.cc).
 nlohmann::json deployment_json(const PlanSweep& sweep, std::size_t d);
 

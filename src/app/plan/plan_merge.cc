@@ -248,8 +248,13 @@ std::optional<std::string> cell_report_problem(const nlohmann::json& r, const st
     if (auto problem = figure_problem(find_dotted(r, "slo"), Figure::kObject)) {
       return fmt::format("{}.slo: {}", field, *problem);
     }
-    if (auto problem = figure_problem(find_dotted(r, "slo.attainment"), Figure::kShare)) {
-      return fmt::format("{}.slo.attainment: {}", field, *problem);
+    if (auto problem = figure_problem(find_dotted(r, "slo.met"), Figure::kFlag)) {
+      return fmt::format("{}.slo.met: {}", field, *problem);
+    }
+    if (r["slo"].contains("attainment")) {
+      if (auto problem = figure_problem(find_dotted(r, "slo.attainment"), Figure::kShare)) {
+        return fmt::format("{}.slo.attainment: {}", field, *problem);
+      }
     }
   }
   if (auto problem = fleet_report_problem(r, field, deployment)) return problem;

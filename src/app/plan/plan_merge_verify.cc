@@ -161,24 +161,57 @@ std::optional<std::string> derived_problem(const nlohmann::json& r, const std::s
   }
   if (options.slo.any()) {
     const nlohmann::json& slo = member(r, "slo");
-    const auto met = count_at(slo, "met");
-    const auto total = member(r, "requests")["total"].get<std::uint64_t>();
-    if (!met || *met > total) {
-      return fmt::format("{}.slo.met: {} of {} requests", field, quoted(member(slo, "met")), total);
+    bool met = true;
+    const nlohmann::json& targets = member(slo, "targets");
+    if (!targets.is_array() || targets.size() != options.slo.targets.size()) {
+      return fmt::format("{}.slo.targets: {}, but the plan has {} targets", field, quoted(targets),
+                         options.slo.targets.size());
     }
-    const double attainment =
-        total == 0 ? 0.0 : static_cast<double>(*met) / static_cast<double>(total);
-    if (member(slo, "attainment") != attainment) {
-      return fmt::format("{}.slo.attainment: {}, but {} of {} requests is {}", field,
-                         quoted(member(slo, "attainment")), *met, total, attainment);
-    }
-    for (const auto& [key, target] :
-         {std::pair{"ttft_ms", options.slo.ttft_ms}, std::pair{"tpot_ms", options.slo.tpot_ms}}) {
-      const nlohmann::json& claimed = member(slo, key);
-      if (target ? claimed != *target : !claimed.is_null()) {
-        return fmt::format("{}.slo.{}: {}, but the plan's target is {}", field, key,
-                           quoted(claimed), target ? fmt::format("{}", *target) : "none");
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const PercentileTarget& want = options.slo.targets[i];
+      const nlohmann::json& t = targets[i];
+      if (member(t, "metric") != to_string(want.metric) ||
+          member(t, "percentile") != want.percentile || member(t, "limit_ms") != want.limit_ms ||
+          !member(t, "met").is_boolean()) {
+        return fmt::format("{}.slo.targets[{}]: {}, but the plan's target is {} p{:g} <= {:g} ms",
+                           field, i, quoted(t), to_string(want.metric), want.percentile,
+                           want.limit_ms);
       }
+      const nlohmann::json& value = member(t, "value_ms");
+      if (!value.is_null() &&
+          (!value.is_number() || member(t, "met") != (value <= want.limit_ms))) {
+        return fmt::format("{}.slo.targets[{}].met: {}, but its value is {}", field, i,
+                           quoted(member(t, "met")), quoted(value));
+      }
+      met = met && member(t, "met").get<bool>();
+    }
+    if (options.slo.joint()) {
+      const auto requests_met = count_at(slo, "requests_met");
+      const auto total = member(r, "requests")["total"].get<std::uint64_t>();
+      if (!requests_met || *requests_met > total) {
+        return fmt::format("{}.slo.requests_met: {} of {} requests", field,
+                           quoted(member(slo, "requests_met")), total);
+      }
+      const double attainment =
+          total == 0 ? 0.0 : static_cast<double>(*requests_met) / static_cast<double>(total);
+      if (member(slo, "attainment") != attainment) {
+        return fmt::format("{}.slo.attainment: {}, but {} of {} requests is {}", field,
+                           quoted(member(slo, "attainment")), *requests_met, total, attainment);
+      }
+      for (const auto& [key, target] :
+           {std::pair{"ttft_ms", options.slo.ttft_ms}, std::pair{"tpot_ms", options.slo.tpot_ms},
+            std::pair{"e2e_ms", options.slo.e2e_ms}}) {
+        const nlohmann::json& claimed = member(slo, key);
+        if (target ? claimed != *target : !claimed.is_null()) {
+          return fmt::format("{}.slo.{}: {}, but the plan's target is {}", field, key,
+                             quoted(claimed), target ? fmt::format("{}", *target) : "none");
+        }
+      }
+      met = met && attainment >= options.slo.attainment;
+    }
+    if (member(slo, "met") != met) {
+      return fmt::format("{}.slo.met: {}, but its targets and attainment say {}", field,
+                         quoted(member(slo, "met")), met);
     }
   }
   if (!options.gpu_hour_usd) return std::nullopt;  // no cost_usd (plan_merge.cc checked)

@@ -89,6 +89,7 @@ nlohmann::json deployment_json(const PlanSweep& sweep, std::size_t d) {
       {"gpus", deployment.gpus()},
       {"label", deployment_label(deployment)}};
   if (deployment.memory_fraction) out["gpu_memory_utilization"] = *deployment.memory_fraction;
+  if (!deployment.setting_labels.empty()) out["swept"] = deployment.setting_labels;
   if (sweep.fleet_sweep) out["fleet"] = fleet_json(deployment.fleet);
   if (deployment.options.gpu_hour_usd) out["gpu_hour_usd"] = *deployment.options.gpu_hour_usd;
   return out;
@@ -153,6 +154,21 @@ nlohmann::json plan_header(const PlanRequest& request, const PlanSweep& sweep) {
   return plan;
 }
 
+// The table's SLO column: the joint rule's attainment (with a * when a
+// percentile target is missed), or met / miss for targets alone; empty
+// without SLOs.
+std::string slo_column(const CellFigures& f) {
+  if (!f.slo_met) return std::string();
+  const bool targets_met =
+      std::all_of(f.slo.at("targets").begin(), f.slo.at("targets").end(),
+                  [](const nlohmann::json& t) { return t.at("met").get<bool>(); });
+  if (f.slo_attainment) {
+    return fmt::format(" {:>7}",
+                       fmt::format("{:.2f}%{}", *f.slo_attainment * 100, targets_met ? "" : "*"));
+  }
+  return fmt::format(" {:>7}", targets_met ? "met" : "miss");
+}
+
 // The table's rows of the cells (after its header), and plan.json's cells.
 nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std::string& table,
                          bool& any_skipped) {
@@ -163,15 +179,20 @@ nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std
       (show_deployments ? fmt::format("{:<{}} ", "deployment", sweep.label_width) : std::string()) +
       fmt::format(
           "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10} "
-          "{:>10} {:>8} {:>6}{}\n",
+          "{:>10} {:>10} {:>8} {:>8} {:>6}{}\n",
           "model", "page", "kv_memory", "blocks", "peak", "in_use", "waste", "preempt", "hit_rate",
-          "finished", "skipped", "out_tok/s", "p99_ttft", "p99_tpot", "load",
-          request.options.slo.any() ? fmt::format(" {:>7}", "slo") : std::string());
+          "finished", "skipped", "out_tok/s", "p95_ttft", "p99_ttft", "p95_tpot", "p99_tpot",
+          "load", request.options.slo.any() ? fmt::format(" {:>7}", "slo") : std::string());
   // With prices: $ per million output tokens within the SLOs, a column of its own.
   const bool priced = std::any_of(cells.begin(), cells.end(), [](const PlanCell& cell) {
     return cell.figures && cell.figures->usd_per_hour.has_value();
   });
   if (priced) table.insert(table.size() - 1, fmt::format(" {:>9}", "usd/Mtok"));
+  // With tiers: the hit rate counting their hits, a column of its own.
+  const bool tiered = std::any_of(cells.begin(), cells.end(), [](const PlanCell& cell) {
+    return cell.figures && cell.figures->hit_rate_with_tiers.has_value();
+  });
+  if (tiered) table.insert(table.size() - 1, fmt::format(" {:>9}", "tier_hit"));
   for (const PlanCell& cell : cells) {
     const CellFigures& f = *cell.figures;
     any_skipped = any_skipped || f.skipped > f.skipped_pool_too_small;
@@ -195,7 +216,9 @@ nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std
                           {"latency", f.latency},
                           {"overload", f.overload},
                           {"invariant_checks", f.invariant_checks}};
-    if (f.slo_attainment) row["slo"] = f.slo;
+    if (f.slo_met) row["slo"] = f.slo;
+    row["prefix_cache"] = f.prefix_cache;
+    if (!f.offload.is_null()) row["offload"] = f.offload;
     if (!f.cost_usd.is_null()) row["cost_usd"] = f.cost_usd;
     // A fleet's peaks are its instances' summed: beside them, every instance's pool.
     const std::uint64_t pools = sweep.deployments[cell.deployment].fleet.instances();
@@ -207,16 +230,22 @@ nlohmann::json cell_rows(const PlanRequest& request, const PlanSweep& sweep, std
         deployment_column(sweep, cell.deployment) +
         fmt::format(
             "{:<15} {:>6} {:>10} {:>9} {:>9} {:>9} {:>7.2f}% {:>8} {:>8.4f} {:>9} {:>8} {:>10.1f} "
-            "{:>10} {:>8} {:>6}{}\n",
+            "{:>10} {:>10} {:>8} {:>8} {:>6}{}\n",
             model_label(cell.config), cell.page_tokens, cell.kv_memory, blocks, f.peak_used,
             f.peak_in_use, f.waste_ratio_mean * 100.0, f.preemptions, f.hit_rate, f.finished,
-            f.skipped, f.output_tokens_per_second, ms_text(f.p99_ttft_ms), ms_text(f.p99_tpot_ms),
+            f.skipped, f.output_tokens_per_second, ms_text(f.p95_ttft_ms), ms_text(f.p99_ttft_ms),
+            ms_text(f.p95_tpot_ms), ms_text(f.p99_tpot_ms),
             !f.overload_ratio ? std::string("-")
                               : fmt::format("{:.2f}{}", *f.overload_ratio, f.overloaded ? "!" : ""),
-            f.slo_attainment ? fmt::format(" {:>6.2f}%", *f.slo_attainment * 100) : std::string());
+            slo_column(f));
     if (priced) {
       table.insert(table.size() - 1, f.usd_per_million_tokens
                                          ? fmt::format(" {:>9.3f}", *f.usd_per_million_tokens)
+                                         : fmt::format(" {:>9}", "-"));
+    }
+    if (tiered) {
+      table.insert(table.size() - 1, f.hit_rate_with_tiers
+                                         ? fmt::format(" {:>9.4f}", *f.hit_rate_with_tiers)
                                          : fmt::format(" {:>9}", "-"));
     }
     rows.push_back(std::move(row));
@@ -382,11 +411,22 @@ PlanOutput plan_output(const PlanRequest& request, const PlanSweep& sweep, bool 
   // The SLOs the answers meet, in words (empty without SLOs).
   std::string slo_words;
   if (slo) {
-    std::vector<std::string> parts;
-    if (options.slo.ttft_ms) parts.push_back(fmt::format("TTFT <= {:g} ms", *options.slo.ttft_ms));
-    if (options.slo.tpot_ms) parts.push_back(fmt::format("TPOT <= {:g} ms", *options.slo.tpot_ms));
-    slo_words = fmt::format(" and {:g}% of requests meeting {}", request.slo_attainment * 100,
-                            fmt::join(parts, ", "));
+    std::vector<std::string> targets;
+    for (const PercentileTarget& t : options.slo.targets) {
+      targets.push_back(
+          fmt::format("{} p{:g} <= {:g} ms", to_string(t.metric), t.percentile, t.limit_ms));
+    }
+    if (!targets.empty()) slo_words += fmt::format(", {}", fmt::join(targets, ", "));
+    if (options.slo.joint()) {
+      std::vector<std::string> parts;
+      if (options.slo.ttft_ms)
+        parts.push_back(fmt::format("TTFT <= {:g} ms", *options.slo.ttft_ms));
+      if (options.slo.tpot_ms)
+        parts.push_back(fmt::format("TPOT <= {:g} ms", *options.slo.tpot_ms));
+      if (options.slo.e2e_ms) parts.push_back(fmt::format("E2E <= {:g} ms", *options.slo.e2e_ms));
+      slo_words += fmt::format(" and {:g}% of requests meeting {}", request.slo_attainment * 100,
+                               fmt::join(parts, ", "));
+    }
   }
   nlohmann::json min_deployments = min_deployment_rows(request, sweep, slo_words, table);
   if (sweep.fleet_sweep) {
@@ -395,6 +435,7 @@ PlanOutput plan_output(const PlanRequest& request, const PlanSweep& sweep, bool 
     plan["min_deployment"] = std::move(min_deployments);
   }
   plan["min_kv_memory"] = min_kv_memory(request, sweep, slo_words, any_skipped, table);
+  if (request.objective) plan["objective"] = objective_answer(request, sweep, table);
   return out;
 }
 

@@ -69,6 +69,7 @@ std::string deployment_label(const PlanDeployment& d) {
   }
   if (d.fleet.routed()) parts.emplace_back(to_string(d.fleet.router.policy));
   if (d.memory_fraction) parts.push_back(fmt::format("memory {}", *d.memory_fraction));
+  parts.insert(parts.end(), d.setting_labels.begin(), d.setting_labels.end());
   std::string text = fmt::format("{} x{}", d.gpu.value_or("-"), d.gpus());
   if (!parts.empty()) text += fmt::format(" ({})", fmt::join(parts, ", "));
   return text;
@@ -91,11 +92,12 @@ nlohmann::json fleet_json(const FleetOptions& fleet) {
 }
 
 // Whether a simulation serves the trace: no preemption, nothing skipped for a
-// pool too small, and with SLOs at least `slo_attainment` of the requests
-// meeting them (SPEC 3.4).
+// pool too small, and with SLOs every target met and at least
+// `slo_attainment` of the requests meeting the joint rule.
 bool serves(const CellFigures& figures, double slo_attainment) {
   // Requests longer than max_seq_tokens (and failed BurstGPT rows) are skipped
   // whatever the pool; every other request must be served.
+  if (figures.slo_met && !*figures.slo_met) return false;
   if (figures.slo_attainment && *figures.slo_attainment < slo_attainment) return false;
   return figures.preemptions == 0 && figures.skipped_pool_too_small == 0 && !figures.violated;
 }
@@ -126,18 +128,27 @@ CellFigures CellFigures::read(const nlohmann::json& r, bool violated) {
   f.output_tokens_per_second = scheduler.at("output_tokens_per_second").get<double>();
   f.virtual_seconds = scheduler.at("virtual_seconds").get<double>();
   f.hit_rate = r.at("prefix_cache").at("hit_rate").get<double>();
+  f.prefix_cache = r.at("prefix_cache");
+  if (f.prefix_cache.contains("hit_rate_with_tiers")) {
+    f.hit_rate_with_tiers = f.prefix_cache.at("hit_rate_with_tiers").get<double>();
+  }
+  if (r.contains("offload")) f.offload = r.at("offload");
   // A part's report need not hold it: only probes (never merged) read it.
   f.evictions = r.at("prefix_cache").value("evictions", std::uint64_t{0});
   f.latency = r.at("latency");
   f.p99_ttft_ms = f.latency.at("ttft_ms").at("p99").get<double>();
   f.p99_tpot_ms = f.latency.at("tpot_ms").at("p99").get<double>();
+  // Parts written before p95 was reported have none.
+  f.p95_ttft_ms = f.latency.at("ttft_ms").value("p95", 0.0);
+  f.p95_tpot_ms = f.latency.at("tpot_ms").value("p95", 0.0);
   f.overload = r.at("overload");
   if (!f.overload.at("ratio").is_null()) f.overload_ratio = f.overload["ratio"].get<double>();
   f.overloaded = f.overload.at("overloaded").get<bool>();
   f.invariant_checks = r.at("invariants").at("checks").get<std::uint64_t>();
   if (r.contains("slo")) {
     f.slo = r.at("slo");
-    f.slo_attainment = f.slo.at("attainment").get<double>();
+    f.slo_met = f.slo.at("met").get<bool>();
+    if (f.slo.contains("attainment")) f.slo_attainment = f.slo.at("attainment").get<double>();
     if (f.slo.contains("ttft_ms") && f.slo.at("ttft_ms").is_number()) {
       f.slo_ttft_ms = f.slo.at("ttft_ms").get<double>();
     }
@@ -178,17 +189,25 @@ CellFigures CellFigures::of(const SimulationResult& r, const SimOptions& options
   f.output_tokens_per_second = s.output_tokens_per_second();
   f.virtual_seconds = s.virtual_seconds;
   f.hit_rate = s.hit_rate();
+  f.prefix_cache = prefix_cache_section(s);
+  if (s.offload) {
+    f.hit_rate_with_tiers = s.hit_rate_with_tiers();
+    f.offload = offload_section(s);
+  }
   f.evictions = s.evictions;
   f.latency = latency_section(s);
   f.p99_ttft_ms = s.ttft_ms.p99;
   f.p99_tpot_ms = s.tpot_ms.p99;
+  f.p95_ttft_ms = s.ttft_ms.p95;
+  f.p95_tpot_ms = s.tpot_ms.p95;
   f.overload = overload_section(s);
   f.overload_ratio = s.overload().ratio();
   f.overloaded = s.overload().overloaded();
   f.invariant_checks = s.checks;
   f.slo = slo_section(s, options, r.reader_skipped);
   if (!f.slo.is_null()) {
-    f.slo_attainment = f.slo.at("attainment").get<double>();
+    f.slo_met = f.slo.at("met").get<bool>();
+    if (f.slo.contains("attainment")) f.slo_attainment = f.slo.at("attainment").get<double>();
     f.slo_ttft_ms = options.slo.ttft_ms;
     f.slo_tpot_ms = options.slo.tpot_ms;
   }
@@ -313,9 +332,14 @@ std::optional<int> resolve_sweep(const PlanRequest& request, PlanSweep& sweep) {
   std::vector<PlanDeployment>& deployments = sweep.deployments;
   deployments = request.deployments;
   if (deployments.empty()) {
-    deployments.push_back(PlanDeployment{request.overrides.gpu, request.overrides.tp.value_or(1),
-                                         request.overrides.pp.value_or(1), request.options,
-                                         FleetOptions{}, std::nullopt});
+    deployments.push_back(PlanDeployment{request.overrides.gpu,
+                                         request.overrides.tp.value_or(1),
+                                         request.overrides.pp.value_or(1),
+                                         request.options,
+                                         FleetOptions{},
+                                         std::nullopt,
+                                         std::string(),
+                                         {}});
   }
   // Deployment columns and answers when a GPU is named or more than one is swept.
   sweep.fleet_sweep = request.fleet_sweep;

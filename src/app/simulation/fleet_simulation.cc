@@ -86,6 +86,8 @@ void attach_fleet_observers(Fleet& fleet, const SimOptions& options, const Fleet
   auto facing = [&fleet](std::uint32_t i) { return fleet.role(i) != InstanceRole::kPrefill; };
   for (std::uint32_t i = 0; i < n; ++i) {
     Simulator& sim = fleet.instance(i);
+    // A prefill instance's single tokens have no gaps; a decode instance's do.
+    sim.itl_sink = &collected.latencies.itl_ms;
     sim.on_request = [&collected, &options, &fleet, requests = outputs.requests, i,
                       role = fleet.role(i)](const RequestTimes& times) {
       // Disaggregated: a request as the user sees it is its decode
@@ -257,10 +259,12 @@ SimFigures fleet_figures(const Fleet& fleet, const std::vector<SimFigures>& inst
     total.merge(fleet_part(instances[i], fleet.role(i), fleet.routed()[i].requests, i));
   }
   const Simulator::Latencies& lat = collected.latencies;
-  total.queue_ms = LatencyFigures::of(lat.queue_ms.summary());
-  total.ttft_ms = LatencyFigures::of(lat.ttft_ms.summary());
-  total.tpot_ms = LatencyFigures::of(lat.tpot_ms.summary());
-  total.e2e_ms = LatencyFigures::of(lat.e2e_ms.summary());
+  const std::vector<double> extra = report_percentiles(options);
+  total.queue_ms = LatencyFigures::of(lat.queue_ms.summary(extra));
+  total.ttft_ms = LatencyFigures::of(lat.ttft_ms.summary(extra));
+  total.tpot_ms = LatencyFigures::of(lat.tpot_ms.summary(extra));
+  total.itl_ms = LatencyFigures::of(lat.itl_ms.summary(extra));
+  total.e2e_ms = LatencyFigures::of(lat.e2e_ms.summary(extra));
   total.slo_met = collected.slo_met;
   total.slo_output_tokens = collected.slo_output_tokens;
   total.service_p99_s = lat.service_s.quantile(0.99);
@@ -479,18 +483,14 @@ std::string fleet_summary(const nlohmann::json& report, bool color) {
                    scheduler["output_tokens_per_second"].get<double>()));
   line("steps / preemptions", fmt::format("{} / {}", scheduler["steps"].get<std::uint64_t>(),
                                           scheduler["preemptions"].get<std::uint64_t>()));
-  auto percentiles = [](const nlohmann::json& l) {
-    return fmt::format("p50 {}, p90 {}, p95 {}, p99 {}, mean {}", ms_text(l["p50"].get<double>()),
-                       ms_text(l["p90"].get<double>()), ms_text(l["p95"].get<double>()),
-                       ms_text(l["p99"].get<double>()), ms_text(l["mean"].get<double>()));
-  };
-  line("TTFT", percentiles(report["latency"]["ttft_ms"]));
-  line("TPOT", percentiles(report["latency"]["tpot_ms"]));
+  const std::vector<double> shown = sim.contains("percentiles")
+                                        ? sim["percentiles"].get<std::vector<double>>()
+                                        : std::vector<double>{};
+  line("TTFT", latency_line(report["latency"]["ttft_ms"], shown));
+  line("TPOT", latency_line(report["latency"]["tpot_ms"], shown));
+  line("ITL", latency_line(report["latency"]["itl_ms"], shown));
   if (report.contains("slo")) {
-    line("SLO attainment", fmt::format("{:.4f} ({} met; goodput {:.2f} requests/s)",
-                                       report["slo"]["attainment"].get<double>(),
-                                       report["slo"]["met"].get<std::uint64_t>(),
-                                       report["slo"]["goodput_rps"].get<double>()));
+    for (const auto& [label, text] : slo_lines(report["slo"])) line(label, text);
   }
   if (report.contains("cost_usd")) {
     const nlohmann::json& cost = report["cost_usd"];

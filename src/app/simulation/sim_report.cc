@@ -56,6 +56,8 @@ nlohmann::json violation_json(const InstanceViolation& iv) {
   return out;
 }
 
+}  // namespace
+
 nlohmann::json offload_section(const SimFigures& f) {
   nlohmann::json tiers = nlohmann::json::object();
   for (const OffloadTierSimFigures& t : f.tiers) {
@@ -104,8 +106,6 @@ nlohmann::json prefix_cache_section(const SimFigures& f) {
   }
   return cache;
 }
-
-}  // namespace
 
 SimFigures instance_figures(const Simulator& sim, const SimOptions& options,
                             nlohmann::json& engine_sections) {
@@ -171,10 +171,12 @@ SimFigures instance_figures(const Simulator& sim, const SimOptions& options,
   f.output_tokens = st.output_tokens;
   f.prompt_tokens_computed = st.prompt_tokens_computed;
   const Simulator::Latencies& lat = sim.latencies();
-  f.queue_ms = LatencyFigures::of(lat.queue_ms.summary());
-  f.ttft_ms = LatencyFigures::of(lat.ttft_ms.summary());
-  f.tpot_ms = LatencyFigures::of(lat.tpot_ms.summary());
-  f.e2e_ms = LatencyFigures::of(lat.e2e_ms.summary());
+  const std::vector<double> extra = report_percentiles(sim.options());
+  f.queue_ms = LatencyFigures::of(lat.queue_ms.summary(extra));
+  f.ttft_ms = LatencyFigures::of(lat.ttft_ms.summary(extra));
+  f.tpot_ms = LatencyFigures::of(lat.tpot_ms.summary(extra));
+  f.itl_ms = LatencyFigures::of(lat.itl_ms.summary(extra));
+  f.e2e_ms = LatencyFigures::of(lat.e2e_ms.summary(extra));
   f.slo_met = sim.slo_met();
   f.slo_output_tokens = sim.slo_output_tokens();
   const OverloadFigures load = sim.overload();
@@ -200,6 +202,7 @@ nlohmann::json latency_section(const SimFigures& f) {
   return {{"queue_ms", latency_json(f.queue_ms.summary())},
           {"ttft_ms", latency_json(f.ttft_ms.summary())},
           {"tpot_ms", latency_json(f.tpot_ms.summary())},
+          {"itl_ms", latency_json(f.itl_ms.summary())},
           {"e2e_ms", latency_json(f.e2e_ms.summary())}};
 }
 
@@ -215,18 +218,60 @@ nlohmann::json overload_section(const SimFigures& f) {
           {"peak_waiting", load.peak_waiting}};
 }
 
+const LatencyFigures& slo_metric_figures(const SimFigures& f, SloMetric metric) {
+  switch (metric) {
+    case SloMetric::kTtft: return f.ttft_ms;
+    case SloMetric::kTpot: return f.tpot_ms;
+    case SloMetric::kItl: return f.itl_ms;
+    case SloMetric::kE2e: return f.e2e_ms;
+  }
+  return f.e2e_ms;
+}
+
 nlohmann::json slo_section(const SimFigures& f, const SimOptions& options,
                            std::uint64_t reader_skipped) {
   if (!options.slo.any()) return nullptr;
-  // Skipped requests never meet an SLO: attainment is over every request.
-  const std::uint64_t all_requests = f.requests + reader_skipped;
-  const auto met = static_cast<double>(f.slo_met);
-  nlohmann::json slo = {
-      {"met", f.slo_met},
-      {"attainment", all_requests == 0 ? 0.0 : met / static_cast<double>(all_requests)},
-      {"goodput_rps", f.virtual_seconds > 0 ? met / f.virtual_seconds : 0.0}};
-  if (options.slo.ttft_ms) slo["ttft_ms"] = *options.slo.ttft_ms;
-  if (options.slo.tpot_ms) slo["tpot_ms"] = *options.slo.tpot_ms;
+  nlohmann::json slo = nlohmann::json::object();
+  bool met = true;
+  // Each target over the finished requests' figure (sim_types.h, SloTargets).
+  // A figure with no values: TTFT and E2E are not met (nothing finished),
+  // TPOT and ITL are when requests finished with one token each.
+  nlohmann::json targets = nlohmann::json::array();
+  for (const PercentileTarget& t : options.slo.targets) {
+    const LatencySummary s = slo_metric_figures(f, t.metric).summary();
+    nlohmann::json value;  // null: no values
+    bool target_met = false;
+    if (const std::optional<double> at = s.at(t.percentile); s.count > 0 && at.has_value()) {
+      value = *at;
+      target_met = *at <= t.limit_ms;
+    } else {
+      const bool per_token = t.metric == SloMetric::kTpot || t.metric == SloMetric::kItl;
+      target_met = per_token && f.finished > 0;
+    }
+    met = met && target_met;
+    targets.push_back({{"metric", to_string(t.metric)},
+                       {"percentile", t.percentile},
+                       {"limit_ms", t.limit_ms},
+                       {"value_ms", std::move(value)},
+                       {"met", target_met}});
+  }
+  slo["targets"] = std::move(targets);
+  if (options.slo.joint()) {
+    // Skipped requests never meet the joint rule: attainment is over every request.
+    const std::uint64_t all_requests = f.requests + reader_skipped;
+    const auto requests_met = static_cast<double>(f.slo_met);
+    const double attainment =
+        all_requests == 0 ? 0.0 : requests_met / static_cast<double>(all_requests);
+    if (options.slo.ttft_ms) slo["ttft_ms"] = *options.slo.ttft_ms;
+    if (options.slo.tpot_ms) slo["tpot_ms"] = *options.slo.tpot_ms;
+    if (options.slo.e2e_ms) slo["e2e_ms"] = *options.slo.e2e_ms;
+    slo["requests_met"] = f.slo_met;
+    slo["attainment"] = attainment;
+    slo["attainment_target"] = options.slo.attainment;
+    slo["goodput_rps"] = f.virtual_seconds > 0 ? requests_met / f.virtual_seconds : 0.0;
+    met = met && attainment >= options.slo.attainment;
+  }
+  slo["met"] = met;
   return slo;
 }
 

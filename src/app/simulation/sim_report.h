@@ -42,6 +42,8 @@ nlohmann::json sim_report(const SimFigures& f, const SimReportContext& c);
 // The report's sections, as sim_report writes them (plan's cells reuse them).
 nlohmann::json latency_section(const SimFigures& f);
 nlohmann::json overload_section(const SimFigures& f);
+nlohmann::json prefix_cache_section(const SimFigures& f);
+nlohmann::json offload_section(const SimFigures& f);  // of a run with tiers
 // "slo": null without SLOs.
 nlohmann::json slo_section(const SimFigures& f, const SimOptions& options,
                            std::uint64_t reader_skipped);

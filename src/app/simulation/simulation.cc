@@ -112,11 +112,22 @@ nlohmann::json sim_options_json(const SimOptions& options) {
   if (const auto engine_json = engine_entry(options.engine).config_json) engine_json(options, out);
   if (options.slo.ttft_ms) out["slo_ttft_ms"] = *options.slo.ttft_ms;
   if (options.slo.tpot_ms) out["slo_tpot_ms"] = *options.slo.tpot_ms;
+  if (options.slo.e2e_ms) out["slo_e2e_ms"] = *options.slo.e2e_ms;
+  if (options.slo.joint()) out["slo_attainment"] = options.slo.attainment;
+  if (!options.slo.targets.empty()) {
+    out["slo_targets"] = nlohmann::json::array();
+    for (const PercentileTarget& t : options.slo.targets) {
+      out["slo_targets"].push_back(
+          fmt::format("{}:p{:g}:{:g}", to_string(t.metric), t.percentile, t.limit_ms));
+    }
+  }
+  if (!options.percentiles.empty()) out["percentiles"] = options.percentiles;
   if (options.load.request_rate) {
     out["request_rate"] = *options.load.request_rate;
     out["load_seed"] = options.load.seed;
   }
   if (options.load.concurrency) out["concurrency"] = *options.load.concurrency;
+  if (options.load.time_scale != 1.0) out["time_scale"] = options.load.time_scale;
   if (options.load.warmup > 0) out["warmup_requests"] = options.load.warmup;
   // The clients' options, under their names (load_args prints them back).
   const LoadOptions& load = options.load;
@@ -180,9 +191,58 @@ nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& r
 }
 
 nlohmann::json latency_json(const LatencySummary& summary) {
-  return {{"count", summary.count}, {"mean", summary.mean},  {"p50", summary.p50},
-          {"p90", summary.p90},     {"p95", summary.p95},    {"p99", summary.p99},
-          {"max", summary.max},     {"exact", summary.exact}};
+  nlohmann::json out = {{"count", summary.count}, {"mean", summary.mean},  {"p50", summary.p50},
+                        {"p90", summary.p90},     {"p95", summary.p95},    {"p99", summary.p99},
+                        {"max", summary.max},     {"exact", summary.exact}};
+  for (const auto& [p, value] : summary.extra) out[percentile_key(p)] = value;
+  return out;
+}
+
+std::string percentile_key(double percentile) {
+  return fmt::format("p{:g}", percentile);
+}
+
+std::string latency_line(const nlohmann::json& latency, const std::vector<double>& percentiles) {
+  const std::vector<double> shown =
+      percentiles.empty() ? std::vector<double>{50, 90, 95, 99} : percentiles;
+  std::string out;
+  for (double p : shown) {
+    const std::string key = percentile_key(p);
+    const nlohmann::json& value = p == 100 ? latency.at("max") : latency.at(key);
+    out += fmt::format("{} {}, ", key, ms_text(value.get<double>()));
+  }
+  return out + fmt::format("mean {}", ms_text(latency.at("mean").get<double>()));
+}
+
+std::vector<std::pair<std::string, std::string>> slo_lines(const nlohmann::json& slo) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const nlohmann::json& t : slo.at("targets")) {
+    const nlohmann::json& value = t.at("value_ms");
+    out.emplace_back(
+        fmt::format("SLO {} p{:g}", t.at("metric").get<std::string>(),
+                    t.at("percentile").get<double>()),
+        fmt::format("{} against {} ms: {}",
+                    value.is_null() ? std::string("none") : ms_text(value.get<double>()),
+                    fmt::format("{:g}", t.at("limit_ms").get<double>()),
+                    t.at("met").get<bool>() ? "met" : "MISSED"));
+  }
+  if (slo.contains("attainment")) {
+    std::vector<std::string> limits;
+    for (const char* key : {"ttft_ms", "tpot_ms", "e2e_ms"}) {
+      if (slo.contains(key)) {
+        limits.push_back(fmt::format("{} <= {:g} ms", std::string_view(key, std::strlen(key) - 3),
+                                     slo.at(key).get<double>()));
+      }
+    }
+    out.emplace_back(
+        "SLO joint attainment",
+        fmt::format("{:.4f} of requests meet {} (target {:g}; goodput {:.2f} requests/s)",
+                    slo.at("attainment").get<double>(), fmt::join(limits, " and "),
+                    slo.at("attainment_target").get<double>(),
+                    slo.at("goodput_rps").get<double>()));
+  }
+  out.emplace_back("SLO met", slo.at("met").get<bool>() ? "yes" : "no");
+  return out;
 }
 
 std::string requests_csv_header(bool speculative) {
@@ -558,25 +618,14 @@ std::string simulation_summary(const ReportSource& source, const Simulator& sim,
                    seconds > 0 ? static_cast<double>(st.output_tokens) / seconds : 0.0,
                    sim.roofline() ? fmt::format("roofline on {}", sim.roofline()->gpu())
                                   : std::string("linear")));
-  auto percentiles = [](const LatencySummary& l) {
-    return fmt::format("p50 {}, p90 {}, p95 {}, p99 {}, mean {}", ms_text(l.p50), ms_text(l.p90),
-                       ms_text(l.p95), ms_text(l.p99), ms_text(l.mean));
-  };
-  line("TTFT", percentiles(f.ttft));
-  line("TPOT", percentiles(f.tpot));
-  line("queueing", percentiles(f.queue));
-  line("end-to-end", percentiles(f.e2e));
-  if (options.slo.any()) {
-    std::string targets;
-    if (options.slo.ttft_ms) targets += fmt::format("TTFT <= {:g} ms", *options.slo.ttft_ms);
-    if (options.slo.tpot_ms) {
-      targets +=
-          fmt::format("{}TPOT <= {:g} ms", targets.empty() ? "" : ", ", *options.slo.tpot_ms);
-    }
-    line("SLO attainment",
-         fmt::format("{:.4f} ({} of {} requests: {}; goodput {:.2f} requests/s)",
-                     report["slo"]["attainment"].get<double>(), grouped(sim.slo_met()),
-                     grouped(f.all_requests), targets, report["slo"]["goodput_rps"].get<double>()));
+  const nlohmann::json& latency = report["latency"];
+  line("TTFT", latency_line(latency["ttft_ms"], options.percentiles));
+  line("TPOT", latency_line(latency["tpot_ms"], options.percentiles));
+  line("ITL", latency_line(latency["itl_ms"], options.percentiles));
+  line("queueing", latency_line(latency["queue_ms"], options.percentiles));
+  line("end-to-end", latency_line(latency["e2e_ms"], options.percentiles));
+  if (report.contains("slo")) {
+    for (const auto& [label, text] : slo_lines(report["slo"])) line(label, text);
   }
   if (f.load.ratio()) {
     line("load", fmt::format("{:.2f}x the arrival span{}", *f.load.ratio(),

@@ -121,7 +121,15 @@ nlohmann::json cost_json(const CostModel& cost, const std::optional<Roofline>& r
                          EngineKind engine);
 // {count, mean, p50, p90, p95, p99, max, exact} of one latency (exact: false when
 // its percentiles come from the bounded histogram, within 0.1%: engine/latency.h).
+// Percentiles asked for beyond those (LatencySummary::extra) add "pNN" keys.
 nlohmann::json latency_json(const LatencySummary& summary);
+// "p50", "p99.9": a percentile's key in the report's latency objects.
+std::string percentile_key(double percentile);
+// The summary's line of a report's latency object: `percentiles` (--percentiles)
+// when given, else p50, p90, p95 and p99; and the mean.
+std::string latency_line(const nlohmann::json& latency, const std::vector<double>& percentiles);
+// The summary's lines of a report's "slo" (label, text).
+std::vector<std::pair<std::string, std::string>> slo_lines(const nlohmann::json& slo);
 
 // The model of simulate and plan when none is named.
 inline constexpr std::string_view kDefaultSimModel = "llama-3.1-8b";

@@ -543,7 +543,11 @@ bool VllmScheduler::step() {
     if (prefill) sim_.prompt_tokens_computed += tokens;
     if (flight->computed < num_tokens) continue;
     flight->prefilling = false;
-    if (flight->generated == 0) first_token(*flight);
+    if (flight->generated == 0) {
+      first_token(*flight);
+    } else if (prefill) {
+      shell_.later_token(flight->times.get());  // resumed after a preemption
+    }
     const std::uint32_t emitted =
         prefill ? 1
                 : shell_.decode_tokens(flight->times.get(), flight->request.line, flight->generated,
