@@ -39,16 +39,22 @@ LatencySummary summarize_latency(std::vector<double> values) {
 }
 
 void LatencyDistribution::add(double value) {
-  ++count_;
-  sum_ += value;
+  add(value, 1);
+}
+
+void LatencyDistribution::add(double value, std::uint64_t times) {
+  if (times == 0) return;
+  count_ += times;
+  sum_ += value * static_cast<double>(times);
   min_ = std::min(min_, value);
   max_ = std::max(max_, value);
-  if (!histogram_ && values_.size() == kExactValues) to_histogram();  // before it would grow
+  // Into the histogram before the exact values would pass kExactValues.
+  if (!histogram_ && values_.size() + times > kExactValues) to_histogram();
   if (histogram_) {
-    count_in_bucket(value);
+    count_in_bucket(value, times);
     return;
   }
-  values_.push_back(value);
+  values_.insert(values_.end(), times, value);
   sorted_ = false;
 }
 
@@ -62,13 +68,13 @@ void LatencyDistribution::to_histogram() {
   histogram_ = true;
   const double gamma = (1 + kRelativeError) / (1 - kRelativeError);
   log_gamma_ = std::log(gamma);
-  for (double value : values_) count_in_bucket(value);
+  for (double value : values_) count_in_bucket(value, 1);
   std::vector<double>().swap(values_);
 }
 
-void LatencyDistribution::count_in_bucket(double value) {
+void LatencyDistribution::count_in_bucket(double value, std::uint64_t times) {
   if (!(value > kZeroValue)) {
-    ++zeros_;
+    zeros_ += times;
     return;
   }
   const auto bucket = static_cast<std::int64_t>(std::ceil(std::log(value) / log_gamma_));
@@ -83,7 +89,7 @@ void LatencyDistribution::count_in_bucket(double value) {
   } else if (bucket - first_bucket_ >= static_cast<std::int64_t>(buckets_.size())) {
     buckets_.resize(static_cast<std::size_t>(bucket - first_bucket_ + 1), 0);
   }
-  ++buckets_[static_cast<std::size_t>(bucket - first_bucket_)];
+  buckets_[static_cast<std::size_t>(bucket - first_bucket_)] += times;
 }
 
 double LatencyDistribution::midpoint(std::int64_t bucket) const {

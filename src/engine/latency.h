@@ -51,6 +51,7 @@ class LatencyDistribution {
   static constexpr double kZeroValue = 1e-9;
 
   void add(double value);
+  void add(double value, std::uint64_t times);  // `times` values equal to `value`
   std::uint64_t count() const { return count_; }
   bool empty() const { return count_ == 0; }
   bool exact() const { return !histogram_; }
@@ -64,7 +65,7 @@ class LatencyDistribution {
   double order_statistic(std::uint64_t k) const;
   void sort_values() const;
   void to_histogram();
-  void count_in_bucket(double value);
+  void count_in_bucket(double value, std::uint64_t times);
   double midpoint(std::int64_t bucket) const;
 
   std::uint64_t count_ = 0;

@@ -575,14 +575,25 @@ bool Simulator::end_step() {
   last_ttft_sum_ms_ = 0;
   // Inter-token latency: each later emission's gap from the request's last
   // one (once a step, whatever its samples or drafts emitted).
+  // Requests that also emitted in the step before share their gap: counted
+  // as runs of equal values, one histogram lookup a run.
+  double run_value = 0;
+  std::uint64_t run_length = 0;
+  auto flush = [&] {
+    latencies_.itl_ms.add(run_value, run_length);
+    if (itl_sink != nullptr) itl_sink->add(run_value, run_length);
+    run_length = 0;
+  };
   for (RequestTimes* times : shell_.step_later_tokens) {
     if (times->last_token >= 0 && times->last_token < now_) {
       const double itl = (now_ - times->last_token) * 1e3;
-      latencies_.itl_ms.add(itl);
-      if (itl_sink != nullptr) itl_sink->add(itl);
+      if (run_length > 0 && itl != run_value) flush();
+      run_value = itl;
+      ++run_length;
     }
     times->last_token = now_;
   }
+  flush();
   shell_.step_later_tokens.clear();
   for (auto& times : shell_.step_first_tokens) {
     times->first_token = now_;

@@ -112,3 +112,49 @@ TEST_CASE("latency distribution: values falling below the first bucket, and all 
   CHECK(empty.quantile(0.5) == 0.0);
   CHECK(empty.summary().count == 0);
 }
+
+TEST_CASE("latency distribution: a value added n times at once is n values added one by one") {
+  // Across the switch to the histogram: 70,000 values in runs of 7 and one by one.
+  LatencyDistribution runs;
+  LatencyDistribution ones;
+  const std::vector<double> values = sample_values(10000, 11);
+  for (double v : values) {
+    runs.add(v, 7);
+    for (int i = 0; i < 7; ++i) ones.add(v);
+  }
+  runs.add(3.0, 0);  // nothing
+  REQUIRE(runs.count() == 70000);
+  CHECK_FALSE(runs.exact());
+  const auto a = runs.summary();
+  const auto b = ones.summary();
+  CHECK(a.count == b.count);
+  CHECK(a.p50 == b.p50);
+  CHECK(a.p99 == b.p99);
+  CHECK(a.max == b.max);
+  CHECK(a.mean == Approx(b.mean).epsilon(1e-12));
+  // Exact mode: the very figures.
+  LatencyDistribution small_runs;
+  LatencyDistribution small_ones;
+  for (double v : {5.0, 1.0, 9.0}) {
+    small_runs.add(v, 3);
+    for (int i = 0; i < 3; ++i) small_ones.add(v);
+  }
+  CHECK(small_runs.exact());
+  CHECK(small_runs.summary().p90 == small_ones.summary().p90);
+  CHECK(small_runs.summary().mean == small_ones.summary().mean);
+}
+
+TEST_CASE("latency distribution: percentiles asked for beyond the four, and at()") {
+  LatencyDistribution d;
+  for (int i = 1; i <= 1000; ++i) d.add(i);
+  const std::vector<double> extra = {99.9, 75};
+  const auto s = d.summary(extra);
+  REQUIRE(s.extra.size() == 2);
+  CHECK(s.extra[0].first == 99.9);
+  CHECK(s.extra[0].second == Approx(quantile_sorted(std::vector<double>{}, 0) + 999.001));
+  CHECK(s.extra[1].second == Approx(750.25));
+  CHECK(*s.at(99.9) == s.extra[0].second);
+  CHECK(*s.at(95) == s.p95);
+  CHECK(*s.at(100) == 1000);
+  CHECK_FALSE(s.at(42).has_value());  // not asked for
+}

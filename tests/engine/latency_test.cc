@@ -207,5 +207,24 @@ TEST_CASE(
   CHECK_FALSE(batch.overloaded());
 }
 
+TEST_CASE("latency: inter-token latency is every gap between a request's emissions") {
+  // The schedule of the first case: A's tokens at 10, 20 and 30 ms, B's two
+  // 10 ms apart; the joint rule's end-to-end limit (--goodput e2el) of 33 ms
+  // takes A (30 ms) and not B (45 ms under vllm, 35 under generic).
+  for (EngineKind engine : {EngineKind::kVllm, EngineKind::kGeneric}) {
+    INFO(to_string(engine));
+    SimOptions options = options_of(engine);
+    options.slo.e2e_ms = 33;
+    Simulator sim(micro_config(16), options);
+    const auto done = run(sim, {request("A", 8, 3, 0.0, 1), request("B", 8, 2, 0.005, 2)});
+    REQUIRE(done.size() == 2);
+    const LatencySummary itl = sim.latencies().itl_ms.summary();
+    CHECK(itl.count == 3);  // two gaps of A, one of B
+    CHECK(itl.mean == Approx(10.0));
+    CHECK(itl.max == Approx(10.0));
+    CHECK(sim.slo_met() == 1);
+  }
+}
+
 }  // namespace
 }  // namespace kvreplay

@@ -89,9 +89,8 @@ MissDiagnosis diagnose_miss(const CellFigures& f, const PlanDeployment& deployme
   const bool memory = f.preemptions > 0 || f.skipped_pool_too_small > 0;
   if (memory) {
     const double served = static_cast<double>(std::max<std::uint64_t>(f.finished, 1));
-    out.score = std::max(out.score, 1.0 + static_cast<double>(f.preemptions +
-                                                              f.skipped_pool_too_small) /
-                                              served);
+    out.score = std::max(
+        out.score, 1.0 + static_cast<double>(f.preemptions + f.skipped_pool_too_small) / served);
     words.push_back(fmt::format("{} preemptions and {} requests skipped for the pool's size",
                                 f.preemptions, f.skipped_pool_too_small));
   }
@@ -148,8 +147,8 @@ MissDiagnosis diagnose_miss(const CellFigures& f, const PlanDeployment& deployme
           fmt::format("queueing {} {} of TTFT {}", worst_key, ms_text(queue), ms_text(ttft)));
     } else if (transfer > 0.5 * ttft && worst_metric != "tpot" && worst_metric != "itl") {
       out.reason = "transfer";
-      words.push_back(fmt::format("KV transfer {} {} of TTFT {}", worst_key, ms_text(transfer),
-                                  ms_text(ttft)));
+      words.push_back(
+          fmt::format("KV transfer {} {} of TTFT {}", worst_key, ms_text(transfer), ms_text(ttft)));
     } else if (worst_metric == "ttft" || worst_metric == "e2e") {
       out.reason = "compute-bound prefill";
       words.push_back(fmt::format("TTFT {} {} with queueing {}: the prefill itself is too long",
@@ -184,8 +183,8 @@ std::optional<std::pair<std::size_t, MissDiagnosis>> nearest_miss(
   return nearest;
 }
 
-nlohmann::json nearest_miss_json(const PlanRequest& request, const PlanSweep& sweep,
-                                 std::size_t i, const MissDiagnosis& miss) {
+nlohmann::json nearest_miss_json(const PlanRequest& request, const PlanSweep& sweep, std::size_t i,
+                                 const MissDiagnosis& miss) {
   const PlanCell& cell = sweep.cells[i];
   return {{"cell", i},
           {"model", cell.model},
