@@ -192,7 +192,7 @@ InputResult<std::vector<Workload>> make_workloads(std::vector<MeasuredRow>& rows
     // config.json's own error keeps its FILE:LINE.
     if (!config) {
       const InputError& error = config.error();
-      const char* field = error.field == "--dtype" ? "kv_dtype" : "model";
+      const char* field = error.field == "--kv-cache-dtype" ? "kv_dtype" : "model";
       return fail(field, error.file == "command line" ? error.problem : error.to_string());
     }
     w.config = std::move(config).value();

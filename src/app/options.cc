@@ -125,9 +125,21 @@ void ConfigOptions::add_to(CLI::App& app, bool swept, bool deployment) {
       app.add_option("--kv-heads", kv_heads, "KV heads (replaces the model's)")->check(positive));
   options[3] = group(app.add_option("--head-dim", head_dim, "head dimension (replaces the model's)")
                          ->check(positive));
-  options[4] = group(app.add_option("--dtype,--kv-cache-dtype", dtype,
-                                    "KV cache: fp32, fp16, bf16 or fp8 (default: the "
-                                    "model's, else bf16)"));
+  if (deployment) {
+    // vLLM's meanings: --kv-cache-dtype the KV cache's, --dtype the model's.
+    options[4] = group(app.add_option("--kv-cache-dtype", dtype,
+                                      "KV cache: auto (the model's), fp8 (fp8_e4m3, fp8_e5m2), "
+                                      "bf16, fp16 or fp32"));
+    model_dtype_option = group(
+        app.add_option("--dtype", model_dtype,
+                       "the model's dtype, as vLLM's --dtype: auto (the checkpoint's; float32 "
+                       "served as bf16), half/float16, bfloat16, float/float32; an unquantized "
+                       "KV cache follows it"));
+  } else {
+    options[4] = group(app.add_option("--dtype,--kv-cache-dtype", dtype,
+                                      "KV cache: fp32, fp16, bf16 or fp8 (default: the "
+                                      "model's, else bf16)"));
+  }
   if (!swept) {
     options[5] = group(app.add_option("--page-tokens,--block-size,--page-size", page_tokens,
                                       "tokens per page (block); default 16")
@@ -221,6 +233,9 @@ ConfigOverrides ConfigOptions::overrides() const {
     }
     if (name != "auto") out.dtype = name;
   }
+  if (model_dtype_option != nullptr && model_dtype_option->count() > 0 && model_dtype != "auto") {
+    out.model_dtype = model_dtype;
+  }
   if (given(5)) out.page_tokens = page_tokens;
   if (given(6)) out.pool_blocks = pool_blocks;
   if (given(7)) out.kv_memory = kv_memory;
@@ -309,6 +324,12 @@ std::optional<std::string> SimOptionsCli::resolve_slo(SimOptions& out) const {
   }
   if (auto problem = parse_goodput(goodput, out.slo)) return "--goodput: " + *problem;
   out.slo.attainment = slo_attainment;
+  if (slo_attainment_option != nullptr && slo_attainment_option->count() > 0 && !out.slo.joint()) {
+    return std::string(
+        "--slo-attainment is the joint rule's share: give --slo-ttft-ms, --slo-tpot-ms or "
+        "--goodput (a --slo target is met by its percentile alone)");
+  }
+  if (std::signbit(slo_attainment)) return std::string("--slo-attainment: -0 is not a share");
   for (const std::string& text : percentiles) {
     // vllm bench serve writes them bare (99.9), kvreplay's keys with a p.
     auto p = parse_percentile(!text.empty() && text.front() == 'p' ? text : "p" + text);
@@ -458,22 +479,26 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help, bool sw
           ->group("Latency");
   app.add_option("--slo", slo_targets,
                  "per-metric percentile targets, METRIC:pNN:MS, comma-separated (ttft, tpot, "
-                 "itl, e2e; as ttft:p95:2000,tpot:p95:50): the report's slo.targets, met "
-                 "when every one is")
+                 "itl, e2e or e2el; as ttft:p95:2000,tpot:p95:50): the report's slo.targets, "
+                 "met when every one is")
+      ->allow_extra_args(false)
       ->group("Latency");
   app.add_option("--goodput", goodput,
-                 "vllm bench serve's goodput: KEY:MS pairs (ttft, tpot, e2el) a request must "
-                 "all meet, the joint rule as --slo-ttft-ms and --slo-tpot-ms")
+                 "vllm bench serve's goodput: KEY:MS pairs (ttft, tpot, e2el or e2e) a request "
+                 "must all meet, the joint rule as --slo-ttft-ms and --slo-tpot-ms")
       ->delimiter(',')
       ->group("Latency");
-  app.add_option("--slo-attainment", slo_attainment,
-                 "the joint rule (--slo-ttft-ms, --slo-tpot-ms, --goodput) is met when this share "
-                 "of the requests meets it (default 0.99)")
-      ->check(number_range(0.0, 1.0))
-      ->group("Latency");
+  slo_attainment_option =
+      app.add_option(
+             "--slo-attainment", slo_attainment,
+             "the joint rule (--slo-ttft-ms, --slo-tpot-ms, --goodput) is met when this share "
+             "of the requests meets it (default 0.99)")
+          ->check(number_range(0.0, 1.0))
+          ->group("Latency");
   app.add_option("--percentiles,--metric-percentiles", percentiles,
-                 "latency percentiles to report beside p50, p90, p95 and p99 (as 99.9 or p99.9, "
-                 "comma-separated)")
+                 "latency percentiles for the report beside p50, p90, p95 and p99, and for the "
+                 "summary instead of them (as 99.9 or p99.9, comma-separated)")
+      ->allow_extra_args(false)
       ->delimiter(',')
       ->group("Latency");
   app.add_option("--check", check, check_help)->check(kCheckValidator);
@@ -517,7 +542,8 @@ void SimOptionsCli::add_offload_to(CLI::App& app) {
   app.add_option("--offload", offload,
                  fmt::format("KV offload tiers per GPU, {}, as vLLM's native offloading keeps "
                              "them: {} (sizes as --kv-memory); under --engine sglang, {}:SIZE is "
-                             "HiCache's host pool",
+                             "HiCache's host pool; none for no tiers (plan: settings to sweep, "
+                             "the next one starting at none or at a tier given again)",
                              order, grammar, to_string(host_memory_medium())))
       ->group("Offload");
   offload_options.push_back(app.add_option("--offload-policy", offload_policy,

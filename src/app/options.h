@@ -48,6 +48,10 @@ CLI::Validator number_range(double lo, double hi);
 // Raw option storage; copied into ConfigOverrides for the options actually given.
 struct ConfigOptions {
   std::string model, model_config, dtype, kv_memory, alloc_order, gpu;
+  // simulate and plan (`deployment`): --dtype is the model's, as vLLM's;
+  // the KV cache's is --kv-cache-dtype (`dtype` above).
+  std::string model_dtype;
+  CLI::Option* model_dtype_option = nullptr;
   std::uint32_t layers = 0, kv_heads = 0, head_dim = 0, page_tokens = 0, pool_blocks = 0,
                 max_seq_tokens = 0, tp = 1, pp = 1, dp_attention = 1, ep = 1;
   double gpu_memory_utilization = 0.9;
@@ -79,6 +83,7 @@ struct SimOptionsCli {
   CLI::Option* slo_ttft = nullptr;
   CLI::Option* slo_tpot = nullptr;
   std::vector<std::string> slo_targets;  // --slo, each a comma-separated list
+  CLI::Option* slo_attainment_option = nullptr;
   std::vector<std::string> goodput;      // --goodput KEY:MS ...
   std::vector<std::string> percentiles;  // --percentiles
   std::optional<std::string> resolve_slo(SimOptions& out) const;

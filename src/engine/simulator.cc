@@ -63,7 +63,7 @@ std::optional<double> parse_limit_ms(std::string_view text) {
   double value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
-      value < 0 || value > 1e12) {
+      std::signbit(value) || value > 1e12) {
     return std::nullopt;
   }
   return value;
@@ -75,8 +75,14 @@ Result<double, std::string> parse_percentile(std::string_view text) {
   double value = 0;
   const bool prefixed = !text.empty() && text.front() == 'p';
   const std::string_view digits = prefixed ? text.substr(1) : text;
+  // Decimal digits with at most one point between digits (no exponent).
+  const std::size_t point = digits.find('.');
+  const bool plain =
+      !digits.empty() && digits.find_first_not_of("0123456789.") == std::string_view::npos &&
+      (point == std::string_view::npos ||
+       (point > 0 && point + 1 < digits.size() && digits.find('.', point + 1) == digits.npos));
   const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (!prefixed || error != std::errc() || end != digits.data() + digits.size() ||
+  if (!prefixed || !plain || error != std::errc() || end != digits.data() + digits.size() ||
       !(value > 0 && value <= 100)) {
     return Unexpected{fmt::format(
         "'{}' is not a percentile (p50, p95, p99.9: above 0, at most 100)", text.substr(0, 40))};

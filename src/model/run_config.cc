@@ -149,6 +149,50 @@ struct ModelGeometry {
   std::uint32_t kv_tensors = 2;
 };
 
+// --dtype (simulate, plan): the model served at another dtype, as vLLM's
+// --dtype does. An unquantized checkpoint's weights take its size (the
+// linear layers, embeddings and norms alike), and a KV cache that followed
+// the weights follows it; a quantized checkpoint keeps its stored weights,
+// so it is refused rather than resized.
+InputStatus set_model_dtype(const std::string& name, const ConfigSite& site, RunConfig& run) {
+  static const std::pair<std::string_view, Dtype> kNames[] = {
+      {"half", Dtype::kFp16},     {"float16", Dtype::kFp16}, {"fp16", Dtype::kFp16},
+      {"bfloat16", Dtype::kBf16}, {"bf16", Dtype::kBf16},    {"float", Dtype::kFp32},
+      {"float32", Dtype::kFp32},  {"fp32", Dtype::kFp32}};
+  std::optional<Dtype> dtype;
+  for (const auto& [spelling, value] : kNames) {
+    if (name == spelling) dtype = value;
+  }
+  if (!dtype) {
+    const bool kv = name.rfind("fp8", 0) == 0;
+    return site.fail(
+        "dtype", true,
+        fmt::format("'{}' is not a model dtype (auto, half, float16, bfloat16, float, float32, as "
+                    "vLLM's --dtype){}",
+                    name, kv ? fmt::format("; the KV cache's is --kv-cache-dtype {}", name) : ""));
+  }
+  if (!run.model_spec) {
+    return site.fail("dtype", true, "the model's dtype needs a model (--model or --model-config)");
+  }
+  ModelSpec& spec = *run.model_spec;
+  if (spec.shape.quant != WeightQuant::kNone) {
+    return site.fail("dtype", true,
+                     fmt::format("{}'s checkpoint is quantized ({}): its weights stay as stored",
+                                 run.model, to_string(spec.shape.quant)));
+  }
+  const Dtype old = spec.dtype;
+  run.model_dtype = std::string(to_string(*dtype));
+  if (old == *dtype) return {};
+  auto scaled = [&](std::uint64_t bytes) { return bytes / dtype_bytes(old) * dtype_bytes(*dtype); };
+  spec.weight_bytes = scaled(spec.weight_bytes);
+  spec.routed_expert_bytes = scaled(spec.routed_expert_bytes);
+  spec.input_embedding_bytes = scaled(spec.input_embedding_bytes);
+  if (spec.kv_dtype == old) spec.kv_dtype = *dtype;
+  spec.dtype = *dtype;
+  run.model_dtype = std::string(to_string(*dtype));
+  return {};
+}
+
 // The model: --model-config or --model replace the header's model and
 // geometry; dimensions given explicitly win.
 InputResult<ModelGeometry> resolve_model(const HeaderSettings& h, const ConfigOverrides& cli,
@@ -172,6 +216,11 @@ InputResult<ModelGeometry> resolve_model(const HeaderSettings& h, const ConfigOv
     run.model = *model;
     run.model_source = "preset:" + preset->name;
     run.model_spec = preset->spec;
+  }
+  if (cli.model_dtype) {
+    if (InputStatus set = set_model_dtype(*cli.model_dtype, site, run); !set) {
+      return Unexpected{set.error()};
+    }
   }
   // The model's geometry; dimensions given explicitly win.
   ModelGeometry g;
@@ -290,7 +339,7 @@ InputStatus resolve_kv_options(const HeaderSettings& h, const ConfigOverrides& c
   if (dtype) {
     auto parsed = parse_dtype(*dtype);
     if (!parsed)
-      return site.fail("dtype", cli.dtype.has_value(),
+      return site.fail(cli.dtype ? "kv-cache-dtype" : "dtype", cli.dtype.has_value(),
                        fmt::format("unknown dtype '{}' (expected fp32, fp16, bf16, fp8)", *dtype));
     run.kv.dtype = *parsed;
   }
@@ -471,6 +520,7 @@ nlohmann::json RunConfig::to_json() const {
   out["gpu"] = gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu);
   out["gpu_memory_utilization"] = or_null(gpu_memory_utilization);
   out["weights_bytes_per_gpu"] = or_null(weights_bytes_per_gpu);
+  if (model_dtype) out["model_dtype"] = *model_dtype;
   out["activation_reserve_bytes"] = or_null(activation_reserve_bytes);
   if (capacity) {
     // How the KV memory was reached: the engine's startup rule (model/capacity.h).

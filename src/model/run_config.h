@@ -26,7 +26,10 @@ struct ConfigOverrides {
   std::optional<std::uint32_t> layers;
   std::optional<std::uint32_t> kv_heads;
   std::optional<std::uint32_t> head_dim;
-  std::optional<std::string> dtype;
+  std::optional<std::string> dtype;  // the KV cache's (--kv-cache-dtype)
+  // simulate's and plan's --dtype: the model's, as vLLM's (half, float16,
+  // bfloat16, float, float32, or fp16, bf16, fp32).
+  std::optional<std::string> model_dtype;
   std::optional<std::uint32_t> page_tokens;
   std::optional<std::uint32_t> pool_blocks;
   std::optional<std::string> kv_memory;
@@ -96,6 +99,9 @@ struct RunConfig {
   std::string gpu;                                     // the GPU preset, empty when none was named
   std::optional<double> gpu_memory_utilization;        // with gpu
   std::optional<std::uint64_t> weights_bytes_per_gpu;  // with model_spec
+  // --dtype: the dtype the model is served at when it was asked for (the
+  // report's config.model_dtype; none otherwise, as before).
+  std::optional<std::string> model_dtype;
   // When the pool was sized from the GPU's memory (model/deployment.h).
   std::optional<std::uint64_t> activation_reserve_bytes;
   // vLLM's KV-cache groups of the GPU's layers (model/kv_groups.h), when the

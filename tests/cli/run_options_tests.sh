@@ -133,7 +133,7 @@ finish "kvreplay replay A B: the parser's message"
 # the model as named.
 head -n 101 traces/requests/azure_conv.csv >"$work/azure.csv"
 ours=(--model llama-3.1-8b --gpu h100-80gb --max-seqs 8 --max-batched-tokens 4096 --page-tokens 32
-  --tp 2 --max-seq-tokens 8192 --dtype fp8 --gpu-memory-utilization 0.85 -q)
+  --tp 2 --max-seq-tokens 8192 --kv-cache-dtype fp8 --gpu-memory-utilization 0.85 -q)
 theirs=(--model meta-llama/Llama-3.1-8B-Instruct --gpu h100-80gb --max-num-seqs 8
   --max-num-batched-tokens 4096 --block-size 32 --tensor-parallel-size 2 --max-model-len 8192
   --kv-cache-dtype fp8_e4m3 --mem-fraction-static 0.85 -q)

@@ -131,6 +131,17 @@ check '[[ $rc -eq 0 ]] && [[ $(jq -s ".[0].cells['"$cell"'].latency == .[1].late
 check 'grep -q "Best by usd-per-mtok" "$work/plan.html"' "HTML has no objective section"
 run plan "$trace" --gpu h100-80gb,h200 --gpu-hour-usd 3 --objective gpus --no-search --report "$work/plan.json"
 check '[[ $rc -eq 0 ]] && jq -e ".objective.answer.gpus == 1" "$work/plan.json" >/dev/null' "--objective gpus: $(jq -c .objective "$work/plan.json")"
+# The load's options once each; a cell without tiers without the tiers' links.
+run plan "$trace" --gpu h200 --request-rate 2 --warmup-requests 10 --objective gpus --no-search \
+  --report "$work/plan.json"
+args=$(jq -r .objective.answer.simulate_args "$work/plan.json")
+check '[[ $rc -eq 0 && $(grep -o -- "--warmup-requests" <<<"$args" | wc -l) == 1 ]]' "load options: $args"
+eval "run simulate \"\$trace\" $args -q"
+check '[[ $rc -eq 0 ]]' "the load's line does not run: $args: $(err_text)"
+run plan "$trace" --gpu h200 --offload none,cpu:64GiB --offload-cpu-gbps 20 --offload-policy arc \
+  --objective gpus --no-search --report "$work/plan.json"
+args=$(jq -r .objective.answer.simulate_args "$work/plan.json")
+check '[[ $rc -eq 0 && $args != *--offload* ]]' "offload none carries the tiers' options: $args"
 finish "plan --objective: the cheapest serving cell across GPU kinds, its line reproducing it"
 
 # 8. No cell serves: the nearest miss and what binds it.
@@ -146,7 +157,20 @@ check '[[ $rc -eq 0 ]] && jq -e ".min_fleet[0].deployment == null and (.min_flee
   "fleet nearest miss: exit $rc: $(jq -c '.min_fleet[0] | {deployment, nearest_miss}' "$work/plan.json")"
 finish "plan: with nothing serving, the nearest miss and its binding reason"
 
-# 9. Hostile values: exit 2, one line naming the option.
+# 9. --dtype is the model's, as vLLM's: float32 doubles the weights, and the
+# KV cache that followed them; the KV cache's own is --kv-cache-dtype.
+run simulate "$trace" "${sim[@]}" --report "$work/bf16.json"
+run simulate "$trace" "${sim[@]}" --dtype float32 --report "$work/fp32.json"
+check '[[ $rc -eq 0 ]] && [[ $(jq -s ".[1].config.weights_bytes_per_gpu > 1.9 * .[0].config.weights_bytes_per_gpu and .[1].config.dtype == \"fp32\" and .[1].config.model_dtype == \"fp32\" and .[1].config.pool_blocks < .[0].config.pool_blocks" "$work/bf16.json" "$work/fp32.json") == true ]]' \
+  "--dtype float32: $(jq -s -c '[.[].config | [.dtype, .weights_bytes_per_gpu, .pool_blocks]]' "$work/bf16.json" "$work/fp32.json")"
+run simulate "$trace" "${sim[@]}" --dtype float32 --kv-cache-dtype fp8 --report "$work/mixed.json"
+check '[[ $rc -eq 0 && $(jq -r .config.dtype "$work/mixed.json") == fp8 ]]' "--kv-cache-dtype beside --dtype: $(err_text)"
+run simulate "$trace" "${sim[@]}" --dtype half --report "$work/half.json"
+check '[[ $(jq -s ".[0].config.weights_bytes_per_gpu == .[1].config.weights_bytes_per_gpu" "$work/bf16.json" "$work/half.json") == true ]]' \
+  "--dtype half changed the weights' bytes"
+finish "simulate --dtype: the model's dtype, as vLLM's"
+
+# 10. Hostile values: exit 2, one line naming the option.
 misuse() {  # misuse COMMAND WANT ARGS...
   local command=$1 want=$2
   shift 2
@@ -167,6 +191,14 @@ misuse simulate "given twice" --slo ttft:p95:1,ttft:p95:2
 misuse simulate "--slo" --slo ""
 misuse simulate "is not KEY:MS" --goodput itl:20
 misuse simulate "given twice" --goodput ttft:20 --slo-ttft-ms 30
+misuse simulate "not a percentile" --slo ttft:p1e-3:100
+misuse simulate "not a number of ms" --slo ttft:p95:-0
+misuse simulate "the joint rule's share" --slo-attainment 0.5
+misuse simulate "the joint rule's share" --slo ttft:p95:100 --slo-attainment 0.5
+misuse simulate "the KV cache's is --kv-cache-dtype fp8" --dtype fp8
+misuse simulate "is not a model dtype" --dtype int3
+run simulate "$trace" --model deepseek-v3 --tp 8 --gpu h200 -q --dtype bfloat16
+check '[[ $rc -eq 2 ]] && grep -q "checkpoint is quantized" "$work/err"' "a quantized checkpoint: exit $rc: $(err_text)"
 misuse simulate "--percentiles" --percentiles 0
 misuse simulate "--percentiles" --percentiles nan
 misuse simulate "--percentiles" --percentiles abc

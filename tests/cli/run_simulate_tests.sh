@@ -181,7 +181,7 @@ finish "plan (vllm): the printed size reproduces the answer"
 
 # Every setting that changes a figure is recorded, and rows are labelled by the
 # geometry when options override the preset's.
-run plan traces/requests/azure_conv.csv --kv-memory 4GiB --layers 40 --dtype fp8 \
+run plan traces/requests/azure_conv.csv --kv-memory 4GiB --layers 40 --kv-cache-dtype fp8 \
   --max-seq-tokens 8192 --no-search -q --report "$work/report.json"
 check '[[ $rc -eq 0 ]]' "exit $rc: $(err_text)"
 check '[[ $(key ".config | tostring") == "{\"alloc_order\":\"lifo\",\"dtype\":\"fp8\",\"gpu\":null,\"gpu_memory_utilization\":null,\"max_seq_tokens\":8192,\"per_gpu\":true,\"pp\":1,\"tp\":1}" ]]' \

@@ -194,41 +194,33 @@ std::string shell_quoted(const std::string& value) {
 }
 
 // The options given to plan that a cell's `kvreplay simulate` takes as they
-// are: all but the swept ones (the cell's line names its own values) and the
-// plan's own.
-std::string passthrough_args(const CLI::App& app) {
-  static const std::set<std::string, std::less<>> kNotPassed = {"--model",
-                                                                "--model-config",
-                                                                "--kv-memory",
-                                                                "--page-tokens",
-                                                                "--report",
-                                                                "--html",
-                                                                "--jobs",
-                                                                "--no-search",
-                                                                "--quiet",
-                                                                "--replicas",
-                                                                "--pd",
-                                                                "--router",
-                                                                "--shard",
-                                                                "--gpu",
-                                                                "--tp",
-                                                                "--pp",
-                                                                "--gpu-memory-utilization",
-                                                                "--gpu-prices",
-                                                                "--gpu-hour-usd",
-                                                                "--objective",
-                                                                "--offload",
-                                                                "--max-seqs",
-                                                                "--max-batched-tokens",
-                                                                "--request-rate",
-                                                                "--concurrency",
-                                                                "--time-scale",
-                                                                "--help"};
+// are: all but the swept ones (the cell's line names its own values), the
+// load's (load_args) and the plan's own; the offload tiers' links and policy
+// (`group` "Offload") apart, for the cells that have tiers.
+std::string passthrough_args(const CLI::App& app, const std::string& group) {
+  static const std::set<std::string, std::less<>> kNotPassed = {
+      "--model",      "--model-config",
+      "--kv-memory",  "--page-tokens",
+      "--report",     "--html",
+      "--jobs",       "--no-search",
+      "--quiet",      "--replicas",
+      "--pd",         "--router",
+      "--shard",      "--gpu",
+      "--tp",         "--pp",
+      "--gpu-prices", "--gpu-hour-usd",
+      "--objective",  "--offload",
+      "--max-seqs",   "--max-batched-tokens",
+      "--help"};
   std::string out;
   for (const CLI::Option* option : app.get_options()) {
     if (option->count() == 0 || option->get_positional()) continue;
+    // The load's options are load_args' (each cell's load, swept or not).
+    if (option->get_group() == "Load") continue;
+    if ((option->get_group() == "Offload") != (group == "Offload")) continue;
     const std::string name = option->get_name();
     if (kNotPassed.contains(name)) continue;
+    // One memory knob applies to every cell; several are swept, each cell's own.
+    if (name == "--gpu-memory-utilization" && option->results().size() > 1) continue;
     if (option->get_expected_min() == 0) {
       out += " " + name;
       continue;
@@ -362,7 +354,13 @@ class PlanCommand final : public Command {
       if (values.empty()) return;
       std::vector<SweptSetting> next;
       for (const SweptSetting& base : out) {
-        for (const auto& value : values) {
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          const auto& value = values[i];
+          // A value given twice is one setting.
+          if (std::find(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i), value) !=
+              values.begin() + static_cast<std::ptrdiff_t>(i)) {
+            continue;
+          }
           SweptSetting s = base;
           set(s, value, values.size() > 1);
           next.push_back(std::move(s));
@@ -495,7 +493,8 @@ class PlanCommand final : public Command {
 
  private:
   int resolve_and_run() {
-    request_.passthrough_args = passthrough_args(*app_);
+    request_.passthrough_args = passthrough_args(*app_, "");
+    request_.offload_passthrough_args = passthrough_args(*app_, "Offload");
     request_.overrides = config_.overrides();
     if (request_.models.empty() && request_.model_configs.empty()) {
       request_.models = {std::string(kDefaultSimModel)};

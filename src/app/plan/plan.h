@@ -86,6 +86,7 @@ struct PlanRequest {
   // The options a cell's `kvreplay simulate` line repeats as given (every
   // option the plan does not sweep or keep to itself), shell-quoted.
   std::string passthrough_args;
+  std::string offload_passthrough_args;  // the tiers' links and policy: cells with tiers
   // The plan's arguments after `plan`, recorded in a partial report so that
   // plan-merge rebuilds the same sweep.
   std::vector<std::string> command;

@@ -135,8 +135,8 @@ std::optional<int> verify_cell(const PlanRequest& request, const PlanSweep& swee
 
 }  // namespace
 
-std::string simulate_args(const PlanSweep& sweep, const PlanCell& cell,
-                          const std::string& passthrough) {
+std::string simulate_args(const PlanRequest& request, const PlanSweep& sweep,
+                          const PlanCell& cell) {
   const PlanDeployment& d = sweep.deployments[cell.deployment];
   std::string args = fmt::format("--model {}", cell.model);
   if (d.gpu) args += fmt::format(" --gpu {}", *d.gpu);
@@ -154,7 +154,9 @@ std::string simulate_args(const PlanSweep& sweep, const PlanCell& cell,
   if (d.fleet.routed()) args += fmt::format(" --router {}", to_string(d.fleet.router.policy));
   // Shortest round-trip decimals: the option parses back to the very value.
   if (d.options.gpu_hour_usd) args += fmt::format(" --gpu-hour-usd {}", *d.options.gpu_hour_usd);
-  return args + d.setting_args + load_args(d.options.load) + passthrough;
+  args += d.setting_args + load_args(d.options.load) + request.passthrough_args;
+  if (d.options.offload.any()) args += request.offload_passthrough_args;
+  return args;
 }
 
 std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
@@ -280,7 +282,7 @@ nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep
       row.update(cell_json(*answer.cell));
       row["label"] = model_label(cell.config);
       row["verified"] = answer.verified;
-      row["simulate_args"] = simulate_args(sweep, cell, request.passthrough_args);
+      row["simulate_args"] = simulate_args(request, sweep, cell);
       const std::string cost =
           f.usd_per_hour ? fmt::format(", {} an hour, {} per million output tokens",
                                        usd_text(f.usd_per_hour), usd_text(f.usd_per_million_tokens))
@@ -292,7 +294,7 @@ nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep
           gpus_text(sweep.deployments[cell.deployment].gpus()),
           deployment_label(sweep.deployments[cell.deployment]), cost, f.hit_rate,
           ms_text(f.p99_ttft_ms), ms_text(f.p99_tpot_ms), request.trace_path,
-          simulate_args(sweep, cell, request.passthrough_args));
+          simulate_args(request, sweep, cell));
     } else {
       row["deployment"] = nullptr;
       // The searches for the smallest KV memory may have found fleets that do, with more.

@@ -249,10 +249,9 @@ std::optional<int> answer_fleets(const PlanRequest& request, PlanSweep& sweep,
 nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep,
                               const std::string& slo_words, std::string& table);
 // `kvreplay simulate` options that reproduce exactly this cell: its model,
-// deployment, pool, fleet, swept settings and load, then `passthrough` (the
-// plan's other options, PlanRequest::passthrough_args).
-std::string simulate_args(const PlanSweep& sweep, const PlanCell& cell,
-                          const std::string& passthrough);
+// deployment, pool, fleet, swept settings and load, then the plan's other
+// options (PlanRequest::passthrough_args; the tiers' links with tiers).
+std::string simulate_args(const PlanRequest& request, const PlanSweep& sweep, const PlanCell& cell);
 
 // plan_objective.cc: why a cell does not serve, and how far it is from it.
 struct MissDiagnosis {

@@ -173,7 +173,7 @@ std::optional<std::string> derived_problem(const nlohmann::json& r, const std::s
       if (member(t, "metric") != to_string(want.metric) ||
           member(t, "percentile") != want.percentile || member(t, "limit_ms") != want.limit_ms ||
           !member(t, "met").is_boolean()) {
-        return fmt::format("{}.slo.targets[{}]: {}, but the plan's target is {} p{:g} <= {:g} ms",
+        return fmt::format("{}.slo.targets[{}]: {}, but the plan's target is {} p{} <= {:g} ms",
                            field, i, quoted(t), to_string(want.metric), want.percentile,
                            want.limit_ms);
       }

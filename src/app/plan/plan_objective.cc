@@ -113,12 +113,12 @@ MissDiagnosis diagnose_miss(const CellFigures& f, const PlanDeployment& deployme
       const double r = value.is_null() ? kNever : ratio(value.get<double>(), limit);
       const std::string metric = t.at("metric").get<std::string>();
       words.push_back(fmt::format(
-          "{} p{:g} {} over {:g} ms", metric, t.at("percentile").get<double>(),
+          "{} p{} {} over {:g} ms", metric, t.at("percentile").get<double>(),
           value.is_null() ? std::string("(none finished)") : ms_text(value.get<double>()), limit));
       if (r > worst) {
         worst = r;
         worst_metric = metric;
-        worst_key = fmt::format("p{:g}", t.at("percentile").get<double>());
+        worst_key = fmt::format("p{}", t.at("percentile").get<double>());
       }
     }
     if (f.slo_attainment && *f.slo_attainment < slo_attainment) {
@@ -141,14 +141,16 @@ MissDiagnosis diagnose_miss(const CellFigures& f, const PlanDeployment& deployme
     if (deployment.fleet.disaggregated() && f.fleet.contains("kv_transfer")) {
       transfer = f.fleet.at("kv_transfer").at("ms").value(worst_key, 0.0);
     }
-    if (worst_metric != "tpot" && worst_metric != "itl" && queue > 0.5 * ttft) {
-      out.reason = "queueing";
-      words.push_back(
-          fmt::format("queueing {} {} of TTFT {}", worst_key, ms_text(queue), ms_text(ttft)));
-    } else if (transfer > 0.5 * ttft && worst_metric != "tpot" && worst_metric != "itl") {
+    const bool first_token = worst_metric != "tpot" && worst_metric != "itl";
+    // A disaggregated fleet's queueing counts the KV's crossing: that first.
+    if (first_token && transfer > 0.5 * ttft) {
       out.reason = "transfer";
       words.push_back(
           fmt::format("KV transfer {} {} of TTFT {}", worst_key, ms_text(transfer), ms_text(ttft)));
+    } else if (first_token && queue > 0.5 * ttft) {
+      out.reason = "queueing";
+      words.push_back(
+          fmt::format("queueing {} {} of TTFT {}", worst_key, ms_text(queue), ms_text(ttft)));
     } else if (worst_metric == "ttft" || worst_metric == "e2e") {
       out.reason = "compute-bound prefill";
       words.push_back(fmt::format("TTFT {} {} with queueing {}: the prefill itself is too long",
@@ -195,7 +197,7 @@ nlohmann::json nearest_miss_json(const PlanRequest& request, const PlanSweep& sw
           {"reason", miss.reason},
           {"shortfall", miss.words},
           {"score", std::isfinite(miss.score) ? nlohmann::json(miss.score) : nlohmann::json()},
-          {"simulate_args", simulate_args(sweep, cell, request.passthrough_args)}};
+          {"simulate_args", simulate_args(request, sweep, cell)}};
 }
 
 std::string nearest_miss_lines(const PlanRequest& request, const PlanSweep& sweep, std::size_t i,
@@ -205,7 +207,7 @@ std::string nearest_miss_lines(const PlanRequest& request, const PlanSweep& swee
       "    nearest miss, bound by {}: {} {} page {} kv {}: {}\n      kvreplay simulate {} {}\n",
       miss.reason, deployment_label(sweep.deployments[cell.deployment]), model_label(cell.config),
       cell.page_tokens, cell.kv_memory, miss.words, request.trace_path,
-      simulate_args(sweep, cell, request.passthrough_args));
+      simulate_args(request, sweep, cell));
 }
 
 nlohmann::json objective_answer(const PlanRequest& request, const PlanSweep& sweep,
@@ -238,7 +240,7 @@ nlohmann::json objective_answer(const PlanRequest& request, const PlanSweep& swe
     const PlanCell& cell = sweep.cells[*best];
     const CellFigures& f = *cell.figures;
     const PlanDeployment& d = sweep.deployments[cell.deployment];
-    const std::string args = simulate_args(sweep, cell, request.passthrough_args);
+    const std::string args = simulate_args(request, sweep, cell);
     out["answer"] = {
         {"cell", *best},
         {"model", cell.model},
@@ -252,12 +254,12 @@ nlohmann::json objective_answer(const PlanRequest& request, const PlanSweep& swe
          f.usd_per_million_tokens ? nlohmann::json(*f.usd_per_million_tokens) : nlohmann::json()},
         {"simulate_args", args}};
     table += fmt::format(
-        "\nbest by {} of the {} cells that serve (of {}):\n  {} {} page {} kv {}: {} GPUs, {}, "
+        "\nbest by {} of the {} cells that serve (of {}):\n  {} {} page {} kv {}: {} GPU{}, {}, "
         "{}\n    kvreplay simulate {} {}\n",
         to_string(objective), serving, sweep.cells.size(), deployment_label(d),
         model_label(cell.config), cell.page_tokens, cell.kv_memory, d.gpus(),
-        money(f.usd_per_hour, "an hour"), money(f.usd_per_million_tokens, "per million tokens"),
-        request.trace_path, args);
+        d.gpus() == 1 ? "" : "s", money(f.usd_per_hour, "an hour"),
+        money(f.usd_per_million_tokens, "per million tokens"), request.trace_path, args);
     return out;
   }
   if (serving > 0) {

@@ -414,7 +414,7 @@ PlanOutput plan_output(const PlanRequest& request, const PlanSweep& sweep, bool 
     std::vector<std::string> targets;
     for (const PercentileTarget& t : options.slo.targets) {
       targets.push_back(
-          fmt::format("{} p{:g} <= {:g} ms", to_string(t.metric), t.percentile, t.limit_ms));
+          fmt::format("{} p{} <= {:g} ms", to_string(t.metric), t.percentile, t.limit_ms));
     }
     if (!targets.empty()) slo_words += fmt::format(", {}", fmt::join(targets, ", "));
     if (options.slo.joint()) {

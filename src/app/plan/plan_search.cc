@@ -62,7 +62,7 @@ std::string shortfall_words(const CellFigures& f, double slo_attainment) {
       if (t.at("met").get<bool>()) continue;
       const nlohmann::json& value = t.at("value_ms");
       words.push_back(
-          fmt::format("{} p{:g} {} over {:g} ms", t.at("metric").get<std::string>(),
+          fmt::format("{} p{} {} over {:g} ms", t.at("metric").get<std::string>(),
                       t.at("percentile").get<double>(),
                       value.is_null() ? std::string("(none)") : ms_text(value.get<double>()),
                       t.at("limit_ms").get<double>()));

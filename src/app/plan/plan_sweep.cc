@@ -254,6 +254,8 @@ std::string sweep_fingerprint(const PlanRequest& request,
       request.format ? nlohmann::json(std::string(to_string(*request.format))) : nlohmann::json();
   sweep["search"] = request.search_min;
   sweep["slo_attainment"] = request.slo_attainment;
+  // The objective picks the answer: parts asked for another do not merge.
+  if (request.objective) sweep["objective"] = std::string(to_string(*request.objective));
   sweep["units"] = units;
   for (const PlanDeployment& d : deployments) {
     nlohmann::json options = sim_options_json(d.options);

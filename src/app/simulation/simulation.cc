@@ -118,7 +118,7 @@ nlohmann::json sim_options_json(const SimOptions& options) {
     out["slo_targets"] = nlohmann::json::array();
     for (const PercentileTarget& t : options.slo.targets) {
       out["slo_targets"].push_back(
-          fmt::format("{}:p{:g}:{:g}", to_string(t.metric), t.percentile, t.limit_ms));
+          fmt::format("{}:p{}:{}", to_string(t.metric), t.percentile, t.limit_ms));
     }
   }
   if (!options.percentiles.empty()) out["percentiles"] = options.percentiles;
@@ -199,7 +199,7 @@ nlohmann::json latency_json(const LatencySummary& summary) {
 }
 
 std::string percentile_key(double percentile) {
-  return fmt::format("p{:g}", percentile);
+  return fmt::format("p{}", percentile);  // the shortest text that reads back as it
 }
 
 std::string latency_line(const nlohmann::json& latency, const std::vector<double>& percentiles) {
@@ -219,8 +219,8 @@ std::vector<std::pair<std::string, std::string>> slo_lines(const nlohmann::json&
   for (const nlohmann::json& t : slo.at("targets")) {
     const nlohmann::json& value = t.at("value_ms");
     out.emplace_back(
-        fmt::format("SLO {} p{:g}", t.at("metric").get<std::string>(),
-                    t.at("percentile").get<double>()),
+        fmt::format("SLO {} {}", t.at("metric").get<std::string>(),
+                    percentile_key(t.at("percentile").get<double>())),
         fmt::format("{} against {} ms: {}",
                     value.is_null() ? std::string("none") : ms_text(value.get<double>()),
                     fmt::format("{:g}", t.at("limit_ms").get<double>()),
