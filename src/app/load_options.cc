@@ -12,34 +12,22 @@
 namespace kvreplay {
 
 void LoadOptionsCli::add_to(CLI::App& app, const std::string& group, bool swept) {
-  const char* rate_help =
-      "send the trace's requests, in order, at seeded Poisson times: R requests a second on "
-      "average (the trace's times are ignored)";
-  rate_option = (swept ? app.add_option("--request-rate", rates,
-                                        std::string(rate_help) + "; comma-separated to sweep")
-                             ->delimiter(',')
-                       : app.add_option("--request-rate", request_rate, rate_help))
+  rate_option = scalar_or_list(app, swept, "--request-rate", request_rate, rates,
+                               "send the trace's requests, in order, at seeded Poisson times: R "
+                               "requests a second on average (the trace's times are ignored)")
                     ->check(number_range(1e-9, 1e9))
                     ->group(group);
-  const char* concurrency_help =
-      "a closed loop of C clients: each sends the trace's next request when its previous one "
-      "ends, as genai-perf --concurrency and vllm bench serve --max-concurrency (the trace's "
-      "times are ignored)";
   concurrency_option =
-      (swept ? app.add_option("--concurrency", concurrencies,
-                              std::string(concurrency_help) + "; comma-separated to sweep")
-                   ->delimiter(',')
-             : app.add_option("--concurrency", concurrency, concurrency_help))
+      scalar_or_list(app, swept, "--concurrency", concurrency, concurrencies,
+                     "a closed loop of C clients: each sends the trace's next request when its "
+                     "previous one ends, as genai-perf --concurrency and vllm bench serve "
+                     "--max-concurrency (the trace's times are ignored)")
           ->check(CLI::Range(1u, 1000000u))
           ->group(group);
-  const char* scale_help =
-      "replay the trace's own arrival times F times as fast (0.5: at half speed), its gaps "
-      "keeping their shape; not with a load generator";
   time_scale_option =
-      (swept ? app.add_option("--time-scale", time_scales,
-                              std::string(scale_help) + "; comma-separated to sweep")
-                   ->delimiter(',')
-             : app.add_option("--time-scale", time_scale, scale_help))
+      scalar_or_list(app, swept, "--time-scale", time_scale, time_scales,
+                     "replay the trace's own arrival times F times as fast (0.5: at half speed), "
+                     "its gaps keeping their shape; not with a load generator")
           ->check(number_range(1e-6, 1e6))
           ->group(group);
   concurrency_option->excludes(rate_option);

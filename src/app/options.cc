@@ -80,6 +80,28 @@ CLI::Validator integer_text(bool is_signed) {
 
 }  // namespace
 
+namespace {
+
+template <class T>
+CLI::Option* add_scalar_or_list(CLI::App& app, bool swept, const std::string& name, T& scalar,
+                                std::vector<T>& list, const std::string& help) {
+  if (!swept) return app.add_option(name, scalar, help);
+  return app.add_option(name, list, help + "; comma-separated to sweep")->delimiter(',');
+}
+
+}  // namespace
+
+CLI::Option* scalar_or_list(CLI::App& app, bool swept, const std::string& name,
+                            std::uint32_t& scalar, std::vector<std::uint32_t>& list,
+                            const std::string& help) {
+  return add_scalar_or_list(app, swept, name, scalar, list, help);
+}
+
+CLI::Option* scalar_or_list(CLI::App& app, bool swept, const std::string& name, double& scalar,
+                            std::vector<double>& list, const std::string& help) {
+  return add_scalar_or_list(app, swept, name, scalar, list, help);
+}
+
 CLI::Validator number_range(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& value) -> std::string {
@@ -393,26 +415,19 @@ void SimOptionsCli::add_to(CLI::App& app, const std::string& check_help, bool sw
       ->check(CLI::IsMember(evict_policy_names()))
       ->group("Simulation");
   app.add_flag("--no-prefix-cache", no_prefix_cache, "disable prefix caching")->group("Simulation");
-  const std::string seqs_help =
-      std::string("most sequences running at once (default: vllm by --gpu-class, generic 256)") +
-      (swept ? "; comma-separated to sweep" : "");
   max_seqs =
-      (swept ? app.add_option("--max-seqs,--max-num-seqs", max_seqs_list, seqs_help)->delimiter(',')
-             : app.add_option("--max-seqs,--max-num-seqs", defaults.max_seqs, seqs_help))
+      scalar_or_list(app, swept, "--max-seqs,--max-num-seqs", defaults.max_seqs, max_seqs_list,
+                     "most sequences running at once (default: vllm by --gpu-class, "
+                     "generic 256)")
           ->check(CLI::Range(1u, 1u << 20))
           ->group("Simulation");
-  const std::string batched_help =
-      std::string(
-          "token budget per step, chunked prefill (default: vllm by --gpu-class, "
-          "generic 8192)") +
-      (swept ? "; comma-separated to sweep" : "");
-  max_batched_tokens = (swept ? app.add_option("--max-batched-tokens,--max-num-batched-tokens",
-                                               max_batched_list, batched_help)
-                                    ->delimiter(',')
-                              : app.add_option("--max-batched-tokens,--max-num-batched-tokens",
-                                               defaults.max_batched_tokens, batched_help))
-                           ->check(CLI::Range(1u, 1u << 30))
-                           ->group("Simulation");
+  max_batched_tokens =
+      scalar_or_list(app, swept, "--max-batched-tokens,--max-num-batched-tokens",
+                     defaults.max_batched_tokens, max_batched_list,
+                     "token budget per step, chunked prefill (default: vllm by --gpu-class, "
+                     "generic 8192)")
+          ->check(CLI::Range(1u, 1u << 30))
+          ->group("Simulation");
   add_speculative_to(app);
   watermark = app.add_option("--watermark", defaults.watermark,
                              "fraction of blocks kept free at admission (default 0.01; vllm: 0)")

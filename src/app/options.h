@@ -45,6 +45,14 @@ void add_value_checks(CLI::App& app);
 // with the bounds written as numbers are read ("1e-09", not "0.000000").
 CLI::Validator number_range(double lo, double hi);
 
+// An option simulate takes once (into `scalar`) and plan sweeps (`swept`: a
+// comma-separated list into `list`, its help saying so).
+CLI::Option* scalar_or_list(CLI::App& app, bool swept, const std::string& name,
+                            std::uint32_t& scalar, std::vector<std::uint32_t>& list,
+                            const std::string& help);
+CLI::Option* scalar_or_list(CLI::App& app, bool swept, const std::string& name, double& scalar,
+                            std::vector<double>& list, const std::string& help);
+
 // Raw option storage; copied into ConfigOverrides for the options actually given.
 struct ConfigOptions {
   std::string model, model_config, dtype, kv_memory, alloc_order, gpu;

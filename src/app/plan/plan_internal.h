@@ -253,6 +253,9 @@ nlohmann::json min_fleet_rows(const PlanRequest& request, const PlanSweep& sweep
 // options (PlanRequest::passthrough_args; the tiers' links with tiers).
 std::string simulate_args(const PlanRequest& request, const PlanSweep& sweep, const PlanCell& cell);
 
+// plan_objective.cc: "ttft p95 2.4 s over 2000 ms", one a missed target of a
+// cell's report's "slo".
+std::vector<std::string> missed_target_words(const nlohmann::json& slo);
 // plan_objective.cc: why a cell does not serve, and how far it is from it.
 struct MissDiagnosis {
   // The worst unmet requirement as a ratio of its limit (1: just met); the

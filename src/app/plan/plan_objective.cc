@@ -81,6 +81,20 @@ std::vector<std::string> plan_objective_names() {
   return enum_names(kObjectiveNames);
 }
 
+std::vector<std::string> missed_target_words(const nlohmann::json& slo) {
+  std::vector<std::string> out;
+  for (const nlohmann::json& t : slo.at("targets")) {
+    if (t.at("met").get<bool>()) continue;
+    const nlohmann::json& value = t.at("value_ms");
+    out.push_back(
+        fmt::format("{} p{} {} over {:g} ms", t.at("metric").get<std::string>(),
+                    t.at("percentile").get<double>(),
+                    value.is_null() ? std::string("(none)") : ms_text(value.get<double>()),
+                    t.at("limit_ms").get<double>()));
+  }
+  return out;
+}
+
 MissDiagnosis diagnose_miss(const CellFigures& f, const PlanDeployment& deployment,
                             double slo_attainment) {
   MissDiagnosis out;
@@ -106,15 +120,14 @@ MissDiagnosis diagnose_miss(const CellFigures& f, const PlanDeployment& deployme
   double worst = 0.0;
   std::string worst_key;
   if (!f.slo.is_null()) {
+    const std::vector<std::string> missed = missed_target_words(f.slo);
+    words.insert(words.end(), missed.begin(), missed.end());
     for (const nlohmann::json& t : f.slo.at("targets")) {
       if (t.at("met").get<bool>()) continue;
       const double limit = t.at("limit_ms").get<double>();
       const nlohmann::json& value = t.at("value_ms");
       const double r = value.is_null() ? kNever : ratio(value.get<double>(), limit);
       const std::string metric = t.at("metric").get<std::string>();
-      words.push_back(fmt::format(
-          "{} p{} {} over {:g} ms", metric, t.at("percentile").get<double>(),
-          value.is_null() ? std::string("(none finished)") : ms_text(value.get<double>()), limit));
       if (r > worst) {
         worst = r;
         worst_metric = metric;
@@ -185,19 +198,30 @@ std::optional<std::pair<std::size_t, MissDiagnosis>> nearest_miss(
   return nearest;
 }
 
-nlohmann::json nearest_miss_json(const PlanRequest& request, const PlanSweep& sweep, std::size_t i,
-                                 const MissDiagnosis& miss) {
+nlohmann::json cell_answer_json(const PlanRequest& request, const PlanSweep& sweep, std::size_t i) {
   const PlanCell& cell = sweep.cells[i];
+  const CellFigures& f = *cell.figures;
+  auto optional = [](const std::optional<double>& v) {
+    return v ? nlohmann::json(*v) : nlohmann::json();
+  };
   return {{"cell", i},
           {"model", cell.model},
           {"page_tokens", cell.page_tokens},
           {"kv_memory", cell.kv_memory},
           {"deployment", deployment_json(sweep, cell.deployment)},
           {"gpus", sweep.deployments[cell.deployment].gpus()},
-          {"reason", miss.reason},
-          {"shortfall", miss.words},
-          {"score", std::isfinite(miss.score) ? nlohmann::json(miss.score) : nlohmann::json()},
+          {"usd_per_hour", optional(f.usd_per_hour)},
+          {"usd_per_million_output_tokens", optional(f.usd_per_million_tokens)},
           {"simulate_args", simulate_args(request, sweep, cell)}};
+}
+
+nlohmann::json nearest_miss_json(const PlanRequest& request, const PlanSweep& sweep, std::size_t i,
+                                 const MissDiagnosis& miss) {
+  nlohmann::json out = cell_answer_json(request, sweep, i);
+  out["reason"] = miss.reason;
+  out["shortfall"] = miss.words;
+  out["score"] = std::isfinite(miss.score) ? nlohmann::json(miss.score) : nlohmann::json();
+  return out;
 }
 
 std::string nearest_miss_lines(const PlanRequest& request, const PlanSweep& sweep, std::size_t i,
@@ -240,19 +264,9 @@ nlohmann::json objective_answer(const PlanRequest& request, const PlanSweep& swe
     const PlanCell& cell = sweep.cells[*best];
     const CellFigures& f = *cell.figures;
     const PlanDeployment& d = sweep.deployments[cell.deployment];
-    const std::string args = simulate_args(request, sweep, cell);
-    out["answer"] = {
-        {"cell", *best},
-        {"model", cell.model},
-        {"page_tokens", cell.page_tokens},
-        {"kv_memory", cell.kv_memory},
-        {"deployment", deployment_json(sweep, cell.deployment)},
-        {"gpus", d.gpus()},
-        {"value", std::get<0>(best_key)},
-        {"usd_per_hour", f.usd_per_hour ? nlohmann::json(*f.usd_per_hour) : nlohmann::json()},
-        {"usd_per_million_output_tokens",
-         f.usd_per_million_tokens ? nlohmann::json(*f.usd_per_million_tokens) : nlohmann::json()},
-        {"simulate_args", args}};
+    out["answer"] = cell_answer_json(request, sweep, *best);
+    out["answer"]["value"] = std::get<0>(best_key);
+    const std::string args = out["answer"]["simulate_args"].get<std::string>();
     table += fmt::format(
         "\nbest by {} of the {} cells that serve (of {}):\n  {} {} page {} kv {}: {} GPU{}, {}, "
         "{}\n    kvreplay simulate {} {}\n",

@@ -58,15 +58,8 @@ std::string shortfall_words(const CellFigures& f, double slo_attainment) {
                                 fmt::join(p99s, ", "), slo_attainment * 100));
   }
   if (f.slo_met && !*f.slo_met) {
-    for (const nlohmann::json& t : f.slo.at("targets")) {
-      if (t.at("met").get<bool>()) continue;
-      const nlohmann::json& value = t.at("value_ms");
-      words.push_back(
-          fmt::format("{} p{} {} over {:g} ms", t.at("metric").get<std::string>(),
-                      t.at("percentile").get<double>(),
-                      value.is_null() ? std::string("(none)") : ms_text(value.get<double>()),
-                      t.at("limit_ms").get<double>()));
-    }
+    const std::vector<std::string> missed = missed_target_words(f.slo);
+    words.insert(words.end(), missed.begin(), missed.end());
   }
   return fmt::format("{}", fmt::join(words, ", "));
 }

@@ -309,7 +309,8 @@
       groups[byKey[key]].cells.push(c);
     });
     groups.forEach(function (g) { g.cells.sort(function (a, b) { return a.kv_memory_bytes - b.kv_memory_bytes; }); });
-    var slo = data.cells.some(function (c) { return c.slo; });
+    // The joint rule's attainment (percentile targets alone have none: the TPOT chart stays).
+    var slo = data.cells.some(function (c) { return c.slo && typeof c.slo.attainment === 'number'; });
     var p99 = function (name) { return function (c) { return c.latency ? c.latency[name].p99 : null; }; };
     var attainment = function (c) { return c.slo ? c.slo.attainment : null; };
     var swept = groups.some(function (g) { return g.cells.length > 1; });  // memory swept
